@@ -1,0 +1,5 @@
+import sys
+
+from edgeserve.cli import main
+
+sys.exit(main())

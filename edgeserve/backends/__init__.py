@@ -1,0 +1,116 @@
+"""The backends as an ordered table, the choice between them, and loading the chosen one.
+
+Choosing, in order: an explicit override (the CLI flag) > the `EDGESERVE_BACKEND` variable > the
+manifest's `prefer` list, where backends that suit the platform come first (Jetson and NVIDIA GPU:
+tensorrt, then onnxruntime with CUDA; CPU: openvino, then onnxruntime) and the others are kept as a
+last resort. Every backend that was tried and refused is recorded with the reason, for `doctor`.
+Importing this package imports no engine: each backend imports its library when it loads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeserve.backends.onnxruntime import OnnxRuntime
+from edgeserve.backends.openvino import OpenVINO
+from edgeserve.backends.options import LoadOptions, Precision
+from edgeserve.backends.tensorrt import TensorRT
+from edgeserve.backends.tensors import ShapeProfile
+from edgeserve.errors import BackendError, ConfigError
+from edgeserve.hardware import Platform
+from edgeserve.types import Backend
+
+BACKENDS = [TensorRT, OpenVINO, OnnxRuntime]
+BY_NAME = {backend.name: backend for backend in BACKENDS}
+ENV_VAR = "EDGESERVE_BACKEND"
+
+PLATFORM_ORDER = {
+    "jetson": ("tensorrt", "onnxruntime"),
+    "nvidia-gpu": ("tensorrt", "onnxruntime"),
+    "cpu": ("openvino", "onnxruntime"),
+}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The backend to use, why, and every (name, why not) tried before it."""
+
+    name: str
+    reason: str
+    rejected: tuple[tuple[str, str], ...] = ()
+
+
+def choose(platform: Platform, prefer: Sequence[str], override: str | None = None) -> Choice:
+    """Pick the backend for this platform (see the module docstring for the order)."""
+    if override:
+        return _forced(platform, override, "the explicit override")
+    if env := os.environ.get(ENV_VAR, "").strip():
+        return _forced(platform, env, f"{ENV_VAR}={env}")
+    fitting = PLATFORM_ORDER[platform.kind]
+    ordered = [n for n in prefer if n in fitting] + [n for n in prefer if n not in fitting]
+    rejected: list[tuple[str, str]] = []
+    for name in ordered:
+        why_not = _backend(name, "[backend] prefer").available(platform)
+        if why_not is None:
+            return Choice(name, _reason(name, platform, prefer, fitting), tuple(rejected))
+        rejected.append((name, why_not))
+    tried = "; ".join(f"{name}: {why}" for name, why in rejected) or "the prefer list is empty"
+    raise BackendError(
+        f"no usable backend on this {platform.kind} machine for [backend] prefer = {list(prefer)}: "
+        f"{tried}. Hint: `edgeserve doctor` shows what this machine has."
+    )
+
+
+def _reason(name: str, platform: Platform, prefer: Sequence[str], fitting: Sequence[str]) -> str:
+    if name in fitting:
+        return f"first usable of {list(prefer)} (manifest) suited to a {platform.kind} platform"
+    return f"no backend suited to a {platform.kind} platform ({', '.join(fitting)}) is usable"
+
+
+def _forced(platform: Platform, name: str, source: str) -> Choice:
+    backend = _backend(name, source)
+    why_not = backend.available(platform)
+    if why_not is not None:
+        usable = [b.name for b in BACKENDS if b.available(platform) is None]
+        raise ConfigError(
+            f"backend {name!r} (from {source}) cannot run here: {why_not}. "
+            f"Usable on this {platform.kind} machine: {usable or 'none'}"
+        )
+    return Choice(name, f"set by {source}")
+
+
+def _backend(name: str, source: str) -> type[TensorRT] | type[OpenVINO] | type[OnnxRuntime]:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise ConfigError(
+            f"backend {name!r} (from {source}): unknown; expected one of {sorted(BY_NAME)}"
+        ) from None
+
+
+def default_device(platform: Platform) -> str:
+    """The device a backend should use here: the first CUDA device, or the CPU."""
+    return "cuda:0" if platform.has_cuda else "cpu"
+
+
+def load_backend(
+    name: str,
+    model_path: Path,
+    *,
+    ir_path: Path | None = None,
+    precision: Precision = "fp32",
+    threads: int = 0,
+    instances: int = 1,
+    device: str = "cpu",
+    profile: ShapeProfile | None = None,
+    cache_dir: Path | None = None,
+) -> Backend:
+    """Load `model_path` (ONNX) into the named backend; OpenVINO reads `ir_path` when given."""
+    options = LoadOptions(precision, threads, instances, device, profile, ir_path, cache_dir)
+    return _backend(name, "load_backend")(model_path, options)
+
+
+__all__ = ["BACKENDS", "Choice", "LoadOptions", "choose", "default_device", "load_backend"]

@@ -1,0 +1,127 @@
+"""OpenVINO on the CPU: the default backend where there is no NVIDIA GPU.
+
+Precision: "fp32" pins INFERENCE_PRECISION_HINT to f32, because OpenVINO otherwise computes in bf16
+on AMX / AVX512-BF16 CPUs (~0.1-0.4 % relative error); "auto" lets OpenVINO choose (bf16 there,
+fastest); "fp16" asks for f16 where the CPU has it (Arm, AVX512-FP16) and is refused elsewhere;
+"int8" computes in int8 only where the model carries quantization (an NNCF-quantized IR or Q/DQ
+nodes), so it compiles like "auto" and the model decides.
+
+Streams: with one instance the batcher runs one batch at a time, so the model is compiled for
+LATENCY (one stream using every core); with N instances, N batches run at once, so it is compiled
+for THROUGHPUT with NUM_STREAMS = N and each worker thread owns one InferRequest.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from edgeserve.backends.options import LoadOptions
+from edgeserve.backends.tensors import check_inputs
+from edgeserve.errors import BackendError
+from edgeserve.hardware import Platform
+from edgeserve.manifest import ModelSection
+from edgeserve.signature import read_signature
+from edgeserve.types import TensorDict
+
+
+class OpenVINO:
+    """A model compiled once for the CPU; one InferRequest per calling thread."""
+
+    name: ClassVar[str] = "openvino"
+
+    @classmethod
+    def available(cls, platform: Platform) -> str | None:
+        if "openvino" not in platform.modules:
+            return "the openvino package is not installed (pip install openvino)"
+        return None
+
+    def __init__(self, model_path: Path, options: LoadOptions) -> None:
+        import openvino as ov
+
+        self.signature = read_signature(model_path, ModelSection())
+        self._profile = options.profile
+        source = options.ir_path or model_path
+        try:
+            core = ov.Core()
+            model = core.read_model(str(source))
+            if options.profile:
+                model.reshape({n: _bounded(r.min, r.max) for n, r in options.profile.items()})
+            self._compiled = core.compile_model(model, "CPU", compile_config(options))
+        except Exception as exc:  # openvino raises RuntimeError (and subclasses) for everything
+            raise BackendError(f"openvino: cannot load {source}: {_first_line(exc)}") from None
+        self._outputs = [(spec.name, _port(self._compiled, spec.name)) for spec in self.signature.outputs]
+        self._local = threading.local()
+
+    def infer(self, inputs: TensorDict) -> TensorDict:
+        check_inputs(inputs, self.signature.inputs, self._profile)
+        request = self._request()
+        try:
+            # share_outputs=False: OpenVINO reuses its output buffers on the next call, so copy.
+            results = request.infer(inputs, share_inputs=True, share_outputs=False)
+        except Exception as exc:
+            raise BackendError(f"openvino: inference failed: {_first_line(exc)}") from None
+        return {name: np.asarray(results[port]) for name, port in self._outputs}
+
+    def close(self) -> None:
+        self._local = threading.local()
+        self._compiled = None
+
+    def _request(self) -> Any:
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self._compiled.create_infer_request()
+        return request
+
+
+def compile_config(options: LoadOptions) -> dict[str, Any]:
+    """OpenVINO properties for the options (see the module docstring for the reasons)."""
+    import openvino as ov
+    import openvino.properties as props
+    import openvino.properties.hint as hints
+
+    config: dict[str, Any] = {}
+    if options.instances > 1:
+        config[hints.performance_mode()] = hints.PerformanceMode.THROUGHPUT
+        config[props.num_streams()] = options.instances
+    else:
+        config[hints.performance_mode()] = hints.PerformanceMode.LATENCY
+    if options.threads > 0:
+        config[props.inference_num_threads()] = options.threads
+    precision = {"fp32": ov.Type.f32, "fp16": ov.Type.f16}.get(options.precision)
+    if precision is not None:
+        config[hints.inference_precision()] = precision
+    return config
+
+
+def export_ir(onnx_path: Path, xml_path: Path) -> None:
+    """Convert an ONNX model to OpenVINO IR (xml + bin), keeping fp32 weights."""
+    import openvino as ov
+
+    try:
+        model = ov.convert_model(str(onnx_path))
+        xml_path.parent.mkdir(parents=True, exist_ok=True)
+        ov.save_model(model, str(xml_path), compress_to_fp16=False)
+    except Exception as exc:
+        raise BackendError(f"openvino: cannot convert {onnx_path} to IR: {_first_line(exc)}") from None
+
+
+def _bounded(low: tuple[int, ...], high: tuple[int, ...]) -> Any:
+    import openvino as ov
+
+    return ov.PartialShape([ov.Dimension(lo, hi) for lo, hi in zip(low, high, strict=True)])
+
+
+def _port(compiled: Any, name: str) -> Any:
+    for output in compiled.outputs:
+        if name in output.get_names():
+            return output
+    raise BackendError(f"openvino: the compiled model has no output named `{name}`")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

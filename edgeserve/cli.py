@@ -1,0 +1,139 @@
+"""The `edgeserve` command: parses arguments, calls the library, prints; errors become exit codes.
+
+Each verb is one `_cmd_<verb>(args) -> int` function registered in `_parser()`. Heavy modules are
+imported inside the command that needs them, so `edgeserve --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from edgeserve.errors import EdgeserveError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    from edgeserve.scaffold import init_function
+
+    path = init_function(Path(args.path))
+    console.print(f"[green]created[/] {path}  (next: edgeserve build {path})")
+    return 0
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from edgeserve.build import build
+
+    source = Path(args.source)
+    out = Path(args.out) if args.out else Path("build") / source.resolve().name
+    bundle = build(source, out, targets=tuple(args.target), archive=args.archive)
+    console.print(
+        f"[green]built[/] {bundle.manifest.function.name} -> {bundle.root}  "
+        f"hash {bundle.content_hash[:12]}  batched={bundle.signature.batched}"
+    )
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from edgeserve.serve import serve
+
+    serve(
+        Path(args.path),
+        host=args.host,
+        port=args.port,
+        backend=args.backend,
+        log_level=args.log_level,
+    )
+    return 0
+
+
+def _cmd_invoke(args: argparse.Namespace) -> int:
+    from edgeserve.client import invoke
+
+    body, content_type = _invoke_body(args)
+    result = invoke(args.url, body, content_type, timeout_s=args.timeout)
+    console.print_json(json.dumps(result)) if not isinstance(result, str) else console.print(result)
+    return 0
+
+
+def _invoke_body(args: argparse.Namespace) -> tuple[bytes, str]:
+    if args.json is not None:
+        return args.json.encode(), "application/json"
+    if args.file is not None:
+        path = Path(args.file)
+        kinds = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".json": "application/json"}
+        return path.read_bytes(), kinds.get(path.suffix.lower(), "application/octet-stream")
+    raise EdgeserveError("invoke needs --json TEXT or --file PATH")
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from edgeserve.backends import choose
+    from edgeserve.hardware import describe, probe
+
+    platform = probe()
+    choice = choose(platform, prefer=(), override=args.backend)
+    table = Table(title="edgeserve doctor", show_header=False)
+    for key, value in describe(platform, choice):
+        table.add_row(key, value)
+    console.print(table)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edgeserve", description=__doc__.splitlines()[0])
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        sub = verbs.add_parser(name, help=help_, description=help_)
+        sub.set_defaults(func=func)
+        return sub
+
+    p = add("init", _cmd_init, "scaffold a working function from templates")
+    p.add_argument("path")
+
+    p = add("build", _cmd_build, "build a function source folder into a bundle")
+    p.add_argument("source")
+    p.add_argument("--out", help="bundle folder (default build/<name>)")
+    p.add_argument("--target", action="append", default=[], help="target profile(s) to plan for")
+    p.add_argument("--archive", action="store_true", help="also write dist/ archives per target")
+
+    p = add("serve", _cmd_serve, "serve a bundle or a function source folder over HTTP")
+    p.add_argument("path")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--backend", choices=["tensorrt", "openvino", "onnxruntime"])
+    p.add_argument("--log-level", default="info")
+
+    p = add("invoke", _cmd_invoke, "send one request to a function's /invoke")
+    p.add_argument("url")
+    p.add_argument("--json", help="a JSON payload")
+    p.add_argument("--file", help="a file to send (PNG/JPEG/JSON/bytes)")
+    p.add_argument("--timeout", type=float, default=60.0)
+
+    p = add("doctor", _cmd_doctor, "show the hardware, the backends found, and the choice")
+    p.add_argument("--backend", choices=["tensorrt", "openvino", "onnxruntime"])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except EdgeserveError as exc:
+        err_console.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Deploy drivers: one per target kind, behind one small protocol, found by name in `DRIVERS`.
+
+A driver module is imported only when its target is used, so `boto3` (aws-lambda) or an SSH
+client (jetson) load only for the command that needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from edgeserve.errors import ConfigError
+
+if TYPE_CHECKING:
+    from edgeserve.bundle import Bundle
+    from edgeserve.targets import TargetProfile
+
+DRIVERS: dict[str, str] = {
+    "aws-lambda": "edgeserve.deploy.aws_lambda:DRIVER",
+    "local": "edgeserve.deploy.local:DRIVER",
+}
+"""Driver name (a profile's `driver`) -> "module:attribute" of the driver object."""
+
+
+@dataclass(frozen=True)
+class DeployResult:
+    """What a deploy or rollback left running: the version now live and where to reach it."""
+
+    target: str
+    name: str
+    version: str
+    url: str | None = None
+    previous_version: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Driver(Protocol):
+    """Packages a bundle for a target, deploys it, reports its state and rolls it back."""
+
+    def package(self, bundle: Bundle, profile: TargetProfile, out: Path) -> Path: ...
+
+    def deploy(self, bundle: Bundle, profile: TargetProfile) -> DeployResult: ...
+
+    def status(self, name: str, profile: TargetProfile) -> dict[str, Any]: ...
+
+    def rollback(self, name: str, profile: TargetProfile) -> DeployResult: ...
+
+
+def driver_for(profile: TargetProfile) -> Driver:
+    """The driver a profile names, imported on first use."""
+    spec = DRIVERS.get(profile.driver)
+    if spec is None:
+        raise ConfigError(f"{profile.source}: unknown driver {profile.driver!r}; known: {sorted(DRIVERS)}")
+    module_name, attribute = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"{profile.source}: driver {profile.driver!r} is not available ({exc})"
+        ) from None
+    driver: Driver = getattr(module, attribute)
+    return driver

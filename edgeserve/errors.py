@@ -1,0 +1,68 @@
+"""The one error tree of edgeserve.
+
+    EdgeserveError                 status 500, exit code 1
+    ├── ConfigError                a bad function.toml, target profile or CLI argument (exit 2)
+    ├── BundleError                a bundle that is missing, altered or unsafe (exit 2)
+    ├── BackendError               no usable backend, or one failed to load or run
+    ├── InvalidInput               400: what was wrong, where, what was expected
+    ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
+    ├── PayloadTooLarge            413
+    ├── Unavailable                503, with Retry-After: queue full, not ready, draining
+    ├── DeadlineExceeded           504: the item's deadline passed before it could run
+    └── DeployError                a deploy step failed (exit 3)
+
+`http/errors.py` alone turns these into responses and `cli.py` alone into exit codes.
+"""
+
+from __future__ import annotations
+
+
+class EdgeserveError(Exception):
+    """Base class: carries its HTTP status and CLI exit code."""
+
+    status: int = 500
+    exit_code: int = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(EdgeserveError):
+    exit_code = 2
+
+
+class BundleError(EdgeserveError):
+    exit_code = 2
+
+
+class BackendError(EdgeserveError):
+    status = 500
+
+
+class InvalidInput(EdgeserveError):
+    status = 400
+
+
+class ModelNotFound(EdgeserveError):
+    status = 404
+
+
+class PayloadTooLarge(EdgeserveError):
+    status = 413
+
+
+class Unavailable(EdgeserveError):
+    status = 503
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExceeded(EdgeserveError):
+    status = 504
+
+
+class DeployError(EdgeserveError):
+    exit_code = 3

@@ -1,0 +1,129 @@
+"""function.toml: the schema, loading, and errors that name the file, the field and the fix."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from edgeserve.errors import ConfigError
+
+MANIFEST_NAME = "function.toml"
+BACKEND_NAMES = ("tensorrt", "openvino", "onnxruntime")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FunctionInfo(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    version: str = "1"
+    description: str = ""
+
+
+class TensorOverride(_Strict):
+    """Per-tensor overrides of what the model file says."""
+
+    dims: tuple[int, ...] | None = None
+    pad_axis: int | None = Field(default=None, ge=1)
+    pad_value: float = 0.0
+
+
+class ModelSection(_Strict):
+    path: str = "model.onnx"
+    inputs: dict[str, TensorOverride] = {}
+    outputs: dict[str, TensorOverride] = {}
+
+
+class HandlerSection(_Strict):
+    module: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    requirements: tuple[str, ...] = ()
+    options: dict[str, Any] = {}
+
+
+class BatchingSection(_Strict):
+    max_batch_size: int = Field(default=32, ge=0, le=4096)
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_ms: float = Field(default=2.0, ge=0)
+    max_queue_size: int = Field(default=1024, ge=1)
+    timeout_ms: float = Field(default=30_000, gt=0)
+    instances: int = Field(default=1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _preferred_within_max(self) -> BatchingSection:
+        too_big = [size for size in self.preferred_batch_sizes if size > self.max_batch_size]
+        if too_big or any(size < 1 for size in self.preferred_batch_sizes):
+            raise ValueError(
+                f"preferred_batch_sizes {list(self.preferred_batch_sizes)} must lie in "
+                f"1..max_batch_size ({self.max_batch_size})"
+            )
+        return self
+
+
+class BackendSection(_Strict):
+    prefer: tuple[Literal["tensorrt", "openvino", "onnxruntime"], ...] = BACKEND_NAMES
+    precision: Literal["fp32", "fp16", "int8", "auto"] = "fp32"
+    threads: int = Field(default=0, ge=0)
+
+
+class ResourcesSection(_Strict):
+    memory_mb: int = Field(default=1024, ge=128)
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_mb: float = Field(default=64, gt=0)
+
+
+class Manifest(_Strict):
+    function: FunctionInfo
+    model: ModelSection = ModelSection()
+    handler: HandlerSection = HandlerSection()
+    batching: BatchingSection = BatchingSection()
+    backend: BackendSection = BackendSection()
+    resources: ResourcesSection = ResourcesSection()
+
+    @field_validator("model")
+    @classmethod
+    def _model_path_is_relative(cls, model: ModelSection) -> ModelSection:
+        path = Path(model.path)
+        if path.is_absolute() or ".." in path.parts:
+            raise ValueError(f"must be a path inside the function folder, got {model.path!r}")
+        return model
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read and validate a function.toml (or the folder holding one)."""
+    if path.is_dir():
+        path = path / MANIFEST_NAME
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no {MANIFEST_NAME} here. Hint: `edgeserve init {path.parent}` makes one."
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_manifest(data, source=str(path))
+
+
+def parse_manifest(data: dict[str, Any], source: str) -> Manifest:
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, source)) from None
+
+
+def describe_validation_error(exc: ValidationError, source: str) -> str:
+    """One line per problem: file, dotted field, what was expected, what was found."""
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        found = error.get("input")
+        if error["type"] == "extra_forbidden":
+            lines.append(f"{source}: field `{where}`: unknown key (found {found!r}); check spelling")
+        elif error["type"] == "missing":
+            lines.append(f"{source}: field `{where}`: required but missing")
+        else:
+            lines.append(f"{source}: field `{where}`: {error['msg']} (found {found!r})")
+    return "\n".join(lines)

@@ -1,0 +1,216 @@
+"""A loaded function: bundle + backend + batcher + handler, and its lifecycle.
+
+    load (backend, handler) -> start (batcher workers, warm-up per preferred size) -> ready
+    stop: refuse new work -> drain the queue (bounded) -> close the backend
+
+The wiring batcher -> backend is written out here: the batcher calls `backend.infer` on its
+worker threads, and every request (v2 or /invoke) ends in `Batcher.submit`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.util
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgeserve import datatypes
+from edgeserve.backends import choose, load_backend
+from edgeserve.batching import Batcher, BatchPolicy
+from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput
+from edgeserve.hardware import probe
+from edgeserve.signature import check_inputs
+from edgeserve.stats import ModelStats
+from edgeserve.types import Backend, Context, TensorDict
+
+if TYPE_CHECKING:
+    from edgeserve.bundle import Bundle
+    from edgeserve.manifest import Manifest
+    from edgeserve.types import Signature
+
+log = logging.getLogger("edgeserve")
+
+WARMUP_DYNAMIC_DIM = 32
+"""Size given to dynamic non-batch dims during warm-up: large enough for conv and pooling stacks."""
+
+
+class Runtime:
+    """One function, ready to serve requests from any number of concurrent callers."""
+
+    def __init__(self, bundle: Bundle, backend: Backend, policy: BatchPolicy) -> None:
+        self.bundle = bundle
+        self.backend = backend
+        self.stats = ModelStats(bundle.manifest.function.name, bundle.manifest.function.version)
+        self.batcher = Batcher(backend.infer, bundle.signature, policy, self.stats)
+        self.handler = _import_handler(bundle.handler_path)
+        self.ready = False
+        self.timings: dict[str, float] = {}
+
+    @classmethod
+    def load(cls, bundle: Bundle, *, backend: str | None = None, lambda_mode: bool = False) -> Runtime:
+        """Load the model on the backend that fits this machine (or the one asked for).
+
+        On Lambda one invocation runs at a time per instance, so waiting for company is pure
+        latency: the batcher adds no delay and runs one batch at a time.
+        """
+        manifest = bundle.manifest
+        started = time.perf_counter()
+        choice = choose(probe(), prefer=manifest.backend.prefer, override=backend)
+        policy = BatchPolicy.from_manifest(manifest.batching, batched=bundle.signature.batched)
+        if lambda_mode:
+            policy = dataclasses.replace(policy, max_queue_delay_s=0.0, instances=1)
+        engine = load_backend(
+            choice.name,
+            bundle.model_path,
+            ir_path=bundle.ir_path,
+            precision=manifest.backend.precision,
+            threads=manifest.backend.threads,
+            instances=policy.instances,
+        )
+        runtime = cls(bundle, engine, policy)
+        runtime.timings["load_s"] = time.perf_counter() - started
+        log.info("loaded %s on %s (%s)", manifest.function.name, choice.name, choice.reason)
+        return runtime
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.bundle.manifest
+
+    @property
+    def signature(self) -> Signature:
+        return self.bundle.signature
+
+    @property
+    def name(self) -> str:
+        return self.manifest.function.name
+
+    @property
+    def version(self) -> str:
+        return self.manifest.function.version
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    @property
+    def root(self) -> Path:
+        return self.bundle.root
+
+    async def start(self) -> None:
+        """Start the batcher, run one batch per preferred size, then report ready."""
+        if self.ready:
+            return
+        started = time.perf_counter()
+        await self.batcher.start()
+        for rows in _warmup_sizes(self.manifest.batching.preferred_batch_sizes, self.batcher.policy):
+            await asyncio.to_thread(self.backend.infer, _zeros(self.signature, rows))
+        self.timings["warmup_s"] = time.perf_counter() - started
+        self.ready = True
+
+    async def stop(self, drain_timeout_s: float = 30.0) -> None:
+        self.ready = False
+        await self.batcher.stop(drain_timeout_s)
+        self.backend.close()
+
+    async def infer(self, inputs: TensorDict) -> TensorDict:
+        """Run one request's tensors (batch axis included when the model is batched)."""
+        started = time.perf_counter_ns()
+        ok = False
+        try:
+            check_inputs(self.signature, inputs)
+            outputs = await self.batcher.submit(inputs, self._deadline())
+            ok = True
+            return outputs
+        finally:
+            self.stats.request_done(ok, time.perf_counter_ns() - started)
+
+    async def invoke(self, payload: Any, content_type: str) -> Any:
+        """The function's own interface: handler.preprocess -> batcher -> handler.postprocess."""
+        if self.handler is None:
+            return _to_lists(await self.infer(self._tensors_from(payload)))
+        ctx = Context(content_type, self.manifest.handler.options, self.root)
+        items = await asyncio.to_thread(self._call_handler, "preprocess", payload, ctx)
+        results = await asyncio.gather(*(self._infer_item(item, position) for position, item in enumerate(items)))
+        return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
+
+    async def _infer_item(self, item: dict[str, np.ndarray], position: int) -> TensorDict:
+        if not isinstance(item, dict):
+            raise EdgeserveError(f"handler.preprocess: item {position} is {type(item).__name__}, expected a dict of arrays")
+        if not self.signature.batched:
+            return await self.infer(item)
+        rows = await self.infer({name: np.asarray(value)[np.newaxis] for name, value in item.items()})
+        return {name: value[0] for name, value in rows.items()}
+
+    def _call_handler(self, hook: str, *args: Any) -> Any:
+        """Run a handler hook; our own errors pass through, anything else is the handler's fault."""
+        func = getattr(self.handler, hook, None)
+        if func is None:
+            return args[0] if hook == "postprocess" else [args[0]]
+        try:
+            return func(*args)
+        except EdgeserveError:
+            raise
+        except Exception as exc:
+            log.exception("handler.%s failed", hook)
+            raise EdgeserveError(f"handler.{hook} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _tensors_from(self, payload: Any) -> TensorDict:
+        """Without a handler, /invoke takes {"<input name>": nested list} per model input."""
+        if not isinstance(payload, dict):
+            names = [spec.name for spec in self.signature.inputs]
+            raise InvalidInput(f"/invoke: expected a JSON object with the inputs {names}, got {type(payload).__name__}")
+        tensors = {}
+        for spec in self.signature.inputs:
+            if spec.name in payload:
+                try:
+                    tensors[spec.name] = np.asarray(payload[spec.name], dtype=datatypes.DATATYPES[spec.datatype].numpy)
+                except (TypeError, ValueError) as exc:
+                    raise InvalidInput(f"tensor `{spec.name}`: expected {spec.datatype} values: {exc}") from None
+        tensors.update({name: np.asarray(value) for name, value in payload.items() if name not in tensors})
+        return tensors
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.manifest.batching.timeout_ms / 1000.0
+
+
+def _import_handler(path: Path | None) -> ModuleType | None:
+    """Import the function's handler module from the bundle, with a clear error if it breaks."""
+    if path is None:
+        return None
+    spec = importlib.util.spec_from_file_location(f"edgeserve_handler_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{path}: cannot be imported as a Python module ([handler] module)")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ConfigError(f"{path}: the handler failed to import: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _warmup_sizes(preferred: Sequence[int], policy: BatchPolicy) -> list[int]:
+    if policy.max_batch_size == 0:
+        return [0]
+    return sorted(set(preferred) | {1})
+
+
+def _zeros(signature: Signature, rows: int) -> TensorDict:
+    """Warm-up inputs: zeros of each input's shape, dynamic dims given a friendly size."""
+    tensors = {}
+    for spec in signature.inputs:
+        dims = [WARMUP_DYNAMIC_DIM if dim == -1 else dim for dim in spec.dims]
+        if signature.batched:
+            dims[0] = rows
+        tensors[spec.name] = np.zeros(dims, dtype=datatypes.DATATYPES[spec.datatype].numpy)
+    return tensors
+
+
+def _to_lists(tensors: TensorDict) -> dict[str, Any]:
+    return {name: value.tolist() for name, value in tensors.items()}

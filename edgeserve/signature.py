@@ -1,0 +1,118 @@
+"""Tensor specs read from the model file, with the manifest's overrides applied.
+
+Batching follows Triton's auto-complete rule: it applies only when every input and output has a
+dynamic first dimension; otherwise the function serves one request per run, unbatched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from edgeserve import datatypes
+from edgeserve.errors import ConfigError, InvalidInput
+from edgeserve.manifest import ModelSection, TensorOverride
+from edgeserve.types import Signature, TensorSpec
+
+
+def read_signature(model_path: Path, section: ModelSection) -> Signature:
+    """Read names, datatypes and dims from an ONNX file (weights are not loaded)."""
+    try:
+        model = onnx.load(str(model_path), load_external_data=False)
+    except FileNotFoundError:
+        raise ConfigError(f"{model_path}: model file not found ([model] path)") from None
+    except Exception as exc:  # onnx raises DecodeError, ValueError, ...: all mean "not ONNX"
+        raise ConfigError(f"{model_path}: not a readable ONNX model: {exc}") from None
+    graph = model.graph
+    initializers = {init.name for init in graph.initializer}
+    inputs = [_spec(v, section.inputs, model_path) for v in graph.input if v.name not in initializers]
+    outputs = [_spec(v, section.outputs, model_path) for v in graph.output]
+    _check_overrides_exist(section, inputs, outputs, model_path)
+    batched = all(spec.dims and spec.dims[0] == -1 for spec in inputs + outputs)
+    return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched)
+
+
+def _spec(value: onnx.ValueInfoProto, overrides: dict[str, TensorOverride], where: Path) -> TensorSpec:
+    tensor_type = value.type.tensor_type
+    try:
+        datatype = datatypes.from_onnx(tensor_type.elem_type).name
+    except ValueError as exc:
+        raise ConfigError(f"{where}: tensor `{value.name}`: {exc}") from None
+    dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
+    override = overrides.get(value.name)
+    if override is None:
+        return TensorSpec(value.name, datatype, dims)
+    if override.dims is not None:
+        dims = _merge_dims(value.name, dims, override.dims, where)
+    if override.pad_axis is not None and not 0 < override.pad_axis < len(dims):
+        raise ConfigError(
+            f"{where}: [model.inputs.{value.name}] pad_axis: expected an axis in 1..{len(dims) - 1} "
+            f"of dims {list(dims)}, found {override.pad_axis}"
+        )
+    return TensorSpec(value.name, datatype, dims, override.pad_axis, override.pad_value)
+
+
+def _merge_dims(name: str, model: tuple[int, ...], wanted: tuple[int, ...], where: Path) -> tuple[int, ...]:
+    """An override may fix a dynamic dim, never contradict a fixed one."""
+    conflict = len(model) != len(wanted) or any(
+        m != -1 and w != m for m, w in zip(model, wanted, strict=False)
+    )
+    if conflict:
+        raise ConfigError(
+            f"{where}: tensor `{name}`: manifest dims {list(wanted)} do not fit the model's "
+            f"{list(model)} (a fixed dim can't change; -1 marks a dynamic one)"
+        )
+    return wanted
+
+
+def _check_overrides_exist(
+    section: ModelSection, inputs: list[TensorSpec], outputs: list[TensorSpec], where: Path
+) -> None:
+    for kind, names, found in (("inputs", section.inputs, inputs), ("outputs", section.outputs, outputs)):
+        known = {spec.name for spec in found}
+        for name in names:
+            if name not in known:
+                raise ConfigError(
+                    f"{where}: [model.{kind}.{name}]: the model has no such tensor; "
+                    f"its {kind} are {sorted(known)}"
+                )
+
+
+def check_inputs(signature: Signature, inputs: dict[str, np.ndarray]) -> None:
+    """Refuse inputs that do not fit the signature, saying which tensor and what was expected."""
+    expected = {spec.name for spec in signature.inputs}
+    unknown = sorted(set(inputs) - expected)
+    missing = sorted(expected - set(inputs))
+    if unknown or missing:
+        raise InvalidInput(
+            f"inputs: expected {sorted(expected)}"
+            + (f"; unknown {unknown}" if unknown else "")
+            + (f"; missing {missing}" if missing else "")
+        )
+    rows = {name: array.shape[0] if array.ndim else None for name, array in inputs.items()}
+    for spec in signature.inputs:
+        _check_tensor(spec, inputs[spec.name])
+    if signature.batched and len(set(rows.values())) > 1:
+        raise InvalidInput(f"inputs: every tensor needs the same batch size (first dim), got {rows}")
+
+
+def _check_tensor(spec: TensorSpec, array: np.ndarray) -> None:
+    datatype = datatypes.DATATYPES[spec.datatype]
+    fits_dtype = array.dtype == datatype.numpy or (spec.datatype == "BYTES" and array.dtype.kind in "OSU")
+    fits_dims = array.ndim == len(spec.dims) and all(
+        want in (-1, got) for want, got in zip(spec.dims, array.shape, strict=True)
+    )
+    if not (fits_dtype and fits_dims):
+        raise InvalidInput(
+            f"tensor `{spec.name}`: expected {list(spec.dims)} {spec.datatype}, "
+            f"got {list(array.shape)} {_datatype_name(array.dtype)}"
+        )
+
+
+def _datatype_name(dtype: np.dtype) -> str:
+    try:
+        return datatypes.from_numpy(dtype).name
+    except ValueError:
+        return str(dtype)

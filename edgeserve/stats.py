@@ -1,0 +1,187 @@
+"""Per-model counters, read two ways: Triton's statistics extension and Prometheus text.
+
+The batcher reports each batch (`batch_done`, its observer protocol); the HTTP layer reports each
+request (`request_started` / `request_done`). Counters are cumulative since start, as in Triton.
+Updates come from worker threads and the event loop, so one lock guards them; reading copies.
+
+Prometheus names are Triton's (`nv_inference_count`, ...) so dashboards built for Triton work
+unchanged. prometheus_client would append `_total` to anything typed `counter`, so the Triton
+families are exposed untyped, exactly as named; `edgeserve_batch_size` is a real histogram.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily, Metric
+
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+@dataclass
+class Duration:
+    """Triton's duration statistic: how many, and their summed nanoseconds."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, count: int, ns: int) -> None:
+        self.count += count
+        self.ns += ns
+
+    def to_json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass
+class _Counters:
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    pending: int = 0
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    batches: dict[int, Duration] = field(default_factory=dict)
+
+
+class ModelStats:
+    """Counters for one model version; `registry` holds its Prometheus view."""
+
+    def __init__(self, model: str, version: str) -> None:
+        self.model = model
+        self.version = version
+        self._lock = threading.Lock()
+        self._counters = _Counters()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+
+    def batch_done(self, size: int, queue_ns: int, compute_ns: int, ok: bool) -> None:
+        """One model execution of `size` rows.
+
+        `queue_ns` is the rows' waiting time summed over the rows; `compute_ns` the execution's
+        wall time, attributed to every row as Triton does. A failed batch counts no inferences.
+        """
+        with self._lock:
+            counters = self._counters
+            counters.queue.add(size, queue_ns)
+            if not ok:
+                return
+            counters.inference_count += size
+            counters.execution_count += 1
+            counters.last_inference_ms = time.time_ns() // 1_000_000
+            counters.compute_infer.add(size, compute_ns * size)
+            counters.batches.setdefault(size, Duration()).add(1, compute_ns)
+
+    def request_started(self) -> None:
+        with self._lock:
+            self._counters.pending += 1
+
+    def request_done(self, ok: bool, duration_ns: int) -> None:
+        """One request answered (`ok`) or failed, `duration_ns` after it arrived."""
+        with self._lock:
+            counters = self._counters
+            counters.pending = max(0, counters.pending - 1)
+            (counters.success if ok else counters.fail).add(1, duration_ns)
+
+    def snapshot(self) -> _Counters:
+        with self._lock:
+            counters = self._counters
+            return _Counters(
+                counters.inference_count,
+                counters.execution_count,
+                counters.last_inference_ms,
+                counters.pending,
+                Duration(counters.success.count, counters.success.ns),
+                Duration(counters.fail.count, counters.fail.ns),
+                Duration(counters.queue.count, counters.queue.ns),
+                Duration(counters.compute_infer.count, counters.compute_infer.ns),
+                {size: Duration(d.count, d.ns) for size, d in counters.batches.items()},
+            )
+
+    def triton_stats(self) -> dict[str, Any]:
+        """This model's entry of Triton's `model_stats` list (statistics extension)."""
+        counters = self.snapshot()
+        zero = Duration().to_json()
+        return {
+            "name": self.model,
+            "version": self.version,
+            "last_inference": counters.last_inference_ms,
+            "inference_count": counters.inference_count,
+            "execution_count": counters.execution_count,
+            "inference_stats": {
+                "success": counters.success.to_json(),
+                "fail": counters.fail.to_json(),
+                "queue": counters.queue.to_json(),
+                "compute_input": zero,
+                "compute_infer": counters.compute_infer.to_json(),
+                "compute_output": zero,
+                "cache_hit": zero,
+                "cache_miss": zero,
+            },
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": zero,
+                    "compute_infer": duration.to_json(),
+                    "compute_output": zero,
+                }
+                for size, duration in sorted(counters.batches.items())
+            ],
+            "memory_usage": [],
+        }
+
+
+class _Collector:
+    """Reads a ModelStats at scrape time: nothing is updated per request but the counters."""
+
+    def __init__(self, stats: ModelStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        counters = self._stats.snapshot()
+        labels = {"model": self._stats.model, "version": self._stats.version}
+        untyped = (
+            ("nv_inference_request_success", "successful requests", counters.success.count),
+            ("nv_inference_request_failure", "failed requests", counters.fail.count),
+            ("nv_inference_count", "inferences (batch rows) performed", counters.inference_count),
+            ("nv_inference_exec_count", "model executions (batches)", counters.execution_count),
+            ("nv_inference_request_duration_us", "cumulative request time", _us(counters.success.ns + counters.fail.ns)),
+            ("nv_inference_queue_duration_us", "cumulative queue time", _us(counters.queue.ns)),
+            ("nv_inference_compute_infer_duration_us", "cumulative compute time", _us(counters.compute_infer.ns)),
+        )
+        for name, doc, value in untyped:
+            metric = Metric(name, f"Cumulative count of {doc} (Triton name)", "unknown")
+            metric.add_sample(name, labels, value)
+            yield metric
+        pending = GaugeMetricFamily(
+            "nv_inference_pending_request_count", "Requests in flight", labels=list(labels)
+        )
+        pending.add_metric(list(labels.values()), counters.pending)
+        yield pending
+        yield _batch_histogram(counters, labels)
+
+
+def _batch_histogram(counters: _Counters, labels: dict[str, str]) -> HistogramMetricFamily:
+    executions = {size: d.count for size, d in counters.batches.items()}
+    buckets: list[tuple[str, float]] = []
+    for bound in BATCH_SIZE_BUCKETS:
+        buckets.append((str(bound), sum(n for size, n in executions.items() if size <= bound)))
+    buckets.append(("+Inf", sum(executions.values())))
+    histogram = HistogramMetricFamily(
+        "edgeserve_batch_size", "Rows per model execution", labels=list(labels)
+    )
+    total_rows = sum(size * n for size, n in executions.items())
+    histogram.add_metric(list(labels.values()), buckets, sum_value=total_rows)
+    return histogram
+
+
+def _us(ns: int) -> float:
+    return ns / 1000

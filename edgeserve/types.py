@@ -1,0 +1,59 @@
+"""The shapes every part of edgeserve agrees on, named once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+TensorDict = dict[str, np.ndarray]
+"""Tensors by name; the first axis is the batch axis wherever batching applies."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input or output: its name, KServe v2 datatype and dims (-1 where dynamic)."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    pad_axis: int | None = None
+    pad_value: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "datatype": self.datatype, "shape": list(self.dims)}
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A model's inputs and outputs, and whether its first axis is a batch axis."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    batched: bool
+
+    def input(self, name: str) -> TensorSpec | None:
+        return next((spec for spec in self.inputs if spec.name == name), None)
+
+
+@dataclass
+class Context:
+    """What a handler sees of its request: `state` carries data from preprocess to postprocess."""
+
+    content_type: str
+    options: Mapping[str, Any]
+    root: Path
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """An inference engine holding one loaded model: runs one batch at a time per call."""
+
+    name: str
+
+    def infer(self, inputs: TensorDict) -> TensorDict: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,213 @@
+"""Train the OCR line recogniser (small CRNN + CTC) on synthetic lines, on CPU, and export ONNX.
+
+Input `image` float32 [N, 1, 32, W] (ink 1.0, paper 0.0; see handler.normalize_line), output
+`logits` float32 [N, W // 4, len(CHARSET) + 1] log-probabilities, class 0 = CTC blank.
+Lines are rendered on the fly in a DataLoader worker from TRAIN_FONTS only.
+
+    python functions/ocr/training/train.py --steps 3000 --minutes 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset
+
+OCR_DIR = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(OCR_DIR), str(OCR_DIR.parents[1])]
+
+import handler  # noqa: E402
+import synth  # noqa: E402
+
+SEED = 1234
+NUM_CLASSES = len(handler.CHARSET) + 1
+CHAR_INDEX = {c: i + 1 for i, c in enumerate(handler.CHARSET)}
+assert handler.CHARSET == synth.CHARSET, "handler and synth disagree on the charset"
+
+
+class SynthLines(IterableDataset):
+    """Endless stream of (strip [1, 32, W], label indices) rendered from the training fonts."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.fonts = synth.font_paths(synth.TRAIN_FONTS)
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, list[int]]]:
+        info = torch.utils.data.get_worker_info()
+        rng = random.Random(self.seed * 1000 + (info.id if info else 0))
+        while True:
+            gray, text = synth.render_line(rng, self.fonts)
+            strip = handler.normalize_line(gray)
+            if strip.shape[2] // handler.DOWNSAMPLE >= 2 * len(text) + 1:
+                yield strip, [CHAR_INDEX[c] for c in text]
+
+
+def collate(batch: list[tuple[np.ndarray, list[int]]]) -> dict[str, torch.Tensor]:
+    """Pad widths with 0.0 (like the server) plus a random extra so padding is no surprise."""
+    widths = [strip.shape[2] for strip, _ in batch]
+    width = max(widths) + random.randint(0, 16) * handler.DOWNSAMPLE
+    images = np.zeros((len(batch), 1, handler.LINE_HEIGHT, width), dtype=np.float32)
+    for i, (strip, _) in enumerate(batch):
+        images[i, :, :, : strip.shape[2]] = strip
+    return {
+        "images": torch.from_numpy(images),
+        "targets": torch.tensor([c for _, label in batch for c in label], dtype=torch.long),
+        "input_lengths": torch.tensor([w // handler.DOWNSAMPLE for w in widths]),
+        "target_lengths": torch.tensor([len(label) for _, label in batch]),
+    }
+
+
+def conv_block(c_in: int, c_out: int) -> list[nn.Module]:
+    return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
+
+
+class CRNN(nn.Module):
+    """Conv stack (height 32 -> 2, width / 4) then one BiLSTM and a per-frame classifier."""
+
+    def __init__(self, num_classes: int = NUM_CLASSES, hidden: int = 128) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            *conv_block(1, 32), nn.MaxPool2d(2),
+            *conv_block(32, 64), nn.MaxPool2d(2),
+            *conv_block(64, 96), *conv_block(96, 96), nn.MaxPool2d((2, 1)),
+            *conv_block(96, 128), *conv_block(128, 128), nn.MaxPool2d((2, 1)),
+        )  # fmt: skip
+        self.rnn = nn.LSTM(2 * 128, hidden, batch_first=True, bidirectional=True)
+        self.classifier = nn.Linear(2 * hidden, num_classes)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        f = self.features(image)  # [N, 128, 2, W/4]
+        f = f.flatten(1, 2).transpose(1, 2)  # [N, W/4, 256]
+        f, _ = self.rnn(f)
+        return self.classifier(f).log_softmax(-1)
+
+
+def greedy_decode(logits: torch.Tensor, length: int) -> str:
+    best = logits[:length].argmax(-1).tolist()
+    chars = [c for i, c in enumerate(best) if c != 0 and (i == 0 or c != best[i - 1])]
+    return "".join(handler.CHARSET[c - 1] for c in chars)
+
+
+def edit_distance(a: str, b: str) -> int:
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def validate(model: CRNN, batches: list[dict[str, torch.Tensor]]) -> float:
+    """Character error rate on a fixed set of synthetic training-font lines."""
+    model.eval()
+    errors = chars = 0
+    with torch.no_grad():
+        for batch in batches:
+            logits = model(batch["images"])
+            labels = batch["targets"].split(batch["target_lengths"].tolist())
+            for out, length, label in zip(logits, batch["input_lengths"], labels, strict=True):
+                truth = "".join(handler.CHARSET[c - 1] for c in label.tolist())
+                errors += edit_distance(greedy_decode(out, int(length)), truth)
+                chars += len(truth)
+    model.train()
+    return errors / max(1, chars)
+
+
+def export_onnx(model: CRNN, path: Path) -> None:
+    """Export with dynamic batch and width, then check onnxruntime agrees with torch."""
+    import onnxruntime as ort
+
+    model.eval()
+    example = torch.rand(2, 1, handler.LINE_HEIGHT, 200)
+    torch.onnx.export(
+        model, (example,), str(path), input_names=["image"], output_names=["logits"],
+        opset_version=17, dynamo=False,
+        dynamic_axes={"image": {0: "batch", 3: "width"}, "logits": {0: "batch", 1: "frames"}},
+    )  # fmt: skip
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for shape in [(1, 1, 32, 64), (3, 1, 32, 412), (2, 1, 32, 2048)]:
+        image = torch.rand(shape)
+        with torch.no_grad():
+            expected = model(image).numpy()
+        got = session.run(["logits"], {"image": image.numpy()})[0]
+        assert got.shape == (shape[0], shape[3] // handler.DOWNSAMPLE, NUM_CLASSES), got.shape
+        np.testing.assert_allclose(got, expected, atol=1e-3, rtol=1e-3)
+    print(f"exported {path} ({path.stat().st_size / 1e6:.2f} MB), onnxruntime matches torch")
+
+
+def train(args: argparse.Namespace) -> CRNN:
+    """Fixed-step OneCycle schedule; stops early at the time limit, checkpointing as it goes."""
+    torch.manual_seed(SEED)
+    random.seed(SEED)
+    model = CRNN()
+    loader = DataLoader(
+        SynthLines(SEED), batch_size=args.batch, collate_fn=collate, num_workers=args.workers,
+        worker_init_fn=lambda _: torch.set_num_threads(1), prefetch_factor=8 if args.workers else None,
+    )  # fmt: skip
+    val = [collate(b) for b in _val_batches()]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, args.lr, total_steps=args.steps, pct_start=0.1
+    )
+    ctc = nn.CTCLoss(blank=0, zero_infinity=True)
+    start, deadline = time.monotonic(), time.monotonic() + args.minutes * 60
+    for step, batch in enumerate(loader, 1):
+        loss = ctc(
+            model(batch["images"]).transpose(0, 1), batch["targets"],
+            batch["input_lengths"], batch["target_lengths"],
+        )  # fmt: skip
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        optimizer.step()
+        schedule.step()
+        done = step >= args.steps or time.monotonic() > deadline
+        if step % args.log_every == 0 or done:
+            elapsed = time.monotonic() - start
+            print(f"step {step} loss {loss.item():.3f} {elapsed:.0f}s", flush=True)
+        if step % args.eval_every == 0 or done:
+            print(f"step {step} val CER {validate(model, val):.4f}", flush=True)
+            torch.save(model.state_dict(), args.checkpoint)
+        if done:
+            return model
+    raise AssertionError("the data stream is endless")
+
+
+def _val_batches() -> list[list[tuple[np.ndarray, list[int]]]]:
+    lines = SynthLines(SEED + 1).__iter__()
+    return [[next(lines) for _ in range(32)] for _ in range(4)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--minutes", type=float, default=30.0, help="stop early after this")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--log-every", type=int, default=25)
+    parser.add_argument("--eval-every", type=int, default=250)
+    parser.add_argument("--checkpoint", type=Path, default=Path("/tmp/ocr_ckpt.pt"))
+    parser.add_argument("--output", type=Path, default=OCR_DIR / "model.onnx")
+    parser.add_argument("--export-only", action="store_true", help="export the checkpoint")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    if args.export_only:
+        model = CRNN()
+        model.load_state_dict(torch.load(args.checkpoint))
+    else:
+        model = train(args)
+    export_onnx(model, args.output)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Debian packages the test suite needs: a real sshd and rsync (Jetson deploy tests) and the fonts
+# the OCR evaluation renders with. Installs only what is missing; needs root or sudo.
+set -euo pipefail
+packages=(openssh-server openssh-client rsync fontconfig fonts-dejavu-core fonts-liberation)
+if [ -f functions/ocr/training/apt-packages.txt ]; then
+  mapfile -t -O "${#packages[@]}" packages < <(grep -v '^#' functions/ocr/training/apt-packages.txt)
+fi
+missing=()
+for p in "${packages[@]}"; do
+  [ -n "$p" ] && ! dpkg -s "$p" >/dev/null 2>&1 && missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

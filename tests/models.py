@@ -1,0 +1,101 @@
+"""Small real ONNX models for tests, built with onnx.helper (no downloads, fixed seeds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def _save(graph: onnx.GraphProto, path: Path) -> Path:
+    model = helper.make_model(graph, opset_imports=OPSET, producer_name="edgeserve-tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def mlp_model(path: Path, n_in: int = 16, hidden: int = 32, n_out: int = 4, seed: int = 0, batch: int | str = "N") -> Path:
+    """x [N, n_in] FP32 -> y [N, n_out]: Gemm, Relu, Gemm."""
+    rng = np.random.default_rng(seed)
+    weights = [
+        numpy_helper.from_array(rng.normal(0, 0.5, (n_in, hidden)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(0, 0.1, hidden).astype(np.float32), "b1"),
+        numpy_helper.from_array(rng.normal(0, 0.5, (hidden, n_out)).astype(np.float32), "w2"),
+        numpy_helper.from_array(rng.normal(0, 0.1, n_out).astype(np.float32), "b2"),
+    ]
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["hr"]),
+        helper.make_node("Gemm", ["hr", "w2", "b2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, n_in])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, n_out])],
+        weights,
+    )
+    return _save(graph, path)
+
+
+def conv_model(path: Path, seed: int = 0) -> Path:
+    """image [N, 3, 16, 16] FP32 -> logits [N, 8]: Conv, Relu, GlobalAveragePool, Flatten, Gemm."""
+    rng = np.random.default_rng(seed)
+    weights = [
+        numpy_helper.from_array(rng.normal(0, 0.3, (6, 3, 3, 3)).astype(np.float32), "k"),
+        numpy_helper.from_array(rng.normal(0, 0.3, (6, 8)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.zeros(8, np.float32), "b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "k"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w", "b"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 8])],
+        weights,
+    )
+    return _save(graph, path)
+
+
+def varlen_model(path: Path) -> Path:
+    """x [N, L] FP32 with L variable -> total [N] (sum over L), doubled [N, L].
+
+    Zero padding along L leaves `total` exact, which makes padded batching checkable.
+    """
+    nodes = [
+        helper.make_node("ReduceSum", ["x", "axes"], ["total"], keepdims=0),
+        helper.make_node("Add", ["x", "x"], ["doubled"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "varlen",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "L"])],
+        [
+            helper.make_tensor_value_info("total", TensorProto.FLOAT, ["N"]),
+            helper.make_tensor_value_info("doubled", TensorProto.FLOAT, ["N", "L"]),
+        ],
+        [numpy_helper.from_array(np.array([1], np.int64), "axes")],
+    )
+    return _save(graph, path)
+
+
+def write_function(folder: Path, model_builder, manifest: str, handler: str | None = None) -> Path:
+    """A function source folder: function.toml, model.onnx and optionally handler.py."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model_builder(folder / "model.onnx")
+    (folder / "function.toml").write_text(manifest)
+    if handler is not None:
+        (folder / "handler.py").write_text(handler)
+    return folder
