@@ -33,10 +33,13 @@ def write_archive(dest: Path, members: Iterable[tuple[str, Path | bytes]]) -> Pa
     dest.parent.mkdir(parents=True, exist_ok=True)
     handle, partial = tempfile.mkstemp(prefix=f".{dest.name}-", dir=dest.parent)
     try:
-        with os.fdopen(handle, "wb") as raw, gzip.GzipFile("", "wb", 6, raw, mtime=0) as zipped:
-            with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                for name, content in sorted(members, key=lambda member: member[0]):
-                    _add(tar, name, content)
+        with (
+            os.fdopen(handle, "wb") as raw,
+            gzip.GzipFile("", "wb", 6, raw, mtime=0) as zipped,
+            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            for name, content in sorted(members, key=lambda member: member[0]):
+                _add(tar, name, content)
         Path(partial).replace(dest)
     except BaseException:
         Path(partial).unlink(missing_ok=True)

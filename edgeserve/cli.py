@@ -44,6 +44,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from edgeserve.serve import serve
 
+    if args.emulate == "aws-lambda":
+        from edgeserve.emulate.aws_lambda import serve_lambda_emulator
+
+        serve_lambda_emulator(
+            Path(args.path), args.host, args.port, args.event, args.instances,
+            target=args.target or "aws-lambda", log_level=args.log_level,
+        )  # fmt: skip
+        return 0
     serve(
         Path(args.path),
         host=args.host,
@@ -78,14 +86,57 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     from edgeserve.backends import choose
     from edgeserve.hardware import describe, probe
+    from edgeserve.manifest import BACKEND_NAMES
 
     platform = probe()
-    choice = choose(platform, prefer=(), override=args.backend)
+    choice = choose(platform, prefer=BACKEND_NAMES, override=args.backend)
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in describe(platform, choice):
         table.add_row(key, value)
     console.print(table)
     return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from edgeserve.bench import bench, render_table, write_plot
+    from edgeserve.bench.inputs import parse_shapes
+
+    report = bench(
+        args.target,
+        concurrency=args.concurrency,
+        request_rate=args.request_rate,
+        window_s=args.window_s,
+        max_windows=args.max_windows,
+        protocol=args.protocol,
+        inputs=args.inputs,
+        shapes=parse_shapes(args.shape),
+        batch_size=args.batch_size,
+        model=args.model,
+        ready_timeout_s=args.ready_timeout,
+    )
+    out = err_console if args.json == "-" else console
+    out.print(render_table(report))
+    for note in report.warnings:
+        out.print(f"[yellow]warning:[/] {note}", highlight=False)
+    if args.json:
+        text = json.dumps(report.to_json(), indent=2) + "\n"
+        if args.json == "-":
+            sys.stdout.write(text)
+        else:
+            Path(args.json).write_text(text, encoding="utf-8")
+    if args.plot != "":
+        plot = write_plot(report, Path(args.plot or f"bench-{report.model}.png"))
+        out.print(f"plot: {plot}")
+    return 0
+
+
+def _numbers(kind: Callable[[str], float]) -> Callable[[str], list[float]]:
+    """An argparse type for comma lists: `1,4,16` -> [1, 4, 16]."""
+
+    def parse(text: str) -> list[float]:
+        return [kind(part) for part in text.split(",") if part.strip()]
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,12 +163,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--backend", choices=["tensorrt", "openvino", "onnxruntime"])
     p.add_argument("--log-level", default="info")
+    p.add_argument("--emulate", choices=["aws-lambda"], help="run it the way this target runs it")
+    p.add_argument("--event", default="url", choices=["url", "http", "rest", "alb"],
+                   help="--emulate aws-lambda: the event source (Function URL by default)")  # fmt: skip
+    p.add_argument("--instances", type=int, default=1, help="--emulate: execution environments")
+    p.add_argument("--target", help="--emulate: target profile giving memory and timeout")
 
     p = add("invoke", _cmd_invoke, "send one request to a function's /invoke")
     p.add_argument("url")
     p.add_argument("--json", help="a JSON payload")
     p.add_argument("--file", help="a file to send (PNG/JPEG/JSON/bytes)")
     p.add_argument("--timeout", type=float, default=60.0)
+
+    p = add("bench", _cmd_bench, "measure a function's latency and throughput (perf_analyzer-style)")
+    p.add_argument("target", help="function source folder, bundle, or http:// URL")
+    p.add_argument("--concurrency", type=_numbers(int), default=[], help="closed-loop levels: 1,4,16")
+    p.add_argument("--request-rate", type=_numbers(float), default=[], help="Poisson rates/s: 100,200")
+    p.add_argument("--window-s", type=float, default=2.0, help="measurement window (default 2 s)")
+    p.add_argument("--max-windows", type=int, default=10, help="windows before a level is unstable")
+    p.add_argument("--protocol", choices=["binary", "json"], default="binary")
+    p.add_argument("--inputs", help="a samples folder, or 'random' (default: the function's samples)")
+    p.add_argument("--shape", action="append", default=[], help="NAME:D1,D2 for dynamic dims")
+    p.add_argument("--batch-size", type=int, default=1, help="rows per synthesized request")
+    p.add_argument("--model", help="model name (default: the function's, or the server's only one)")
+    p.add_argument("--json", nargs="?", const="-", help="write the report as JSON to FILE (or stdout)")
+    p.add_argument("--plot", help="PNG path (default bench-<model>.png; '' for none)")
+    p.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for the server")
 
     p = add("doctor", _cmd_doctor, "show the hardware, the backends found, and the choice")
     p.add_argument("--backend", choices=["tensorrt", "openvino", "onnxruntime"])

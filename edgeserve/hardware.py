@@ -1,4 +1,4 @@
-"""What this machine is: a Jetson, a host with NVIDIA GPUs, or a plain CPU, and which backends import.
+"""What this machine is (a Jetson, a host with NVIDIA GPUs, or a CPU) and which backends import.
 
 Jetson is recognised from files (device tree, /etc/nv_tegra_release), never through NVML, which
 JetPack does not support. GPUs elsewhere are listed through NVML (`pynvml`, imported lazily: any
@@ -25,6 +25,9 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "asimd")
 
 MODULES = ("tensorrt", "openvino", "onnxruntime", "cuda.bindings", "pynvml")
 """Python modules a backend needs; `Platform.modules` says which of them import."""
+
+ARM_CORES = {("0x41", "0xd42"): "ARM Cortex-A78AE", ("0x4e", "0x004"): "NVIDIA Carmel"}
+"""(CPU implementer, CPU part) -> core: Arm's /proc/cpuinfo has no model name (Orin, Xavier)."""
 
 JETSON_SOCS = {"tegra194": (7, 2), "tegra234": (8, 7), "tegra264": (11, 0)}
 """Device-tree SoC -> CUDA compute capability (Xavier, Orin, Thor)."""
@@ -112,7 +115,8 @@ def probe_cpu(root: Path) -> Cpu:
         cores += key == "processor"
         fields.setdefault(key, value.strip())
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
-    model = fields.get("model name") or fields.get("Hardware") or fields.get("CPU part") or "unknown"
+    arm_core = ARM_CORES.get((fields.get("CPU implementer", ""), fields.get("CPU part", "")))
+    model = fields.get("model name") or arm_core or fields.get("CPU part") or "unknown"
     return Cpu(model, cores or os.cpu_count() or 1, frozenset(flags.intersection(CPU_FLAGS)))
 
 
@@ -127,7 +131,6 @@ def probe_jetson(root: Path) -> Jetson | None:
     l4t = parse_l4t(release)
     jetpack = jetpack_for(l4t) if l4t else None
     return Jetson(model or "unknown Jetson", soc, JETSON_SOCS.get(soc or ""), l4t, jetpack)
-
 
 
 def parse_l4t(text: str) -> str | None:
@@ -199,7 +202,9 @@ def describe(platform: Platform, choice: Choice) -> list[tuple[str, str]]:
     for gpu in platform.gpus:
         major, minor = gpu.compute_capability
         memory = f"{gpu.memory_bytes / 2**30:.1f} GiB"
-        rows.append((f"gpu {gpu.index}", f"{gpu.name}, sm {major}.{minor}, {memory}, driver {gpu.driver}"))
+        rows.append(
+            (f"gpu {gpu.index}", f"{gpu.name}, sm {major}.{minor}, {memory}, driver {gpu.driver}")
+        )
     if platform.jetson:
         rows.extend(_jetson_rows(platform.jetson))
     rows.append(("python modules", ", ".join(sorted(platform.modules)) or "-"))

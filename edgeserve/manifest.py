@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from edgeserve.errors import ConfigError
 
 MANIFEST_NAME = "function.toml"
-BACKEND_NAMES = ("tensorrt", "openvino", "onnxruntime")
+BackendName = Literal["tensorrt", "openvino", "onnxruntime"]
+BACKEND_NAMES: tuple[BackendName, ...] = ("tensorrt", "openvino", "onnxruntime")
 
 
 class _Strict(BaseModel):
@@ -64,7 +65,7 @@ class BatchingSection(_Strict):
 
 
 class BackendSection(_Strict):
-    prefer: tuple[Literal["tensorrt", "openvino", "onnxruntime"], ...] = BACKEND_NAMES
+    prefer: tuple[BackendName, ...] = BACKEND_NAMES
     precision: Literal["fp32", "fp16", "int8", "auto"] = "fp32"
     threads: int = Field(default=0, ge=0)
 

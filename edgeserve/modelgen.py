@@ -18,10 +18,10 @@ def mlp_model(
     """Write a 2-layer MLP `x` FP32 [-1, inputs] -> `y` FP32 [-1, outputs] with fixed weights."""
     rng = np.random.default_rng(seed)
     weights = {
-        "w1": rng.standard_normal((inputs, hidden)).astype(np.float32) / np.sqrt(inputs),
-        "b1": rng.standard_normal(hidden).astype(np.float32) * 0.1,
-        "w2": rng.standard_normal((hidden, outputs)).astype(np.float32) / np.sqrt(hidden),
-        "b2": rng.standard_normal(outputs).astype(np.float32) * 0.1,
+        "w1": rng.standard_normal((inputs, hidden)) / np.sqrt(inputs),
+        "b1": rng.standard_normal(hidden) * 0.1,
+        "w2": rng.standard_normal((hidden, outputs)) / np.sqrt(hidden),
+        "b2": rng.standard_normal(outputs) * 0.1,
     }
     nodes = [
         helper.make_node("MatMul", ["x", "w1"], ["h1"], name="fc1"),
@@ -35,7 +35,10 @@ def mlp_model(
         "mlp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", inputs])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", outputs])],
-        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+        [
+            numpy_helper.from_array(value.astype(np.float32), name)
+            for name, value in weights.items()
+        ],
     )
     model = helper.make_model(
         graph,
@@ -43,7 +46,7 @@ def mlp_model(
         ir_version=IR_VERSION,
         producer_name="edgeserve",
     )
-    onnx.checker.check_model(model)
+    onnx.checker.check_model(model, full_check=True)  # also checks types
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import uvicorn
+from starlette.applications import Starlette
 
 from edgeserve.bundle import open_or_build
 from edgeserve.http.app import create_app
@@ -29,11 +30,7 @@ def serve(
 ) -> None:
     """Open (or build) the bundle at `path`, load it once, and serve until SIGTERM/SIGINT."""
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
-    started = time.perf_counter()
-    bundle = open_or_build(path)
-    runtime = Runtime.load(bundle, backend=backend)
-    runtime.timings["open_s"] = time.perf_counter() - started - runtime.timings["load_s"]
-    app = create_app(runtime, max_body_bytes=int(bundle.manifest.resources.max_body_mb * 2**20))
+    app = load_app(path, backend=backend)
     uvicorn.run(
         app,
         host=host,
@@ -43,3 +40,12 @@ def serve(
         timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_S),
         access_log=False,
     )
+
+
+def load_app(path: Path, backend: str | None = None) -> Starlette:
+    """Open (or build) the bundle at `path` and load it: the app every server of it runs."""
+    started = time.perf_counter()
+    bundle = open_or_build(path)
+    runtime = Runtime.load(bundle, backend=backend)
+    runtime.timings["open_s"] = time.perf_counter() - started - runtime.timings["load_s"]
+    return create_app(runtime, max_body_bytes=int(bundle.manifest.resources.max_body_mb * 2**20))

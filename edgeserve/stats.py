@@ -1,7 +1,7 @@
 """Per-model counters, read two ways: Triton's statistics extension and Prometheus text.
 
-The batcher reports each batch (`batch_done`, its observer protocol); the HTTP layer reports each
-request (`request_started` / `request_done`). Counters are cumulative since start, as in Triton.
+The batcher reports each batch (`batch_done`, its observer protocol); the runtime reports each
+request (`request_done`). Counters are cumulative since start, as in Triton.
 Updates come from worker threads and the event loop, so one lock guards them; reading copies.
 
 Prometheus names are Triton's (`nv_inference_count`, ...) so dashboards built for Triton work
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -43,7 +43,6 @@ class _Counters:
     inference_count: int = 0
     execution_count: int = 0
     last_inference_ms: int = 0
-    pending: int = 0
     success: Duration = field(default_factory=Duration)
     fail: Duration = field(default_factory=Duration)
     queue: Duration = field(default_factory=Duration)
@@ -62,33 +61,27 @@ class ModelStats:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
 
-    def batch_done(self, size: int, queue_ns: int, compute_ns: int, ok: bool) -> None:
-        """One model execution of `size` rows.
+    def batch_done(self, size: int, queue_ns: Sequence[int], compute_ns: int, ok: bool) -> None:
+        """One model execution of `size` rows, made of `len(queue_ns)` items (requests or parts).
 
-        `queue_ns` is the rows' waiting time summed over the rows; `compute_ns` the execution's
-        wall time, attributed to every row as Triton does. A failed batch counts no inferences.
+        `queue_ns` holds each item's wait; `compute_ns` is the execution's wall time, attributed
+        to each of its items as Triton does. A failed batch counts no inferences.
         """
         with self._lock:
             counters = self._counters
-            counters.queue.add(size, queue_ns)
+            counters.queue.add(len(queue_ns), sum(queue_ns))
             if not ok:
                 return
             counters.inference_count += size
             counters.execution_count += 1
             counters.last_inference_ms = time.time_ns() // 1_000_000
-            counters.compute_infer.add(size, compute_ns * size)
+            counters.compute_infer.add(len(queue_ns), compute_ns * len(queue_ns))
             counters.batches.setdefault(size, Duration()).add(1, compute_ns)
-
-    def request_started(self) -> None:
-        with self._lock:
-            self._counters.pending += 1
 
     def request_done(self, ok: bool, duration_ns: int) -> None:
         """One request answered (`ok`) or failed, `duration_ns` after it arrived."""
         with self._lock:
-            counters = self._counters
-            counters.pending = max(0, counters.pending - 1)
-            (counters.success if ok else counters.fail).add(1, duration_ns)
+            (self._counters.success if ok else self._counters.fail).add(1, duration_ns)
 
     def snapshot(self) -> _Counters:
         with self._lock:
@@ -97,7 +90,6 @@ class ModelStats:
                 counters.inference_count,
                 counters.execution_count,
                 counters.last_inference_ms,
-                counters.pending,
                 Duration(counters.success.count, counters.success.ns),
                 Duration(counters.fail.count, counters.fail.ns),
                 Duration(counters.queue.count, counters.queue.ns),
@@ -153,19 +145,22 @@ class _Collector:
             ("nv_inference_request_failure", "failed requests", counters.fail.count),
             ("nv_inference_count", "inferences (batch rows) performed", counters.inference_count),
             ("nv_inference_exec_count", "model executions (batches)", counters.execution_count),
-            ("nv_inference_request_duration_us", "cumulative request time", _us(counters.success.ns + counters.fail.ns)),
+            (
+                "nv_inference_request_duration_us",
+                "cumulative request time",
+                _us(counters.success.ns + counters.fail.ns),
+            ),
             ("nv_inference_queue_duration_us", "cumulative queue time", _us(counters.queue.ns)),
-            ("nv_inference_compute_infer_duration_us", "cumulative compute time", _us(counters.compute_infer.ns)),
+            (
+                "nv_inference_compute_infer_duration_us",
+                "cumulative compute time",
+                _us(counters.compute_infer.ns),
+            ),
         )
         for name, doc, value in untyped:
             metric = Metric(name, f"Cumulative count of {doc} (Triton name)", "unknown")
             metric.add_sample(name, labels, value)
             yield metric
-        pending = GaugeMetricFamily(
-            "nv_inference_pending_request_count", "Requests in flight", labels=list(labels)
-        )
-        pending.add_metric(list(labels.values()), counters.pending)
-        yield pending
         yield _batch_histogram(counters, labels)
 
 

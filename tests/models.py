@@ -20,7 +20,14 @@ def _save(graph: onnx.GraphProto, path: Path) -> Path:
     return path
 
 
-def mlp_model(path: Path, n_in: int = 16, hidden: int = 32, n_out: int = 4, seed: int = 0, batch: int | str = "N") -> Path:
+def mlp_model(
+    path: Path,
+    n_in: int = 16,
+    hidden: int = 32,
+    n_out: int = 4,
+    seed: int = 0,
+    batch: int | str = "N",
+) -> Path:
     """x [N, n_in] FP32 -> y [N, n_out]: Gemm, Relu, Gemm."""
     rng = np.random.default_rng(seed)
     weights = [
@@ -99,3 +106,22 @@ def write_function(folder: Path, model_builder, manifest: str, handler: str | No
     if handler is not None:
         (folder / "handler.py").write_text(handler)
     return folder
+
+
+def identity_model(path: Path, datatypes: tuple[str, ...], row: int = 3) -> Path:
+    """One Identity per v2 datatype: `in_<DT>` [N, row] -> `out_<DT>` [N, row] (several outputs)."""
+    from edgeserve.datatypes import DATATYPES
+
+    def value(prefix: str, datatype: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(
+            f"{prefix}_{datatype}", DATATYPES[datatype].onnx, ["N", row]
+        )
+
+    nodes = [helper.make_node("Identity", [f"in_{dt}"], [f"out_{dt}"]) for dt in datatypes]
+    graph = helper.make_graph(
+        nodes,
+        "identity",
+        [value("in", dt) for dt in datatypes],
+        [value("out", dt) for dt in datatypes],
+    )
+    return _save(graph, path)

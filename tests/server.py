@@ -61,9 +61,22 @@ def wait_ready(url: str, timeout_s: float = 60.0) -> None:
 
 
 @contextmanager
-def served(path: Path, *args: str, timeout_s: float = 90.0, env: dict[str, str] | None = None) -> Iterator[str]:
+def served(
+    path: Path, *args: str, timeout_s: float = 90.0, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """Serve a function source folder or bundle; yield its base URL; stop it with SIGTERM."""
-    command = [sys.executable, "-m", "edgeserve", "serve", str(path), "--host", "127.0.0.1", "--port", "0", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "edgeserve",
+        "serve",
+        str(path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        *args,
+    ]
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,

@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from edgeserve.backends.onnxruntime import OnnxRuntime
 from edgeserve.backends.openvino import OpenVINO
@@ -23,7 +24,18 @@ from edgeserve.errors import BackendError, ConfigError
 from edgeserve.hardware import Platform
 from edgeserve.types import Backend
 
-BACKENDS = [TensorRT, OpenVINO, OnnxRuntime]
+
+class BackendClass(Protocol):
+    """What the table needs of a backend class: its name, a fit test, and its constructor."""
+
+    name: str
+
+    def available(self, platform: Platform) -> str | None: ...
+
+    def __call__(self, model_path: Path, options: LoadOptions) -> Backend: ...
+
+
+BACKENDS: list[BackendClass] = [TensorRT, OpenVINO, OnnxRuntime]
 BY_NAME = {backend.name: backend for backend in BACKENDS}
 ENV_VAR = "EDGESERVE_BACKEND"
 
@@ -43,13 +55,14 @@ class Choice:
     rejected: tuple[tuple[str, str], ...] = ()
 
 
-def choose(platform: Platform, prefer: Sequence[str], override: str | None = None) -> Choice:
-    """Pick the backend for this platform (see the module docstring for the order)."""
+def choose(platform: Platform, prefer: Sequence[str] = (), override: str | None = None) -> Choice:
+    """Pick the backend for this platform (see the module docstring); no `prefer`: any backend."""
     if override:
         return _forced(platform, override, "the explicit override")
     if env := os.environ.get(ENV_VAR, "").strip():
         return _forced(platform, env, f"{ENV_VAR}={env}")
     fitting = PLATFORM_ORDER[platform.kind]
+    prefer = prefer or tuple(BY_NAME)
     ordered = [n for n in prefer if n in fitting] + [n for n in prefer if n not in fitting]
     rejected: list[tuple[str, str]] = []
     for name in ordered:
@@ -57,7 +70,7 @@ def choose(platform: Platform, prefer: Sequence[str], override: str | None = Non
         if why_not is None:
             return Choice(name, _reason(name, platform, prefer, fitting), tuple(rejected))
         rejected.append((name, why_not))
-    tried = "; ".join(f"{name}: {why}" for name, why in rejected) or "the prefer list is empty"
+    tried = "; ".join(f"{name}: {why}" for name, why in rejected)
     raise BackendError(
         f"no usable backend on this {platform.kind} machine for [backend] prefer = {list(prefer)}: "
         f"{tried}. Hint: `edgeserve doctor` shows what this machine has."
@@ -82,7 +95,7 @@ def _forced(platform: Platform, name: str, source: str) -> Choice:
     return Choice(name, f"set by {source}")
 
 
-def _backend(name: str, source: str) -> type[TensorRT] | type[OpenVINO] | type[OnnxRuntime]:
+def _backend(name: str, source: str) -> BackendClass:
     try:
         return BY_NAME[name]
     except KeyError:

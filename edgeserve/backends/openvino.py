@@ -13,9 +13,10 @@ for THROUGHPUT with NUM_STREAMS = N and each worker thread owns one InferRequest
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -27,11 +28,13 @@ from edgeserve.manifest import ModelSection
 from edgeserve.signature import read_signature
 from edgeserve.types import TensorDict
 
+_GENERATED_NAME = re.compile(r"([A-Za-z][A-Za-z0-9]*)_\d+")
+
 
 class OpenVINO:
     """A model compiled once for the CPU; one InferRequest per calling thread."""
 
-    name: ClassVar[str] = "openvino"
+    name = "openvino"
 
     @classmethod
     def available(cls, platform: Platform) -> str | None:
@@ -52,8 +55,10 @@ class OpenVINO:
                 model.reshape({n: _bounded(r.min, r.max) for n, r in options.profile.items()})
             self._compiled = core.compile_model(model, "CPU", compile_config(options))
         except Exception as exc:  # openvino raises RuntimeError (and subclasses) for everything
-            raise BackendError(f"openvino: cannot load {source}: {_first_line(exc)}") from None
-        self._outputs = [(spec.name, _port(self._compiled, spec.name)) for spec in self.signature.outputs]
+            raise BackendError(f"openvino: cannot load {source}: {_message(exc)}") from None
+        self._outputs = [
+            (spec.name, _port(self._compiled, spec.name)) for spec in self.signature.outputs
+        ]
         self._local = threading.local()
 
     def infer(self, inputs: TensorDict) -> TensorDict:
@@ -63,7 +68,7 @@ class OpenVINO:
             # share_outputs=False: OpenVINO reuses its output buffers on the next call, so copy.
             results = request.infer(inputs, share_inputs=True, share_outputs=False)
         except Exception as exc:
-            raise BackendError(f"openvino: inference failed: {_first_line(exc)}") from None
+            raise BackendError(f"openvino: inference failed: {_message(exc)}") from None
         return {name: np.asarray(results[port]) for name, port in self._outputs}
 
     def close(self) -> None:
@@ -103,10 +108,23 @@ def export_ir(onnx_path: Path, xml_path: Path) -> None:
 
     try:
         model = ov.convert_model(str(onnx_path))
+        _name_generated_ops(model)
         xml_path.parent.mkdir(parents=True, exist_ok=True)
         ov.save_model(model, str(xml_path), compress_to_fp16=False)
     except Exception as exc:
-        raise BackendError(f"openvino: cannot convert {onnx_path} to IR: {_first_line(exc)}") from None
+        raise BackendError(f"openvino: cannot convert {onnx_path} to IR: {_message(exc)}") from None
+
+
+def _name_generated_ops(model: Any) -> None:
+    """Rename ops OpenVINO named from a process-wide counter (`Transpose_1942`) by their position.
+
+    Without this the IR written for the same ONNX differs from one export to the next, and so
+    would the bundle's content hash. Parameters and Results keep their names (inputs/outputs).
+    """
+    for index, op in enumerate(model.get_ordered_ops()):
+        generated = _GENERATED_NAME.fullmatch(op.get_friendly_name())
+        if generated and op.get_type_name() not in ("Parameter", "Result"):
+            op.set_friendly_name(f"{generated.group(1)}_{index}")
 
 
 def _bounded(low: tuple[int, ...], high: tuple[int, ...]) -> Any:
@@ -122,6 +140,8 @@ def _port(compiled: Any, name: str) -> Any:
     raise BackendError(f"openvino: the compiled model has no output named `{name}`")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+def _message(exc: BaseException) -> str:
+    """OpenVINO's text without its "Exception from <file>:<line>:" frames."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    kept = [line for line in lines if line and not line.startswith("Exception from ")]
+    return " ".join(kept) or type(exc).__name__

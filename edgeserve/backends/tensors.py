@@ -1,7 +1,7 @@
-"""What every backend checks before it runs: names, dtypes and shapes, and the shape ranges it serves.
+"""What every backend checks before it runs (names, dtypes, shapes) and the shape ranges it serves.
 
-Checking here, against the model's own signature, gives one clear `InvalidInput` message whatever the
-engine (ONNX Runtime, OpenVINO and TensorRT each word their shape errors differently, or not at all).
+Checking here, against the model's own signature, gives one clear `InvalidInput` message whatever
+the engine (ONNX Runtime, OpenVINO and TensorRT word their shape errors differently, or not at all).
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from edgeserve.types import Signature, TensorDict, TensorSpec
 
 Shape = tuple[int, ...]
 
-DYNAMIC_DIM = (1, 256, 2048)
-"""(min, opt, max) given to a dynamic non-batch dim when nothing narrower is known."""
+UNBOUNDED = -1
+DYNAMIC_DIM = (1, 256, UNBOUNDED)
+"""(min, opt, max) of a dynamic non-batch dim when nothing narrower is known; -1: no upper bound."""
 
 
 @dataclass(frozen=True)
 class ShapeRange:
-    """The smallest, the most frequent and the largest shape an input will be given."""
+    """The smallest, the most frequent and the largest shape an input will be given (-1: any)."""
 
     min: Shape
     opt: Shape
@@ -29,8 +30,14 @@ class ShapeRange:
 
     def admits(self, shape: Shape) -> bool:
         return len(shape) == len(self.min) and all(
-            lo <= n <= hi for lo, n, hi in zip(self.min, shape, self.max, strict=True)
+            lo <= n and (hi == UNBOUNDED or n <= hi)
+            for lo, n, hi in zip(self.min, shape, self.max, strict=True)
         )
+
+    def bounded(self, limit: int) -> ShapeRange:
+        """This range with every unbounded dim capped at `limit` (engines that need a maximum)."""
+        high = tuple(limit if hi == UNBOUNDED else hi for hi in self.max)
+        return ShapeRange(self.min, tuple(map(min, self.opt, high)), high)
 
 
 ShapeProfile = dict[str, ShapeRange]
@@ -42,12 +49,15 @@ def shape_profile(
     preferred_batch_sizes: Sequence[int] = (),
     dynamic_dim: tuple[int, int, int] = DYNAMIC_DIM,
 ) -> ShapeProfile:
-    """One range per input: batch from 1 to max_batch_size (opt: the largest preferred size)."""
+    """One range per input: batch from 1 to max_batch_size (opt: the largest preferred size).
+
+    max_batch_size 0 (batching off) leaves a dynamic batch axis like any other dynamic dim.
+    """
     opt_batch = max(preferred_batch_sizes, default=max_batch_size)
     profile = {}
     for spec in signature.inputs:
         ranges = [_dim_range(dim, dynamic_dim) for dim in spec.dims]
-        if signature.batched and spec.dims:
+        if signature.batched and spec.dims and max_batch_size > 0:
             ranges[0] = (1, max(opt_batch, 1), max(max_batch_size, 1))
         lows, opts, highs = zip(*ranges, strict=True) if ranges else ((), (), ())
         profile[spec.name] = ShapeRange(tuple(lows), tuple(opts), tuple(highs))
@@ -62,8 +72,10 @@ def _dim_range(dim: int, dynamic: tuple[int, int, int]) -> tuple[int, int, int]:
     return (dim, dim, dim)
 
 
-def check_inputs(inputs: TensorDict, specs: Sequence[TensorSpec], profile: ShapeProfile | None) -> None:
-    """Raise InvalidInput unless `inputs` has exactly the model's tensors with fitting dtype and shape."""
+def check_inputs(
+    inputs: TensorDict, specs: Sequence[TensorSpec], profile: ShapeProfile | None
+) -> None:
+    """Raise InvalidInput unless `inputs` holds exactly the model's tensors, of fitting shape."""
     expected = {spec.name for spec in specs}
     unknown = sorted(set(inputs) - expected)
     missing = sorted(expected - set(inputs))
@@ -85,7 +97,8 @@ def _check_tensor(array: object, spec: TensorSpec, within: ShapeRange | None) ->
     )
     if not fits or got_dtype != dtype:
         raise InvalidInput(
-            f"tensor `{spec.name}`: expected {list(spec.dims)} {dtype}, got {list(shape)} {got_dtype}"
+            f"tensor `{spec.name}`: expected {list(spec.dims)} {dtype}, "
+            f"got {list(shape)} {got_dtype}"
         )
     if within is not None and not within.admits(shape):
         raise InvalidInput(

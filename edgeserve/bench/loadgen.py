@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 from edgeserve.bench.measure import Record
 
-OPEN_LOOP_START_CONNECTIONS = 8
 OPEN_LOOP_MAX_CONNECTIONS = 512
 STOP_WAIT_S = 10.0
+BROKEN_PAUSE_S = 0.01
+_BROKEN = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Connection:
         return cls(reader, writer)
 
     async def exchange(self, raw: bytes) -> int:
-        """Send one request, read its response; the status code, or 0 if the server closed."""
+        """Send one request and read its response; the status code."""
         self._writer.write(raw)
         head = await self._reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
@@ -97,31 +98,48 @@ class Target:
         self.requests = requests
         self.records: list[Record] = []
 
-    async def send(self, connection: Connection | None, index: int, scheduled: float) -> Connection:
-        """One request on `connection` (opened if None or broken); appends its Record."""
+    async def send(
+        self, connection: Connection | None, index: int, scheduled: float
+    ) -> Connection | None:
+        """One request on `connection` (opened if None); appends its Record and returns the
+        connection to reuse, or None when it broke (after a short pause, so a dead server is
+        not hammered in a tight loop)."""
         request = self.requests[index % len(self.requests)]
         sent = time.monotonic()
         try:
-            connection = connection or await Connection.open(self.host, self.port)
-            ok = await connection.exchange(request.raw) == 200
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-            if connection is not None:
+            connection, status = await self._exchange(connection, request.raw)
+        except _BROKEN:
+            connection, status = None, 0
+        self.records.append(Record(scheduled, sent, time.monotonic(), status == 200, request.items))
+        if connection is None:
+            await asyncio.sleep(BROKEN_PAUSE_S)
+        return connection
+
+    async def _exchange(self, connection: Connection | None, raw: bytes) -> tuple[Connection, int]:
+        if connection is not None:
+            try:
+                return connection, await connection.exchange(raw)
+            except _BROKEN:  # the server may have closed an idle keep-alive connection: retry once
                 await connection.close()
-            connection, ok = None, False
-        self.records.append(Record(scheduled, sent, time.monotonic(), ok, request.items))
-        return connection or await Connection.open(self.host, self.port)
+        connection = await Connection.open(self.host, self.port)
+        try:
+            return connection, await connection.exchange(raw)
+        except _BROKEN:
+            await connection.close()
+            raise
 
 
 async def closed_loop(target: Target, concurrency: int, stop: asyncio.Event) -> None:
     """`concurrency` workers, one connection each, each sending as soon as its last answer came."""
 
     async def worker(offset: int) -> None:
-        connection = await Connection.open(target.host, target.port)
+        connection: Connection | None = None  # opened by the first send
         index = offset
         while not stop.is_set():
             connection = await target.send(connection, index, time.monotonic())
             index += concurrency
-        await connection.close()
+        if connection is not None:
+            await connection.close()
 
     await _finish(asyncio.gather(*(worker(i) for i in range(concurrency))))
 
@@ -137,7 +155,6 @@ async def open_loop(target: Target, rate: float, stop: asyncio.Event, seed: int 
     """Send on a Poisson schedule whatever the answers; a send waiting for a free connection
     is late, and its lag is recorded rather than hidden."""
     pool = _Pool(target)
-    await pool.fill(OPEN_LOOP_START_CONNECTIONS)
     tasks: set[asyncio.Task[None]] = set()
     scheduled = time.monotonic()
     for index, gap in enumerate(poisson_intervals(rate, seed)):
@@ -161,18 +178,19 @@ class _Pool:
         self._idle: asyncio.Queue[Connection] = asyncio.Queue()
         self._opened = 0
 
-    async def fill(self, count: int) -> None:
-        for _ in range(count):
-            await self._idle.put(await Connection.open(self._target.host, self._target.port))
-            self._opened += 1
-
-    async def take(self) -> Connection:
+    async def take(self) -> Connection | None:
+        """An idle connection, a new one while under the cap, else wait for one to free up."""
         if self._idle.empty() and self._opened < OPEN_LOOP_MAX_CONNECTIONS:
-            await self.fill(1)
+            self._opened += 1
+            return None  # Target.send opens it: the wait is then part of the send
         return await self._idle.get()
 
-    async def send(self, connection: Connection, index: int, scheduled: float) -> None:
-        await self._idle.put(await self._target.send(connection, index, scheduled))
+    async def send(self, connection: Connection | None, index: int, scheduled: float) -> None:
+        connection = await self._target.send(connection, index, scheduled)
+        if connection is None:
+            self._opened -= 1
+        else:
+            await self._idle.put(connection)
 
     async def close(self) -> None:
         while not self._idle.empty():

@@ -3,10 +3,13 @@
 The rules are perf_analyzer's so figures compare: a request counts in the window its response
 ends in; a load level is stable when the last 3 windows agree within 10% on throughput and on
 average latency (and none is empty); percentiles are nearest-rank on the sorted latencies.
+One addition: under Poisson arrivals the throughput test allows for the arrivals' own noise.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -50,7 +53,7 @@ class Window:
     def duration(self) -> float:
         return self.end - self.start
 
-    @property
+    @functools.cached_property
     def successes(self) -> list[Record]:
         return [record for record in self.records if record.ok]
 
@@ -66,20 +69,35 @@ class Window:
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """Nearest rank on a sorted sequence, perf_analyzer's index: round(p/100 * (n - 1))."""
+    """Nearest rank on a sorted sequence, perf_analyzer's index: round(p/100 * (n - 1)),
+    rounding halves up as C++ does (Python's round() would round them to even)."""
     if not sorted_values:
         return math.nan
-    index = round(p / 100 * (len(sorted_values) - 1))
+    index = math.floor(p / 100 * (len(sorted_values) - 1) + 0.5)
     return sorted_values[index]
 
 
-def split_windows(records: Sequence[Record], boundaries: Sequence[float]) -> list[Window]:
-    """Cut records into windows between consecutive boundaries by the time they ended."""
-    windows = []
-    for start, end in zip(boundaries, boundaries[1:], strict=False):
-        inside = tuple(r for r in records if start <= r.ended < end)
-        windows.append(Window(start, end, inside))
-    return windows
+class WindowLog:
+    """Cuts a growing list of records, appended as responses end, into consecutive windows.
+
+    Records arrive in completion order on one event loop, so a window is simply what was
+    appended since the previous cut; a record ending at or after the cut waits for the next.
+    """
+
+    def __init__(self, records: list[Record], start: float) -> None:
+        self._records = records
+        self._consumed = 0
+        self._start = start
+        self.windows: list[Window] = []
+
+    def cut(self, end: float) -> Window:
+        fresh = self._records[self._consumed :]
+        inside = tuple(itertools.takewhile(lambda record: record.ended < end, fresh))
+        self._consumed += len(inside)
+        window = Window(self._start, end, inside)
+        self._start = end
+        self.windows.append(window)
+        return window
 
 
 def _within(values: Sequence[float], tolerance: float) -> bool:
@@ -91,12 +109,21 @@ def is_stable(
     windows: Sequence[Window],
     count: int = STABILITY_WINDOWS,
     tolerance: float = STABILITY_TOLERANCE,
+    poisson: bool = False,
 ) -> bool:
-    """The last `count` windows agree within `tolerance` on throughput and mean latency."""
+    """The last `count` windows agree within `tolerance` on throughput and mean latency.
+
+    Under Poisson arrivals a window's request count itself varies by 1/sqrt(n), so `poisson`
+    widens the throughput test by three such deviations of the smallest window.
+    """
     if len(windows) < count:
         return False
     last = windows[-count:]
-    return _within([w.throughput for w in last], tolerance) and _within(
+    smallest = min(len(w.successes) for w in last)
+    if smallest == 0:
+        return False
+    noise = 3 / math.sqrt(smallest) if poisson else 0.0
+    return _within([w.throughput for w in last], tolerance + noise) and _within(
         [w.mean_latency for w in last], tolerance
     )
 
@@ -145,7 +172,8 @@ def summarize(windows: Sequence[Window]) -> ClientSummary:
 
 @dataclass(frozen=True)
 class ServerSummary:
-    """Per-request server-side averages over the measured windows (seconds)."""
+    """Server-side figures over the measured windows: counts, and each phase's mean duration
+    (seconds) per queued item, as the server counts them (a request, or one of its parts)."""
 
     requests: int
     inferences: int
@@ -164,14 +192,20 @@ def _model_stats(stats: Mapping[str, Any]) -> Mapping[str, Any]:
 def server_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> ServerSummary:
     """Subtract two `/v2/models/{m}/stats` answers (Triton's statistics schema)."""
     old, new = _model_stats(before), _model_stats(after)
+
+    def delta(phase: str, key: str) -> int:
+        absent = {"count": 0, "ns": 0}
+        return int(
+            new["inference_stats"].get(phase, absent)[key]
+            - old["inference_stats"].get(phase, absent)[key]
+        )
+
     phases = {}
     for phase in SERVER_PHASES:
-        count = new["inference_stats"][phase]["count"] - old["inference_stats"][phase]["count"]
-        ns = new["inference_stats"][phase]["ns"] - old["inference_stats"][phase]["ns"]
-        phases[phase] = ns / count / 1e9 if count else math.nan
+        count = delta(phase, "count")
+        phases[phase] = delta(phase, "ns") / count / 1e9 if count else math.nan
     return ServerSummary(
-        requests=new["inference_stats"]["success"]["count"]
-        - old["inference_stats"]["success"]["count"],
+        requests=delta("success", "count"),
         inferences=new["inference_count"] - old["inference_count"],
         executions=new["execution_count"] - old["execution_count"],
         phases=phases,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 DRIVERS: dict[str, str] = {
     "aws-lambda": "edgeserve.deploy.aws_lambda:DRIVER",
+    "jetson": "edgeserve.deploy.jetson:DRIVER",
     "local": "edgeserve.deploy.local:DRIVER",
 }
 """Driver name (a profile's `driver`) -> "module:attribute" of the driver object."""
@@ -50,9 +52,14 @@ class Driver(Protocol):
 
 def driver_for(profile: TargetProfile) -> Driver:
     """The driver a profile names, imported on first use."""
-    spec = DRIVERS.get(profile.driver)
-    if spec is None:
+    if profile.driver not in DRIVERS:
         raise ConfigError(f"{profile.source}: unknown driver {profile.driver!r}; known: {sorted(DRIVERS)}")
+    spec = DRIVERS[profile.driver]
+    if spec is None:
+        raise ConfigError(
+            f"target {profile.name!r} (driver {profile.driver!r}) has nothing to deploy; "
+            "Hint: run it with `edgeserve serve`"
+        )
     module_name, attribute = spec.split(":")
     try:
         module = importlib.import_module(module_name)
@@ -62,3 +69,16 @@ def driver_for(profile: TargetProfile) -> Driver:
         ) from None
     driver: Driver = getattr(module, attribute)
     return driver
+
+
+def package_targets(bundle: Bundle, targets: Sequence[str], out: Path, function_dir: Path | None) -> list[Path]:
+    """What `build --target T` writes for each target whose driver packages: `<out>/<name>-<T>/`."""
+    from edgeserve.targets import load_target
+
+    written = []
+    for name in targets:
+        profile = load_target(name, function_dir)
+        if DRIVERS.get(profile.driver) is not None:
+            folder = out / f"{bundle.name}-{profile.name}"
+            written.append(driver_for(profile).package(bundle, profile, folder))
+    return written

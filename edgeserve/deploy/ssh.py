@@ -14,8 +14,11 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from types import TracebackType
 
 from edgeserve.errors import DeployError
 
@@ -23,9 +26,13 @@ SSH_UNREACHABLE = 255
 """ssh's own exit status when it cannot connect or authenticate."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Remote:
-    """One device as ssh sees it: a host (or ~/.ssh/config alias) and how to reach it."""
+    """One device as ssh sees it: a host (or ~/.ssh/config alias) and how to reach it.
+
+    Used as a context manager it keeps one multiplexed connection open (ControlMaster), so the
+    dozen commands of a deploy pay for one ssh handshake instead of one each.
+    """
 
     host: str
     user: str | None = None
@@ -34,9 +41,29 @@ class Remote:
     options: tuple[str, ...] = ()
     connect_timeout_s: int = 10
     timeout_s: float = 600.0
-    _rsync: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
+    control_dir: Path | None = None
 
-    def ssh_argv(self) -> list[str]:
+    def __enter__(self) -> Remote:
+        self.control_dir = Path(tempfile.mkdtemp(prefix="edgeserve-ssh-"))
+        master = [*self.ssh_argv(control="yes"), "-o", "ControlPersist=120", "-N", "-f"]
+        master += ["--", self.host]
+        # The master stays in the background: it must not hold pipes we wait on.
+        log_path = self.control_dir / "master.log"
+        with log_path.open("wb") as log:
+            started = subprocess.run(master, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        if started.returncode != 0:
+            raise self.failure(["(connect)"], started.returncode, log_path.read_bytes())
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.control_dir is not None:
+            self._complete([*self.ssh_argv(), "-O", "exit", "--", self.host], None)
+            shutil.rmtree(self.control_dir, ignore_errors=True)
+            self.control_dir = None
+
+    def ssh_argv(self, control: str = "no") -> list[str]:
         """`ssh` and its options, without the host: the `-e` of rsync uses the same."""
         argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout_s}"]
         if self.config_file is not None:
@@ -47,6 +74,8 @@ class Remote:
             argv += ["-p", str(self.port)]
         for option in self.options:
             argv += ["-o", option]
+        if self.control_dir is not None:
+            argv += ["-o", f"ControlPath={self.control_dir}/%C", "-o", f"ControlMaster={control}"]
         return argv
 
     def command_argv(self, argv: list[str]) -> list[str]:
@@ -71,6 +100,10 @@ class Remote:
         """Run a fixed POSIX sh script with positional arguments ($1, $2, ...)."""
         return self.run(["sh", "-c", script, "sh", *args])
 
+    def write(self, path: str, data: bytes) -> None:
+        """Write `data` to the file `path` on the device."""
+        self.run(["sh", "-c", 'cat > "$1"', "sh", path], stdin=data)
+
     def failure(self, argv: list[str], code: int, stderr: bytes) -> DeployError:
         detail = stderr.decode(errors="replace").strip() or "(no stderr)"
         if code == SSH_UNREACHABLE:
@@ -78,36 +111,38 @@ class Remote:
                 f"host {self.host}: ssh could not connect or authenticate: {detail}. Hint: check "
                 f"that `ssh {self.host}` works (keys, known_hosts, the profile's ssh settings)."
             )
-        return DeployError(
-            f"host {self.host}: `{shlex.join(argv)}` failed (exit {code}): {detail}"
-        )
+        return DeployError(f"host {self.host}: `{shlex.join(argv)}` failed (exit {code}): {detail}")
 
-    def copy_tree(self, src: Path, dest: str, link_dest: str | None = None) -> str:
+    def copy_tree(
+        self, src: Path, dest: str, link_dest: str | None = None, keep: tuple[str, ...] = ()
+    ) -> str:
         """Copy the directory `src` to `dest` on the device; return the tool used.
 
         rsync (when both ends have it) sends only what changed and hard-links files equal to
         those in `link_dest` (the current release), so a release costs only its changes on disk.
-        Without rsync the tree is streamed as tar over ssh: everything is sent.
+        Files in `dest` that `src` lacks are deleted, except the top-level names in `keep`.
+        Without rsync the tree is streamed as tar over ssh: everything is sent, nothing deleted.
         """
         self.run(["mkdir", "-p", dest])
-        if self._has_rsync():
-            self._rsync_tree(src, dest, link_dest)
+        if self.has_rsync:
+            self._rsync_tree(src, dest, link_dest, keep)
             return "rsync"
         self._tar_tree(src, dest)
         return "tar"
 
-    def _has_rsync(self) -> bool:
-        if "both" not in self._rsync:
-            local = shutil.which("rsync") is not None
-            self._rsync["both"] = local and self.succeeds(["rsync", "--version"])
-        return self._rsync["both"]
+    @cached_property
+    def has_rsync(self) -> bool:
+        """Whether both this machine and the device have rsync (asked once per device)."""
+        return shutil.which("rsync") is not None and self.succeeds(["rsync", "--version"])
 
-    def _rsync_tree(self, src: Path, dest: str, link_dest: str | None) -> None:
+    def _rsync_tree(
+        self, src: Path, dest: str, link_dest: str | None, keep: tuple[str, ...]
+    ) -> None:
         argv = ["rsync", "-a", "--delete", "--protect-args", "-e", shlex.join(self.ssh_argv())]
+        argv += [f"--exclude=/{name}" for name in keep]
         if link_dest is not None:
             argv.append(f"--link-dest={link_dest}")
-        target = f"{self.user}@{self.host}" if self.user else self.host
-        argv += [f"{src}/", f"{target}:{dest}/"]
+        argv += [f"{src}/", f"{self.host}:{dest}/"]
         completed = self._complete(argv, None)
         if completed.returncode != 0:
             raise self.failure(argv, completed.returncode, completed.stderr)
@@ -122,9 +157,11 @@ class Remote:
 
     def _complete(self, argv: list[str], stdin: bytes | None) -> subprocess.CompletedProcess[bytes]:
         try:
-            return subprocess.run(
-                argv, input=stdin, capture_output=True, timeout=self.timeout_s, check=False
-            )
+            if stdin is None:
+                return subprocess.run(
+                    argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=self.timeout_s
+                )
+            return subprocess.run(argv, input=stdin, capture_output=True, timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             raise DeployError(
                 f"host {self.host}: `{shlex.join(argv)}` still running after {self.timeout_s} s"

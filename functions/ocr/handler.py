@@ -50,3 +50,282 @@ def normalize_line(gray: np.ndarray) -> np.ndarray:
         left = (MIN_WIDTH - width) // 2
         strip = np.pad(strip, ((0, 0), (left, MIN_WIDTH - width - left)))
     return strip[np.newaxis].astype(np.float32)
+
+
+def preprocess(payload: Any, ctx: Any) -> list[dict[str, np.ndarray]]:
+    """Image -> one normalised strip per text line (or per piece of a very long line)."""
+    max_pixels = int(ctx.options.get("max_pixels", DEFAULT_MAX_PIXELS))
+    gray = to_gray(load_image(payload, max_pixels))
+    items: list[dict[str, np.ndarray]] = []
+    owners: list[tuple[int, int]] = []  # (line index, frames) for each item
+    boxes: list[list[int]] = []
+    for box in find_lines(gray):
+        for x0, x1 in split_line(gray, box):
+            x0, y0, x1, y1 = _pad_box(gray.shape, (x0, box[1], x1, box[3]))
+            strip = normalize_line(gray[y0:y1, x0:x1])
+            items.append({"image": strip})
+            owners.append((len(boxes), strip.shape[2] // DOWNSAMPLE))
+        boxes.append([int(v) for v in box])
+    ctx.state["owners"], ctx.state["boxes"] = owners, boxes
+    return items
+
+
+def postprocess(items: list[dict[str, np.ndarray]], ctx: Any) -> dict[str, Any]:
+    """Greedy CTC per item, pieces joined per line; confidence = mean max-probability per char."""
+    owners: list[tuple[int, int]] = ctx.state.get("owners", [])
+    boxes: list[list[int]] = ctx.state.get("boxes", [])
+    pieces: list[list[tuple[str, list[float]]]] = [[] for _ in boxes]
+    for item, (line, frames) in zip(items, owners, strict=True):
+        logits = np.asarray(item["logits"], dtype=np.float32)
+        pieces[line].append(ctc_greedy(logits.reshape(-1, logits.shape[-1])[:frames]))
+    lines = []
+    for box, parts in zip(boxes, pieces, strict=True):
+        text = " ".join(t for t, _ in parts if t)
+        probs = [p for _, ps in parts for p in ps]
+        if text:
+            confidence = round(float(np.mean(probs)), 4)
+            lines.append({"text": text, "confidence": confidence, "box": box})
+    return {"text": "\n".join(line["text"] for line in lines), "lines": lines}
+
+
+def ctc_greedy(logits: np.ndarray) -> tuple[str, list[float]]:
+    """Best class per frame, repeats merged, blanks dropped; each char's peak probability."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    probs = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    best = probs.argmax(axis=1)
+    chars: list[str] = []
+    peaks: list[float] = []
+    for t, cls in enumerate(best.tolist()):
+        p = float(probs[t, cls])
+        if cls != 0 and t > 0 and cls == best[t - 1]:
+            peaks[-1] = max(peaks[-1], p)
+        elif cls != 0:
+            chars.append(CHARSET[cls - 1])
+            peaks.append(p)
+    return "".join(chars).strip(), peaks
+
+
+FORMATS = ["PNG", "JPEG", "BMP", "TIFF", "WEBP", "GIF"]
+
+
+def load_image(payload: Any, max_pixels: int) -> Image.Image:
+    """Raw bytes, {"image": base64 | bytes | pixel array} -> a decoded, upright PIL image."""
+    if isinstance(payload, bytes | bytearray | memoryview):
+        return _decode(bytes(payload), max_pixels)
+    if not isinstance(payload, Mapping) or "image" not in payload:
+        raise InvalidInput(
+            "expected an image body (image/png, image/jpeg) or an object with an 'image' "
+            f"field, got {type(payload).__name__}"
+        )
+    value = payload["image"]
+    if isinstance(value, str):
+        return _decode(_b64decode(value), max_pixels)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _decode(bytes(value), max_pixels)
+    return _from_pixels(value, max_pixels)
+
+
+def _b64decode(text: str) -> bytes:
+    """Plain base64, or a data URL such as 'data:image/png;base64,...'."""
+    try:
+        return base64.b64decode(text.partition("base64,")[2] or text, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise InvalidInput(f"'image' is not valid base64 of a PNG or JPEG file: {err}") from err
+
+
+def _decode(data: bytes, max_pixels: int) -> Image.Image:
+    """Read the header first and refuse oversized images before any pixel is decoded."""
+    if not data:
+        raise InvalidInput("the image is empty: expected the bytes of a PNG or JPEG file")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data), formats=FORMATS)
+    except Image.DecompressionBombError as err:
+        raise PayloadTooLarge(f"image too large: {err}; the limit is {max_pixels} pixels") from err
+    except (OSError, SyntaxError, ValueError) as err:
+        raise InvalidInput(
+            f"the data is not a readable image ({', '.join(FORMATS)}): {err}"
+        ) from err
+    _check_size(image.width, image.height, max_pixels)
+    try:
+        image.load()
+    except (OSError, SyntaxError, ValueError) as err:
+        raise InvalidInput(f"the image data is truncated or corrupt: {err}") from err
+    return ImageOps.exif_transpose(image)
+
+
+def _from_pixels(value: Any, max_pixels: int) -> Image.Image:
+    """An HxW or HxWxC (C = 1, 3 or 4) array of 0..255 pixel values."""
+    try:
+        pixels = np.asarray(value)
+    except ValueError as err:
+        raise InvalidInput(f"'image' is not a rectangular pixel array: {err}") from err
+    if pixels.ndim == 3 and pixels.shape[2] == 1:
+        pixels = pixels[:, :, 0]
+    if not (pixels.ndim == 2 or (pixels.ndim == 3 and pixels.shape[2] in (3, 4))):
+        raise InvalidInput(f"'image' has shape {pixels.shape}: expected HxW or HxWxC, C in 1, 3, 4")
+    if pixels.dtype.kind not in "uif" or pixels.min() < 0 or pixels.max() > 255:
+        raise InvalidInput("'image' pixel values must be numbers from 0 to 255 (uint8)")
+    _check_size(pixels.shape[1], pixels.shape[0], max_pixels)
+    return Image.fromarray(pixels.astype(np.uint8))
+
+
+def _check_size(width: int, height: int, max_pixels: int) -> None:
+    if width * height > max_pixels:
+        raise PayloadTooLarge(
+            f"image is {width}x{height} = {width * height} pixels; the limit is {max_pixels}"
+        )
+    if width < 8 or height < 8:
+        raise InvalidInput(f"image is {width}x{height} pixels: too small to hold text (min 8x8)")
+
+
+def to_gray(image: Image.Image) -> np.ndarray:
+    """uint8 luminance; transparency is flattened onto white (dark text on clear PNGs)."""
+    if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+        values = np.asarray(image, dtype=np.float32)
+        low, high = float(values.min()), float(values.max())
+        return ((values - low) * (255.0 / max(high - low, 1e-6))).astype(np.uint8)
+    if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
+        rgba = image.convert("RGBA")
+        image = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
+    return np.asarray(image.convert("L"), dtype=np.uint8)
+
+
+def ink_mask(gray: np.ndarray) -> np.ndarray | None:
+    """Otsu binarisation, ink = the minority class; None for a blank (one-tone) page."""
+    hist = np.bincount(gray.ravel(), minlength=256).astype(np.float64)
+    levels = np.arange(256)
+    weight = np.cumsum(hist)
+    mass = np.cumsum(hist * levels)
+    total, total_mass = weight[-1], mass[-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_low = mass / weight
+        mean_high = (total_mass - mass) / (total - weight)
+        between = weight * (total - weight) * (mean_low - mean_high) ** 2
+    t = int(np.nanargmax(between))
+    if not np.isfinite(mean_high[t]) or mean_high[t] - mean_low[t] < 40:
+        return None
+    dark = gray <= t
+    mask = dark if dark.mean() < 0.5 else ~dark
+    return _despeckle(mask)
+
+
+def _despeckle(mask: np.ndarray) -> np.ndarray:
+    """Drop ink pixels with fewer than two ink neighbours: sensor noise, not strokes."""
+    padded = np.pad(mask, 1).astype(np.uint8)
+    h, w = mask.shape
+    neighbours = sum(
+        padded[1 + dy : 1 + dy + h, 1 + dx : 1 + dx + w]
+        for dy in (-1, 0, 1)
+        for dx in (-1, 0, 1)
+        if dy or dx
+    )
+    return mask & (neighbours >= 2)
+
+
+def find_lines(gray: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Line boxes (x0, y0, x1, y1), top to bottom, from the horizontal ink profile."""
+    mask = ink_mask(gray)
+    if mask is None:
+        return []
+    profile = mask.sum(axis=1)
+    bands = _runs(profile >= 2)
+    if not bands:
+        return []
+    typical = float(np.median([b - a for a, b in bands]))
+    bands = _attach_small(bands, typical)
+    typical = float(np.median([b - a for a, b in bands]))
+    boxes = []
+    for y0, y1 in (piece for band in bands for piece in _split_tall(band, profile, typical)):
+        columns = np.flatnonzero(mask[y0:y1].any(axis=0))
+        if y1 - y0 >= 0.3 * typical and columns.size:
+            boxes.append((int(columns[0]), y0, int(columns[-1]) + 1, y1))
+    return boxes
+
+
+def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """Half-open [start, end) runs of True."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], flags.astype(np.int8), [0]))))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def _attach_small(bands: list[tuple[int, int]], typical: float) -> list[tuple[int, int]]:
+    """Fold thin bands (i-dots, accents, commas' tails) into the nearest band close enough."""
+    bands, settled = list(bands), set()
+    while len(bands) > 1:
+        thin = [b for b in bands if b[1] - b[0] < 0.5 * typical and b not in settled]
+        if not thin:
+            break
+        small = min(thin, key=lambda b: b[1] - b[0])
+        i = bands.index(small)
+        gaps = [(small[0] - bands[i - 1][1], i - 1)] if i > 0 else []
+        gaps += [(bands[i + 1][0] - small[1], i + 1)] if i + 1 < len(bands) else []
+        gap, j = min(gaps)
+        if gap > 0.6 * typical:
+            settled.add(small)
+            continue
+        lo, hi = min(i, j), max(i, j)
+        bands[lo : hi + 1] = [(bands[lo][0], bands[hi][1])]
+    return bands
+
+
+def _split_tall(
+    band: tuple[int, int], profile: np.ndarray, typical: float
+) -> list[tuple[int, int]]:
+    """Cut a band holding several touching lines at its sparsest rows."""
+    y0, y1 = band
+    pieces = round((y1 - y0) / typical)
+    if pieces < 2 or (y1 - y0) < 1.6 * typical:
+        return [band]
+    dense = float(np.median(profile[y0:y1]))
+    cuts = []
+    for k in range(1, pieces):
+        centre, reach = y0 + k * (y1 - y0) // pieces, int(0.3 * typical)
+        window = profile[centre - reach : centre + reach + 1]
+        cut = centre - reach + int(np.argmin(window))
+        if profile[cut] <= 0.25 * dense:
+            cuts.append(cut)
+    edges = [y0, *cuts, y1]
+    return [(a, b) for a, b in zip(edges, edges[1:], strict=False) if b > a]
+
+
+def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int]]:
+    """Column ranges of a line: cut at wide gaps (tab stops) and wherever the strip would
+    exceed MAX_WIDTH, choosing the widest gap that keeps each piece short enough."""
+    x0, y0, x1, y1 = box
+    mask = ink_mask(gray[y0:y1, x0:x1])
+    ink = mask.any(axis=0) if mask is not None else np.ones(x1 - x0, dtype=bool)
+    height = y1 - y0
+    limit = int(MAX_WIDTH * height / LINE_HEIGHT * 0.8)
+    pieces, start = [], 0
+    gaps = [(a, b) for a, b in _runs(~ink) if 0 < a and b < ink.size]
+    for a, b in gaps:
+        if b - a > 1.5 * height:
+            pieces.append((start, a))
+            start = b
+    pieces.append((start, ink.size))
+    return [(x0 + a, x0 + b) for p in pieces for a, b in _cap_width(p, gaps, limit)]
+
+
+def _cap_width(
+    piece: tuple[int, int], gaps: list[tuple[int, int]], limit: int
+) -> list[tuple[int, int]]:
+    """Cut a piece longer than limit in the middle of its widest gap in reach (else hard)."""
+    start, end = piece
+    out = []
+    while end - start > limit:
+        inside = [(b - a, (a + b) // 2) for a, b in gaps if start < a and b < start + limit]
+        cut = max(inside)[1] if inside else start + limit
+        out.append((start, cut))
+        start = cut
+    out.append((start, end))
+    return out
+
+
+def _pad_box(shape: tuple[int, ...], box: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    """The margin the model was trained with: about 0.15 x height above/below, 0.2 x aside."""
+    x0, y0, x1, y1 = box
+    height = y1 - y0
+    dy, dx = round(0.15 * height) + 1, round(0.2 * height) + 1
+    return max(0, x0 - dx), max(0, y0 - dy), min(shape[1], x1 + dx), min(shape[0], y1 + dy)

@@ -9,6 +9,7 @@ evaluation and samples (their families have no metric clone among the training f
 
 from __future__ import annotations
 
+import os
 import random
 import string
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 CHARSET = string.ascii_letters + string.digits + " .,:;-/()'\"!?&%#@+=$"
-FONT_ROOT = Path("/usr/share/fonts")
+FONT_ROOT = Path(os.environ.get("OCR_FONT_ROOT", "/usr/share/fonts"))
 
 TRAIN_FONTS = [
     "truetype/dejavu/DejaVuSans.ttf",
@@ -168,9 +169,9 @@ def _invoice_line(rng: random.Random) -> str:
     return rng.choice(templates)()
 
 
-def random_text(rng: random.Random, max_chars: int = 40) -> str:
-    """A line of text: random characters, words, numbers or invoice-like fields."""
-    kind = rng.random()
+def random_text(rng: random.Random, max_chars: int = 40, realistic: bool = False) -> str:
+    """A line of text: random characters (unless realistic), words, numbers or invoice fields."""
+    kind = rng.uniform(0.25 if realistic else 0.0, 1.0)
     if kind < 0.25:
         n = rng.randint(1, max(1, max_chars // 2))
         text = "".join(rng.choice(CHARSET) for _ in range(n))
@@ -211,6 +212,16 @@ class Style:
         blur = rng.choice([0.0, 0.0, rng.uniform(0.3, 1.1)])
         return cls(background, ink, noise, blur)
 
+    @classmethod
+    def sample_document(cls, rng: random.Random) -> Style:
+        """Milder: a scanned or exported document rather than a training torture test."""
+        background = rng.randint(215, 255) if rng.random() < 0.85 else rng.randint(150, 215)
+        ink = rng.randint(0, 70)
+        if rng.random() < 0.1:
+            background, ink = 255 - background, 255 - ink
+        noise = rng.choice([0.0, rng.uniform(0, 5)])
+        return cls(background, ink, noise, rng.choice([0.0, 0.0, 0.0, 0.5]))
+
 
 def draw_mask(
     text: str, font: ImageFont.FreeTypeFont, stroke: int = 0
@@ -243,7 +254,9 @@ def load_font(path: Path, size: int) -> ImageFont.FreeTypeFont:
 
 
 def _with_neighbours(
-    mask: Image.Image, bbox: tuple[int, int, int, int], font: ImageFont.FreeTypeFont,
+    mask: Image.Image,
+    bbox: tuple[int, int, int, int],
+    font: ImageFont.FreeTypeFont,
     rng: random.Random,
 ) -> tuple[Image.Image, tuple[int, int, int, int]]:
     """Add lines above and below so crops also learn to ignore bits of adjacent lines."""
@@ -268,9 +281,7 @@ def _rotate(
     return rotated, main.getbbox() or (0, 0, rotated.width, rotated.height)
 
 
-def _crop_box(
-    bbox: tuple[int, int, int, int], rng: random.Random
-) -> tuple[int, int, int, int]:
+def _crop_box(bbox: tuple[int, int, int, int], rng: random.Random) -> tuple[int, int, int, int]:
     """Margins around the ink box: mostly like the handler's, sometimes tight or loose."""
     x0, y0, x1, y1 = bbox
     h = y1 - y0
@@ -296,3 +307,36 @@ def render_line(
     crop = mask.crop(_crop_box(bbox, rng))
     style = Style.sample(rng)
     return apply_style(crop, style, np.random.default_rng(rng.getrandbits(32))), text
+
+
+@dataclass
+class Page:
+    """A rendered page and, per line, its text and ink box (x0, y0, x1, y1)."""
+
+    image: Image.Image
+    texts: list[str]
+    boxes: list[tuple[int, int, int, int]]
+
+
+def render_page(
+    rng: random.Random, fonts: list[Path], texts: list[str], size: int | None = None
+) -> Page:
+    """Lines in one font at a text height (font px size) of 20-40, with uneven margins and
+    indents and line spacing of 1.3-2.0 x the text height."""
+    font = load_font(rng.choice(fonts), size or rng.randint(20, 40))
+    spacing = int(font.size * rng.uniform(1.3, 2.0))
+    left, top = rng.randint(4, 6 * font.size), rng.randint(4, 4 * font.size)
+    indents = [rng.randint(0, 4 * font.size) if rng.random() < 0.4 else 0 for _ in texts]
+    widths = [int(font.getlength(t)) for t in texts]
+    width = left + max(i + w for i, w in zip(indents, widths, strict=True))
+    width += rng.randint(4, 6 * font.size)
+    height = top + spacing * len(texts) + rng.randint(4, 4 * font.size)
+    mask = Image.new("L", (width, height), 0)
+    draw = ImageDraw.Draw(mask)
+    boxes = []
+    for i, (text, indent) in enumerate(zip(texts, indents, strict=True)):
+        origin = (left + indent, top + i * spacing)
+        draw.text(origin, text, font=font, fill=255)
+        boxes.append(draw.textbbox(origin, text, font=font))
+    gray = apply_style(mask, Style.sample_document(rng), np.random.default_rng(rng.getrandbits(32)))
+    return Page(Image.fromarray(gray), texts, [tuple(map(int, b)) for b in boxes])

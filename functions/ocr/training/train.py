@@ -51,6 +51,25 @@ class SynthLines(IterableDataset):
                 yield strip, [CHAR_INDEX[c] for c in text]
 
 
+class WidthBuckets(IterableDataset):
+    """Batches of lines of similar width: padding a batch to its widest line wastes compute."""
+
+    def __init__(self, seed: int, batch: int, pool: int = 16) -> None:
+        self.lines, self.batch, self.pool = SynthLines(seed), batch, pool
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        lines = iter(self.lines)
+        while True:
+            pool = sorted((next(lines) for _ in range(self.batch * self.pool)), key=_width)
+            chunks = [pool[i : i + self.batch] for i in range(0, len(pool), self.batch)]
+            random.shuffle(chunks)
+            yield from map(collate, chunks)
+
+
+def _width(item: tuple[np.ndarray, list[int]]) -> int:
+    return item[0].shape[2]
+
+
 def collate(batch: list[tuple[np.ndarray, list[int]]]) -> dict[str, torch.Tensor]:
     """Pad widths with 0.0 (like the server) plus a random extra so padding is no surprise."""
     widths = [strip.shape[2] for strip, _ in batch]
@@ -76,17 +95,17 @@ class CRNN(nn.Module):
     def __init__(self, num_classes: int = NUM_CLASSES, hidden: int = 128) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            *conv_block(1, 32), nn.MaxPool2d(2),
-            *conv_block(32, 64), nn.MaxPool2d(2),
+            *conv_block(1, 16), nn.MaxPool2d(2),
+            *conv_block(16, 32), nn.MaxPool2d(2),
+            *conv_block(32, 64), *conv_block(64, 64), nn.MaxPool2d((2, 1)),
             *conv_block(64, 96), *conv_block(96, 96), nn.MaxPool2d((2, 1)),
-            *conv_block(96, 128), *conv_block(128, 128), nn.MaxPool2d((2, 1)),
         )  # fmt: skip
-        self.rnn = nn.LSTM(2 * 128, hidden, batch_first=True, bidirectional=True)
+        self.rnn = nn.LSTM(2 * 96, hidden, batch_first=True, bidirectional=True)
         self.classifier = nn.Linear(2 * hidden, num_classes)
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        f = self.features(image)  # [N, 128, 2, W/4]
-        f = f.flatten(1, 2).transpose(1, 2)  # [N, W/4, 256]
+        f = self.features(image)  # [N, 96, 2, W/4]
+        f = f.flatten(1, 2).transpose(1, 2)  # [N, W/4, 192]
         f, _ = self.rnn(f)
         return self.classifier(f).log_softmax(-1)
 
@@ -112,8 +131,8 @@ def validate(model: CRNN, batches: list[dict[str, torch.Tensor]]) -> float:
     errors = chars = 0
     with torch.no_grad():
         for batch in batches:
-            logits = model(batch["images"])
-            labels = batch["targets"].split(batch["target_lengths"].tolist())
+            logits = model(batch["images"]).cpu()
+            labels = batch["targets"].cpu().split(batch["target_lengths"].tolist())
             for out, length, label in zip(logits, batch["input_lengths"], labels, strict=True):
                 truth = "".join(handler.CHARSET[c - 1] for c in label.tolist())
                 errors += edit_distance(greedy_decode(out, int(length)), truth)
@@ -144,23 +163,29 @@ def export_onnx(model: CRNN, path: Path) -> None:
     print(f"exported {path} ({path.stat().st_size / 1e6:.2f} MB), onnxruntime matches torch")
 
 
+def learning_rate(peak: float, progress: float) -> float:
+    """Short warm-up then cosine decay over progress in [0, 1]."""
+    return peak * min(1.0, progress / 0.03) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+
 def train(args: argparse.Namespace) -> CRNN:
-    """Fixed-step OneCycle schedule; stops early at the time limit, checkpointing as it goes."""
+    """Cosine schedule over whichever runs out first, steps or minutes: shared cores vary."""
     torch.manual_seed(SEED)
     random.seed(SEED)
-    model = CRNN()
+    model = CRNN().to(args.device)
     loader = DataLoader(
-        SynthLines(SEED), batch_size=args.batch, collate_fn=collate, num_workers=args.workers,
-        worker_init_fn=lambda _: torch.set_num_threads(1), prefetch_factor=8 if args.workers else None,
+        WidthBuckets(SEED, args.batch), batch_size=None, num_workers=args.workers,
+        worker_init_fn=_worker_init, prefetch_factor=8 if args.workers else None,
     )  # fmt: skip
-    val = [collate(b) for b in _val_batches()]
+    val = [_to(collate(b), args.device) for b in _val_batches()]
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, args.lr, total_steps=args.steps, pct_start=0.1
-    )
     ctc = nn.CTCLoss(blank=0, zero_infinity=True)
-    start, deadline = time.monotonic(), time.monotonic() + args.minutes * 60
-    for step, batch in enumerate(loader, 1):
+    start = time.monotonic()
+    for step, cpu_batch in enumerate(loader, 1):
+        batch = _to(cpu_batch, args.device)
+        progress = max(step / args.steps, (time.monotonic() - start) / (60 * args.minutes))
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(args.lr, progress)
         loss = ctc(
             model(batch["images"]).transpose(0, 1), batch["targets"],
             batch["input_lengths"], batch["target_lengths"],
@@ -169,17 +194,25 @@ def train(args: argparse.Namespace) -> CRNN:
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 5.0)
         optimizer.step()
-        schedule.step()
-        done = step >= args.steps or time.monotonic() > deadline
+        done = progress >= 1.0
         if step % args.log_every == 0 or done:
             elapsed = time.monotonic() - start
-            print(f"step {step} loss {loss.item():.3f} {elapsed:.0f}s", flush=True)
+            print(f"step {step} loss {loss.item():.3f} lr {optimizer.param_groups[0]['lr']:.2e} "
+                  f"{elapsed:.0f}s", flush=True)  # fmt: skip
         if step % args.eval_every == 0 or done:
             print(f"step {step} val CER {validate(model, val):.4f}", flush=True)
             torch.save(model.state_dict(), args.checkpoint)
         if done:
             return model
     raise AssertionError("the data stream is endless")
+
+
+def _worker_init(_: int) -> None:
+    torch.set_num_threads(1)
+
+
+def _to(batch: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
+    return {key: value.to(device) for key, value in batch.items()}
 
 
 def _val_batches() -> list[list[tuple[np.ndarray, list[int]]]]:
@@ -193,7 +226,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0, help="stop early after this")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="line-rendering processes")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda where there is one")
     parser.add_argument("--log-every", type=int, default=25)
     parser.add_argument("--eval-every", type=int, default=250)
     parser.add_argument("--checkpoint", type=Path, default=Path("/tmp/ocr_ckpt.pt"))
@@ -203,10 +237,10 @@ def main() -> None:
     torch.set_num_threads(2)
     if args.export_only:
         model = CRNN()
-        model.load_state_dict(torch.load(args.checkpoint))
+        model.load_state_dict(torch.load(args.checkpoint, map_location="cpu"))
     else:
         model = train(args)
-    export_onnx(model, args.output)
+    export_onnx(model.cpu(), args.output)
 
 
 if __name__ == "__main__":

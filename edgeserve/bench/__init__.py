@@ -1,0 +1,116 @@
+"""`edgeserve bench`: perf_analyzer-style measurements of a function, from Python or the CLI.
+
+    report = bench("functions/ocr", concurrency=(1, 8))
+    report = bench("http://127.0.0.1:8080", request_rate=(100, 200), model="ocr")
+
+A path (source dir or bundle) is served as a subprocess for the bench's duration; a URL is used
+as is. docs/bench.md says how the numbers are produced and what the load generator can reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from edgeserve.bench.inputs import Body, ModelInputs, encode_infer, read_samples, synthesize
+from edgeserve.bench.loadgen import Request, Target, encode_request
+from edgeserve.bench.report import BenchReport, render_table, write_plot
+from edgeserve.bench.server import Control, Endpoint, serving
+from edgeserve.bench.sweep import Level, LevelResult, Settings, measure_level
+from edgeserve.errors import ConfigError
+
+__all__ = ["BenchReport", "Level", "LevelResult", "bench", "render_table", "write_plot"]
+
+
+def bench(
+    target: str,
+    concurrency: Sequence[int] = (),
+    request_rate: Sequence[float] = (),
+    *,
+    window_s: float = 2.0,
+    max_windows: int = 10,
+    protocol: str = "binary",
+    inputs: str | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    batch_size: int = 1,
+    model: str | None = None,
+    seed: int = 0,
+    ready_timeout_s: float = 120.0,
+) -> BenchReport:
+    """Measure `target` at each concurrency, then each request rate (concurrency 1 if neither).
+
+    `inputs`: None = the function's samples/ when it has some, else random tensors; "random";
+    or a folder of samples. `shapes` resolve dynamic dims (batch dim excluded).
+    """
+    if protocol not in ("binary", "json"):
+        raise ConfigError(f"--protocol {protocol!r}: expected binary or json")
+    if window_s <= 0 or max_windows < 3 or batch_size < 1:
+        raise ConfigError("bench: expected window_s > 0, max_windows >= 3 and batch_size >= 1")
+    levels = [Level("concurrency", c) for c in concurrency]
+    levels += [Level("request_rate", r) for r in request_rate]
+    if any(level.value <= 0 for level in levels):
+        raise ConfigError(f"bench: concurrency and request rate must be positive, got {levels}")
+    plan = _Plan(protocol, inputs, dict(shapes or {}), batch_size, model)
+    settings = Settings(window_s, max_windows, seed)
+    return asyncio.run(
+        _bench(target, levels or [Level("concurrency", 1)], plan, settings, ready_timeout_s)
+    )
+
+
+class _Plan:
+    """What to send: resolved against the served model once it is up."""
+
+    def __init__(
+        self,
+        protocol: str,
+        inputs: str | None,
+        shapes: dict[str, tuple[int, ...]],
+        batch_size: int,
+        model: str | None,
+    ) -> None:
+        self.binary = protocol == "binary"
+        self.inputs = inputs
+        self.shapes = shapes
+        self.batch_size = batch_size
+        self.model = model
+
+    def samples_dir(self, endpoint: Endpoint) -> Path | None:
+        if self.inputs not in (None, "random"):
+            return Path(str(self.inputs))
+        samples = endpoint.root / "samples" if endpoint.root else None
+        if self.inputs is None and samples and samples.is_dir() and any(samples.iterdir()):
+            return samples
+        return None
+
+    def bodies(self, model: ModelInputs, endpoint: Endpoint) -> tuple[str, list[Body]]:
+        samples = self.samples_dir(endpoint)
+        if samples is not None:
+            return str(samples), read_samples(samples, model, self.binary)
+        tensors = synthesize(model, self.shapes, self.batch_size)
+        datatypes = {name: datatype for name, datatype, _ in model.inputs}
+        items = self.batch_size if model.batched else 1
+        return "random", [encode_infer(model.name, tensors, datatypes, self.binary, items)]
+
+
+async def _bench(
+    target: str, levels: list[Level], plan: _Plan, settings: Settings, ready_timeout_s: float
+) -> BenchReport:
+    with serving(target, ready_timeout_s) as endpoint:
+        control = Control(endpoint)
+        try:
+            name = await control.model_name(plan.model)
+            model = ModelInputs.from_server(await control.metadata(name), await control.config(name))
+            source, bodies = plan.bodies(model, endpoint)
+            host = f"{endpoint.host}:{endpoint.port}"
+            requests = [
+                Request(encode_request(host, b.path, b.headers, b.body), b.items) for b in bodies
+            ]
+            load = Target(endpoint.host, endpoint.port, requests)
+            results = [
+                await measure_level(load, control, name, level, settings) for level in levels
+            ]
+        finally:
+            await control.close()
+    protocol = "binary" if plan.binary else "json"
+    return BenchReport(target, endpoint.url, name, protocol, source, settings.window_s, tuple(results))

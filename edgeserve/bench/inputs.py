@@ -1,0 +1,193 @@
+"""What a bench sends: the function's samples, or tensors synthesized from the model's metadata.
+
+Bodies are built once, before the load starts. v2 requests go out in Triton's binary tensor
+extension by default (JSON header, `Inference-Header-Content-Length`, raw tensor bytes), the
+way perf_analyzer and tritonclient send them; `protocol="json"` sends JSON tensors instead.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from edgeserve.datatypes import DATATYPES
+from edgeserve.errors import ConfigError
+from edgeserve.types import TensorDict
+
+DEFAULT_DYNAMIC_DIM = 16
+"""A dynamic (-1) non-batch dim without a --shape override becomes this."""
+RANDOM_INT_HIGH = 16
+"""Random integers lie in [0, 16): small enough to index an embedding or a class table."""
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
+
+
+@dataclass(frozen=True)
+class Body:
+    """One request before the HTTP framing: path, headers, body bytes and batch rows."""
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    items: int
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """The inputs of a served model, from `GET /v2/models/{m}` and its config."""
+
+    name: str
+    inputs: tuple[tuple[str, str, tuple[int, ...]], ...]  # (name, datatype, shape)
+    batched: bool
+
+    @classmethod
+    def from_server(cls, metadata: Mapping[str, Any], config: Mapping[str, Any]) -> ModelInputs:
+        specs = tuple(
+            (spec["name"], spec["datatype"], tuple(int(d) for d in spec["shape"]))
+            for spec in metadata["inputs"]
+        )
+        batched = int(config.get("max_batch_size", 0)) > 0
+        return cls(metadata["name"], specs, batched)
+
+
+def parse_shapes(values: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """`--shape x:1,16` (perf_analyzer's form, batch dim excluded) -> {"x": (1, 16)}."""
+    shapes = {}
+    for value in values:
+        name, _, dims = value.partition(":")
+        parts = dims.split(",")
+        if not name or not all(part.isdigit() and int(part) > 0 for part in parts):
+            raise ConfigError(f"--shape {value!r}: expected NAME:D1,D2,... with positive dims")
+        shapes[name] = tuple(int(part) for part in parts)
+    return shapes
+
+
+def synthesize(
+    model: ModelInputs, shapes: Mapping[str, tuple[int, ...]], batch_size: int, seed: int = 0
+) -> TensorDict:
+    """Random tensors of each input's datatype and shape (dynamic dims resolved)."""
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, datatype, shape in model.inputs:
+        dims = shape[1:] if model.batched else shape
+        if name in shapes:
+            if len(shapes[name]) != len(dims):
+                raise ConfigError(
+                    f"--shape {name}: expected {len(dims)} dims (batch dim excluded) "
+                    f"to match {list(shape)}, got {list(shapes[name])}"
+                )
+            dims = shapes[name]
+        dims = tuple(DEFAULT_DYNAMIC_DIM if d < 0 else d for d in dims)
+        full = (batch_size, *dims) if model.batched else dims
+        tensors[name] = _random(rng, datatype, full)
+    return tensors
+
+
+def _random(rng: np.random.Generator, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
+    if datatype == "BYTES":
+        return np.array(
+            [bytes(rng.integers(97, 123, 8, dtype=np.uint8)) for _ in range(int(np.prod(shape)))],
+            dtype=np.object_,
+        ).reshape(shape)
+    if datatype == "BF16":
+        return (rng.random(shape, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    dtype = DATATYPES[datatype].numpy
+    if dtype.kind == "f":
+        return rng.random(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    return rng.integers(0, RANDOM_INT_HIGH, shape).astype(dtype)
+
+
+def encode_infer(
+    model: str, tensors: TensorDict, datatypes: Mapping[str, str], binary: bool, items: int
+) -> Body:
+    """A v2 infer request for these tensors, binary (Triton's extension) or JSON."""
+    path = f"/v2/models/{model}/infer"
+    if not binary:
+        inputs = [_json_tensor(name, datatypes[name], array) for name, array in tensors.items()]
+        body = orjson.dumps({"inputs": inputs})
+        return Body(path, {"Content-Type": "application/json"}, body, items)
+    raws = [_tensor_bytes(array, datatypes[name]) for name, array in tensors.items()]
+    header = orjson.dumps(
+        {
+            "inputs": [
+                _header_tensor(name, datatypes[name], array, len(raw))
+                for (name, array), raw in zip(tensors.items(), raws, strict=True)
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    )
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    return Body(path, headers, header + b"".join(raws), items)
+
+
+def _header_tensor(name: str, datatype: str, array: np.ndarray, size: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "datatype": datatype,
+        "shape": list(array.shape),
+        "parameters": {"binary_data_size": size},
+    }
+
+
+def _json_tensor(name: str, datatype: str, array: np.ndarray) -> dict[str, Any]:
+    if datatype == "BF16":
+        raise ConfigError(f"input {name}: BF16 travels only in binary; drop --protocol json")
+    flat = array.ravel().tolist()
+    if datatype == "BYTES":
+        flat = [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]
+    return {"name": name, "datatype": datatype, "shape": list(array.shape), "data": flat}
+
+
+def _tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
+    """Raw little-endian tensor bytes; BYTES elements each framed by a 4-byte length."""
+    if datatype == "BYTES":
+        elements = [x if isinstance(x, bytes) else str(x).encode() for x in array.ravel()]
+        return b"".join(struct.pack("<I", len(e)) + e for e in elements)
+    dtype = DATATYPES[datatype].numpy.newbyteorder("<")
+    return np.ascontiguousarray(array, dtype=dtype).tobytes()
+
+
+def read_samples(samples: Path, model: ModelInputs, binary: bool) -> list[Body]:
+    """samples/*.json (v2 infer requests, or /invoke payloads) and images (/invoke bodies)."""
+    bodies = []
+    for path in sorted(samples.iterdir()):
+        suffix = path.suffix.lower()
+        if suffix in IMAGE_TYPES:
+            bodies.append(Body("/invoke", {"Content-Type": IMAGE_TYPES[suffix]}, path.read_bytes(), 1))
+        elif suffix == ".json":
+            bodies.append(_json_sample(path, model, binary))
+    if not bodies:
+        raise ConfigError(f"{samples}: no *.json or image samples; Hint: leave out --inputs")
+    return bodies
+
+
+def _json_sample(path: Path, model: ModelInputs, binary: bool) -> Body:
+    try:
+        payload = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    if not (isinstance(payload, dict) and isinstance(payload.get("inputs"), list)):
+        headers = {"Content-Type": "application/json"}
+        return Body("/invoke", headers, orjson.dumps(payload), 1)
+    try:
+        tensors = {t["name"]: _sample_tensor(t) for t in payload["inputs"]}
+        datatypes = {t["name"]: t["datatype"] for t in payload["inputs"]}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: a v2 input needs name, datatype, shape, data ({exc})") from None
+    rows = next(iter(tensors.values())).shape[0] if model.batched and tensors else 1
+    return encode_infer(model.name, tensors, datatypes, binary, rows)
+
+
+def _sample_tensor(tensor: Mapping[str, Any]) -> np.ndarray:
+    datatype, shape = tensor["datatype"], tuple(tensor["shape"])
+    if datatype == "BYTES":
+        data = [x.encode() if isinstance(x, str) else bytes(x) for x in np.ravel(tensor["data"])]
+        return np.array(data, dtype=np.object_).reshape(shape)
+    return np.asarray(tensor["data"], dtype=DATATYPES[datatype].numpy).reshape(shape)

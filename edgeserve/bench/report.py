@@ -1,0 +1,163 @@
+"""A bench's results, and their three forms: a rich table, JSON, and a throughput/p99 plot."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from edgeserve.bench.measure import LATE_WARN_FRACTION, PERCENTILES, SERVER_PHASES, ServerSummary
+from edgeserve.bench.sweep import LevelResult
+from edgeserve.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """Everything one `bench` run measured, level by level."""
+
+    target: str
+    url: str
+    model: str
+    protocol: str
+    inputs: str
+    window_s: float
+    results: tuple[LevelResult, ...]
+
+    @property
+    def warnings(self) -> list[str]:
+        """perf_analyzer's two warnings: an unstable level, and a client that fell behind."""
+        notes = []
+        for result in self.results:
+            label = result.level.label
+            if not result.stable:
+                notes.append(f"{label}: unstable after {result.windows} windows (figures of the last 3)")
+            if result.client.late_fraction > LATE_WARN_FRACTION:
+                notes.append(
+                    f"{label}: {result.client.late_fraction:.1%} of sends were late (send lag p99 "
+                    f"{_ms(result.client.send_lag_p99)} ms): the client could not keep up"
+                )
+            if result.client.errors:
+                notes.append(f"{label}: {result.client.errors} requests failed")
+        return notes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "url": self.url,
+            "model": self.model,
+            "protocol": self.protocol,
+            "inputs": self.inputs,
+            "window_s": self.window_s,
+            "levels": [_level_json(result) for result in self.results],
+            "warnings": self.warnings,
+        }
+
+
+def _ms(seconds: float) -> float | None:
+    return None if math.isnan(seconds) else round(seconds * 1e3, 3)
+
+
+def _level_json(result: LevelResult) -> dict[str, Any]:
+    client, server = result.client, result.server
+    latency = {f"p{p}": _ms(client.latency_percentiles[p]) for p in PERCENTILES}
+    return {
+        "mode": result.level.mode,
+        "value": result.level.value,
+        "stable": result.stable,
+        "windows": result.windows,
+        "requests": client.requests,
+        "errors": client.errors,
+        "items": client.items,
+        "duration_s": round(client.duration_s, 3),
+        "throughput_rps": round(client.throughput, 2),
+        "items_per_s": round(client.items_per_s, 2),
+        "latency_ms": {"avg": _ms(client.latency_mean), "std": _ms(client.latency_std), **latency},
+        "late_fraction": round(client.late_fraction, 4),
+        "send_lag_p99_ms": _ms(client.send_lag_p99),
+        "server": None if server is None else _server_json(server),
+    }
+
+
+def _server_json(server: ServerSummary) -> dict[str, Any]:
+    return {
+        "requests": server.requests,
+        "inferences": server.inferences,
+        "executions": server.executions,
+        "mean_batch": None if math.isnan(server.mean_batch) else round(server.mean_batch, 2),
+        "ms": {phase: _ms(server.phases[phase]) for phase in SERVER_PHASES},
+    }
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def render_table(report: BenchReport) -> Table:
+    """One row per level: throughput, client latency percentiles, the server's split (ms)."""
+    table = Table(
+        title=f"edgeserve bench {report.model} ({report.protocol}, latencies in ms)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 0, 0, 1),  # one space between columns: twelve fit in 80 characters
+    )
+    for name in ("level", "ok", "req/s", "item/s", "p50", "p90", "p95", "p99"):
+        table.add_column(name, justify="left" if name == "level" else "right")
+    for name in ("queue", "infer", "batch", "err"):
+        table.add_column(name, justify="right")
+    for result in report.results:
+        table.add_row(*_row(result))
+    return table
+
+
+def _row(result: LevelResult) -> list[str]:
+    client, server = result.client, result.server
+    phases = server.phases if server else {}
+    return [
+        result.level.label,
+        "yes" if result.stable else "[yellow]no[/]",
+        _cell(client.throughput, 1),
+        _cell(client.items_per_s, 1),
+        *(_cell(client.latency_percentiles[p] * 1e3) for p in PERCENTILES),
+        _cell(phases.get("queue", math.nan) * 1e3),
+        _cell(phases.get("compute_infer", math.nan) * 1e3),
+        _cell(server.mean_batch if server else None, 1),
+        str(client.errors),
+    ]
+
+
+def write_plot(report: BenchReport, path: Path) -> Path:
+    """Throughput (x) against p99 latency (y), one annotated point per level."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError("the bench plot needs matplotlib; Hint: pip install 'edgeserve[bench]'") from None
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(7, 4.5), dpi=120)
+    axes.margins(x=0.15, y=0.2)  # room for the labels of the outermost points
+    for mode, marker in (("concurrency", "o-"), ("request_rate", "s--")):
+        results = [r for r in report.results if r.level.mode == mode]
+        if not results:
+            continue
+        xs = [r.client.throughput for r in results]
+        ys = [r.client.latency_percentiles[99] * 1e3 for r in results]
+        axes.plot(xs, ys, marker, label=mode.replace("_", " "))
+        for result, x, y in zip(results, xs, ys, strict=True):
+            axes.annotate(result.level.label, (x, y), textcoords="offset points", xytext=(5, 5))
+    axes.set_xlabel("throughput (requests/s)")
+    axes.set_ylabel("p99 latency (ms)")
+    axes.set_title(f"edgeserve bench: {report.model} ({report.protocol})")
+    axes.grid(True, alpha=0.3)
+    axes.set_xlim(left=0)
+    axes.set_ylim(bottom=0)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)
+    return path

@@ -1,0 +1,160 @@
+"""The server under test: a URL, or a function served for the bench's duration.
+
+A source dir or a bundle is served as a subprocess (`python -m edgeserve serve PATH --port N`),
+so the bench measures the same code path users run, and the server gets its own process.
+The control plane (readiness, metadata, stats) uses httpx; the load never does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from edgeserve.errors import ConfigError, EdgeserveError
+from edgeserve.manifest import MANIFEST_NAME, load_manifest
+
+READY_POLL_S = 0.1
+STOP_WAIT_S = 15.0
+LOG_TAIL_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the server listens, and the function's source folder when bench served it."""
+
+    host: str
+    port: int
+    root: Path | None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def is_url(target: str) -> bool:
+    return target.startswith(("http://", "https://"))
+
+
+@contextlib.contextmanager
+def serving(target: str, ready_timeout_s: float) -> Iterator[Endpoint]:
+    """The endpoint of `target`; a path is served until the block ends."""
+    if is_url(target):
+        yield _parse_url(target)
+        return
+    root = Path(target)
+    if not root.exists():
+        raise ConfigError(f"bench target {target}: no such file or folder, and not an http:// URL")
+    port = _free_port()
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "edgeserve", "serve", str(root), "--host", "127.0.0.1"]
+            + ["--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            endpoint = Endpoint("127.0.0.1", port, root)
+            _wait_ready(endpoint, process, log, ready_timeout_s)
+            yield endpoint
+        finally:
+            _stop(process)
+
+
+def _parse_url(target: str) -> Endpoint:
+    parts = urlsplit(target)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ConfigError(f"bench target {target}: expected http://HOST:PORT (no TLS in the bench)")
+    return Endpoint(parts.hostname, parts.port or 80, None)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_ready(endpoint: Endpoint, process: subprocess.Popen[bytes], log: Any, limit: float) -> None:
+    """Poll /v2/health/ready until 200, the process exits, or `limit` seconds pass."""
+    deadline = time.monotonic() + limit
+    with httpx.Client(base_url=endpoint.url, timeout=1.0) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise EdgeserveError(f"`edgeserve serve` exited ({process.returncode}):\n{_tail(log)}")
+            with contextlib.suppress(httpx.HTTPError):
+                if client.get("/v2/health/ready").status_code == 200:
+                    return
+            time.sleep(READY_POLL_S)
+    raise EdgeserveError(
+        f"`edgeserve serve` not ready after {limit:.0f} s; Hint: raise --ready-timeout\n{_tail(log)}"
+    )
+
+
+def _tail(log: Any) -> str:
+    log.seek(0)
+    return str(log.read())[-LOG_TAIL_CHARS:]
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the server drains), then kill if it does not exit in time."""
+    process.terminate()
+    try:
+        process.wait(STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+class Control:
+    """The control-plane calls a bench makes: model name, metadata, config, stats."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self._client = httpx.AsyncClient(base_url=endpoint.url, timeout=10.0)
+        self._root = endpoint.root
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def model_name(self, explicit: str | None) -> str:
+        """--model, else the served function's manifest, else the server's repository index."""
+        if explicit:
+            return explicit
+        if self._root is not None and (self._root / MANIFEST_NAME).exists():
+            return load_manifest(self._root).function.name
+        with contextlib.suppress(EdgeserveError, KeyError, IndexError, TypeError):
+            return str((await self._json("POST", "/v2/repository/index"))[0]["name"])
+        raise ConfigError("bench: cannot tell which model to load; Hint: pass --model NAME")
+
+    async def metadata(self, model: str) -> dict[str, Any]:
+        return dict(await self._json("GET", f"/v2/models/{model}"))
+
+    async def config(self, model: str) -> dict[str, Any]:
+        """The model config, or {} where the server has none (batching then unknown: off)."""
+        with contextlib.suppress(EdgeserveError):
+            return dict(await self._json("GET", f"/v2/models/{model}/config"))
+        return {}
+
+    async def stats(self, model: str) -> dict[str, Any] | None:
+        """Triton's statistics for `model`, or None where the server does not serve them."""
+        with contextlib.suppress(EdgeserveError):
+            return dict(await self._json("GET", f"/v2/models/{model}/stats"))
+        return None
+
+    async def _json(self, method: str, path: str) -> Any:
+        try:
+            response = await self._client.request(method, path, json={} if method == "POST" else None)
+        except httpx.HTTPError as exc:
+            raise EdgeserveError(f"bench: {method} {path} failed: {exc!r}") from None
+        if response.status_code != 200:
+            raise EdgeserveError(f"bench: {method} {path}: {response.status_code} {response.text}")
+        return response.json()

@@ -1,0 +1,285 @@
+"""A built function, read back safely: every file and the content hash are checked on open.
+
+Layout of a bundle folder (written by build.py):
+
+    edgeserve.json            resolved manifest, signature, per-target backend plan, file hashes,
+                              edgeserve version, content hash
+    function.toml             the source manifest, as written
+    model/<file>.onnx         the model; model/model.xml + .bin: OpenVINO IR for CPU targets
+    handler/<module>.py       the handler, when [handler] module is set
+    samples/...               the function's samples, when it has some
+    requirements/<target>.txt pinned runtime requirements per target
+
+The content hash is the sha256 of edgeserve.json without its `content_hash` field, written
+canonically; since that JSON lists every other file with its sha256, it covers the whole bundle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgeserve.archive import extract_archive, is_archive
+from edgeserve.errors import BundleError
+from edgeserve.manifest import MANIFEST_NAME, Manifest, parse_manifest
+from edgeserve.types import Signature, TensorSpec
+
+BUNDLE_FILE = "edgeserve.json"
+FORMAT = 1
+IR_PATH = "model/model.xml"
+IR_FILES = (IR_PATH, "model/model.bin")  # OpenVINO writes the weights beside the xml
+_IGNORED_DIRS = frozenset({"__pycache__"})  # Python may write these next to an imported handler
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+
+
+def cache_root() -> Path:
+    """Where built and extracted bundles are kept: $EDGESERVE_CACHE_DIR or ~/.cache/edgeserve."""
+    configured = os.environ.get("EDGESERVE_CACHE_DIR")
+    return Path(configured) if configured else Path.home() / ".cache" / "edgeserve"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        for chunk in iter(lambda: source.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def canonical_json(data: Mapping[str, Any]) -> bytes:
+    """The one way edgeserve writes JSON it hashes: sorted keys, fixed indent, final newline."""
+    return (json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def content_hash(metadata: Mapping[str, Any]) -> str:
+    unsealed = {key: value for key, value in metadata.items() if key != "content_hash"}
+    return hashlib.sha256(canonical_json(unsealed)).hexdigest()
+
+
+def list_files(root: Path) -> list[str]:
+    """Every file under `root` as a sorted POSIX relative path, edgeserve.json excepted."""
+    found = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _IGNORED_DIRS)
+        for name in names:
+            relative = (Path(folder) / name).relative_to(root).as_posix()
+            if relative != BUNDLE_FILE:
+                found.append(relative)
+    return sorted(found)
+
+
+def signature_to_json(signature: Signature) -> dict[str, Any]:
+    def spec(tensor: TensorSpec) -> dict[str, Any]:
+        return {
+            "name": tensor.name,
+            "datatype": tensor.datatype,
+            "dims": list(tensor.dims),
+            "pad_axis": tensor.pad_axis,
+            "pad_value": tensor.pad_value,
+        }
+
+    return {
+        "batched": signature.batched,
+        "inputs": [spec(tensor) for tensor in signature.inputs],
+        "outputs": [spec(tensor) for tensor in signature.outputs],
+    }
+
+
+def signature_from_json(data: Mapping[str, Any]) -> Signature:
+    def spec(tensor: Mapping[str, Any]) -> TensorSpec:
+        return TensorSpec(
+            tensor["name"],
+            tensor["datatype"],
+            tuple(tensor["dims"]),
+            tensor["pad_axis"],
+            tensor["pad_value"],
+        )
+
+    return Signature(
+        inputs=tuple(spec(tensor) for tensor in data["inputs"]),
+        outputs=tuple(spec(tensor) for tensor in data["outputs"]),
+        batched=data["batched"],
+    )
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A verified bundle folder: what the runtime loads and the deploy drivers ship."""
+
+    root: Path
+    manifest: Manifest
+    signature: Signature
+    content_hash: str
+    metadata: Mapping[str, Any]
+
+    @classmethod
+    def open(cls, path: Path) -> Bundle:
+        """Open a bundle folder or a .tar.gz archive of one; raise BundleError unless intact."""
+        if path.is_file() and is_archive(path):
+            return _open_archive(path)
+        if not (path / BUNDLE_FILE).is_file():
+            raise BundleError(_not_a_bundle(path))
+        metadata = _verified_metadata(path)
+        try:
+            signature = signature_from_json(metadata["signature"])
+            manifest = metadata["manifest"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BundleError(
+                f"{path / BUNDLE_FILE}: no valid signature or manifest ({exc!r})"
+            ) from None
+        return cls(
+            root=path,
+            manifest=parse_manifest(manifest, source=str(path / BUNDLE_FILE)),
+            signature=signature,
+            content_hash=metadata["content_hash"],
+            metadata=metadata,
+        )
+
+    @property
+    def name(self) -> str:
+        return self.manifest.function.name
+
+    @property
+    def version(self) -> str:
+        return self.manifest.function.version
+
+    @property
+    def model_path(self) -> Path:
+        return self.root / self.manifest.model.path
+
+    @property
+    def ir_path(self) -> Path | None:
+        return self.root / IR_PATH if IR_PATH in self.metadata["files"] else None
+
+    @property
+    def handler_path(self) -> Path | None:
+        module = self.manifest.handler.module
+        return self.root / "handler" / f"{module}.py" if module else None
+
+    @property
+    def samples_dir(self) -> Path | None:
+        has_samples = any(name.startswith("samples/") for name in self.metadata["files"])
+        return self.root / "samples" if has_samples else None
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(self.metadata["targets"])
+
+    def backends(self, target: str) -> tuple[str, ...]:
+        """The backends planned for `target`, best first."""
+        return tuple(self._target(target)["backends"])
+
+    def requirements(self, target: str) -> list[str]:
+        """The pinned pip requirements of `target` (comments and blank lines left out)."""
+        self._target(target)
+        text = (self.root / "requirements" / f"{target}.txt").read_text(encoding="utf-8")
+        stripped = (line.strip() for line in text.splitlines())
+        return [line for line in stripped if line and not line.startswith("#")]
+
+    def _target(self, target: str) -> Mapping[str, Any]:
+        try:
+            plan: Mapping[str, Any] = self.metadata["targets"][target]
+        except KeyError:
+            raise BundleError(
+                f"bundle at {self.root} was built for targets {list(self.targets)}, "
+                f"not {target!r}; Hint: rebuild with `edgeserve build --target {target}`"
+            ) from None
+        return plan
+
+
+def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
+    """Open a bundle, or first build a function source into the cache (what `serve` does).
+
+    The cache entry is keyed by a hash of the source files and the build plan, so an edited
+    source builds again and an unchanged one opens at once.
+    """
+    if not _is_source(path):
+        return Bundle.open(path)
+    from edgeserve.build import plan_build, write_bundle  # build imports this module
+
+    plan = plan_build(path, targets=targets)
+    cached = cache_root() / "bundles" / f"{plan.manifest.function.name}-{plan.fingerprint()[:16]}"
+    if (cached / BUNDLE_FILE).is_file():
+        try:
+            return Bundle.open(cached)
+        except BundleError:  # a damaged cache entry is built again
+            pass
+    return write_bundle(plan, cached)
+
+
+def _is_source(path: Path) -> bool:
+    return (path / MANIFEST_NAME).is_file() and not (path / BUNDLE_FILE).exists()
+
+
+def _not_a_bundle(path: Path) -> str:
+    if (path / MANIFEST_NAME).is_file():
+        return (
+            f"{path} is a function source (it has {MANIFEST_NAME} but no {BUNDLE_FILE}), "
+            f"not a bundle; Hint: `edgeserve build {path}` makes one "
+            "(`edgeserve serve` builds it for you)"
+        )
+    if not path.exists():
+        return f"no bundle at {path}: no such file or folder"
+    return f"{path} is not a bundle: no {BUNDLE_FILE} (expected a bundle folder or a .tar.gz)"
+
+
+def _verified_metadata(root: Path) -> dict[str, Any]:
+    def altered(what: str) -> BundleError:
+        return BundleError(f"bundle at {root} was altered: {what}; rebuild with `edgeserve build`")
+
+    try:
+        metadata = json.loads((root / BUNDLE_FILE).read_text(encoding="utf-8"))
+        recorded, files = metadata["content_hash"], metadata["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise altered(f"{BUNDLE_FILE} is unreadable ({exc})") from None
+    if metadata.get("format") != FORMAT:
+        raise BundleError(f"bundle at {root}: format {metadata.get('format')!r}, expected {FORMAT}")
+    if content_hash(metadata) != recorded:
+        raise altered(f"{BUNDLE_FILE} content hash mismatch")
+    present = list_files(root)
+    for name in sorted(files):
+        if name not in present:
+            raise altered(f"{name} is missing")
+        if sha256_file(root / name) != files[name]:
+            raise altered(f"{name} hash mismatch")
+    extra = sorted(set(present) - set(files))
+    if extra:
+        raise altered(f"unexpected file {extra[0]}")
+    return dict(metadata)
+
+
+def _open_archive(archive: Path) -> Bundle:
+    """Extract into a scratch folder, verify, then keep it under the cache, keyed by its hash."""
+    bundles = cache_root() / "bundles"
+    bundles.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".extract-", dir=bundles))
+    try:
+        extract_archive(archive, scratch)
+        bundle = Bundle.open(scratch)
+        if not _HASH.match(bundle.content_hash):
+            raise BundleError(f"{archive}: content hash {bundle.content_hash!r} is not a sha256")
+        final = bundles / f"{bundle.name}-{bundle.content_hash}"
+        return _keep(scratch, final)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _keep(scratch: Path, final: Path) -> Bundle:
+    """Move a verified scratch folder to `final`, unless an intact copy is already there."""
+    if final.exists():
+        try:
+            return Bundle.open(final)
+        except BundleError:  # a damaged cache entry: replace it
+            shutil.rmtree(final, ignore_errors=True)
+    with contextlib.suppress(OSError):  # another process kept the same bundle first
+        scratch.rename(final)
+    return Bundle.open(final)

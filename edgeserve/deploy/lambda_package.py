@@ -1,0 +1,147 @@
+"""Packaging for AWS Lambda: a zip with manylinux wheels, or an image build context, plus SAM.
+
+Both layouts are the same task root: `app.py` (handler `app.handler`), the `edgeserve`
+package, the bundle under `bundle/`, and the runtime requirements. The zip is deterministic
+(sorted entries, fixed timestamps and modes): same bundle and wheels, same bytes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import edgeserve
+from edgeserve.deploy.lambda_settings import (
+    UNZIPPED_LIMIT_BYTES,
+    ZIP_LIMIT_BYTES,
+    LambdaSettings,
+)
+from edgeserve.errors import DeployError
+from edgeserve.lambda_app import BUNDLE_DIR
+
+if TYPE_CHECKING:
+    from edgeserve.bundle import Bundle
+
+TARGET = "aws-lambda"
+APP_TEMPLATE = Path(edgeserve.__file__).parent / "templates" / "aws-lambda" / "app.py"
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+_SKIPPED_PARTS = frozenset({"__pycache__"})
+
+
+def package_zip(
+    bundle: Bundle,
+    settings: LambdaSettings,
+    out: Path,
+    *,
+    requirements: Sequence[str] | None = None,
+    find_links: Path | None = None,
+) -> Path:
+    """Write `<out>/<name>-aws-lambda.zip` and check it against Lambda's zip limits.
+
+    `requirements` defaults to the bundle's pinned aws-lambda requirements; `find_links`
+    installs them from a local wheelhouse only (no index), for offline builds.
+    """
+    wanted = list(bundle.requirements(TARGET) if requirements is None else requirements)
+    with tempfile.TemporaryDirectory(prefix="edgeserve-lambda-") as scratch:
+        staging = Path(scratch)
+        _pip_install(wanted, staging, settings, find_links)
+        members = [*_task_root(bundle), *_tree("", staging)]
+        unzipped = sum(path.stat().st_size for _, path in members)
+        out.mkdir(parents=True, exist_ok=True)
+        archive = write_zip(out / f"{bundle.name}-{TARGET}.zip", members)
+    check_size(archive.stat().st_size, unzipped, archive)
+    return archive
+
+
+def package_image(bundle: Bundle, settings: LambdaSettings, out: Path) -> Path:
+    """Write a Docker build context at `<out>/image` on the AWS Lambda Python base image."""
+    context = out / "image"
+    if context.exists():
+        shutil.rmtree(context)
+    for name, source in _task_root(bundle):
+        target = context / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    (context / "requirements.txt").write_text("\n".join(bundle.requirements(TARGET)) + "\n")
+    (context / "Dockerfile").write_text(dockerfile(settings))
+    return context
+
+
+def dockerfile(settings: LambdaSettings) -> str:
+    """A single-arch image: Lambda refuses multi-arch manifest lists."""
+    return (
+        f"# docker build --platform {settings.docker_platform} --provenance=false -t <repo>:<tag> .\n"
+        f"FROM --platform={settings.docker_platform} "
+        f"public.ecr.aws/lambda/python:{settings.python_version}\n"
+        "COPY requirements.txt ${LAMBDA_TASK_ROOT}/\n"
+        'RUN pip install --no-cache-dir -r requirements.txt --target "${LAMBDA_TASK_ROOT}"\n'
+        "COPY edgeserve ${LAMBDA_TASK_ROOT}/edgeserve\n"
+        f"COPY {BUNDLE_DIR} ${{LAMBDA_TASK_ROOT}}/{BUNDLE_DIR}\n"
+        "COPY app.py ${LAMBDA_TASK_ROOT}/\n"
+        'CMD ["app.handler"]\n'
+    )
+
+
+def check_size(zipped: int, unzipped: int, where: Path) -> None:
+    """Refuse a zip over 50 MB zipped or 250 MB unzipped, pointing at the image package type."""
+    mb = 1024 * 1024
+    for size, limit, what in ((zipped, ZIP_LIMIT_BYTES, "zipped"), (unzipped, UNZIPPED_LIMIT_BYTES, "unzipped")):
+        if size > limit:
+            raise DeployError(
+                f"{where}: {size / mb:.1f} MB {what}, over Lambda's {limit // mb} MB limit for zip "
+                f'packages. Hint: set package_type = "image" in the target profile\'s [settings] '
+                "(container images may be up to 10 GB)"
+            )
+
+
+def write_zip(dest: Path, members: Iterable[tuple[str, Path]]) -> Path:
+    """A reproducible zip: sorted names, fixed timestamp, 0644 (0755 if executable) modes."""
+    with zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        for name, path in sorted(members):
+            info = zipfile.ZipInfo(name, date_time=_ZIP_EPOCH)
+            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, path.read_bytes(), compresslevel=9)
+    return dest
+
+
+def _task_root(bundle: Bundle) -> list[tuple[str, Path]]:
+    package = Path(edgeserve.__file__).parent
+    sources = [(name, path) for name, path in _tree("edgeserve/", package) if path.suffix in {".py", ".typed"}]
+    return [("app.py", APP_TEMPLATE), *sources, *_tree(f"{BUNDLE_DIR}/", bundle.root)]
+
+
+def _tree(prefix: str, root: Path) -> list[tuple[str, Path]]:
+    return [
+        (prefix + path.relative_to(root).as_posix(), path)
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and not _SKIPPED_PARTS.intersection(path.relative_to(root).parts)
+    ]
+
+
+def _pip_install(
+    requirements: Sequence[str], staging: Path, settings: LambdaSettings, find_links: Path | None
+) -> None:
+    if not requirements:
+        return
+    source = ["--no-index", "--find-links", str(find_links)] if find_links else []
+    command = [
+        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        "--no-compile", "--target", str(staging), "--platform", settings.pip_platform,
+        "--implementation", "cp", "--python-version", settings.python_version,
+        "--only-binary=:all:", *source, *requirements,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise DeployError(
+            f"pip could not get {list(requirements)} as {settings.pip_platform} wheels for "
+            f"Python {settings.python_version}: {done.stderr.strip()[-800:]}\n"
+            'Hint: a requirement without such a wheel needs package_type = "image"'
+        )

@@ -1,0 +1,65 @@
+"""The `[settings]` of an aws-lambda target profile, and the limits Lambda enforces."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ZIP_LIMIT_BYTES = 50 * 1024 * 1024
+"""Direct-upload zip limit (`ZipFile`), zipped."""
+UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
+"""Zip package limit, unzipped (layers included)."""
+PAYLOAD_LIMIT_BYTES = 6 * 1024 * 1024
+"""Synchronous invocation limit, request and response each (6,291,456 bytes)."""
+
+ENDPOINT_ENV = "EDGESERVE_AWS_ENDPOINT_URL"
+ROLE_ENV = "EDGESERVE_AWS_ROLE_ARN"
+
+
+class LambdaSettings(BaseModel):
+    """One function = one Lambda with its own memory, timeout and concurrency."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    function_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    role_arn: str = ""
+    memory_mb: int = Field(default=2048, ge=128, le=10240)
+    timeout_s: int = Field(default=30, ge=1, le=900)
+    ephemeral_storage_mb: int = Field(default=512, ge=512, le=10240)
+    architecture: Literal["x86_64", "arm64"] = "x86_64"
+    python_version: Literal["3.10", "3.11", "3.12", "3.13"] = "3.12"
+    package_type: Literal["zip", "image"] = "zip"
+    image_repository: str = ""
+    alias: str = Field(default="live", pattern=r"^[A-Za-z_-][A-Za-z0-9_-]{0,127}$")
+    url_auth_type: Literal["NONE", "AWS_IAM", "off"] = "AWS_IAM"
+    reserved_concurrency: int | None = Field(default=None, ge=0)
+    provisioned_concurrency: int = Field(default=0, ge=0)
+    environment: dict[str, str] = {}
+    endpoint_url: str | None = None
+
+    def name_for(self, function: str) -> str:
+        """The Lambda function name: the profile's, else the bundle's function name."""
+        return self.function_name or function
+
+    def resolved_endpoint(self) -> str | None:
+        """`EDGESERVE_AWS_ENDPOINT_URL` wins over the profile (tests point it at moto)."""
+        return os.environ.get(ENDPOINT_ENV) or self.endpoint_url
+
+    def resolved_role(self) -> str:
+        return os.environ.get(ROLE_ENV) or self.role_arn
+
+    @property
+    def runtime(self) -> str:
+        return f"python{self.python_version}"
+
+    @property
+    def pip_platform(self) -> str:
+        machine = "x86_64" if self.architecture == "x86_64" else "aarch64"
+        return f"manylinux2014_{machine}"
+
+    @property
+    def docker_platform(self) -> str:
+        return "linux/amd64" if self.architecture == "x86_64" else "linux/arm64"

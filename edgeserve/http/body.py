@@ -1,0 +1,61 @@
+"""Reading a request body under a size limit, and undoing its Content-Encoding.
+
+The limit holds while reading (a declared Content-Length over it is refused before any byte is
+read, a streamed body as soon as it passes it) and again after decompression, so a small gzip
+bomb cannot grow past it either (Triton caps the decompressed size the same way).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from starlette.requests import Request
+
+from edgeserve.errors import InvalidInput, PayloadTooLarge
+
+# Content-Encoding -> zlib wbits: gzip framing, or a zlib stream (HTTP's "deflate")
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole (decoded) body, or PayloadTooLarge as soon as it exceeds `limit` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit, f"Content-Length is {declared}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit, "the body is longer")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    return decompress(body, encoding, limit)
+
+
+def decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    wbits = _WBITS.get(encoding)
+    if wbits is None:
+        raise InvalidInput(
+            f"Content-Encoding `{encoding}` is not supported; expected gzip, deflate or identity"
+        )
+    decoder = zlib.decompressobj(wbits)
+    try:
+        data = decoder.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidInput(f"request body: not valid {encoding} data: {exc}") from None
+    if len(data) > limit:
+        raise _too_large(limit, f"the body decompresses past it ({encoding})")
+    if not decoder.eof:
+        raise InvalidInput(f"request body: truncated {encoding} data")
+    return data
+
+
+def _too_large(limit: int, why: str) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"request body: over the limit of {limit} bytes ({why}). "
+        "Hint: raise [resources] max_body_mb in function.toml"
+    )

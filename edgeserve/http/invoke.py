@@ -1,0 +1,84 @@
+"""The `/invoke` codec: a request body becomes the handler's payload, its result a response body.
+
+In: JSON (`application/json`, `*+json`), msgpack (`application/msgpack`, `application/x-msgpack`),
+and raw bytes for everything else (images, `application/octet-stream`, unknown types). In msgpack
+a numpy array may travel as plain lists or as ext type `NDARRAY_EXT`: the packed triple
+`[dtype.str, shape, raw bytes]` (see `pack_array`).
+Out: msgpack when `Accept` asks for it, else JSON; numpy arrays and scalars become Python values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import numpy as np
+import orjson
+
+from edgeserve.errors import InvalidInput
+
+NDARRAY_EXT = 1
+MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
+JSON_TYPE = "application/json"
+
+
+def media_type(header: str | None) -> str:
+    """`type/subtype` of a Content-Type header, lower case, without parameters."""
+    return (header or "").split(";", 1)[0].strip().lower()
+
+
+def decode_payload(body: bytes, content_type: str) -> Any:
+    """The handler's payload for a body of this media type."""
+    if content_type == JSON_TYPE or content_type.endswith("+json"):
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput(f"request body: not valid JSON: {exc}") from None
+    if content_type in MSGPACK_TYPES:
+        try:
+            return msgpack.unpackb(body, ext_hook=_unpack_ext, raw=False, strict_map_key=False)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise InvalidInput(f"request body: not valid msgpack: {exc}") from None
+    return body
+
+
+def pack_array(array: np.ndarray) -> msgpack.ExtType:
+    """A numpy array as the msgpack ext `/invoke` reads back (for clients)."""
+    contiguous = np.ascontiguousarray(array)
+    triple = msgpack.packb([contiguous.dtype.str, list(contiguous.shape), contiguous.tobytes()])
+    return msgpack.ExtType(NDARRAY_EXT, triple)
+
+
+def _unpack_ext(code: int, data: bytes) -> Any:
+    if code != NDARRAY_EXT:
+        return msgpack.ExtType(code, data)
+    try:
+        dtype, shape, raw = msgpack.unpackb(data)
+        array = np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(shape)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"ext {NDARRAY_EXT} is not a [dtype, shape, bytes] numpy array: {exc}"
+        ) from None
+    if array.dtype.hasobject:
+        raise ValueError(f"ext {NDARRAY_EXT}: object arrays cannot travel as raw bytes")
+    return array
+
+
+def encode_result(result: Any, accept: str | None) -> tuple[bytes, str]:
+    """The response body and its media type, chosen by the Accept header."""
+    accepted = (accept or "").lower()
+    for msgpack_type in MSGPACK_TYPES:
+        if msgpack_type in accepted:
+            return msgpack.packb(result, default=_builtin), msgpack_type
+    return orjson.dumps(result, default=_builtin, option=orjson.OPT_SERIALIZE_NUMPY), JSON_TYPE
+
+
+def _builtin(value: Any) -> Any:
+    """What orjson and msgpack can't write themselves: numpy values, and bytes in JSON."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    raise TypeError(f"cannot encode a {type(value).__name__} in a response")

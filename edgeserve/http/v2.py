@@ -1,0 +1,368 @@
+"""The KServe v2 inference codec with Triton's binary tensor extension, as pure functions.
+
+A body is binary only when `Inference-Header-Content-Length` says so (tritonclient sends no
+Content-Type): the JSON header comes first, then each binary tensor's bytes in header order.
+Inputs carry `parameters.binary_data_size`; outputs ask for binary with `parameters.binary_data`,
+or all at once with the request's `parameters.binary_data_output`. Numbers are little-endian,
+row-major; a BYTES element is a 4-byte little-endian length and its bytes; BF16 (raw bits in
+uint16, see datatypes.py) travels only in binary. BYTES elements decode to `bytes` objects.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from edgeserve.datatypes import DATATYPES, Datatype, from_numpy
+from edgeserve.errors import InvalidInput
+from edgeserve.types import Signature, TensorDict
+
+HEADER_LENGTH = "inference-header-content-length"
+_JSON_KINDS = {"b": "b", "i": "iu", "u": "iu"}  # dtype kind -> JSON value kinds it accepts
+_KIND_NAMES = {"b": "booleans", "i": "integers", "u": "integers", "f": "fractions"}
+
+
+@dataclass(frozen=True)
+class RequestedOutput:
+    name: str
+    binary: bool
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """A decoded request; `outputs` is None when the client asked for all of them."""
+
+    id: str | None
+    parameters: Mapping[str, Any]
+    inputs: TensorDict
+    outputs: tuple[RequestedOutput, ...] | None
+    binary_output: bool
+
+
+@dataclass(frozen=True)
+class OutputTensor:
+    name: str
+    data: np.ndarray
+    datatype: str
+    binary: bool
+
+
+def decode_request(body: bytes, header_length: str | None) -> InferRequest:
+    """Parse a v2 request body; `header_length` is the Inference-Header-Content-Length value."""
+    json_end = _json_length(body, header_length)
+    header = _parse_json(body[:json_end])
+    parameters = _mapping(header.get("parameters", {}), "request `parameters`")
+    binary = memoryview(body)[json_end:]
+    inputs: TensorDict = {}
+    offset = 0
+    for entry in _list(header.get("inputs"), "request `inputs`"):
+        name, array, offset = _decode_input(_mapping(entry, "an input"), binary, offset)
+        if name in inputs:
+            raise InvalidInput(f"tensor `{name}`: given twice in `inputs`")
+        inputs[name] = array
+    if offset != len(binary):
+        raise InvalidInput(
+            f"binary data: the inputs' binary_data_size add up to {offset} bytes, "
+            f"but {len(binary)} bytes follow the JSON header"
+        )
+    request_id = header.get("id")
+    return InferRequest(
+        id=None if request_id is None else str(request_id),
+        parameters=parameters,
+        inputs=inputs,
+        outputs=_requested_outputs(header, parameters),
+        binary_output=bool(parameters.get("binary_data_output", False)),
+    )
+
+
+def _json_length(body: bytes, header_length: str | None) -> int:
+    if header_length is None:
+        return len(body)
+    try:
+        length = int(header_length)
+    except ValueError:
+        length = -1
+    if length == 0:
+        raise InvalidInput(
+            "Inference-Header-Content-Length: 0 (a raw binary request) is not supported; "
+            "send a JSON header naming the input"
+        )
+    if not 0 < length <= len(body):
+        raise InvalidInput(
+            f"Inference-Header-Content-Length: expected a byte count in 1..{len(body)} "
+            f"(the body's length), got {header_length!r}"
+        )
+    return length
+
+
+def _parse_json(data: bytes | memoryview) -> dict[str, Any]:
+    try:
+        header = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"request body: not valid JSON: {exc}") from None
+    return _mapping(header, "request body")
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{what}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise InvalidInput(f"{what}: expected a JSON list, got {type(value).__name__}")
+    return value
+
+
+def _decode_input(
+    entry: dict[str, Any], binary: memoryview, offset: int
+) -> tuple[str, np.ndarray, int]:
+    name = entry.get("name")
+    if not isinstance(name, str):
+        raise InvalidInput(f"an input: expected a string `name`, got {name!r}")
+    datatype = _datatype(name, entry.get("datatype"))
+    shape = _shape(name, entry.get("shape"))
+    parameters = _mapping(entry.get("parameters", {}), f"tensor `{name}`: `parameters`")
+    size = parameters.get("binary_data_size")
+    if size is None:
+        if "data" not in entry:
+            raise InvalidInput(
+                f"tensor `{name}`: has neither `data` nor parameters.binary_data_size"
+            )
+        return name, _from_json(name, datatype, shape, entry["data"]), offset
+    if "data" in entry:
+        raise InvalidInput(f"tensor `{name}`: has both `data` and parameters.binary_data_size")
+    if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+        raise InvalidInput(
+            f"tensor `{name}`: binary_data_size {size!r} runs past the body "
+            f"({len(binary) - offset} binary bytes left)"
+        )
+    chunk = binary[offset : offset + size]
+    return name, _from_binary(name, datatype, shape, chunk), offset + size
+
+
+def _datatype(name: str, value: Any) -> Datatype:
+    datatype = DATATYPES.get(value) if isinstance(value, str) else None
+    if datatype is None:
+        raise InvalidInput(
+            f"tensor `{name}`: unknown datatype {value!r}; expected one of {sorted(DATATYPES)}"
+        )
+    return datatype
+
+
+def _shape(name: str, value: Any) -> tuple[int, ...]:
+    valid = isinstance(value, list) and all(
+        isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in value
+    )
+    if not valid:
+        raise InvalidInput(
+            f"tensor `{name}`: `shape` must be a list of non-negative ints, got {value!r}"
+        )
+    return tuple(value)
+
+
+def _from_json(name: str, datatype: Datatype, shape: tuple[int, ...], data: Any) -> np.ndarray:
+    """Flat or nested row-major JSON data, checked against the shape's element count."""
+    where = f"tensor `{name}`: {datatype.name} {list(shape)}"
+    if datatype.name == "BF16":
+        raise InvalidInput(f"{where}: BF16 travels only as binary data (binary_data_size)")
+    if not isinstance(data, list):
+        data = [data]
+    try:
+        if datatype.name == "BYTES":
+            array = np.array([_utf8(item) for item in _flatten(data)], dtype=object)
+        else:
+            array = _json_numbers(data, datatype)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidInput(f"{where}: `data` does not fit: {exc}") from None
+    if array.size != math.prod(shape):
+        raise InvalidInput(f"{where}: expected {math.prod(shape)} elements, got {array.size}")
+    return array.reshape(shape)
+
+
+def _json_numbers(data: list[Any], datatype: Datatype) -> np.ndarray:
+    accepted = _JSON_KINDS.get(datatype.numpy.kind)
+    if accepted is not None:  # ints and bools must not silently truncate floats
+        found = np.asarray(data).dtype.kind
+        # numpy reads ints past int64 as floats: only real JSON floats are wrong there
+        if found == "f" and "i" in accepted and not _has_float(data):
+            found = "u"
+        if len(data) and found not in accepted + "O":
+            raise ValueError(
+                f"expected {datatype.name} values, found {_KIND_NAMES.get(found, found)}"
+            )
+    return np.array(data, dtype=datatype.numpy)
+
+
+def _has_float(data: list[Any]) -> bool:
+    return any(isinstance(value, float) for value in _flatten(data))
+
+
+def _flatten(data: list[Any]) -> list[Any]:
+    flat: list[Any] = []
+    for item in data:
+        if isinstance(item, list):
+            flat.extend(_flatten(item))
+        else:
+            flat.append(item)
+    return flat
+
+
+def _utf8(item: Any) -> bytes:
+    if not isinstance(item, str):
+        raise ValueError(f"BYTES elements in JSON must be strings, found {item!r}")
+    return item.encode("utf-8")
+
+
+def _from_binary(
+    name: str, datatype: Datatype, shape: tuple[int, ...], chunk: memoryview
+) -> np.ndarray:
+    """Zero-copy for numbers (read-only arrays over the body); BYTES elements are unframed."""
+    count = math.prod(shape)
+    if datatype.name == "BYTES":
+        return _unframe_bytes(name, chunk, count).reshape(shape)
+    if len(chunk) != count * datatype.size:
+        raise InvalidInput(
+            f"tensor `{name}`: {datatype.name} {list(shape)} needs {count * datatype.size} bytes, "
+            f"binary_data_size is {len(chunk)}"
+        )
+    return np.frombuffer(chunk, dtype=datatype.numpy.newbyteorder("<")).reshape(shape)
+
+
+def _unframe_bytes(name: str, chunk: memoryview, count: int) -> np.ndarray:
+    items: list[bytes] = []
+    offset = 0
+    while offset + 4 <= len(chunk) and len(items) < count:
+        (length,) = struct.unpack_from("<I", chunk, offset)
+        items.append(bytes(chunk[offset + 4 : offset + 4 + length]))
+        offset += 4 + length
+    if len(items) != count or offset != len(chunk):
+        raise InvalidInput(
+            f"tensor `{name}`: BYTES binary data: expected {count} length-prefixed elements "
+            f"filling {len(chunk)} bytes exactly"
+        )
+    array = np.empty(count, dtype=object)
+    array[:] = items
+    return array
+
+
+def _requested_outputs(
+    header: dict[str, Any], parameters: Mapping[str, Any]
+) -> tuple[RequestedOutput, ...] | None:
+    entries = header.get("outputs")
+    if entries is None or entries == []:
+        return None
+    default = bool(parameters.get("binary_data_output", False))
+    outputs = []
+    for entry in _list(entries, "request `outputs`"):
+        entry = _mapping(entry, "a requested output")
+        name = entry.get("name")
+        if not isinstance(name, str):
+            raise InvalidInput(f"a requested output: expected a string `name`, got {name!r}")
+        params = _mapping(entry.get("parameters", {}), f"output `{name}`: `parameters`")
+        if "classification" in params:
+            raise InvalidInput(f"output `{name}`: the classification extension is not supported")
+        outputs.append(RequestedOutput(name, bool(params.get("binary_data", default))))
+    return tuple(outputs)
+
+
+def check_outputs(request: InferRequest, signature: Signature) -> None:
+    """Refuse, before running the model, outputs it lacks and BF16 outputs asked for as JSON."""
+    specs = {spec.name: spec for spec in signature.outputs}
+    wanted = request.outputs or tuple(RequestedOutput(n, request.binary_output) for n in specs)
+    for output in wanted:
+        spec = specs.get(output.name)
+        if spec is None:
+            raise InvalidInput(
+                f"output `{output.name}`: the model has no such output; "
+                f"its outputs are {sorted(specs)}"
+            )
+        if spec.datatype == "BF16" and not output.binary:
+            raise InvalidInput(
+                f"output `{output.name}`: BF16 travels only as binary data; "
+                "ask for it with parameters.binary_data = true"
+            )
+
+
+def response_outputs(
+    request: InferRequest, results: TensorDict, signature: Signature
+) -> list[OutputTensor]:
+    """The tensors to send, in the order asked (all outputs in model order when none were named)."""
+    datatypes = {spec.name: spec.datatype for spec in signature.outputs}
+    if request.outputs is None:
+        wanted = [
+            RequestedOutput(name, request.binary_output) for name in datatypes if name in results
+        ]
+    else:
+        wanted = list(request.outputs)
+    return [
+        OutputTensor(
+            o.name,
+            results[o.name],
+            datatypes.get(o.name) or from_numpy(results[o.name].dtype).name,
+            o.binary,
+        )
+        for o in wanted
+    ]
+
+
+def encode_response(
+    model_name: str, model_version: str, request_id: str | None, outputs: Sequence[OutputTensor]
+) -> tuple[bytes, int | None]:
+    """The response body, and the JSON header's length when binary tensors follow it."""
+    header: dict[str, Any] = {"model_name": model_name, "model_version": model_version}
+    if request_id is not None:
+        header["id"] = request_id
+    entries = []
+    chunks: list[bytes] = []
+    for output in outputs:
+        entry: dict[str, Any] = {
+            "name": output.name,
+            "datatype": output.datatype,
+            "shape": list(output.data.shape),
+        }
+        if output.binary:
+            chunk = _to_binary(output)
+            entry["parameters"] = {"binary_data_size": len(chunk)}
+            chunks.append(chunk)
+        else:
+            entry["data"] = _to_json(output)
+        entries.append(entry)
+    header["outputs"] = entries
+    encoded = orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not chunks:
+        return encoded, None
+    return b"".join([encoded, *chunks]), len(encoded)
+
+
+def _to_binary(output: OutputTensor) -> bytes:
+    if output.datatype == "BYTES":
+        parts = []
+        for item in output.data.reshape(-1):
+            raw = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+            parts.append(struct.pack("<I", len(raw)))
+            parts.append(raw)
+        return b"".join(parts)
+    dtype = DATATYPES[output.datatype].numpy.newbyteorder("<")
+    return np.ascontiguousarray(output.data, dtype=dtype).tobytes()
+
+
+def _to_json(output: OutputTensor) -> Any:
+    """A flat list: numbers as a contiguous array orjson writes directly, BYTES as strings."""
+    flat = output.data.reshape(-1)
+    if output.datatype != "BYTES":
+        return np.ascontiguousarray(flat)
+    try:
+        return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in flat]
+    except UnicodeDecodeError:
+        raise InvalidInput(
+            f"output `{output.name}`: holds bytes that are not UTF-8, which JSON cannot carry; "
+            "ask for it with parameters.binary_data = true"
+        ) from None

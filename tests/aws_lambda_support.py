@@ -1,0 +1,129 @@
+"""Shared by the tests/test_aws_lambda_*.py files: a real small bundle, a local wheelhouse, moto."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from edgeserve.build import build
+from edgeserve.bundle import Bundle
+from tests.models import mlp_model
+
+FUNCTION_TOML = """\
+[function]
+name = "{name}"
+version = "1"
+
+[batching]
+max_batch_size = 8
+max_queue_delay_ms = 5
+"""
+
+
+def small_bundle(tmp: Path, name: str = "tiny", handler: str | None = None) -> Bundle:
+    """A real bundle for target aws-lambda: an MLP x[N,16] -> y[N,4], optional handler.py."""
+    source = tmp / "src" / name
+    source.mkdir(parents=True)
+    mlp_model(source / "model.onnx")
+    toml = FUNCTION_TOML.format(name=name)
+    if handler is not None:
+        (source / "handler.py").write_text(handler)
+        toml += '\n[handler]\nmodule = "handler"\n'
+    (source / "function.toml").write_text(toml)
+    return build(source, tmp / "build" / name, targets=("aws-lambda",))
+
+
+def wheelhouse(tmp: Path, name: str = "tinydep", version: str = "1.0") -> Path:
+    """A folder holding one pure-Python wheel, so packaging runs offline and fast."""
+    folder = tmp / "wheelhouse"
+    folder.mkdir(exist_ok=True)
+    dist_info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": b"VALUE = 42\n",
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
+        for path, data in files.items()
+    )
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as wheel:
+        for path, data in files.items():
+            wheel.writestr(path, data)
+        wheel.writestr(f"{dist_info}/RECORD", record + f"{dist_info}/RECORD,,\n")
+    return folder
+
+
+@contextmanager
+def moto_endpoint() -> Iterator[str]:
+    """A real AWS API endpoint (moto, server mode) on 127.0.0.1; yields its URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    httpx.post(
+        f"{url}/moto-api/reset", timeout=10
+    ).raise_for_status()  # moto's state is per process
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+FAKE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def write_profile(path: Path, settings: str) -> Path:
+    path.write_text(f'driver = "aws-lambda"\n\n[settings]\n{settings}')
+    return path
+
+
+def environ_without_aws() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
+
+
+HANDLER = '''\
+"""Test handler: PNG (4x4 gray) -> one row; msgpack/JSON {"rows": [...]} -> one row each.
+
+`sleep_s` stalls (timeout tests), `allocate_mb` grows the process (memory tests) and
+`pad_bytes` pads the response (response-size tests)."""
+import io
+import os
+import time
+
+import numpy as np
+
+
+def preprocess(payload, ctx):
+    if isinstance(payload, bytes):
+        from PIL import Image
+
+        pixels = np.asarray(Image.open(io.BytesIO(payload)).convert("L"), dtype=np.float32)
+        return [{"x": pixels.reshape(16) / 255.0}]
+    time.sleep(payload.get("sleep_s", 0))
+    ctx.state["ballast"] = b"\\x01" * (payload.get("allocate_mb", 0) << 20)
+    ctx.state["pad"] = payload.get("pad_bytes", 0)
+    return [{"x": np.asarray(row, np.float32)} for row in payload["rows"]]
+
+
+def postprocess(items, ctx):
+    return {
+        "y": [item["y"].tolist() for item in items],
+        "pid": os.getpid(),
+        "pad": "x" * ctx.state.get("pad", 0),
+    }
+'''

@@ -1,0 +1,363 @@
+"""build(): plan then write, the bundle layout, edgeserve.json, determinism, and build errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgeserve.build import build, plan_build
+from edgeserve.bundle import Bundle, content_hash, open_or_build
+from edgeserve.errors import BackendError, ConfigError
+from edgeserve.scaffold import init_function
+from tests.models import conv_model, mlp_model, varlen_model, write_function
+
+TARGETS = ("local", "aws-lambda", "jetson")
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EDGESERVE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    return init_function(tmp_path / "hello")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_building_twice_gives_the_same_hash_bytes_and_archives(
+    source: Path, tmp_path: Path
+) -> None:
+    first = build(source, tmp_path / "a" / "hello", targets=TARGETS, archive=True)
+    second = build(source, tmp_path / "b" / "hello", targets=TARGETS, archive=True)
+
+    assert first.content_hash == second.content_hash
+    assert tree(first.root) == tree(second.root)  # the OpenVINO IR included
+    archives = sorted(p.name for p in (tmp_path / "a" / "dist").iterdir())
+    assert archives == [
+        "hello-1-aws-lambda.tar.gz",
+        "hello-1-jetson.tar.gz",
+        "hello-1-local.tar.gz",
+    ]
+    for name in archives:
+        assert (tmp_path / "a" / "dist" / name).read_bytes() == (
+            tmp_path / "b" / "dist" / name
+        ).read_bytes()
+
+
+def test_ir_export_of_a_conv_model_is_deterministic(tmp_path: Path) -> None:
+    folder = write_function(tmp_path / "conv", conv_model, '[function]\nname = "conv"\n')
+    first = build(folder, tmp_path / "a" / "conv")
+    second = build(folder, tmp_path / "b" / "conv")
+
+    assert first.ir_path is not None
+    assert first.ir_path.read_bytes() == second.ir_path.read_bytes()
+    assert first.content_hash == second.content_hash
+
+
+def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
+    source: Path, tmp_path: Path
+) -> None:
+    (source / "samples" / ".DS_Store").write_bytes(b"litter")
+    bundle = build(source, tmp_path / "out" / "hello", targets=TARGETS)
+    meta = json.loads((bundle.root / "edgeserve.json").read_text())
+
+    expected_files = [
+        "function.toml",
+        "handler/handler.py",
+        "model/model.bin",
+        "model/model.onnx",
+        "model/model.xml",
+        "requirements/aws-lambda.txt",
+        "requirements/jetson.txt",
+        "requirements/local.txt",
+        "samples/request.json",
+    ]
+    assert sorted(meta["files"]) == expected_files
+    assert {name: sha256(bundle.root / name) for name in expected_files} == meta["files"]
+    assert meta["content_hash"] == content_hash(meta) == bundle.content_hash
+    assert meta["format"] == 1
+    assert meta["edgeserve_version"] == metadata.version("edgeserve")
+    assert meta["manifest"]["function"]["name"] == "hello"
+    assert meta["manifest"]["model"]["path"] == "model/model.onnx"
+    assert meta["signature"] == {
+        "batched": True,
+        "inputs": [
+            {"name": "x", "datatype": "FP32", "dims": [-1, 16], "pad_axis": None, "pad_value": 0.0}
+        ],
+        "outputs": [
+            {"name": "y", "datatype": "FP32", "dims": [-1, 4], "pad_axis": None, "pad_value": 0.0}
+        ],
+    }
+    assert meta["targets"] == {
+        "local": {"platform": "cpu", "backends": ["openvino", "onnxruntime"]},
+        "aws-lambda": {"platform": "cpu", "backends": ["openvino", "onnxruntime"]},
+        "jetson": {"platform": "jetson", "backends": ["tensorrt", "onnxruntime"]},
+    }
+    assert (bundle.root / "function.toml").read_bytes() == (source / "function.toml").read_bytes()
+    assert (bundle.root / "model" / "model.onnx").read_bytes() == (
+        source / "model.onnx"
+    ).read_bytes()
+
+
+def test_requirements_are_pinned_per_target_with_the_handler_ones_last(tmp_path: Path) -> None:
+    manifest = """
+[function]
+name = "m"
+[handler]
+module = "handler"
+requirements = ["pillow>=10", "regex"]
+"""
+    folder = write_function(tmp_path / "m", mlp_model, manifest, handler="")
+    bundle = build(folder, tmp_path / "out" / "m", targets=TARGETS)
+
+    def pinned(package: str) -> str:
+        return f"{package}=={metadata.version(package)}"
+
+    common = [
+        "msgpack",
+        "numpy",
+        "onnx",
+        "onnxruntime",
+        "orjson",
+        "prometheus-client",
+        "pydantic",
+        "starlette",
+    ]
+    local = sorted(map(pinned, [*common, "openvino", "uvicorn"]))
+    assert bundle.requirements("local") == [*local, "pillow>=10", "regex"]
+    assert bundle.requirements("aws-lambda")[:-2] == sorted(
+        map(pinned, [*common, "openvino", "mangum"])
+    )
+    assert bundle.requirements("jetson")[:-2] == sorted(map(pinned, [*common, "uvicorn"]))
+
+
+def test_a_backend_override_plans_only_that_backend_and_skips_the_ir(
+    source: Path, tmp_path: Path
+) -> None:
+    bundle = build(source, tmp_path / "out" / "hello", targets=TARGETS, backend="onnxruntime")
+
+    assert {target: bundle.backends(target) for target in TARGETS} == dict.fromkeys(
+        TARGETS, ("onnxruntime",)
+    )
+    assert bundle.ir_path is None
+    assert not (bundle.root / "model" / "model.xml").exists()
+    assert "openvino" not in " ".join(bundle.requirements("local"))
+
+
+@pytest.mark.parametrize(
+    ("targets", "backend", "message"),
+    [
+        (
+            ("jetson",),
+            "openvino",
+            "the backend override: ['openvino'] has no backend that runs on target 'jetson'",
+        ),
+        (("local",), "tensorflow", "backend 'tensorflow': unknown"),
+        (("mars",), None, "target 'mars': no mars.toml"),
+    ],
+)
+def test_targets_and_backends_that_do_not_fit_are_refused(
+    source: Path, targets: tuple[str, ...], backend: str | None, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        plan_build(source, targets=targets, backend=backend)
+
+
+def test_a_manifest_preferring_no_backend_of_the_target_names_the_field(tmp_path: Path) -> None:
+    folder = write_function(
+        tmp_path / "g", mlp_model, '[function]\nname = "g"\n[backend]\nprefer = ["tensorrt"]\n'
+    )
+
+    with pytest.raises(ConfigError) as caught:
+        plan_build(folder, targets=("local",))
+    assert f"{folder / 'function.toml'}: field `backend.prefer`" in caught.value.message
+
+
+def test_a_missing_handler_module_names_the_manifest_field(tmp_path: Path) -> None:
+    folder = write_function(
+        tmp_path / "h", mlp_model, '[function]\nname = "h"\n[handler]\nmodule = "pre"\n'
+    )
+
+    with pytest.raises(ConfigError) as caught:
+        build(folder, tmp_path / "out" / "h")
+    assert f"{folder / 'function.toml'}: field `handler.module`" in caught.value.message
+    assert str(folder / "pre.py") in caught.value.message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("manifest", "field", "detail"),
+    [
+        ('[function]\nname = "x"\nnmae = "y"\n', "function.nmae", "unknown key"),
+        (
+            '[function]\nname = "x"\n[batching]\nmax_batch_size = "big"\n',
+            "batching.max_batch_size",
+            "integer",
+        ),
+        (
+            '[function]\nname = "x"\n[batching]\nmax_batch_size = 8\n'
+            "preferred_batch_sizes = [4, 16]\n",
+            "batching",
+            "preferred_batch_sizes [4, 16] must lie in 1..max_batch_size (8)",
+        ),
+    ],
+)
+def test_manifest_errors_name_the_file_and_the_field(
+    tmp_path: Path, manifest: str, field: str, detail: str
+) -> None:
+    folder = write_function(tmp_path / "x", mlp_model, manifest)
+
+    with pytest.raises(ConfigError) as caught:
+        build(folder, tmp_path / "out" / "x")
+    assert f"{folder / 'function.toml'}: field `{field}`" in caught.value.message
+    assert detail in caught.value.message
+
+
+def test_a_model_with_a_fixed_batch_dim_is_recorded_unbatched(tmp_path: Path) -> None:
+    folder = write_function(
+        tmp_path / "fixed", lambda path: mlp_model(path, batch=1), '[function]\nname = "fixed"\n'
+    )
+    bundle = build(folder, tmp_path / "out" / "fixed")
+
+    assert bundle.signature.batched is False
+    assert bundle.signature.inputs[0].dims == (1, 16)
+    assert json.loads((bundle.root / "edgeserve.json").read_text())["signature"]["batched"] is False
+    assert Bundle.open(bundle.root).signature == bundle.signature
+
+
+def test_a_pad_axis_from_the_manifest_is_recorded(tmp_path: Path) -> None:
+    manifest = '[function]\nname = "v"\n[model.inputs.x]\npad_axis = 1\npad_value = -1.0\n'
+    bundle = build(write_function(tmp_path / "v", varlen_model, manifest), tmp_path / "out" / "v")
+
+    spec = bundle.signature.input("x")
+    assert spec is not None
+    assert (spec.pad_axis, spec.pad_value, spec.dims) == (1, -1.0, (-1, -1))
+    assert Bundle.open(bundle.root).signature.input("x") == spec
+
+
+def test_a_failed_build_leaves_the_previous_bundle_and_no_scratch(
+    source: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out" / "hello"
+    before = build(source, out)
+    (source / "model.onnx").write_bytes(b"not onnx")
+
+    with pytest.raises(ConfigError, match="not a readable ONNX model"):
+        build(source, out)
+    assert Bundle.open(out).content_hash == before.content_hash
+    assert sorted(p.name for p in out.parent.iterdir()) == ["hello"]
+
+
+def mixed_types_model(path: Path) -> Path:
+    """Valid protobuf, readable signature, but float32 @ float64: OpenVINO refuses to convert it."""
+    weight = numpy_helper.from_array(np.ones((3, 2)), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "mixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_failed_ir_export_leaves_no_half_bundle(tmp_path: Path) -> None:
+    folder = write_function(tmp_path / "f", mixed_types_model, '[function]\nname = "f"\n')
+
+    with pytest.raises(BackendError, match="cannot convert"):
+        build(folder, tmp_path / "out" / "f")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_rebuilding_replaces_a_bundle_but_never_a_foreign_folder(
+    source: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out" / "hello"
+    build(source, out)
+    (source / "samples" / "second.json").write_text('{"x": []}')
+    assert "samples/second.json" in build(source, out).metadata["files"]
+
+    foreign = tmp_path / "project"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="not a bundle; refusing to replace it"):
+        build(source, foreign)
+    with pytest.raises(ConfigError, match="not a bundle; refusing to replace it"):
+        build(source, foreign / "notes.txt")
+    assert (foreign / "notes.txt").read_text() == "keep me"
+
+
+def test_each_archive_holds_only_what_its_target_needs(source: Path, tmp_path: Path) -> None:
+    build(source, tmp_path / "out" / "hello", targets=TARGETS, archive=True)
+    jetson_only = build(source, tmp_path / "alone" / "hello", targets=("jetson",))
+
+    opened = Bundle.open(tmp_path / "out" / "dist" / "hello-1-jetson.tar.gz")
+    assert opened.targets == ("jetson",)
+    assert opened.ir_path is None
+    assert sorted(opened.metadata["files"]) == sorted(jetson_only.metadata["files"])
+    assert opened.content_hash == jetson_only.content_hash
+
+
+def test_open_or_build_builds_a_source_once_into_the_cache(source: Path, cache_dir: Path) -> None:
+    first = open_or_build(source)
+    again = open_or_build(source)
+    (source / "samples" / "another.json").write_text("{}")
+    edited = open_or_build(source)
+
+    assert first.root.parent == cache_dir / "bundles"
+    assert first.root.name.startswith("hello-")
+    assert again.root == first.root
+    assert edited.root != first.root
+    assert "samples/another.json" in edited.metadata["files"]
+    assert open_or_build(first.root).root == first.root  # a bundle opens as it is
+
+
+def test_a_target_profile_is_planned_by_its_driver(source: Path, tmp_path: Path) -> None:
+    (source / "prod.toml").write_text('driver = "aws-lambda"\n')
+    bundle = build(source, tmp_path / "out" / "hello", targets=("prod",))
+
+    assert bundle.targets == ("prod",)
+    assert bundle.backends("prod") == ("openvino", "onnxruntime")
+    assert any(line.startswith("mangum==") for line in bundle.requirements("prod"))
+    assert not any(line.startswith("uvicorn") for line in bundle.requirements("prod"))
+
+
+def test_external_weights_travel_beside_the_model(tmp_path: Path) -> None:
+    folder = write_function(tmp_path / "ext", mlp_model, '[function]\nname = "ext"\n')
+    model = onnx.load(str(folder / "model.onnx"))
+    onnx.save(
+        model,
+        str(folder / "model.onnx"),
+        save_as_external_data=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
+    bundle = build(folder, tmp_path / "out" / "ext")
+
+    assert "model/weights.bin" in bundle.metadata["files"]
+    x = np.ones((2, 16), np.float32)
+    session = ort.InferenceSession(str(bundle.model_path), providers=["CPUExecutionProvider"])
+    reference = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], reference.run(None, {"x": x})[0])
+    (folder / "weights.bin").unlink()
+    with pytest.raises(ConfigError, match=r"external data file .*weights.bin is missing"):
+        build(folder, tmp_path / "out" / "ext")

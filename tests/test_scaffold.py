@@ -1,0 +1,221 @@
+"""init_function: a new function folder that builds, opens, runs and serves with no edits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from importlib.resources import files
+from pathlib import Path, PurePosixPath
+from types import ModuleType
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import openvino as ov
+import pytest
+from onnx import numpy_helper
+
+from edgeserve.build import build
+from edgeserve.bundle import Bundle, open_or_build
+from edgeserve.errors import ConfigError, InvalidInput
+from edgeserve.runtime import Runtime
+from edgeserve.scaffold import init_function, render_templates, template_root
+from edgeserve.types import Context
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EDGESERVE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def numpy_mlp(model_path: Path, x: np.ndarray) -> np.ndarray:
+    """The scaffolded MLP computed by hand from its own weights."""
+    weights = {
+        w.name: numpy_helper.to_array(w) for w in onnx.load(str(model_path)).graph.initializer
+    }
+    hidden = np.maximum(x @ weights["w1"] + weights["b1"], 0)
+    return hidden @ weights["w2"] + weights["b2"]
+
+
+def load_handler(path: Path) -> ModuleType:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scaffolded_handler", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_init_then_build_then_open_runs_the_model(tmp_path: Path) -> None:
+    source = init_function(tmp_path / "hello")
+    built = build(source, tmp_path / "out" / "hello")
+    bundle = Bundle.open(built.root)
+
+    assert sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file()) == [
+        "README.md",
+        "function.toml",
+        "handler.py",
+        "model.onnx",
+        "samples/request.json",
+    ]
+    assert bundle.manifest.function.name == "hello"
+    assert bundle.signature.batched
+    x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
+    session = ort.InferenceSession(str(bundle.model_path), providers=["CPUExecutionProvider"])
+    (y,) = session.run(None, {"x": x})
+    assert y.shape == (3, 4) and y.dtype == np.float32
+    np.testing.assert_allclose(y, numpy_mlp(bundle.model_path, x), rtol=1e-5, atol=1e-5)
+    assert bundle.ir_path is not None
+    compiled = ov.Core().compile_model(
+        str(bundle.ir_path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
+    )
+    np.testing.assert_allclose(compiled({"x": x})["y"], y, rtol=1e-5, atol=1e-5)
+
+
+def test_the_handler_takes_the_sample_and_answers_y(tmp_path: Path) -> None:
+    bundle = build(init_function(tmp_path / "hello"), tmp_path / "out" / "hello")
+    assert bundle.handler_path is not None and bundle.samples_dir is not None
+    handler = load_handler(bundle.handler_path)
+    sample = json.loads((bundle.samples_dir / "request.json").read_text())
+    ctx = Context("application/json", {}, bundle.root)
+
+    items = handler.preprocess(sample, ctx)
+    x = np.stack([item["x"] for item in items])
+    y = numpy_mlp(bundle.model_path, x).astype(np.float32)
+    answer = handler.postprocess(
+        [{**item, "y": row} for item, row in zip(items, y, strict=True)], ctx
+    )
+
+    assert answer == {"y": y[0].tolist()}
+    many = Context("application/json", {}, bundle.root)
+    assert len(handler.preprocess([sample, sample], many)) == 2
+    assert handler.postprocess([{"y": y[0]}, {"y": y[0]}], many) == [{"y": y[0].tolist()}] * 2
+    with pytest.raises(InvalidInput, match=r'item 0: expected \{"x": \[16 numbers\]\}'):
+        handler.preprocess({"x": [1.0, 2.0]}, ctx)
+
+
+def test_the_scaffolded_function_serves_with_no_edits(tmp_path: Path) -> None:
+    source = init_function(tmp_path / "hello")
+    sample = json.loads((source / "samples" / "request.json").read_text())
+    expected = numpy_mlp(source / "model.onnx", np.asarray([sample["x"]], np.float32))[0]
+
+    async def invoke_once() -> tuple[str, object]:
+        runtime = Runtime.load(open_or_build(source))  # the path `edgeserve serve` takes
+        await runtime.start()
+        try:
+            return runtime.backend_name, await runtime.invoke(sample, "application/json")
+        finally:
+            await runtime.stop(drain_timeout_s=5)
+
+    backend, answer = asyncio.run(invoke_once())
+    assert backend == "openvino"  # this machine is a CPU: the bundle's IR is what runs
+    assert isinstance(answer, dict) and list(answer) == ["y"]
+    np.testing.assert_allclose(answer["y"], expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("folder", "name"),
+    [("My Func!", "my-func"), ("ocr_v2", "ocr_v2"), ("--__", "function"), ("Ünïcode", "n-code")],
+)
+def test_the_name_comes_from_the_folder_made_to_fit_the_pattern(
+    tmp_path: Path, folder: str, name: str
+) -> None:
+    dest = init_function(tmp_path / folder)
+
+    assert f'name = "{name}"' in (dest / "function.toml").read_text()
+    assert f"# {name}\n" in (dest / "README.md").read_text()
+
+
+def test_a_given_name_must_fit_the_pattern(tmp_path: Path) -> None:
+    assert (
+        'name = "given"'
+        in (init_function(tmp_path / "x", name="given") / "function.toml").read_text()
+    )
+    with pytest.raises(ConfigError, match="function name 'Bad Name'"):
+        init_function(tmp_path / "y", name="Bad Name")
+    assert not (tmp_path / "y").exists()
+
+
+def test_init_never_overwrites_a_non_empty_folder(tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "mine.txt").write_text("mine")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("a file")
+
+    with pytest.raises(ConfigError, match="already exists and is not an empty folder"):
+        init_function(tmp_path / "taken")
+    with pytest.raises(ConfigError, match="already exists and is not an empty folder"):
+        init_function(tmp_path / "file")
+    assert [p.name for p in (tmp_path / "taken").iterdir()] == ["mine.txt"]
+    assert (init_function(tmp_path / "empty") / "function.toml").is_file()
+
+
+def test_the_model_is_generated_the_same_every_time(tmp_path: Path) -> None:
+    first = init_function(tmp_path / "a") / "model.onnx"
+    second = init_function(tmp_path / "b") / "model.onnx"
+
+    assert first.read_bytes() == second.read_bytes()
+    onnx.checker.check_model(onnx.load(str(first)), full_check=True)
+
+
+def test_templates_load_through_importlib_resources() -> None:
+    root = template_root()
+
+    assert root == files("edgeserve").joinpath("templates", "function")
+    assert sorted(str(path) for path in render_templates("demo")) == [
+        "README.md",
+        "function.toml",
+        "handler.py",
+        "samples/request.json",
+    ]
+    assert all(isinstance(path, PurePosixPath) for path in render_templates("demo"))
+
+
+@pytest.mark.slow
+def test_init_works_from_a_built_wheel(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(
+        REPO / "edgeserve", project / "edgeserve", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(REPO / "pyproject.toml", project)
+    (project / "README.md").write_text("edgeserve\n")
+    wheels = tmp_path / "wheels"
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        str(wheels),
+    ]
+    subprocess.run([*pip, str(project)], check=True, capture_output=True, timeout=120)
+    (wheel,) = wheels.glob("edgeserve-*.whl")
+    assert "edgeserve/templates/function/handler.py" in zipfile.ZipFile(wheel).namelist()
+
+    # import edgeserve from the wheel itself (a zip: no relative file paths can work there)
+    script = (
+        "import sys, pathlib; sys.path.insert(0, sys.argv[1]); import edgeserve.scaffold as s; "
+        "assert s.__file__.startswith(sys.argv[1]), s.__file__; "
+        "s.init_function(pathlib.Path(sys.argv[2]))"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script, str(wheel), str(tmp_path / "fn")], check=True, timeout=60
+    )
+    assert sorted(p.name for p in (tmp_path / "fn").iterdir()) == [
+        "README.md",
+        "function.toml",
+        "handler.py",
+        "model.onnx",
+        "samples",
+    ]
