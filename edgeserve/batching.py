@@ -2,26 +2,25 @@
 
 Requests queue as items (a request larger than max_batch_size becomes several); `instances`
 workers each take the next batch when they are free, so batches grow while workers are busy.
-What to run next is decided by `plan_batch`, a pure function of the queue and the clock;
-stacking and slicing tensors are the pure `stack_rows` and `split_rows`. Only the worker loop
-touches asyncio, and only the thread pool runs the model.
+What to run next is decided by `batchplan.plan_batch`, a pure function of the queue, the clock
+and what the batcher has learned (`batchcost`: batch cost by size, arrival rate, whether waits
+gather company); stacking and slicing tensors are the pure `rows.stack_rows` and `split_rows`.
+Only the worker loop touches asyncio, and only the thread pool runs the model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import math
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol
 
-import numpy as np
-
+from edgeserve.batchcost import ArrivalMeter, CostModel, Outlook, WaitMeter
+from edgeserve.batchplan import BatchPolicy, Plan, plan_batch
 from edgeserve.errors import (
     BackendError,
     DeadlineExceeded,
@@ -30,133 +29,20 @@ from edgeserve.errors import (
     PayloadTooLarge,
     Unavailable,
 )
-from edgeserve.manifest import BatchingSection
+from edgeserve.rows import key_dims, part_sizes, split_rows, stack_rows
 from edgeserve.types import Signature, TensorDict
 
+__all__ = [
+    "BatchObserver",
+    "BatchPolicy",
+    "Batcher",
+    "Plan",
+    "plan_batch",
+    "split_rows",
+    "stack_rows",
+]
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BatchPolicy:
-    """How items are grouped; sizes count rows (axis 0). max_batch_size 0: never batched."""
-
-    max_batch_size: int
-    preferred_batch_sizes: tuple[int, ...] = ()
-    max_queue_delay_s: float = 0.0
-    max_queue_size: int = 1024
-    instances: int = 1
-
-    @classmethod
-    def from_manifest(cls, section: BatchingSection, batched: bool) -> BatchPolicy:
-        """An unbatchable model (Triton's auto-complete rule) runs every request alone."""
-        max_batch_size = section.max_batch_size if batched else 0
-        return cls(
-            max_batch_size=max_batch_size,
-            preferred_batch_sizes=tuple(sorted(set(section.preferred_batch_sizes)))
-            if max_batch_size
-            else (),
-            max_queue_delay_s=section.max_queue_delay_ms / 1000,
-            max_queue_size=section.max_queue_size,
-            instances=section.instances,
-        )
-
-
-class Pending(Protocol):
-    """What the planner needs to know of a queued item."""
-
-    @property
-    def rows(self) -> int: ...
-    @property
-    def key(self) -> Hashable: ...
-    @property
-    def enqueued(self) -> float: ...
-    @property
-    def deadline(self) -> float: ...
-
-
-P = TypeVar("P", bound=Pending)
-
-
-@dataclass(frozen=True)
-class Plan(Generic[P]):
-    """Run `batch` now if not empty, fail `expired`; else plan again at `wake_at` or on arrival."""
-
-    batch: tuple[P, ...]
-    expired: tuple[P, ...]
-    wake_at: float | None = None
-
-
-def plan_batch(pending: Sequence[P], policy: BatchPolicy, now: float) -> Plan[P]:
-    """Decide at `now` what runs next, the way Triton's dynamic batcher does.
-
-    Items with the oldest item's shape key are taken in FIFO order up to max_batch_size. The
-    largest prefix hitting a preferred size goes at once; everything taken goes when the next
-    item would not fit, when the preferred sizes are exceeded, when the oldest item has waited
-    max_queue_delay, or when that delay is 0. Otherwise wait for the delay or the next deadline.
-    """
-    expired = tuple(item for item in pending if item.deadline <= now)
-    live = [item for item in pending if item.deadline > now]
-    if not live:
-        return Plan((), expired)
-    if policy.max_batch_size == 0:
-        return Plan((live[0],), expired)
-    batch, full = _fill(live, policy.max_batch_size)
-    preferred = policy.preferred_batch_sizes or (policy.max_batch_size,)
-    delay = policy.max_queue_delay_s
-    late = delay > 0 and now - live[0].enqueued >= delay
-    best = _preferred_prefix(batch, preferred)
-    if best and not late:
-        return Plan(tuple(batch[:best]), expired)
-    if full or late or delay == 0 or sum(item.rows for item in batch) >= max(preferred):
-        return Plan(tuple(batch), expired)
-    wake_at = min(live[0].enqueued + delay, min(item.deadline for item in live))
-    return Plan((), expired, wake_at)
-
-
-def _fill(live: list[P], max_rows: int) -> tuple[list[P], bool]:
-    """The oldest item's group in FIFO order up to max_rows; True when the next one won't fit."""
-    key, rows, batch = live[0].key, 0, list[P]()
-    for item in live:
-        if item.key != key:
-            continue
-        if rows + item.rows > max_rows:
-            return batch, True
-        rows += item.rows
-        batch.append(item)
-    return batch, False
-
-
-def _preferred_prefix(batch: list[P], preferred: Sequence[int]) -> int:
-    """How many items make the largest prefix whose rows are a preferred size (0: none)."""
-    sums = itertools.accumulate(item.rows for item in batch)
-    return max((n for n, rows in enumerate(sums, 1) if rows in preferred), default=0)
-
-
-def stack_rows(parts: Sequence[TensorDict], fills: Mapping[str, float]) -> TensorDict:
-    """Stack each tensor along axis 0; shorter non-batch dims are padded with `fills[name]`."""
-    if len(parts) == 1:
-        return parts[0]
-    return {name: _stack([part[name] for part in parts], fills.get(name, 0.0)) for name in parts[0]}
-
-
-def _stack(arrays: list[np.ndarray], fill: float) -> np.ndarray:
-    inner = tuple(max(dims) for dims in zip(*(array.shape[1:] for array in arrays), strict=True))
-    if all(array.shape[1:] == inner for array in arrays):
-        return np.concatenate(arrays)
-    out = np.full((sum(len(array) for array in arrays), *inner), fill, dtype=arrays[0].dtype)
-    start = 0
-    for array in arrays:
-        out[(slice(start, start + len(array)), *(slice(0, dim) for dim in array.shape[1:]))] = array
-        start += len(array)
-    return out
-
-
-def split_rows(tensors: TensorDict, sizes: Sequence[int]) -> list[TensorDict]:
-    """Slice every tensor along axis 0 into consecutive parts of `sizes` rows (views)."""
-    if len(sizes) == 1:
-        return [tensors]
-    bounds = itertools.pairwise(itertools.accumulate(sizes, initial=0))
-    return [{name: array[lo:hi] for name, array in tensors.items()} for lo, hi in bounds]
 
 
 class BatchObserver(Protocol):
@@ -196,7 +82,15 @@ class Batcher:
         self._workers: list[asyncio.Task[None]] = []
         self._executor: ThreadPoolExecutor | None = None
         self._stopping = False
-        self._batch_s = 0.0  # moving average of compute time, for Retry-After
+        self._cost = CostModel(policy.max_batch_size)
+        self._arrivals = ArrivalMeter()
+        self._waits = WaitMeter()
+        self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
+
+    def outlook(self) -> Outlook:
+        """What the batcher has learned so far: batch cost by size, arrival rate, waiting."""
+        pays = not self._stopping and self._waits.pays()
+        return Outlook(self._cost.table, self._arrivals.rate, pays)
 
     @property
     def policy(self) -> BatchPolicy:
@@ -213,7 +107,10 @@ class Batcher:
         """Run one request (all its rows) before `deadline` (time.monotonic()); its outputs."""
         items = self._admit(inputs, deadline)
         try:
-            parts = await asyncio.gather(*(item.future for item in items))
+            if len(items) == 1:
+                parts = [await items[0].future]
+            else:
+                parts = await asyncio.gather(*(item.future for item in items))
         finally:
             self._drop(items)
         return stack_rows(parts, self._output_fills)
@@ -241,7 +138,9 @@ class Batcher:
             raise DeadlineExceeded(f"deadline passed {now - deadline:.3f}s before queueing")
         rows = self._rows_of(inputs)
         self._check_room(rows)
-        sizes = _part_sizes(rows, self._policy.max_batch_size)
+        self._check_slo(rows, now)
+        self._arrivals.arrived(now, rows)
+        sizes = part_sizes(rows, self._policy.max_batch_size)
         loop = asyncio.get_running_loop()
         items = [
             _Item(part, size, self._key(part), now, deadline, loop.create_future())
@@ -269,12 +168,36 @@ class Batcher:
         if rows > limit:
             raise PayloadTooLarge(f"request of {rows} rows exceeds max_queue_size ({limit} rows)")
         if self._rows + rows > limit:
-            batches = math.ceil(self._rows / max(1, self._policy.max_batch_size))
-            wait = batches * self._batch_s / self._policy.instances
             raise Unavailable(
                 f"queue full: {self._rows} of {limit} rows waiting",
-                retry_after_s=max(wait, self._policy.max_queue_delay_s, 0.001),
+                retry_after_s=max(
+                    self._backlog_s(self._rows), self._policy.max_queue_delay_s, 0.001
+                ),
             )
+
+    def _check_slo(self, rows: int, now: float) -> None:
+        """Shed at the door a request whose predicted finish already misses latency_slo_ms."""
+        budget, slo = self._policy.budget_s, self._policy.latency_slo_s
+        if budget is None or slo is None or not self._cost.table:
+            return
+        free_at = self._free_at(now)
+        backlog = self._backlog_s(self._rows + rows)
+        if free_at + backlog > now + budget:
+            raise Unavailable(
+                f"cannot answer within latency_slo_ms={slo * 1e3:g}: "
+                f"predicted {(free_at + backlog - now) * 1e3:.1f} ms of queue and compute",
+                retry_after_s=max(free_at + backlog - now - budget, 0.001),
+            )
+
+    def _backlog_s(self, rows: int) -> float:
+        policy = self._policy
+        return Outlook(self._cost.table).backlog_s(rows, policy.max_batch_size, policy.instances)
+
+    def _free_at(self, now: float) -> float:
+        """When a worker is predicted to be free: now if one idles, else the earliest end."""
+        if len(self._busy_until) < self._policy.instances:
+            return now
+        return max(now, min(self._busy_until.values()))
 
     def _key(self, part: TensorDict) -> Hashable:
         """Items stack when names, dtypes and non-batch dims agree (pad axes excepted)."""
@@ -282,7 +205,7 @@ class Batcher:
             return None
         return tuple(
             sorted(
-                (name, array.dtype.str, _dims(array.shape, self._pad_axes.get(name)))
+                (name, array.dtype.str, key_dims(array.shape, self._pad_axes.get(name)))
                 for name, array in part.items()
             )
         )
@@ -310,16 +233,22 @@ class Batcher:
 
     async def _next_batch(self) -> list[_Item]:
         """Wait until the planner says run; [] when stopping with nothing left."""
+        waited_with: int | None = None  # queue length when this batch started waiting
         while True:
             now = time.monotonic()
             pending = [item for item in self._queue if not item.future.done()]
-            plan = plan_batch(pending, self._planning, now)
+            plan = plan_batch(pending, self._planning, now, self.outlook())
             if plan.expired:
                 self._fail(plan.expired, DeadlineExceeded("deadline passed while queued; not run"))
+            if plan.shed:
+                self._fail(plan.shed, Unavailable(self._shed_message(), retry_after_s=0.001))
             for item in plan.batch:
                 self._dequeue(item)
             if plan.batch:
+                if waited_with is not None:
+                    self._waits.waited(len(plan.batch) - waited_with)
                 return list(plan.batch)
+            waited_with = len(pending) if waited_with is None else waited_with
             if self._stopping and not pending:
                 return []
             self._changed.clear()
@@ -327,10 +256,16 @@ class Batcher:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
+    def _shed_message(self) -> str:
+        slo = (self._policy.latency_slo_s or 0) * 1e3
+        return f"shed: cannot finish within latency_slo_ms={slo:g} even if run now"
+
     async def _run(self, batch: list[_Item]) -> None:
         """Run one batch in the pool; its outcome goes to its own items only."""
         start = time.monotonic()
         rows = sum(item.rows for item in batch)
+        token = id(batch)
+        self._busy_until[token] = start + Outlook(self._cost.table).cost_of(rows)
         try:
             merged = stack_rows([item.inputs for item in batch], self._input_fills)
             loop = asyncio.get_running_loop()
@@ -347,6 +282,8 @@ class Batcher:
                 if not item.future.done():
                     item.future.set_result(part)
             ok = True
+        finally:
+            del self._busy_until[token]
         self._report(batch, rows, start, ok)
 
     def _split(self, outputs: TensorDict, batch: list[_Item]) -> list[TensorDict]:
@@ -359,7 +296,8 @@ class Batcher:
 
     def _report(self, batch: list[_Item], rows: int, start: float, ok: bool) -> None:
         compute_s = time.monotonic() - start
-        self._batch_s = compute_s if not self._batch_s else 0.8 * self._batch_s + 0.2 * compute_s
+        if ok:
+            self._cost.observe(rows, compute_s)
         if self._observer is None:
             return
         queue_ns = [int((start - item.enqueued) * 1e9) for item in batch]
@@ -367,17 +305,6 @@ class Batcher:
             self._observer.batch_done(rows, queue_ns, int(compute_s * 1e9), ok)
         except Exception:
             logger.exception("batch observer failed; batching goes on")
-
-
-def _part_sizes(rows: int, max_rows: int) -> list[int]:
-    """A request larger than max_rows is split into parts of at most max_rows."""
-    if not max_rows or rows <= max_rows:
-        return [rows]
-    return [max_rows] * (rows // max_rows) + ([rows % max_rows] if rows % max_rows else [])
-
-
-def _dims(shape: tuple[int, ...], pad_axis: int | None) -> tuple[int, ...]:
-    return tuple(-1 if axis == pad_axis else dim for axis, dim in enumerate(shape) if axis)
 
 
 def _as_edgeserve_error(exc: Exception, rows: int) -> EdgeserveError:

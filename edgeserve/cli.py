@@ -76,7 +76,12 @@ def _invoke_body(args: argparse.Namespace) -> tuple[bytes, str]:
         return args.json.encode(), "application/json"
     if args.file is not None:
         path = Path(args.file)
-        kinds = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".json": "application/json"}
+        kinds = {
+            ".png": "image/png",
+            ".jpg": "image/jpeg",
+            ".jpeg": "image/jpeg",
+            ".json": "application/json",
+        }
         return path.read_bytes(), kinds.get(path.suffix.lower(), "application/octet-stream")
     raise EdgeserveError("invoke needs --json TEXT or --file PATH")
 
@@ -143,7 +148,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edgeserve", description=__doc__.splitlines()[0])
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
 
-    def add(name: str, func: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+    def add(
+        name: str, func: Callable[[argparse.Namespace], int], help_: str
+    ) -> argparse.ArgumentParser:
         sub = verbs.add_parser(name, help=help_, description=help_)
         sub.set_defaults(func=func)
         return sub
@@ -175,20 +182,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--file", help="a file to send (PNG/JPEG/JSON/bytes)")
     p.add_argument("--timeout", type=float, default=60.0)
 
-    p = add("bench", _cmd_bench, "measure a function's latency and throughput (perf_analyzer-style)")
+    p = add(
+        "bench", _cmd_bench, "measure a function's latency and throughput (perf_analyzer-style)"
+    )
     p.add_argument("target", help="function source folder, bundle, or http:// URL")
-    p.add_argument("--concurrency", type=_numbers(int), default=[], help="closed-loop levels: 1,4,16")
-    p.add_argument("--request-rate", type=_numbers(float), default=[], help="Poisson rates/s: 100,200")
+    p.add_argument(
+        "--concurrency", type=_numbers(int), default=[], help="closed-loop levels: 1,4,16"
+    )
+    p.add_argument(
+        "--request-rate", type=_numbers(float), default=[], help="Poisson rates/s: 100,200"
+    )
     p.add_argument("--window-s", type=float, default=2.0, help="measurement window (default 2 s)")
     p.add_argument("--max-windows", type=int, default=10, help="windows before a level is unstable")
     p.add_argument("--protocol", choices=["binary", "json"], default="binary")
-    p.add_argument("--inputs", help="a samples folder, or 'random' (default: the function's samples)")
+    p.add_argument(
+        "--inputs", help="a samples folder, or 'random' (default: the function's samples)"
+    )
     p.add_argument("--shape", action="append", default=[], help="NAME:D1,D2 for dynamic dims")
     p.add_argument("--batch-size", type=int, default=1, help="rows per synthesized request")
     p.add_argument("--model", help="model name (default: the function's, or the server's only one)")
-    p.add_argument("--json", nargs="?", const="-", help="write the report as JSON to FILE (or stdout)")
+    p.add_argument(
+        "--json", nargs="?", const="-", help="write the report as JSON to FILE (or stdout)"
+    )
     p.add_argument("--plot", help="PNG path (default bench-<model>.png; '' for none)")
-    p.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for the server")
+    p.add_argument(
+        "--ready-timeout", type=float, default=120.0, help="seconds to wait for the server"
+    )
 
     p = add("doctor", _cmd_doctor, "show the hardware, the backends found, and the choice")
     p.add_argument("--backend", choices=["tensorrt", "openvino", "onnxruntime"])

@@ -13,9 +13,13 @@ def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0)
     """POST `body` to URL/invoke and return the decoded JSON answer (or raise with its error)."""
     endpoint = url.rstrip("/") + ("" if url.rstrip("/").endswith("/invoke") else "/invoke")
     try:
-        response = httpx.post(endpoint, content=body, headers={"Content-Type": content_type}, timeout=timeout_s)
+        response = httpx.post(
+            endpoint, content=body, headers={"Content-Type": content_type}, timeout=timeout_s
+        )
     except httpx.HTTPError as exc:
-        raise EdgeserveError(f"{endpoint}: request failed: {exc}. Hint: is `edgeserve serve` running there?") from None
+        raise EdgeserveError(
+            f"{endpoint}: request failed: {exc}. Hint: is `edgeserve serve` running there?"
+        ) from None
     try:
         answer = response.json()
     except ValueError:

@@ -122,8 +122,8 @@ def probe_cpu(root: Path) -> Cpu:
 
 def probe_jetson(root: Path) -> Jetson | None:
     """A Jetson if the device tree names one or L4T's release file exists; else None."""
-    model = _read(root / "proc/device-tree/model").rstrip("\x00").strip()
-    compatible = _read(root / "proc/device-tree/compatible").split("\x00")
+    model = _device_tree(root, "model").rstrip("\x00").strip()
+    compatible = _device_tree(root, "compatible").split("\x00")
     release = _read(root / "etc/nv_tegra_release")
     soc = next((name.split(",")[1] for name in compatible if name in _SOC_COMPATIBLES), None)
     if "Jetson" not in model and soc is None and not release:
@@ -183,6 +183,13 @@ def _findable(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):  # a missing parent package of a dotted name
         return False
+
+
+def _device_tree(root: Path, name: str) -> str:
+    """/proc/device-tree is a link to /sys/firmware/devicetree/base; either may be mounted alone."""
+    return _read(root / "proc/device-tree" / name) or _read(
+        root / "sys/firmware/devicetree/base" / name
+    )
 
 
 def _read(path: Path) -> str:

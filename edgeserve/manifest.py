@@ -52,6 +52,7 @@ class BatchingSection(_Strict):
     max_queue_size: int = Field(default=1024, ge=1)
     timeout_ms: float = Field(default=30_000, gt=0)
     instances: int = Field(default=1, ge=1, le=64)
+    latency_slo_ms: float | None = Field(default=None, gt=0)  # set: the SLO decides waits, sheds
 
     @model_validator(mode="after")
     def _preferred_within_max(self) -> BatchingSection:
@@ -68,6 +69,7 @@ class BackendSection(_Strict):
     prefer: tuple[BackendName, ...] = BACKEND_NAMES
     precision: Literal["fp32", "fp16", "int8", "auto"] = "fp32"
     threads: int = Field(default=0, ge=0)
+    max_abs_diff: float | None = Field(default=None, gt=0)  # build refuses more drift vs fp32
 
 
 class ResourcesSection(_Strict):
@@ -122,7 +124,9 @@ def describe_validation_error(exc: ValidationError, source: str) -> str:
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         found = error.get("input")
         if error["type"] == "extra_forbidden":
-            lines.append(f"{source}: field `{where}`: unknown key (found {found!r}); check spelling")
+            lines.append(
+                f"{source}: field `{where}`: unknown key (found {found!r}); check spelling"
+            )
         elif error["type"] == "missing":
             lines.append(f"{source}: field `{where}`: required but missing")
         else:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgeserve import datatypes
-from edgeserve.backends import choose, load_backend
+from edgeserve.backends import choose, default_device, load_backend
+from edgeserve.backends.tensors import shape_profile
 from edgeserve.batching import Batcher, BatchPolicy
 from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput
 from edgeserve.hardware import probe
@@ -54,7 +55,9 @@ class Runtime:
         self.timings: dict[str, float] = {}
 
     @classmethod
-    def load(cls, bundle: Bundle, *, backend: str | None = None, lambda_mode: bool = False) -> Runtime:
+    def load(
+        cls, bundle: Bundle, *, backend: str | None = None, lambda_mode: bool = False
+    ) -> Runtime:
         """Load the model on the backend that fits this machine (or the one asked for).
 
         On Lambda one invocation runs at a time per instance, so waiting for company is pure
@@ -62,7 +65,8 @@ class Runtime:
         """
         manifest = bundle.manifest
         started = time.perf_counter()
-        choice = choose(probe(), prefer=manifest.backend.prefer, override=backend)
+        platform = probe()
+        choice = choose(platform, prefer=manifest.backend.prefer, override=backend)
         policy = BatchPolicy.from_manifest(manifest.batching, batched=bundle.signature.batched)
         if lambda_mode:
             policy = dataclasses.replace(policy, max_queue_delay_s=0.0, instances=1)
@@ -73,6 +77,10 @@ class Runtime:
             precision=manifest.backend.precision,
             threads=manifest.backend.threads,
             instances=policy.instances,
+            device=default_device(platform),
+            profile=shape_profile(
+                bundle.signature, policy.max_batch_size, policy.preferred_batch_sizes
+            ),
         )
         runtime = cls(bundle, engine, policy)
         runtime.timings["load_s"] = time.perf_counter() - started
@@ -109,23 +117,37 @@ class Runtime:
             return
         started = time.perf_counter()
         await self.batcher.start()
-        for rows in _warmup_sizes(self.manifest.batching.preferred_batch_sizes, self.batcher.policy):
+        for rows in _warmup_sizes(
+            self.manifest.batching.preferred_batch_sizes, self.batcher.policy
+        ):
             await asyncio.to_thread(self.backend.infer, _zeros(self.signature, rows))
         self.timings["warmup_s"] = time.perf_counter() - started
         self.ready = True
+        log.info(
+            "%s v%s ready on %s (load %.2f s, warm-up %.2f s)",
+            self.name,
+            self.version,
+            self.backend_name,
+            self.timings.get("load_s", 0.0),
+            self.timings["warmup_s"],
+        )
 
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         self.ready = False
         await self.batcher.stop(drain_timeout_s)
         self.backend.close()
 
-    async def infer(self, inputs: TensorDict) -> TensorDict:
-        """Run one request's tensors (batch axis included when the model is batched)."""
+    async def infer(self, inputs: TensorDict, timeout_s: float | None = None) -> TensorDict:
+        """Run one request's tensors (batch axis included when the model is batched).
+
+        `timeout_s` (Triton's `timeout` request parameter) may shorten the manifest's
+        timeout_ms for this request, never lengthen it.
+        """
         started = time.perf_counter_ns()
         ok = False
         try:
             check_inputs(self.signature, inputs)
-            outputs = await self.batcher.submit(inputs, self._deadline())
+            outputs = await self.batcher.submit(inputs, self._deadline(timeout_s))
             ok = True
             return outputs
         finally:
@@ -137,15 +159,22 @@ class Runtime:
             return _to_lists(await self.infer(self._tensors_from(payload)))
         ctx = Context(content_type, self.manifest.handler.options, self.root)
         items = await asyncio.to_thread(self._call_handler, "preprocess", payload, ctx)
-        results = await asyncio.gather(*(self._infer_item(item, position) for position, item in enumerate(items)))
+        results = await asyncio.gather(
+            *(self._infer_item(item, position) for position, item in enumerate(items))
+        )
         return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
 
     async def _infer_item(self, item: dict[str, np.ndarray], position: int) -> TensorDict:
         if not isinstance(item, dict):
-            raise EdgeserveError(f"handler.preprocess: item {position} is {type(item).__name__}, expected a dict of arrays")
+            raise EdgeserveError(
+                f"handler.preprocess: item {position} is {type(item).__name__}, "
+                "expected a dict of arrays"
+            )
         if not self.signature.batched:
             return await self.infer(item)
-        rows = await self.infer({name: np.asarray(value)[np.newaxis] for name, value in item.items()})
+        rows = await self.infer(
+            {name: np.asarray(value)[np.newaxis] for name, value in item.items()}
+        )
         return {name: value[0] for name, value in rows.items()}
 
     def _call_handler(self, hook: str, *args: Any) -> Any:
@@ -165,19 +194,29 @@ class Runtime:
         """Without a handler, /invoke takes {"<input name>": nested list} per model input."""
         if not isinstance(payload, dict):
             names = [spec.name for spec in self.signature.inputs]
-            raise InvalidInput(f"/invoke: expected a JSON object with the inputs {names}, got {type(payload).__name__}")
+            raise InvalidInput(
+                f"/invoke: expected a JSON object with the inputs {names}, "
+                f"got {type(payload).__name__}"
+            )
         tensors = {}
         for spec in self.signature.inputs:
             if spec.name in payload:
                 try:
-                    tensors[spec.name] = np.asarray(payload[spec.name], dtype=datatypes.DATATYPES[spec.datatype].numpy)
+                    tensors[spec.name] = np.asarray(
+                        payload[spec.name], dtype=datatypes.DATATYPES[spec.datatype].numpy
+                    )
                 except (TypeError, ValueError) as exc:
-                    raise InvalidInput(f"tensor `{spec.name}`: expected {spec.datatype} values: {exc}") from None
-        tensors.update({name: np.asarray(value) for name, value in payload.items() if name not in tensors})
+                    raise InvalidInput(
+                        f"tensor `{spec.name}`: expected {spec.datatype} values: {exc}"
+                    ) from None
+        tensors.update(
+            {name: np.asarray(value) for name, value in payload.items() if name not in tensors}
+        )
         return tensors
 
-    def _deadline(self) -> float:
-        return time.monotonic() + self.manifest.batching.timeout_ms / 1000.0
+    def _deadline(self, timeout_s: float | None = None) -> float:
+        limit = self.manifest.batching.timeout_ms / 1000.0
+        return time.monotonic() + (limit if timeout_s is None else min(limit, timeout_s))
 
 
 def _import_handler(path: Path | None) -> ModuleType | None:
@@ -191,7 +230,9 @@ def _import_handler(path: Path | None) -> ModuleType | None:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
-        raise ConfigError(f"{path}: the handler failed to import: {type(exc).__name__}: {exc}") from exc
+        raise ConfigError(
+            f"{path}: the handler failed to import: {type(exc).__name__}: {exc}"
+        ) from exc
     return module
 
 

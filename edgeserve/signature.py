@@ -27,14 +27,18 @@ def read_signature(model_path: Path, section: ModelSection) -> Signature:
         raise ConfigError(f"{model_path}: not a readable ONNX model: {exc}") from None
     graph = model.graph
     initializers = {init.name for init in graph.initializer}
-    inputs = [_spec(v, section.inputs, model_path) for v in graph.input if v.name not in initializers]
+    inputs = [
+        _spec(v, section.inputs, model_path) for v in graph.input if v.name not in initializers
+    ]
     outputs = [_spec(v, section.outputs, model_path) for v in graph.output]
     _check_overrides_exist(section, inputs, outputs, model_path)
     batched = all(spec.dims and spec.dims[0] == -1 for spec in inputs + outputs)
     return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched)
 
 
-def _spec(value: onnx.ValueInfoProto, overrides: dict[str, TensorOverride], where: Path) -> TensorSpec:
+def _spec(
+    value: onnx.ValueInfoProto, overrides: dict[str, TensorOverride], where: Path
+) -> TensorSpec:
     tensor_type = value.type.tensor_type
     try:
         datatype = datatypes.from_onnx(tensor_type.elem_type).name
@@ -48,13 +52,15 @@ def _spec(value: onnx.ValueInfoProto, overrides: dict[str, TensorOverride], wher
         dims = _merge_dims(value.name, dims, override.dims, where)
     if override.pad_axis is not None and not 0 < override.pad_axis < len(dims):
         raise ConfigError(
-            f"{where}: [model.inputs.{value.name}] pad_axis: expected an axis in 1..{len(dims) - 1} "
-            f"of dims {list(dims)}, found {override.pad_axis}"
+            f"{where}: [model.inputs.{value.name}] pad_axis: expected an axis in "
+            f"1..{len(dims) - 1} of dims {list(dims)}, found {override.pad_axis}"
         )
     return TensorSpec(value.name, datatype, dims, override.pad_axis, override.pad_value)
 
 
-def _merge_dims(name: str, model: tuple[int, ...], wanted: tuple[int, ...], where: Path) -> tuple[int, ...]:
+def _merge_dims(
+    name: str, model: tuple[int, ...], wanted: tuple[int, ...], where: Path
+) -> tuple[int, ...]:
     """An override may fix a dynamic dim, never contradict a fixed one."""
     conflict = len(model) != len(wanted) or any(
         m != -1 and w != m for m, w in zip(model, wanted, strict=False)
@@ -70,7 +76,10 @@ def _merge_dims(name: str, model: tuple[int, ...], wanted: tuple[int, ...], wher
 def _check_overrides_exist(
     section: ModelSection, inputs: list[TensorSpec], outputs: list[TensorSpec], where: Path
 ) -> None:
-    for kind, names, found in (("inputs", section.inputs, inputs), ("outputs", section.outputs, outputs)):
+    for kind, names, found in (
+        ("inputs", section.inputs, inputs),
+        ("outputs", section.outputs, outputs),
+    ):
         known = {spec.name for spec in found}
         for name in names:
             if name not in known:
@@ -95,12 +104,16 @@ def check_inputs(signature: Signature, inputs: dict[str, np.ndarray]) -> None:
     for spec in signature.inputs:
         _check_tensor(spec, inputs[spec.name])
     if signature.batched and len(set(rows.values())) > 1:
-        raise InvalidInput(f"inputs: every tensor needs the same batch size (first dim), got {rows}")
+        raise InvalidInput(
+            f"inputs: every tensor needs the same batch size (first dim), got {rows}"
+        )
 
 
 def _check_tensor(spec: TensorSpec, array: np.ndarray) -> None:
     datatype = datatypes.DATATYPES[spec.datatype]
-    fits_dtype = array.dtype == datatype.numpy or (spec.datatype == "BYTES" and array.dtype.kind in "OSU")
+    fits_dtype = array.dtype == datatype.numpy or (
+        spec.datatype == "BYTES" and array.dtype.kind in "OSU"
+    )
     fits_dims = array.ndim == len(spec.dims) and all(
         want in (-1, got) for want, got in zip(spec.dims, array.shape, strict=True)
     )

@@ -39,7 +39,9 @@ class Duration:
 
 
 @dataclass
-class _Counters:
+class Counters:
+    """A copy of the counters at one instant (what `ModelStats.snapshot` returns)."""
+
     inference_count: int = 0
     execution_count: int = 0
     last_inference_ms: int = 0
@@ -57,7 +59,7 @@ class ModelStats:
         self.model = model
         self.version = version
         self._lock = threading.Lock()
-        self._counters = _Counters()
+        self._counters = Counters()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
 
@@ -83,10 +85,10 @@ class ModelStats:
         with self._lock:
             (self._counters.success if ok else self._counters.fail).add(1, duration_ns)
 
-    def snapshot(self) -> _Counters:
+    def snapshot(self) -> Counters:
         with self._lock:
             counters = self._counters
-            return _Counters(
+            return Counters(
                 counters.inference_count,
                 counters.execution_count,
                 counters.last_inference_ms,
@@ -164,7 +166,7 @@ class _Collector:
         yield _batch_histogram(counters, labels)
 
 
-def _batch_histogram(counters: _Counters, labels: dict[str, str]) -> HistogramMetricFamily:
+def _batch_histogram(counters: Counters, labels: dict[str, str]) -> HistogramMetricFamily:
     executions = {size: d.count for size, d in counters.batches.items()}
     buckets: list[tuple[str, float]] = []
     for bound in BATCH_SIZE_BUCKETS:

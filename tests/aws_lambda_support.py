@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import signal
+import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +18,7 @@ import httpx
 from edgeserve.build import build
 from edgeserve.bundle import Bundle
 from tests.models import mlp_model
+from tests.server import Server, wait_ready
 
 FUNCTION_TOML = """\
 [function]
@@ -127,3 +131,34 @@ def postprocess(items, ctx):
         "pad": "x" * ctx.state.get("pad", 0),
     }
 '''
+
+
+@contextmanager
+def emulated(path: Path, *args: str, timeout_s: float = 90.0) -> Iterator[tuple[str, Server]]:
+    """`edgeserve serve PATH --emulate aws-lambda ARGS` on 127.0.0.1:0; yields (url, server)."""
+    command = [sys.executable, "-m", "edgeserve", "serve", str(path), "--emulate", "aws-lambda",
+               "--host", "127.0.0.1", "--port", "0", *args]  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    server = Server(process)
+    try:
+        url = server.wait_for_url(timeout_s)
+        wait_ready(url, timeout_s)
+        yield url, server
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def reports(server: Server) -> list[str]:
+    """The Lambda REPORT lines the emulator printed so far."""
+    return [line for line in server.output if line.startswith("REPORT RequestId:")]

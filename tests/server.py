@@ -1,4 +1,4 @@
-"""Run `edgeserve serve` for real: a subprocess on 127.0.0.1, port 0, bounded waits, SIGTERM to stop."""
+"""Run `edgeserve serve` for real: a subprocess on 127.0.0.1, port 0, bounded waits, SIGTERM."""
 
 from __future__ import annotations
 

@@ -85,6 +85,7 @@ def start_fleet(root: Path, aliases: list[str]) -> SshFleet:
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
     user = getpass.getuser()
+    root.mkdir(parents=True, exist_ok=True)
     identity = _keygen(root / "client_key")
     known_hosts = root / "known_hosts"
     fleet = SshFleet(root, root / "ssh_config")

@@ -139,7 +139,7 @@ def batches_larger_than_one(metrics: str) -> float:
 def test_bad_input_gets_a_clear_4xx_and_the_server_keeps_serving(
     mlp_url, body, status, words
 ) -> None:
-    url, folder = mlp_url
+    url, _ = mlp_url
     reply = httpx.post(f"{url}/v2/models/mlp/infer", json=body)
     assert reply.status_code == status
     assert words in reply.json()["error"]
@@ -248,3 +248,17 @@ def test_cli_errors_are_one_line_and_an_exit_code(
     err = capsys.readouterr().err
     assert "batching.max_batchsize" in err
     assert "Traceback" not in err
+
+
+def test_the_timeout_request_parameter_bounds_the_wait(mlp_url) -> None:
+    url, _ = mlp_url
+    body = v2_request(np.ones((1, 16), np.float32))
+    expired = httpx.post(f"{url}/v2/models/mlp/infer", json={**body, "parameters": {"timeout": 1}})
+    assert expired.status_code == 504
+    assert "deadline" in expired.json()["error"].lower()
+    generous = httpx.post(
+        f"{url}/v2/models/mlp/infer", json={**body, "parameters": {"timeout": 10_000_000}}
+    )
+    assert generous.status_code == 200
+    bad = httpx.post(f"{url}/v2/models/mlp/infer", json={**body, "parameters": {"timeout": "soon"}})
+    assert bad.status_code == 400

@@ -58,6 +58,18 @@ def test_jetson_is_detected_from_files_without_nvml(tree: str, jetson: Jetson) -
     assert platform.has_cuda
 
 
+def test_the_sysfs_device_tree_is_read_when_proc_has_none(tmp_path: Path) -> None:
+    base = tmp_path / "sys/firmware/devicetree/base"
+    base.mkdir(parents=True)
+    for name in ("model", "compatible"):
+        source = FIXTURES / "jetson/xavier-nx-jp5/proc/device-tree" / name
+        (base / name).write_bytes(source.read_bytes())
+    platform = probe(tmp_path)
+    assert platform.jetson == Jetson(
+        "NVIDIA Jetson Xavier NX Developer Kit", "tegra194", (7, 2), None, None
+    )
+
+
 def test_orin_cpu_is_read_from_the_arm_cpuinfo_layout() -> None:
     assert probe_cpu(FIXTURES / "jetson" / "agx-orin-jp62") == ORIN_CPU
 

@@ -58,7 +58,7 @@ def shape_profile(
     for spec in signature.inputs:
         ranges = [_dim_range(dim, dynamic_dim) for dim in spec.dims]
         if signature.batched and spec.dims and max_batch_size > 0:
-            ranges[0] = (1, max(opt_batch, 1), max(max_batch_size, 1))
+            ranges[0] = (1, opt_batch, max_batch_size)
         lows, opts, highs = zip(*ranges, strict=True) if ranges else ((), (), ())
         profile[spec.name] = ShapeRange(tuple(lows), tuple(opts), tuple(highs))
     return profile

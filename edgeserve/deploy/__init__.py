@@ -18,12 +18,13 @@ if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
     from edgeserve.targets import TargetProfile
 
-DRIVERS: dict[str, str] = {
+DRIVERS: dict[str, str | None] = {
     "aws-lambda": "edgeserve.deploy.aws_lambda:DRIVER",
     "jetson": "edgeserve.deploy.jetson:DRIVER",
-    "local": "edgeserve.deploy.local:DRIVER",
+    "local": None,
 }
-"""Driver name (a profile's `driver`) -> "module:attribute" of the driver object."""
+"""Driver name (a profile's `driver`) -> "module:attribute" of the driver object; None for a
+target with nothing to package or deploy (`local` runs with `edgeserve serve`)."""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from edgeserve.bundle import Bundle
 from edgeserve.deploy import DeployResult
 from edgeserve.deploy import releases as rel
 from edgeserve.deploy.jetson_settings import JetsonSettings
-from edgeserve.deploy.preflight import Device, preflight
+from edgeserve.deploy.preflight import Device, inspect, preflight
 from edgeserve.deploy.services import SERVICES, ServiceSpec, check_image_l4t, fetch
 from edgeserve.deploy.ssh import Remote
 from edgeserve.errors import ConfigError, DeployError
@@ -82,11 +82,13 @@ class HostRun:
         self.remote: Remote = self.settings.remote(self.host)
         self.config = self.settings.for_host(self.host)
 
-    def prepare(self) -> tuple[Device, ServiceSpec]:
-        with self.log.step(self.host, "preflight") as note:
+    def prepare(self, checked: bool = True) -> tuple[Device, ServiceSpec]:
+        """Inspect the device (refusing it on preflight problems when `checked`) and plan."""
+        with self.log.step(self.host, "preflight" if checked else "inspect") as note:
             root = self.config.install_root or self.settings.install_root
-            device = preflight(self.remote, self.settings, root, self.function)
-            if self.settings.service == "docker" and self.settings.image:
+            look = preflight if checked else inspect
+            device = look(self.remote, self.settings, root, self.function)
+            if checked and self.settings.service == "docker" and self.settings.image:
                 check_image_l4t(self.settings.image, device.l4t)
             note(device.describe())
         layout = rel.Layout(device.root, self.function)
@@ -187,7 +189,7 @@ class HostRun:
         return {"release": target, "previous": current, "url": f"http://{self.host}:{self.port}"}
 
     def status(self) -> dict[str, Any]:
-        _, spec = self.prepare()
+        _, spec = self.prepare(checked=False)
         current = self.current(spec)
         if current is None:
             return {"release": None, "health": "not deployed"}
@@ -205,7 +207,7 @@ class HostRun:
         return report
 
     def stop(self) -> None:
-        _, spec = self.prepare()
+        _, spec = self.prepare(checked=False)
         SERVICES[self.settings.service].stop(self.remote, spec)
 
 

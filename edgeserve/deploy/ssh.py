@@ -105,10 +105,10 @@ class Remote:
         self.run(["sh", "-c", 'cat > "$1"', "sh", path], stdin=data)
 
     def failure(self, argv: list[str], code: int, stderr: bytes) -> DeployError:
-        detail = stderr.decode(errors="replace").strip() or "(no stderr)"
+        detail = stderr.decode(errors="replace").replace("\r\n", "\n").strip() or "(no stderr)"
         if code == SSH_UNREACHABLE:
             return DeployError(
-                f"host {self.host}: ssh could not connect or authenticate: {detail}. Hint: check "
+                f"host {self.host}: ssh could not connect or authenticate: {detail}\nHint: check "
                 f"that `ssh {self.host}` works (keys, known_hosts, the profile's ssh settings)."
             )
         return DeployError(f"host {self.host}: `{shlex.join(argv)}` failed (exit {code}): {detail}")
@@ -138,7 +138,10 @@ class Remote:
     def _rsync_tree(
         self, src: Path, dest: str, link_dest: str | None, keep: tuple[str, ...]
     ) -> None:
-        argv = ["rsync", "-a", "--delete", "--protect-args", "-e", shlex.join(self.ssh_argv())]
+        # --checksum: builds are reproducible, so two different files can share size and mtime;
+        # rsync's quick check would then hard-link the old one into the new release.
+        argv = ["rsync", "-a", "--checksum", "--delete", "--protect-args"]
+        argv += ["-e", shlex.join(self.ssh_argv())]
         argv += [f"--exclude=/{name}" for name in keep]
         if link_dest is not None:
             argv.append(f"--link-dest={link_dest}")

@@ -75,7 +75,7 @@ class LambdaEmulator:
             if response is not None:
                 return response
         error = GATEWAY_ERRORS[self.event]
-        error_type = outcome.error_type or "Function.MalformedResponse"
+        error_type = outcome.error_type or "Function.MalformedResponse"  # ok, but not a response
         return HttpResponse(error.status, [*error.headers, ("x-amzn-errortype", error_type)], error.body)
 
     @property

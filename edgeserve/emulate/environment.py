@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeserve.emulate.runtime_api import Invocation, RuntimeApi
+from edgeserve.emulate.runtime_api import RESPONSE_TOO_LARGE, Invocation, RuntimeApi
 
 INIT_TIMEOUT_S = 10.0
 """Lambda's limit on the init phase of on-demand functions."""
@@ -37,11 +37,20 @@ class Limits:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How an invocation ended: `ok` (payload = the handler's JSON result) or a function error."""
+    """How an invocation ended: `ok` (payload = the handler's JSON result) or a function error
+    (payload = Lambda's `{"errorType", "errorMessage"}`)."""
 
     status: str  # "ok" | "error" | "timeout" | "killed"
     payload: bytes
-    error_type: str | None = None
+
+    @property
+    def error_type(self) -> str | None:
+        if self.status == "ok":
+            return None
+        try:
+            return str(json.loads(self.payload).get("errorType", "Unhandled"))
+        except (ValueError, AttributeError):
+            return "Unhandled"
 
 
 class Environment:
@@ -78,7 +87,7 @@ class Environment:
         init_ms = None if self._alive() else await self._init()
         if self.api.init_error is not None:
             await self._kill()
-            return Outcome("error", self.api.init_error, "Runtime.InitError")
+            return Outcome("error", self.api.init_error)
         self.log(f"START RequestId: {request_id} Version: $LATEST")
         started = time.perf_counter()
         outcome = await self._run(request_id, event)
@@ -87,8 +96,8 @@ class Environment:
             self.log(f"{_now()} {request_id} Task timed out after {self.limits.timeout_s:.2f} seconds")
         self.log(f"END RequestId: {request_id}")
         self.log(self._report(request_id, duration_ms, init_ms, outcome))
-        if outcome.status in ("timeout", "killed"):
-            await self._kill()
+        if outcome.status in ("timeout", "killed") or outcome.error_type == RESPONSE_TOO_LARGE:
+            await self._kill()  # the runtime client exits after a refused response anyway
         return outcome
 
     async def _init(self) -> float:
@@ -121,7 +130,7 @@ class Environment:
                 return Outcome("timeout", _error("Sandbox.Timedout", f"Task timed out after {self.limits.timeout_s:.2f} seconds"))
             await asyncio.wait({invocation.outcome}, timeout=WATCH_INTERVAL_S)
         kind, payload = invocation.outcome.result()
-        return Outcome("ok", payload) if kind == "response" else Outcome("error", payload, "Unhandled")
+        return Outcome("ok" if kind == "response" else "error", payload)
 
     def _report(self, request_id: str, duration_ms: float, init_ms: float | None, outcome: Outcome) -> str:
         used = min(self._memory_mb(peak=True), self.limits.memory_mb)

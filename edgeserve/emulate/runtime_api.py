@@ -21,6 +21,7 @@ from typing import Any
 from edgeserve.deploy.lambda_settings import PAYLOAD_LIMIT_BYTES
 
 PREFIX = "/2018-06-01/runtime"
+RESPONSE_TOO_LARGE = "Function.ResponseSizeTooLarge"
 FUNCTION_ARN = "arn:aws:lambda:us-east-1:123456789012:function:{name}"
 
 
@@ -118,7 +119,7 @@ class RuntimeApi:
             return 400, {}, b'{"errorType":"InvalidRequestID","errorMessage":"unknown request id"}'
         if kind == "response" and len(body) > PAYLOAD_LIMIT_BYTES:
             error = {
-                "errorType": "Function.ResponseSizeTooLarge",
+                "errorType": RESPONSE_TOO_LARGE,
                 "errorMessage": f"Response payload size ({len(body)} bytes) exceeded maximum "
                 f"allowed payload size ({PAYLOAD_LIMIT_BYTES} bytes).",
             }

@@ -57,7 +57,7 @@ class ServedFunction(Protocol):
 
     async def start(self) -> None: ...
     async def stop(self, drain_timeout_s: float = ...) -> None: ...
-    async def infer(self, inputs: TensorDict) -> TensorDict: ...
+    async def infer(self, inputs: TensorDict, timeout_s: float | None = None) -> TensorDict: ...
     async def invoke(self, payload: Any, content_type: str) -> Any: ...
 
 
@@ -159,7 +159,8 @@ class _Endpoints:
         body = await read_body(request, self.limit)
         decoded = v2.decode_request(body, request.headers.get(v2.HEADER_LENGTH))
         v2.check_outputs(decoded, runtime.signature)
-        results = await _unless_disconnected(request, runtime.infer(decoded.inputs))
+        timeout_s = v2.request_timeout_s(decoded)
+        results = await _unless_disconnected(request, runtime.infer(decoded.inputs, timeout_s))
         outputs = v2.response_outputs(decoded, results, runtime.signature)
         content, header_length = v2.encode_response(
             runtime.name, runtime.version, decoded.id, outputs

@@ -366,3 +366,15 @@ def _to_json(output: OutputTensor) -> Any:
             f"output `{output.name}`: holds bytes that are not UTF-8, which JSON cannot carry; "
             "ask for it with parameters.binary_data = true"
         ) from None
+
+
+def request_timeout_s(request: InferRequest) -> float | None:
+    """Triton's `timeout` request parameter, in microseconds; a bad value is the client's error."""
+    value = request.parameters.get("timeout")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidInput(
+            f"parameters.timeout: expected a positive integer of microseconds, got {value!r}"
+        )
+    return value / 1e6

@@ -1,0 +1,48 @@
+"""Stacking and splitting rows: many requests' tensors into one batch, and back (pure)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from edgeserve.types import TensorDict
+
+
+def stack_rows(parts: Sequence[TensorDict], fills: Mapping[str, float]) -> TensorDict:
+    """Stack each tensor along axis 0; shorter non-batch dims are padded with `fills[name]`."""
+    if len(parts) == 1:
+        return parts[0]
+    return {name: _stack([part[name] for part in parts], fills.get(name, 0.0)) for name in parts[0]}
+
+
+def _stack(arrays: list[np.ndarray], fill: float) -> np.ndarray:
+    inner = tuple(max(dims) for dims in zip(*(array.shape[1:] for array in arrays), strict=True))
+    if all(array.shape[1:] == inner for array in arrays):
+        return np.concatenate(arrays)
+    out = np.full((sum(len(array) for array in arrays), *inner), fill, dtype=arrays[0].dtype)
+    start = 0
+    for array in arrays:
+        out[(slice(start, start + len(array)), *(slice(0, dim) for dim in array.shape[1:]))] = array
+        start += len(array)
+    return out
+
+
+def split_rows(tensors: TensorDict, sizes: Sequence[int]) -> list[TensorDict]:
+    """Slice every tensor along axis 0 into consecutive parts of `sizes` rows (views)."""
+    if len(sizes) == 1:
+        return [tensors]
+    bounds = itertools.pairwise(itertools.accumulate(sizes, initial=0))
+    return [{name: array[lo:hi] for name, array in tensors.items()} for lo, hi in bounds]
+
+
+def part_sizes(rows: int, max_rows: int) -> list[int]:
+    """A request larger than max_rows is split into parts of at most max_rows."""
+    if not max_rows or rows <= max_rows:
+        return [rows]
+    return [max_rows] * (rows // max_rows) + ([rows % max_rows] if rows % max_rows else [])
+
+
+def key_dims(shape: tuple[int, ...], pad_axis: int | None) -> tuple[int, ...]:
+    return tuple(-1 if axis == pad_axis else dim for axis, dim in enumerate(shape) if axis)

@@ -1,0 +1,274 @@
+"""Lambda events in and out: AWS's published sample events through the Lambda handler (whole
+response dicts compared), and the emulator's HTTP <-> event translation, table-driven."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import onnxruntime as ort
+import pytest
+from PIL import Image
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from edgeserve.emulate.events import EVENT_KINDS, HttpRequest, HttpResponse, from_result, to_event
+from edgeserve.lambda_app import create_handler, wrap
+from tests.aws_lambda_support import small_bundle
+
+FIXTURES = Path(__file__).parent / "fixtures" / "aws_events"
+BINARY_TYPES = ("image/png", "application/msgpack")
+
+
+async def echo(request: Request) -> Response:
+    """Binary bodies come back as they are; anything else is described as JSON."""
+    body = await request.body()
+    content_type = request.headers.get("content-type", "")
+    if content_type in BINARY_TYPES:
+        return Response(body, media_type=content_type)
+    return JSONResponse(
+        {
+            "method": request.method,
+            "path": request.url.path,
+            "query": sorted(request.query_params.multi_items()),
+            "body": body.decode(),
+            "cookies": request.headers.get("cookie"),
+        }
+    )
+
+
+ECHO = wrap(Starlette(routes=[Route("/{path:path}", echo, methods=["GET", "POST"])]))
+
+
+def fixture(name: str) -> dict[str, Any]:
+    event: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return event
+
+
+def json_body(**fields: Any) -> str:
+    return json.dumps(fields, separators=(",", ":"))
+
+
+SAMPLES = [
+    (
+        "lambda-urls-request.json",
+        {
+            "statusCode": 200,
+            "headers": {"content-length": "173", "content-type": "application/json"},
+            "body": json_body(
+                method="POST",
+                path="/my/path",
+                query=[["parameter1", "value1"], ["parameter1", "value2"], ["parameter2", "value"]],
+                body="Hello from client!",
+                cookies="cookie1; cookie2",
+            ),
+            "isBase64Encoded": False,
+        },
+    ),
+    (
+        "apigw-v2-request-no-authorizer.json",
+        {
+            "statusCode": 200,
+            "headers": {"content-length": "63", "content-type": "application/json"},
+            "body": json_body(method="GET", path="/", query=[], body="", cookies=None),
+            "isBase64Encoded": False,
+        },
+    ),
+    (
+        "apigw-request.json",
+        {
+            "statusCode": 200,
+            "headers": {"content-length": "108", "content-type": "application/json"},
+            "multiValueHeaders": {},
+            "body": json_body(
+                method="POST", path="/hello/world", query=[["name", "me"]], body='{\r\n\t"a": 1\r\n}', cookies=None
+            ),
+            "isBase64Encoded": False,
+        },
+    ),
+    (
+        "alb-lambda-target-request.json",
+        {
+            "statusCode": 200,
+            # the sample carries multiValueHeaders, so the answer does too (and its query wins)
+            "multiValueHeaders": {"content-length": ["86"], "content-type": ["application/json"]},
+            "body": json_body(method="GET", path="/", query=[["name", "me"]], body="Who there?", cookies=None),
+            "isBase64Encoded": False,
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "response"), SAMPLES, ids=[name for name, _ in SAMPLES])
+def test_aws_sample_events_through_the_handler(name: str, response: dict[str, Any]) -> None:
+    assert ECHO(fixture(name), None) == response
+
+
+def png_bytes() -> bytes:
+    out = io.BytesIO()
+    Image.fromarray((np.arange(16, dtype=np.uint8) * 16).reshape(4, 4), mode="L").save(out, format="PNG")
+    return out.getvalue()
+
+
+def with_binary_body(event: dict[str, Any], body: bytes, content_type: str) -> dict[str, Any]:
+    """The sample event carrying a binary body, as the gateways send one (base64)."""
+    event = {**event, "body": base64.b64encode(body).decode(), "isBase64Encoded": True, "httpMethod": "POST"}
+    for key in ("headers", "multiValueHeaders"):
+        if key in event:
+            single = [content_type] if key == "multiValueHeaders" else content_type
+            event[key] = {k: v for k, v in event[key].items() if k.lower() != "content-type"}
+            event[key]["content-type"] = single
+    if "requestContext" in event and "http" in event["requestContext"]:
+        event["requestContext"] = {**event["requestContext"], "http": {**event["requestContext"]["http"], "method": "POST"}}
+    return event
+
+
+BINARY = [(name, body, kind) for name, _ in SAMPLES for body, kind in ((png_bytes(), "image/png"), (msgpack.packb({"rows": [[1.5] * 16]}), "application/msgpack"))]
+
+
+@pytest.mark.parametrize(("name", "body", "content_type"), BINARY)
+def test_binary_bodies_round_trip_base64_through_every_sample(name: str, body: bytes, content_type: str) -> None:
+    result = ECHO(with_binary_body(fixture(name), body, content_type), None)
+
+    headers = {"content-length": str(len(body)), "content-type": content_type}
+    if name.startswith("alb"):
+        expected = {"statusCode": 200, "multiValueHeaders": {k: [v] for k, v in headers.items()}}
+    elif name == "apigw-request.json":
+        expected = {"statusCode": 200, "headers": headers, "multiValueHeaders": {}}
+    else:
+        expected = {"statusCode": 200, "headers": headers}
+    assert result == {**expected, "body": base64.b64encode(body).decode(), "isBase64Encoded": True}
+
+
+REQUEST = HttpRequest(
+    method="POST",
+    path="/invoke",
+    query="a=1&a=2&b=3",
+    headers=[("content-type", "image/png"), ("user-agent", "curl/8"), ("cookie", "s=1; t=2"), ("x-k", "1"), ("x-k", "2")],
+    body=b"\x89PNG",
+    source_ip="10.0.0.9",
+)
+
+
+def test_function_url_event_whole() -> None:
+    assert to_event(REQUEST, "url", "req-1", now=1700000000.5) == {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": "/invoke",
+        "rawQueryString": "a=1&a=2&b=3",
+        "cookies": ["s=1", "t=2"],
+        "headers": {
+            "content-type": "image/png",
+            "user-agent": "curl/8",
+            "x-k": "1,2",
+            "host": "edgeserve0emulator0url0id000000.lambda-url.us-east-1.on.aws",
+        },
+        "queryStringParameters": {"a": "1,2", "b": "3"},
+        "requestContext": {
+            "accountId": "anonymous",
+            "apiId": "edgeserve0emulator0url0id000000",
+            "domainName": "edgeserve0emulator0url0id000000.lambda-url.us-east-1.on.aws",
+            "domainPrefix": "edgeserve0emulator0url0id000000",
+            "http": {"method": "POST", "path": "/invoke", "protocol": "HTTP/1.1", "sourceIp": "10.0.0.9", "userAgent": "curl/8"},
+            "requestId": "req-1",
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "14/Nov/2023:22:13:20 +0000",
+            "timeEpoch": 1700000000500,
+        },
+        "body": "iVBORw==",
+        "isBase64Encoded": True,
+    }
+
+
+def test_rest_event_whole_with_an_empty_text_body() -> None:
+    request = HttpRequest("GET", "/", "", [("accept", "application/json")], b"")
+    assert to_event(request, "rest", "req-2", now=1.0) == {
+        "resource": "/{proxy+}",
+        "path": "/",
+        "httpMethod": "GET",
+        "headers": {"accept": "application/json"},
+        "multiValueHeaders": {"accept": ["application/json"]},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "edgeserve0",
+            "resourcePath": "/{proxy+}",
+            "httpMethod": "GET",
+            "path": "/prod/",
+            "stage": "prod",
+            "protocol": "HTTP/1.1",
+            "requestId": "req-2",
+            "requestTimeEpoch": 1000,
+            "identity": {"sourceIp": "127.0.0.1", "userAgent": None},
+        },
+        "body": None,
+        "isBase64Encoded": False,
+    }
+
+
+@pytest.mark.parametrize("kind", EVENT_KINDS)
+def test_emulated_events_round_trip_through_the_handler(kind: Any) -> None:
+    for body, content_type in ((png_bytes(), "image/png"), (b'{"rows": [1]}', "application/json")):
+        request = HttpRequest("POST", "/invoke", "q=1", [("content-type", content_type)], body)
+        response = from_result(ECHO(to_event(request, kind, "r"), None), kind)
+        assert response is not None and response.status == 200
+        if content_type == "image/png":
+            assert (response.body, dict(response.headers)["content-type"]) == (body, "image/png")
+        else:
+            assert json.loads(response.body) == {
+                "method": "POST", "path": "/invoke", "query": [["q", "1"]], "body": '{"rows": [1]}', "cookies": None
+            }
+
+
+RESULTS = [
+    ("url", "just a string", HttpResponse(200, [("content-type", "application/json")], b'"just a string"')),
+    (
+        "url",
+        {"statusCode": 201, "headers": {"Content-Type": "text/plain"}, "cookies": ["a=1", "b=2"], "body": "hi"},
+        HttpResponse(201, [("content-type", "text/plain"), ("set-cookie", "a=1"), ("set-cookie", "b=2")], b"hi"),
+    ),
+    (
+        "alb",
+        {"statusCode": 200, "multiValueHeaders": {"X-A": ["1", "2"]}, "body": "AAE=", "isBase64Encoded": True},
+        HttpResponse(200, [("x-a", "1"), ("x-a", "2")], b"\x00\x01"),
+    ),
+    ("rest", {"body": "no status"}, None),
+    ("rest", "not a proxy response", None),
+]
+
+
+@pytest.mark.parametrize(("kind", "result", "response"), RESULTS)
+def test_results_become_http_responses(kind: Any, result: Any, response: HttpResponse | None) -> None:
+    assert from_result(result, kind) == response
+
+
+def test_the_real_function_behind_every_sample_event(tmp_path: Path) -> None:
+    """`create_handler`: the real bundle, runtime (lambda mode) and app, PNG and msgpack in."""
+    bundle = small_bundle(tmp_path)
+    handler = create_handler(bundle.root)
+    rows = np.linspace(0, 1, 32, dtype=np.float32).reshape(2, 16)
+    reference = ort.InferenceSession(str(bundle.model_path)).run(None, {"x": rows})[0]
+    for name, _ in SAMPLES:
+        event = with_binary_body(fixture(name), msgpack.packb({"x": rows.tolist()}), "application/msgpack")
+        event = _to_path(event, "/invoke")
+        result = handler(event, None)
+        assert result["statusCode"] == 200, (name, result)
+        body = base64.b64decode(result["body"]) if result["isBase64Encoded"] else result["body"].encode()
+        np.testing.assert_allclose(json.loads(body)["y"], reference, rtol=1e-5, atol=1e-5)
+
+
+def _to_path(event: dict[str, Any], path: str) -> dict[str, Any]:
+    if "rawPath" in event:
+        return {**event, "rawPath": path, "requestContext": {**event["requestContext"], "http": {**event["requestContext"]["http"], "path": path}}}
+    return {**event, "path": path}

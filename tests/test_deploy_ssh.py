@@ -1,0 +1,84 @@
+"""The SSH command layer against a real OpenSSH server on 127.0.0.1 (tests/sshd.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from edgeserve.deploy.ssh import Remote
+from edgeserve.errors import DeployError
+from tests.sshd import SshFleet, sshd_missing, start_fleet
+
+pytestmark = pytest.mark.skipif(sshd_missing() is not None, reason=str(sshd_missing()))
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[SshFleet]:
+    running = start_fleet(tmp_path / "ssh", ["dev1"])
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def remote(fleet: SshFleet) -> Iterator[Remote]:
+    with Remote("dev1", config_file=fleet.config) as connected:
+        yield connected
+
+
+def test_arguments_reach_the_device_exactly_once_quoted(remote: Remote) -> None:
+    tricky = ["a b", "$HOME", "it's", "; rm -rf /", "*"]
+    assert remote.run(["printf", "%s\\n", *tricky]) == "\n".join(tricky) + "\n"
+
+
+def test_sh_scripts_take_positional_arguments(remote: Remote) -> None:
+    assert remote.sh('echo "$2-$1"', "one", "two words") == "two words-one\n"
+
+
+def test_a_failed_command_names_host_command_and_stderr(remote: Remote) -> None:
+    with pytest.raises(DeployError) as caught:
+        remote.run(["sh", "-c", "echo disk full >&2; exit 3"])
+    assert caught.value.message == (
+        "host dev1: `sh -c 'echo disk full >&2; exit 3'` failed (exit 3): disk full"
+    )
+    assert remote.succeeds(["false"]) is False
+    assert remote.succeeds(["true"]) is True
+
+
+def test_an_unknown_host_key_is_refused(fleet: SshFleet) -> None:
+    stranger = Remote("dev1", config_file=fleet.config, options=("UserKnownHostsFile=/dev/null",))
+    with pytest.raises(DeployError, match="(?s)host dev1: ssh could not connect or authenticate: "
+                       ".*Host key verification failed"):  # fmt: skip
+        stranger.run(["true"])
+
+
+def test_rsync_copy_sends_changes_and_hard_links_unchanged_files(
+    remote: Remote, tmp_path: Path
+) -> None:
+    source = tmp_path / "bundle"
+    (source / "model").mkdir(parents=True)
+    (source / "model" / "model.onnx").write_bytes(b"weights" * 1000)
+    (source / "handler.py").write_text("v = 1\n")
+    assert remote.copy_tree(source, str(tmp_path / "releases" / "1")) == "rsync"
+    stamp = (source / "handler.py").stat().st_mtime_ns
+    (source / "handler.py").write_text("v = 2\n")  # same size and, as reproducible builds do,
+    os.utime(source / "handler.py", ns=(stamp, stamp))  # the same mtime: only content differs
+    (tmp_path / "releases" / "2" / ".venv").mkdir(parents=True)
+    first = tmp_path / "releases" / "1"
+    remote.copy_tree(source, str(tmp_path / "releases" / "2"), str(first), keep=(".venv",))
+    second = tmp_path / "releases" / "2"
+    assert (second / "handler.py").read_text() == "v = 2\n"
+    assert (first / "handler.py").read_text() == "v = 1\n"
+    assert (second / "model" / "model.onnx").stat().st_ino == (first / "model/model.onnx").stat().st_ino
+    assert (second / ".venv").is_dir()
+
+
+def test_tar_copy_when_rsync_is_missing(remote: Remote, tmp_path: Path) -> None:
+    source = tmp_path / "bundle"
+    (source / "a").mkdir(parents=True)
+    (source / "a" / "b.txt").write_text("hello")
+    remote.has_rsync = False  # what the probe answers on a device without rsync
+    assert remote.copy_tree(source, str(tmp_path / "dest")) == "tar"
+    assert (tmp_path / "dest" / "a" / "b.txt").read_text() == "hello"

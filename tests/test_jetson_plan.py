@@ -1,0 +1,187 @@
+"""The pure parts of the jetson driver: release layout, preflight checks, service commands, settings."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from edgeserve.deploy import releases as rel
+from edgeserve.deploy.jetson import rollout
+from edgeserve.deploy.jetson_settings import JetsonSettings
+from edgeserve.deploy.preflight import Device, parse_facts, parse_free_mb, problems
+from edgeserve.deploy.services import (
+    ServiceSpec,
+    check_image_l4t,
+    docker_run_argv,
+    render_unit,
+)
+from edgeserve.errors import ConfigError, DeployError
+
+LAYOUT = rel.Layout("/home/nvidia/edgeserve", "ocr")
+
+
+def spec(**changes: object) -> ServiceSpec:
+    fields: dict[str, object] = {
+        "target": "jetson",
+        "layout": LAYOUT,
+        "bind": "0.0.0.0",
+        "port": 8080,
+        "python": sys.executable,
+        "user": "root",
+        "memory_mb": 2048,
+        "start_timeout_s": 300.0,
+        "image": "nvcr.io/nvidia/l4t-jetpack:r36.4.0",
+    }
+    return ServiceSpec(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+def test_layout_paths() -> None:
+    assert (LAYOUT.fn_dir, LAYOUT.releases, LAYOUT.current, LAYOUT.engines) == (
+        "/home/nvidia/edgeserve/ocr",
+        "/home/nvidia/edgeserve/ocr/releases",
+        "/home/nvidia/edgeserve/ocr/current",
+        "/home/nvidia/edgeserve/engines",
+    )
+    assert LAYOUT.run_file("state.json") == "/home/nvidia/edgeserve/ocr/run/state.json"
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("1.2.0", "1.2.0-0123456789ab"), ("2024/06 rc", "2024_06_rc-0123456789ab"), ("", "0-0123456789ab")],
+)
+def test_release_name_is_version_and_hash12(version: str, expected: str) -> None:
+    assert rel.release_name(version, "0123456789abcdef" * 4) == expected
+
+
+def test_name_of_reads_readlink_output() -> None:
+    assert rel.name_of("releases/1-abc\n") == "1-abc"
+    assert rel.name_of("/opt/es/ocr/releases/2-def/") == "2-def"
+    assert rel.name_of("\n") is None
+
+
+def test_previous_release_is_the_one_deployed_before_current() -> None:
+    names = rel.newest_first("3-c\n2-b\n1-a\n.tmp\n")
+    assert names == ["3-c", "2-b", "1-a"]
+    assert rel.previous_release(names, "3-c") == "2-b"
+    assert rel.previous_release(names, "2-b") == "1-a"
+    assert rel.previous_release(names, "1-a") is None
+    assert rel.previous_release(names, None) == "3-c"
+
+
+def test_prunable_keeps_newest_and_protected() -> None:
+    names = ["5-e", "4-d", "3-c", "2-b", "1-a"]
+    assert rel.prunable(names, keep=2, protect={"5-e", "4-d"}) == ["3-c", "2-b", "1-a"]
+    assert rel.prunable(names, keep=2, protect={"1-a"}) == ["3-c", "2-b"]
+    assert rel.prunable(names, keep=9, protect=set()) == []
+
+
+def test_resolve_root_expands_tilde_and_refuses_relative() -> None:
+    assert rel.resolve_root("~/edgeserve", "/home/nvidia") == "/home/nvidia/edgeserve"
+    assert rel.resolve_root("/opt/edgeserve/", "/root") == "/opt/edgeserve"
+    with pytest.raises(ValueError, match="absolute"):
+        rel.resolve_root("edgeserve", "/root")
+
+
+def test_facts_and_df_are_parsed() -> None:
+    facts = parse_facts("arch=aarch64\nhome=/home/nvidia\nl4t=# R36 (release), REVISION: 4.3\n")
+    assert facts == {"arch": "aarch64", "home": "/home/nvidia", "l4t": "# R36 (release), REVISION: 4.3"}
+    df = "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/nvme0n1p1 59000000 1 2097152 1% /\n"
+    assert parse_free_mb(df) == 2048
+
+
+def test_preflight_problems_name_every_reason() -> None:
+    settings = JetsonSettings(hosts=("dev",), min_free_mb=1000)
+    device = Device("dev", "x86_64", "me", "/r", python3="", l4t=None, free_mb=10)
+    found = problems(device, settings)
+    assert len(found) == 3
+    assert "arch x86_64 is not one of ['aarch64']" in found[0] and "allow_arch" in found[0]
+    assert "10 MB free under /r, need 1000" in found[1]
+    assert "no python3" in found[2]
+    orin = Device("orin", "aarch64", "nvidia", "/r", "/usr/bin/python3", "36.4.3", 5000)
+    assert problems(orin, settings) == []
+    assert orin.jetpack == "6.2"
+
+
+def test_systemd_unit_renders_the_function() -> None:
+    unit = render_unit(spec())
+    assert f"ExecStart={sys.executable} -m edgeserve serve /home/nvidia/edgeserve/ocr/current" in unit
+    assert "Environment=EDGESERVE_ENGINE_CACHE=/home/nvidia/edgeserve/engines" in unit
+    assert "MemoryMax=2048M" in unit and "Restart=always" in unit and "$" not in unit
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_systemd_unit_passes_systemd_analyze_verify(tmp_path) -> None:
+    layout = rel.Layout(str(tmp_path), "ocr")
+    unit = tmp_path / "edgeserve-ocr.service"
+    unit.write_text(render_unit(spec(layout=layout)))
+    checked = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_systemd_unit_refuses_whitespace_in_paths() -> None:
+    with pytest.raises(ConfigError, match="python '/opt/my venv/python'"):
+        render_unit(spec(python="/opt/my venv/python"))
+
+
+def test_docker_run_uses_nvidia_runtime_host_network_and_engine_cache() -> None:
+    argv = docker_run_argv(spec(), "/home/nvidia/edgeserve/ocr/releases/1-abc")
+    assert argv == [
+        "docker", "run", "--detach", "--name", "edgeserve-ocr", "--restart", "unless-stopped",
+        "--runtime", "nvidia", "--network", "host",
+        "--volume", "/home/nvidia/edgeserve/ocr/releases/1-abc:/srv/function:ro",
+        "--volume", "/home/nvidia/edgeserve/engines:/var/lib/edgeserve/engines",
+        "--env", "EDGESERVE_ENGINE_CACHE=/var/lib/edgeserve/engines",
+        "nvcr.io/nvidia/l4t-jetpack:r36.4.0",
+        "python3", "-m", "edgeserve", "serve", "/srv/function", "--host", "0.0.0.0", "--port", "8080",
+    ]  # fmt: skip
+
+
+def test_l4t_image_must_match_the_device_major() -> None:
+    check_image_l4t("nvcr.io/nvidia/l4t-jetpack:r36.4.0", "36.4.3")
+    with pytest.raises(ConfigError, match="built for L4T R35 but the device runs L4T 36.4.3"):
+        check_image_l4t("nvcr.io/nvidia/l4t-jetpack:r35.4.1", "36.4.3")
+
+
+def test_settings_refuse_disabled_host_key_checking() -> None:
+    with pytest.raises(ValueError, match="StrictHostKeyChecking=no"):
+        JetsonSettings(hosts=("a",), ssh_options=("StrictHostKeyChecking=no",))
+    JetsonSettings(hosts=("a",), ssh_options=("StrictHostKeyChecking=accept-new",))
+
+
+def test_settings_select_hosts_and_groups_in_profile_order() -> None:
+    settings = JetsonSettings(hosts=("a", "b", "c"), groups={"lab": ("c", "a")})
+    assert settings.select(()) == ("a", "b", "c")
+    assert settings.select(("lab",)) == ("a", "c")
+    assert settings.select(("b",)) == ("b",)
+    with pytest.raises(ValueError, match=r"unknown host\(s\) \['z'\]"):
+        settings.select(("z",))
+
+
+def test_rollout_stops_at_a_failing_canary() -> None:
+    settings = JetsonSettings(hosts=("a", "b", "c"))
+    touched: list[str] = []
+
+    def each(host: str) -> str:
+        touched.append(host)
+        if host == "a":
+            raise DeployError("host a: health check failed")
+        return host
+
+    with pytest.raises(DeployError, match=r"canary a failed, rollout stopped; not touched: \['b', 'c'\]"):
+        rollout(settings.hosts, settings, each)
+    assert touched == ["a"]
+
+
+def test_rollout_reports_every_failed_host_after_the_canary() -> None:
+    settings = JetsonSettings(hosts=("a", "b", "c"), max_parallel=2)
+
+    def each(host: str) -> str:
+        if host != "a":
+            raise DeployError(f"host {host}: down")
+        return host
+
+    with pytest.raises(DeployError, match="2 of 3 hosts failed:\nb: host b: down\nc: host c: down"):
+        rollout(settings.hosts, settings, each)
