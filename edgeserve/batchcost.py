@@ -19,6 +19,8 @@ EWMA_WEIGHT = 0.2
 """Weight of the newest observation in every moving average here."""
 FORGETTING = 0.99
 """RLS forgetting factor: the fit follows a machine whose speed changes (shared cores)."""
+REFRESH_EVERY = 8
+"""The table is rebuilt on a new size and every 8th batch: cheap at thousands of batches/s."""
 GAIN_FLOOR = 0.5
 """Waits gathering fewer extra items than this on average are not worth their latency."""
 
@@ -61,6 +63,7 @@ class CostModel:
         self._seen: dict[int, float] = {}
         self._theta = [0.0, 0.0]  # a, c
         self._p = [[1e3, 0.0], [0.0, 1e3]]  # covariance of the fit, large: know nothing yet
+        self._count = 0
         self.table: tuple[float, ...] = ()
 
     def observe(self, rows: int, seconds: float) -> None:
@@ -70,7 +73,9 @@ class CostModel:
         old = self._seen.get(rows)
         self._seen[rows] = seconds if old is None else old + EWMA_WEIGHT * (seconds - old)
         self._fit(float(rows), seconds)
-        self.table = tuple(self.predict(b) for b in range(1, self._max_rows + 1))
+        self._count += 1
+        if old is None or self._count % REFRESH_EVERY == 0:
+            self.table = tuple(self.predict(b) for b in range(1, self._max_rows + 1))
 
     def predict(self, rows: int) -> float:
         """Seconds for `rows`: measured at that size if ever, else the fitted line (>= 0)."""

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from edgeserve.batchcost import ArrivalMeter, CostModel, Outlook, WaitMeter
+from edgeserve.batchcost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
 from edgeserve.batchplan import BatchPolicy, Plan, plan_batch
 from edgeserve.errors import (
     BackendError,
@@ -43,6 +43,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+INLINE_S = 0.0005
+"""A batch learned to take less than this runs on the event loop itself: handing it to a worker
+thread and back would cost more than the batch (and, on few cores, wait for a free core)."""
 
 
 class BatchObserver(Protocol):
@@ -86,6 +90,7 @@ class Batcher:
         self._arrivals = ArrivalMeter()
         self._waits = WaitMeter()
         self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
+        self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
 
     def outlook(self) -> Outlook:
         """What the batcher has learned so far: batch cost by size, arrival rate, waiting."""
@@ -248,7 +253,8 @@ class Batcher:
                 if waited_with is not None:
                     self._waits.waited(len(plan.batch) - waited_with)
                 return list(plan.batch)
-            waited_with = len(pending) if waited_with is None else waited_with
+            if pending and waited_with is None:
+                waited_with = len(pending)
             if self._stopping and not pending:
                 return []
             self._changed.clear()
@@ -261,15 +267,20 @@ class Batcher:
         return f"shed: cannot finish within latency_slo_ms={slo:g} even if run now"
 
     async def _run(self, batch: list[_Item]) -> None:
-        """Run one batch in the pool; its outcome goes to its own items only."""
+        """Run one batch (in the pool unless it is tiny); its outcome goes to its own items only."""
         start = time.monotonic()
         rows = sum(item.rows for item in batch)
         token = id(batch)
         self._busy_until[token] = start + Outlook(self._cost.table).cost_of(rows)
         try:
             merged = stack_rows([item.inputs for item in batch], self._input_fills)
-            loop = asyncio.get_running_loop()
-            outputs = await loop.run_in_executor(self._executor, self._run_batch, merged)
+            if self._run_s.get(rows, INLINE_S) < INLINE_S:
+                outputs, run_s = self._timed(merged)
+            else:
+                loop = asyncio.get_running_loop()
+                outputs, run_s = await loop.run_in_executor(self._executor, self._timed, merged)
+            old = self._run_s.get(rows, run_s)
+            self._run_s[rows] = old + EWMA_WEIGHT * (run_s - old)
             parts = self._split(outputs, batch)
         except asyncio.CancelledError:
             self._fail(batch, Unavailable("stopped while the request was running"))
@@ -285,6 +296,10 @@ class Batcher:
         finally:
             del self._busy_until[token]
         self._report(batch, rows, start, ok)
+
+    def _timed(self, inputs: TensorDict) -> tuple[TensorDict, float]:
+        start = time.perf_counter()
+        return self._run_batch(inputs), time.perf_counter() - start
 
     def _split(self, outputs: TensorDict, batch: list[_Item]) -> list[TensorDict]:
         rows = [item.rows for item in batch]

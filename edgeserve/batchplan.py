@@ -7,6 +7,7 @@ Nothing here touches asyncio or the clock: tests drive it with tables.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -117,26 +118,45 @@ def plan_batch(
 def _plan_for_slo(
     live: list[P], expired: tuple[P, ...], policy: BatchPolicy, now: float, outlook: Outlook
 ) -> Plan[P]:
-    """Under an SLO: shed what cannot finish in its budget even if run now; close the largest
-    FIFO batch the oldest item's budget allows; wait only while the batch is too small to keep
-    up with the arrival rate and the oldest item can still afford it."""
+    """Under an SLO: shed what cannot finish in its budget even if run now; run the FIFO run of
+    items that serves the most in time (`_best_window`); wait only while that batch is too small
+    to keep up with the arrival rate and its oldest item can still afford the wait."""
     budget = policy.budget_s or 0.0
     hopeless = [now + outlook.cost_of(item.rows) > item.enqueued + budget for item in live]
     shed = tuple(item for item, lost in zip(live, hopeless, strict=True) if lost)
     keep = [item for item, lost in zip(live, hopeless, strict=True) if not lost]
     if not keep:
         return Plan((), expired, shed=shed)
-    batch, full = _fill(keep, policy.max_batch_size)
-    due = keep[0].enqueued + budget
-    sums = list(itertools.accumulate(item.rows for item in batch))
-    fits = max(n for n, rows in enumerate(sums, 1) if n == 1 or now + outlook.cost_of(rows) <= due)
+    group = [item for item in keep if item.key == keep[0].key]
+    skip, batch = _best_window(group, policy.max_batch_size, now, budget, outlook)
+    shed += tuple(group[:skip])
+    rows = sum(item.rows for item in batch)
+    behind = skip + len(batch) < len(group)
     target = outlook.rows_to_keep_up(policy.max_batch_size, KEEP_UP_HEADROOM)
-    latest = due - outlook.cost_of(target)
-    if full or fits < len(batch) or sums[fits - 1] >= target or not outlook.waiting_pays:
-        return Plan(tuple(batch[:fits]), expired, shed=shed)
-    if latest <= now:
+    latest = batch[0].enqueued + budget - outlook.cost_of(target)
+    if behind or rows >= target or not outlook.waiting_pays or latest <= now:
         return Plan(tuple(batch), expired, shed=shed)
     return Plan((), expired, min(latest, min(item.deadline for item in keep)), shed)
+
+
+def _best_window(
+    group: list[P], max_rows: int, now: float, budget: float, outlook: Outlook
+) -> tuple[int, list[P]]:
+    """(skip, batch): the FIFO run `group[skip:skip + n]` finishing within every member's budget
+    if run now that maximizes n - skip (served now minus shed now). Under overload this sheds a
+    few nearly-late items for a full batch, where serving the most urgent alone would collapse
+    throughput; with slack to spare it is simply the oldest items (skip 0)."""
+    dues = [item.enqueued + budget for item in group]  # FIFO: non-decreasing
+    best: tuple[int, int] = (1, 0)  # (n, skip): the oldest alone always fits (not hopeless)
+    for n in range(2, min(len(group), max_rows) + 1):
+        skip = bisect.bisect_left(dues, now + outlook.cost_of(n))
+        window = group[skip : skip + n]
+        rows = sum(item.rows for item in window)
+        fits = len(window) == n and rows <= max_rows and now + outlook.cost_of(rows) <= dues[skip]
+        if fits and n - skip > best[0] - best[1]:
+            best = (n, skip)
+    n, skip = best
+    return skip, group[skip : skip + n]
 
 
 def _fill(live: list[P], max_rows: int) -> tuple[list[P], bool]:

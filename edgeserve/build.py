@@ -33,6 +33,7 @@ from edgeserve.bundle import (
 )
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import BACKEND_NAMES, MANIFEST_NAME, Manifest, load_manifest
+from edgeserve.precision import check_precision
 from edgeserve.signature import read_signature
 from edgeserve.targets import load_target
 from edgeserve.types import Signature
@@ -167,6 +168,7 @@ def build(
     (default: a `dist` folder beside `out`).
     """
     plan = plan_build(source, targets=targets, backend=backend)
+    check_precision(source, plan.manifest, plan.signature)  # refuses drift over max_abs_diff
     return write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
 
 

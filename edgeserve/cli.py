@@ -11,10 +11,14 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from edgeserve.errors import EdgeserveError
+from edgeserve.errors import ConfigError, EdgeserveError
+
+if TYPE_CHECKING:
+    from edgeserve.targets import TargetProfile
 
 console = Console()
 err_console = Console(stderr=True)
@@ -30,6 +34,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from edgeserve.build import build
+    from edgeserve.deploy import package_targets
 
     source = Path(args.source)
     out = Path(args.out) if args.out else Path("build") / source.resolve().name
@@ -38,6 +43,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         f"[green]built[/] {bundle.manifest.function.name} -> {bundle.root}  "
         f"hash {bundle.content_hash[:12]}  batched={bundle.signature.batched}"
     )
+    for written in package_targets(bundle, args.target, out.parent / "dist", source):
+        console.print(f"[green]packaged[/] {written}")
     return 0
 
 
@@ -135,6 +142,76 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_deploy(args: argparse.Namespace) -> int:
+    from edgeserve.bundle import open_or_build
+    from edgeserve.deploy import driver_for
+
+    profile = _target_profile(args)
+    bundle = open_or_build(Path(args.path), targets=(profile.name,))
+    result = driver_for(profile).deploy(bundle, profile)
+    where = f" at {result.url}" if result.url else ""
+    console.print(f"[green]deployed[/] {result.name} {result.version} to {result.target}{where}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from edgeserve.deploy import driver_for
+
+    profile = _target_profile(args)
+    console.print_json(json.dumps(driver_for(profile).status(_function_name(args.path), profile)))
+    return 0
+
+
+def _cmd_rollback(args: argparse.Namespace) -> int:
+    from edgeserve.deploy import driver_for
+
+    profile = _target_profile(args)
+    result = driver_for(profile).rollback(_function_name(args.path), profile)
+    console.print(f"[green]rolled back[/] {result.name} on {result.target} to {result.version}")
+    return 0
+
+
+def _target_profile(args: argparse.Namespace) -> TargetProfile:
+    """The `--target` profile, narrowed to the `--host` devices (jetson) when given."""
+    from edgeserve.targets import load_target
+
+    path = Path(args.path)
+    profile = load_target(args.target, path if path.is_dir() else path.parent)
+    if not args.host:
+        return profile
+    if profile.driver != "jetson":
+        raise ConfigError(f"--host applies to jetson targets; {args.target} is {profile.driver}")
+    from edgeserve.deploy.jetson import with_hosts
+
+    return with_hosts(profile, tuple(args.host))
+
+
+def _function_name(path: str) -> str:
+    """The function a source folder or bundle holds (a bare name is taken as is)."""
+    from edgeserve.bundle import BUNDLE_FILE, Bundle
+    from edgeserve.manifest import MANIFEST_NAME, load_manifest
+
+    folder = Path(path)
+    if (folder / BUNDLE_FILE).is_file():
+        return Bundle.open(folder).name
+    if (folder / MANIFEST_NAME).is_file():
+        return load_manifest(folder).function.name
+    return path
+
+
+def _cmd_engine(args: argparse.Namespace) -> int:
+    from edgeserve.backends.tensorrt import engine_cache_dir
+    from edgeserve.bundle import Bundle
+    from edgeserve.runtime import Runtime
+
+    # Loading on TensorRT builds the engine with the shape profile serving will use (so the
+    # cache key matches) and caches it; later loads of any release of this model reuse it.
+    runtime = Runtime.load(Bundle.open(Path(args.bundle)), backend="tensorrt")
+    took = runtime.timings["load_s"]
+    console.print(f"[green]engine ready[/] for {runtime.name} in {took:.1f}s: {engine_cache_dir()}")
+    return 0
+
+
 def _numbers(kind: Callable[[str], float]) -> Callable[[str], list[float]]:
     """An argparse type for comma lists: `1,4,16` -> [1, 4, 16]."""
 
@@ -208,6 +285,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ready-timeout", type=float, default=120.0, help="seconds to wait for the server"
     )
+
+    for verb, func, help_ in (
+        ("deploy", _cmd_deploy, "ship to a target, health-check it, roll back on failure"),
+        ("status", _cmd_status, "what runs on a target: version, health, backend (per host)"),
+        ("rollback", _cmd_rollback, "switch a target back to the release before the current one"),
+    ):
+        p = add(verb, func, help_)
+        p.add_argument("path", help="function source folder or bundle (status/rollback: or name)")
+        p.add_argument("--target", required=True, help="target profile name or .toml path")
+        p.add_argument("--host", action="append", default=[], help="jetson: only this host/group")
+
+    p = add("engine", _cmd_engine, "on a device: build and cache a bundle's TensorRT engine")
+    p.add_argument("action", choices=["build"])
+    p.add_argument("bundle")
 
     p = add("doctor", _cmd_doctor, "show the hardware, the backends found, and the choice")
     p.add_argument("--backend", choices=["tensorrt", "openvino", "onnxruntime"])

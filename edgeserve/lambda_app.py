@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mangum import Mangum
-    from starlette.types import ASGIApp
+    from mangum.types import ASGI
 
 BUNDLE_ENV = "EDGESERVE_BUNDLE"
 BUNDLE_DIR = "bundle"
@@ -41,7 +41,7 @@ def create_handler(path: Path | None = None) -> Mangum:
     return wrap(create_app(runtime))
 
 
-def wrap(app: ASGIApp) -> Mangum:
+def wrap(app: ASGI) -> Mangum:
     """The Lambda handler for an ASGI app: REST v1, HTTP v2, Function URL and ALB events."""
     from mangum import Mangum
 

@@ -117,9 +117,10 @@ class Runtime:
             return
         started = time.perf_counter()
         await self.batcher.start()
-        for rows in _warmup_sizes(
-            self.manifest.batching.preferred_batch_sizes, self.batcher.policy
-        ):
+        preferred = self.manifest.batching.preferred_batch_sizes
+        # a backend holding state per batch size (ONNX Runtime's CUDA buckets) warms each one
+        preferred = (*preferred, *getattr(self.backend, "buckets", ()))
+        for rows in _warmup_sizes(preferred, self.batcher.policy):
             await asyncio.to_thread(self.backend.infer, _zeros(self.signature, rows))
         self.timings["warmup_s"] = time.perf_counter() - started
         self.ready = True

@@ -66,13 +66,14 @@ def load_target(name_or_path: str | Path, function_dir: Path | None = None) -> T
 
     if head.driver not in DRIVERS:
         raise ConfigError(
-            f"{path}: field `driver`: unknown driver {head.driver!r}; expected one of {sorted(DRIVERS)}"
+            f"{path}: field `driver`: unknown driver {head.driver!r}; "
+            f"expected one of {sorted(DRIVERS)}"
         )
     return TargetProfile(path.stem, head.driver, head.description, head.settings, path)
 
 
 def find_target(name_or_path: str, function_dir: Path | None = None) -> Path:
-    """The profile file: an existing path as given, else the first `<name>.toml` on the search path."""
+    """The profile file: a path as given, else the first `<name>.toml` on the search path."""
     given = Path(name_or_path)
     if given.suffix == ".toml" or len(given.parts) > 1:
         if given.is_file():

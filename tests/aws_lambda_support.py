@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,20 +50,23 @@ def wheelhouse(tmp: Path, name: str = "tinydep", version: str = "1.0") -> Path:
     folder = tmp / "wheelhouse"
     folder.mkdir(exist_ok=True)
     dist_info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    wheel_info = "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     files = {
         f"{name}/__init__.py": b"VALUE = 42\n",
-        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist_info}/METADATA": metadata.encode(),
+        f"{dist_info}/WHEEL": wheel_info.encode(),
     }
-    record = "".join(
-        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
-        for path, data in files.items()
-    )
+    record = "".join(f"{path},sha256={_digest(data)},{len(data)}\n" for path, data in files.items())
     with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as wheel:
         for path, data in files.items():
             wheel.writestr(path, data)
         wheel.writestr(f"{dist_info}/RECORD", record + f"{dist_info}/RECORD,,\n")
     return folder
+
+
+def _digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 @contextmanager
@@ -159,6 +163,13 @@ def emulated(path: Path, *args: str, timeout_s: float = 90.0) -> Iterator[tuple[
             process.wait(timeout=10)
 
 
-def reports(server: Server) -> list[str]:
-    """The Lambda REPORT lines the emulator printed so far."""
-    return [line for line in server.output if line.startswith("REPORT RequestId:")]
+def reports(server: Server, containing: str = "REPORT", at_least: int = 1) -> list[str]:
+    """The REPORT lines printed so far, once `at_least` of them contain `containing` (a bounded
+    wait: a thread reads the output, a little after the HTTP answer arrives)."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        lines = [line for line in list(server.output) if line.startswith("REPORT RequestId:")]
+        found = sum(containing in line for line in lines)
+        if found >= at_least or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)

@@ -100,7 +100,8 @@ def create_app() -> Starlette:
         return StreamingResponse(parts())
 
     async def status(request: Request) -> Response:
-        return Response(b"nope", status_code=int(request.path_params["code"]))
+        code = int(request.path_params["code"])
+        return Response(b"" if code == 204 else b"nope", status_code=code)
 
     routes = [
         Route("/v2/health/ready", lambda r: Response()),

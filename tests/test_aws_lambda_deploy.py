@@ -1,8 +1,8 @@
 """`edgeserve deploy --target aws-lambda` against a real AWS API endpoint: moto in server mode.
 
-The zip is packaged from a real bundle, but its requirements are replaced by one small
-pure-Python wheel from a local wheelhouse (`AwsLambda(requirements=..., find_links=...)`),
-so no large wheels are fetched. Every assertion reads the result back through boto3.
+The zip is packaged from a real bundle, but the profile replaces its requirements with one
+small pure-Python wheel from a local wheelhouse (`requirements`, `wheelhouse` settings), so
+no large wheels are fetched. Every assertion reads the result back through boto3.
 """
 
 from __future__ import annotations
@@ -64,18 +64,21 @@ def role(endpoint: str) -> str:
     return ROLE
 
 
-@pytest.fixture
-def bundle(tmp_path: Path) -> Bundle:
-    return small_bundle(tmp_path)
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    return small_bundle(tmp_path_factory.mktemp("deploy"))
 
 
 @pytest.fixture
-def driver(tmp_path: Path) -> AwsLambda:
-    return AwsLambda(requirements=["tinydep"], find_links=wheelhouse(tmp_path))
+def driver() -> AwsLambda:
+    return AwsLambda()
 
 
 def profile(tmp_path: Path, role: str, extra: str = "") -> TargetProfile:
-    settings = f'role_arn = "{role}"\nurl_auth_type = "NONE"\nreserved_concurrency = 5\n{extra}'
+    settings = (
+        f'role_arn = "{role}"\nurl_auth_type = "NONE"\nreserved_concurrency = 5\n'
+        f'requirements = ["tinydep"]\nwheelhouse = "{wheelhouse(tmp_path)}"\n{extra}'
+    )
     return load_target(write_profile(tmp_path / "lambda.toml", settings))
 
 
@@ -192,13 +195,13 @@ def test_no_credentials_is_a_deploy_error_with_a_hint(
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("EDGESERVE_AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     boto3.setup_default_session()
-    with pytest.raises(DeployError, match="no AWS credentials found. Hint: set AWS_PROFILE"):
+    with pytest.raises(DeployError, match=r"no AWS credentials found\. Hint: set AWS_PROFILE"):
         AwsLambda().status("tiny", profile(tmp_path, ROLE))
 
 
 def test_status_and_rollback_of_an_unknown_function(tmp_path: Path, endpoint: str) -> None:
     with pytest.raises(
-        DeployError, match="ResourceNotFoundException.*deploy first, or check region"
+        DeployError, match=r"ResourceNotFoundException.*deploy first, or check region"
     ):
         AwsLambda().status("ghost", profile(tmp_path, ROLE))
     with pytest.raises(DeployError, match="no previous version"):

@@ -49,7 +49,7 @@ def profile(tmp_path: Path, **settings: object) -> str:
 @pytest.mark.parametrize("event", ["url", "http", "rest", "alb"])
 def test_png_msgpack_and_json_bodies_through_each_event_source(bundle: Bundle, event: str) -> None:
     image, image_rows = png()
-    with emulated(bundle.root, "--event", event) as (url, server):
+    with emulated(bundle.root, "--event", event) as (url, _):
         as_png = httpx.post(f"{url}/invoke", content=image, headers={"content-type": "image/png"})
         as_msgpack = httpx.post(
             f"{url}/invoke",
@@ -59,11 +59,20 @@ def test_png_msgpack_and_json_bodies_through_each_event_source(bundle: Bundle, e
         as_json = httpx.post(f"{url}/invoke?unused=1", json={"rows": ROWS[:1].tolist()})
 
     assert as_png.status_code == 200, as_png.text
-    np.testing.assert_allclose(as_png.json()["y"], expected(bundle, image_rows), rtol=1e-5, atol=1e-5)
-    assert (as_msgpack.status_code, as_msgpack.headers["content-type"]) == (200, "application/msgpack")
-    np.testing.assert_allclose(msgpack.unpackb(as_msgpack.content)["y"], expected(bundle, ROWS), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        as_png.json()["y"], expected(bundle, image_rows), rtol=1e-5, atol=1e-5
+    )
+    assert (as_msgpack.status_code, as_msgpack.headers["content-type"]) == (
+        200,
+        "application/msgpack",
+    )
+    np.testing.assert_allclose(
+        msgpack.unpackb(as_msgpack.content)["y"], expected(bundle, ROWS), rtol=1e-5, atol=1e-5
+    )
     assert as_json.status_code == 200
-    np.testing.assert_allclose(as_json.json()["y"], expected(bundle, ROWS[:1]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        as_json.json()["y"], expected(bundle, ROWS[:1]), rtol=1e-5, atol=1e-5
+    )
     assert len({as_png.json()["pid"], as_json.json()["pid"]}) == 1  # one environment served all
 
 
@@ -72,14 +81,18 @@ def test_model_loads_once_per_instance_across_many_invocations(bundle: Bundle) -
         answers: list[httpx.Response] = []
 
         def call() -> None:
-            answers.append(httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist(), "sleep_s": 0.2}, timeout=30))
+            answers.append(
+                httpx.post(
+                    f"{url}/invoke", json={"rows": ROWS.tolist(), "sleep_s": 0.2}, timeout=30
+                )
+            )
 
         threads = [threading.Thread(target=call) for _ in range(8)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=60)
-        lines = reports(server)
+        lines = reports(server, at_least=9)
 
     assert [answer.status_code for answer in answers] == [200] * 8
     assert len({answer.json()["pid"] for answer in answers}) == 2
@@ -88,24 +101,29 @@ def test_model_loads_once_per_instance_across_many_invocations(bundle: Bundle) -
     assert all(re.search(r"Memory Size: 2048 MB\tMax Memory Used: \d+ MB", line) for line in lines)
 
 
-def test_timeout_answers_502_reports_it_and_the_next_call_starts_cold(bundle: Bundle, tmp_path: Path) -> None:
+def test_timeout_answers_502_reports_it_and_the_next_call_starts_cold(
+    bundle: Bundle, tmp_path: Path
+) -> None:
     with emulated(bundle.root, "--target", profile(tmp_path, timeout_s=1)) as (url, server):
         slow = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist(), "sleep_s": 5}, timeout=30)
         after = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist()}, timeout=30)
+        lines = reports(server, containing="Init Duration", at_least=2)
         output = "".join(server.output)
-        lines = reports(server)
 
     assert (slow.status_code, slow.headers["x-amzn-errortype"]) == (502, "Sandbox.Timedout")
     assert "Task timed out after 1.00 seconds" in output
-    assert "Status: timeout" in lines[1]
+    timed_out = [i for i, line in enumerate(lines) if "Status: timeout" in line]
+    assert len(timed_out) == 1
     assert after.status_code == 200
-    assert "Init Duration:" in lines[2]  # the timed-out environment was replaced
+    assert "Init Duration:" in lines[timed_out[0] + 1]  # the timed-out environment was replaced
 
 
 def test_over_memory_kills_the_environment(bundle: Bundle, tmp_path: Path) -> None:
     with emulated(bundle.root, "--target", profile(tmp_path, memory_mb=256)) as (url, server):
-        fat = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist(), "allocate_mb": 400}, timeout=30)
-        lines = reports(server)
+        fat = httpx.post(
+            f"{url}/invoke", json={"rows": ROWS.tolist(), "allocate_mb": 400}, timeout=30
+        )
+        lines = reports(server, containing="Status: killed")
 
     assert (fat.status_code, fat.headers["x-amzn-errortype"]) == (502, "Runtime.ExitError")
     assert "Max Memory Used: 256 MB" in lines[-1]
@@ -113,11 +131,13 @@ def test_over_memory_kills_the_environment(bundle: Bundle, tmp_path: Path) -> No
 
 
 def test_payload_limits_request_413_and_response_too_large(bundle: Bundle) -> None:
-    with emulated(bundle.root) as (url, server):
+    with emulated(bundle.root) as (url, _):
         big_request = httpx.post(
             f"{url}/invoke", content=b"\x00" * (5 * 2**20), headers={"content-type": "image/png"}
         )
-        big_response = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist(), "pad_bytes": 7_000_000})
+        big_response = httpx.post(
+            f"{url}/invoke", json={"rows": ROWS.tolist(), "pad_bytes": 7_000_000}
+        )
         fine = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist(), "pad_bytes": 1_000_000})
 
     # 5 MB of binary is 6.7 MB once base64-encoded into the event: over the 6 MB limit

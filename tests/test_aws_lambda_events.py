@@ -88,7 +88,11 @@ SAMPLES = [
             "headers": {"content-length": "108", "content-type": "application/json"},
             "multiValueHeaders": {},
             "body": json_body(
-                method="POST", path="/hello/world", query=[["name", "me"]], body='{\r\n\t"a": 1\r\n}', cookies=None
+                method="POST",
+                path="/hello/world",
+                query=[["name", "me"]],
+                body='{\r\n\t"a": 1\r\n}',
+                cookies=None,
             ),
             "isBase64Encoded": False,
         },
@@ -99,7 +103,9 @@ SAMPLES = [
             "statusCode": 200,
             # the sample carries multiValueHeaders, so the answer does too (and its query wins)
             "multiValueHeaders": {"content-length": ["86"], "content-type": ["application/json"]},
-            "body": json_body(method="GET", path="/", query=[["name", "me"]], body="Who there?", cookies=None),
+            "body": json_body(
+                method="GET", path="/", query=[["name", "me"]], body="Who there?", cookies=None
+            ),
             "isBase64Encoded": False,
         },
     ),
@@ -113,28 +119,47 @@ def test_aws_sample_events_through_the_handler(name: str, response: dict[str, An
 
 def png_bytes() -> bytes:
     out = io.BytesIO()
-    Image.fromarray((np.arange(16, dtype=np.uint8) * 16).reshape(4, 4), mode="L").save(out, format="PNG")
+    Image.fromarray((np.arange(16, dtype=np.uint8) * 16).reshape(4, 4), mode="L").save(
+        out, format="PNG"
+    )
     return out.getvalue()
 
 
 def with_binary_body(event: dict[str, Any], body: bytes, content_type: str) -> dict[str, Any]:
     """The sample event carrying a binary body, as the gateways send one (base64)."""
-    event = {**event, "body": base64.b64encode(body).decode(), "isBase64Encoded": True, "httpMethod": "POST"}
+    event = {
+        **event,
+        "body": base64.b64encode(body).decode(),
+        "isBase64Encoded": True,
+        "httpMethod": "POST",
+    }
     for key in ("headers", "multiValueHeaders"):
         if key in event:
             single = [content_type] if key == "multiValueHeaders" else content_type
             event[key] = {k: v for k, v in event[key].items() if k.lower() != "content-type"}
             event[key]["content-type"] = single
     if "requestContext" in event and "http" in event["requestContext"]:
-        event["requestContext"] = {**event["requestContext"], "http": {**event["requestContext"]["http"], "method": "POST"}}
+        event["requestContext"] = {
+            **event["requestContext"],
+            "http": {**event["requestContext"]["http"], "method": "POST"},
+        }
     return event
 
 
-BINARY = [(name, body, kind) for name, _ in SAMPLES for body, kind in ((png_bytes(), "image/png"), (msgpack.packb({"rows": [[1.5] * 16]}), "application/msgpack"))]
+BINARY = [
+    (name, body, kind)
+    for name, _ in SAMPLES
+    for body, kind in (
+        (png_bytes(), "image/png"),
+        (msgpack.packb({"rows": [[1.5] * 16]}), "application/msgpack"),
+    )
+]
 
 
 @pytest.mark.parametrize(("name", "body", "content_type"), BINARY)
-def test_binary_bodies_round_trip_base64_through_every_sample(name: str, body: bytes, content_type: str) -> None:
+def test_binary_bodies_round_trip_base64_through_every_sample(
+    name: str, body: bytes, content_type: str
+) -> None:
     result = ECHO(with_binary_body(fixture(name), body, content_type), None)
 
     headers = {"content-length": str(len(body)), "content-type": content_type}
@@ -151,7 +176,13 @@ REQUEST = HttpRequest(
     method="POST",
     path="/invoke",
     query="a=1&a=2&b=3",
-    headers=[("content-type", "image/png"), ("user-agent", "curl/8"), ("cookie", "s=1; t=2"), ("x-k", "1"), ("x-k", "2")],
+    headers=[
+        ("content-type", "image/png"),
+        ("user-agent", "curl/8"),
+        ("cookie", "s=1; t=2"),
+        ("x-k", "1"),
+        ("x-k", "2"),
+    ],
     body=b"\x89PNG",
     source_ip="10.0.0.9",
 )
@@ -176,7 +207,13 @@ def test_function_url_event_whole() -> None:
             "apiId": "edgeserve0emulator0url0id000000",
             "domainName": "edgeserve0emulator0url0id000000.lambda-url.us-east-1.on.aws",
             "domainPrefix": "edgeserve0emulator0url0id000000",
-            "http": {"method": "POST", "path": "/invoke", "protocol": "HTTP/1.1", "sourceIp": "10.0.0.9", "userAgent": "curl/8"},
+            "http": {
+                "method": "POST",
+                "path": "/invoke",
+                "protocol": "HTTP/1.1",
+                "sourceIp": "10.0.0.9",
+                "userAgent": "curl/8",
+            },
             "requestId": "req-1",
             "routeKey": "$default",
             "stage": "$default",
@@ -227,20 +264,42 @@ def test_emulated_events_round_trip_through_the_handler(kind: Any) -> None:
             assert (response.body, dict(response.headers)["content-type"]) == (body, "image/png")
         else:
             assert json.loads(response.body) == {
-                "method": "POST", "path": "/invoke", "query": [["q", "1"]], "body": '{"rows": [1]}', "cookies": None
+                "method": "POST",
+                "path": "/invoke",
+                "query": [["q", "1"]],
+                "body": '{"rows": [1]}',
+                "cookies": None,
             }
 
 
 RESULTS = [
-    ("url", "just a string", HttpResponse(200, [("content-type", "application/json")], b'"just a string"')),
     (
         "url",
-        {"statusCode": 201, "headers": {"Content-Type": "text/plain"}, "cookies": ["a=1", "b=2"], "body": "hi"},
-        HttpResponse(201, [("content-type", "text/plain"), ("set-cookie", "a=1"), ("set-cookie", "b=2")], b"hi"),
+        "just a string",
+        HttpResponse(200, [("content-type", "application/json")], b'"just a string"'),
+    ),
+    (
+        "url",
+        {
+            "statusCode": 201,
+            "headers": {"Content-Type": "text/plain"},
+            "cookies": ["a=1", "b=2"],
+            "body": "hi",
+        },
+        HttpResponse(
+            201,
+            [("content-type", "text/plain"), ("set-cookie", "a=1"), ("set-cookie", "b=2")],
+            b"hi",
+        ),
     ),
     (
         "alb",
-        {"statusCode": 200, "multiValueHeaders": {"X-A": ["1", "2"]}, "body": "AAE=", "isBase64Encoded": True},
+        {
+            "statusCode": 200,
+            "multiValueHeaders": {"X-A": ["1", "2"]},
+            "body": "AAE=",
+            "isBase64Encoded": True,
+        },
         HttpResponse(200, [("x-a", "1"), ("x-a", "2")], b"\x00\x01"),
     ),
     ("rest", {"body": "no status"}, None),
@@ -249,7 +308,9 @@ RESULTS = [
 
 
 @pytest.mark.parametrize(("kind", "result", "response"), RESULTS)
-def test_results_become_http_responses(kind: Any, result: Any, response: HttpResponse | None) -> None:
+def test_results_become_http_responses(
+    kind: Any, result: Any, response: HttpResponse | None
+) -> None:
     assert from_result(result, kind) == response
 
 
@@ -260,15 +321,28 @@ def test_the_real_function_behind_every_sample_event(tmp_path: Path) -> None:
     rows = np.linspace(0, 1, 32, dtype=np.float32).reshape(2, 16)
     reference = ort.InferenceSession(str(bundle.model_path)).run(None, {"x": rows})[0]
     for name, _ in SAMPLES:
-        event = with_binary_body(fixture(name), msgpack.packb({"x": rows.tolist()}), "application/msgpack")
+        event = with_binary_body(
+            fixture(name), msgpack.packb({"x": rows.tolist()}), "application/msgpack"
+        )
         event = _to_path(event, "/invoke")
         result = handler(event, None)
         assert result["statusCode"] == 200, (name, result)
-        body = base64.b64decode(result["body"]) if result["isBase64Encoded"] else result["body"].encode()
+        body = (
+            base64.b64decode(result["body"])
+            if result["isBase64Encoded"]
+            else result["body"].encode()
+        )
         np.testing.assert_allclose(json.loads(body)["y"], reference, rtol=1e-5, atol=1e-5)
 
 
 def _to_path(event: dict[str, Any], path: str) -> dict[str, Any]:
     if "rawPath" in event:
-        return {**event, "rawPath": path, "requestContext": {**event["requestContext"], "http": {**event["requestContext"]["http"], "path": path}}}
+        return {
+            **event,
+            "rawPath": path,
+            "requestContext": {
+                **event["requestContext"],
+                "http": {**event["requestContext"]["http"], "path": path},
+            },
+        }
     return {**event, "path": path}

@@ -1,6 +1,7 @@
 """Packaging for AWS Lambda: the zip (layout, determinism, limits), the image context and the
-SAM template (checked by cfn-lint). Requirements come from a local wheelhouse holding one
-small pure-Python wheel, so pip runs offline with the real platform flags."""
+SAM template (checked by cfn-lint). The settings replace the bundle's requirements with one
+small pure-Python wheel from a local wheelhouse, so pip runs offline with the real platform
+flags."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from edgeserve.errors import DeployError
 from edgeserve.targets import load_target
 from tests.aws_lambda_support import small_bundle, wheelhouse, write_profile
 
-CFN_LINT = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or shutil.which("cfn-lint")
+CFN_LINT = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or shutil.which(
+    "cfn-lint"
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,36 +34,55 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
 
 
 def test_zip_holds_the_task_root_and_is_deterministic(bundle: Bundle, tmp_path: Path) -> None:
-    wheels = wheelhouse(tmp_path)
-    first = package_zip(bundle, LambdaSettings(), tmp_path / "a", requirements=["tinydep"], find_links=wheels)
-    second = package_zip(bundle, LambdaSettings(), tmp_path / "b", requirements=["tinydep"], find_links=wheels)
+    settings = LambdaSettings(requirements=("tinydep",), wheelhouse=str(wheelhouse(tmp_path)))
+    first = package_zip(bundle, settings, tmp_path / "a")
+    second = package_zip(bundle, settings, tmp_path / "b")
 
     names = zipfile.ZipFile(first).namelist()
     assert first.name == "tiny-aws-lambda.zip"
     assert names == sorted(names)
-    assert {"app.py", "edgeserve/lambda_app.py", "edgeserve/runtime.py", "tinydep/__init__.py"} <= set(names)
+    assert {
+        "app.py",
+        "edgeserve/lambda_app.py",
+        "edgeserve/runtime.py",
+        "tinydep/__init__.py",
+    } <= set(names)
     assert {f"bundle/{name}" for name in bundle.metadata["files"]} <= set(names)
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
     assert "handler = create_handler()" in zipfile.ZipFile(first).read("app.py").decode()
     assert {info.date_time for info in zipfile.ZipFile(first).infolist()} == {(1980, 1, 1, 0, 0, 0)}
     # edgeserve's own sources are shared with engineers editing them; compare the rest bytewise
     stable = [n for n in names if not n.startswith("edgeserve/")]
-    assert [zipfile.ZipFile(first).read(n) for n in stable] == [zipfile.ZipFile(second).read(n) for n in stable]
+    assert [zipfile.ZipFile(first).read(n) for n in stable] == [
+        zipfile.ZipFile(second).read(n) for n in stable
+    ]
 
 
-def test_pip_gets_wheels_for_the_profiles_platform_or_says_why(bundle: Bundle, tmp_path: Path) -> None:
-    arm = LambdaSettings(architecture="arm64", python_version="3.13")
+def test_pip_gets_wheels_for_the_profiles_platform_or_says_why(
+    bundle: Bundle, tmp_path: Path
+) -> None:
+    arm = LambdaSettings(
+        architecture="arm64",
+        python_version="3.13",
+        requirements=("missingdep",),
+        wheelhouse=str(wheelhouse(tmp_path)),
+    )
     with pytest.raises(DeployError) as caught:
-        package_zip(bundle, arm, tmp_path, requirements=["missingdep"], find_links=wheelhouse(tmp_path))
+        package_zip(bundle, arm, tmp_path)
     assert "manylinux2014_aarch64 wheels for Python 3.13" in caught.value.message
     assert 'package_type = "image"' in caught.value.message
 
 
 @pytest.mark.parametrize(
     ("zipped_mb", "unzipped_mb", "what"),
-    [(51, 100, "51.0 MB zipped, over Lambda's 50 MB limit"), (40, 251, "251.0 MB unzipped, over Lambda's 250 MB")],
+    [
+        (51, 100, "51.0 MB zipped, over Lambda's 50 MB limit"),
+        (40, 251, "251.0 MB unzipped, over Lambda's 250 MB"),
+    ],
 )
-def test_size_limits_point_to_the_image_package_type(zipped_mb: int, unzipped_mb: int, what: str) -> None:
+def test_size_limits_point_to_the_image_package_type(
+    zipped_mb: int, unzipped_mb: int, what: str
+) -> None:
     with pytest.raises(DeployError) as caught:
         check_size(zipped_mb * 2**20, unzipped_mb * 2**20, Path("fn.zip"))
     assert what in caught.value.message
@@ -71,7 +93,9 @@ def test_size_within_limits_passes() -> None:
     check_size(50 * 2**20, 250 * 2**20, Path("fn.zip"))
 
 
-def test_image_context_is_single_arch_on_the_lambda_base_image(bundle: Bundle, tmp_path: Path) -> None:
+def test_image_context_is_single_arch_on_the_lambda_base_image(
+    bundle: Bundle, tmp_path: Path
+) -> None:
     settings = LambdaSettings(package_type="image", architecture="arm64", python_version="3.12")
     context = package_image(bundle, settings, tmp_path)
 
@@ -79,7 +103,9 @@ def test_image_context_is_single_arch_on_the_lambda_base_image(bundle: Bundle, t
     assert text == dockerfile(settings)
     assert "FROM --platform=linux/arm64 public.ecr.aws/lambda/python:3.12\n" in text
     assert text.endswith('CMD ["app.handler"]\n')
-    assert (context / "requirements.txt").read_text().splitlines() == bundle.requirements("aws-lambda")
+    assert (context / "requirements.txt").read_text().splitlines() == bundle.requirements(
+        "aws-lambda"
+    )
     assert (context / "bundle" / "edgeserve.json").is_file()
     assert (context / "app.py").is_file() and (context / "edgeserve" / "lambda_app.py").is_file()
 
@@ -88,33 +114,54 @@ def test_image_context_is_single_arch_on_the_lambda_base_image(bundle: Bundle, t
 @pytest.mark.parametrize(
     "settings",
     [
-        LambdaSettings(url_auth_type="NONE", reserved_concurrency=4, provisioned_concurrency=1, environment={"A": "b"}),
-        LambdaSettings(package_type="image", role_arn="arn:aws:iam::123456789012:role/r", url_auth_type="off"),
+        LambdaSettings(
+            url_auth_type="NONE",
+            reserved_concurrency=4,
+            provisioned_concurrency=1,
+            environment={"A": "b"},
+        ),
+        LambdaSettings(
+            package_type="image", role_arn="arn:aws:iam::123456789012:role/r", url_auth_type="off"
+        ),
     ],
     ids=["zip", "image"],
 )
 def test_sam_template_passes_cfn_lint(settings: LambdaSettings, tmp_path: Path) -> None:
     template = tmp_path / "template.yaml"
     template.write_text(sam_template("ocr", settings, "ocr-aws-lambda.zip"))
-    done = subprocess.run([str(CFN_LINT), str(template)], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(CFN_LINT), str(template)], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_sam_template_carries_the_profile() -> None:
-    text = sam_template("ocr", LambdaSettings(memory_mb=3008, timeout_s=60, url_auth_type="NONE"), "ocr.zip")
-    for line in ('FunctionName: "ocr"', "MemorySize: 3008", "Timeout: 60", 'Handler: "app.handler"',
-                 'CodeUri: "ocr.zip"', 'AutoPublishAlias: "live"', 'AuthType: "NONE"', 'Runtime: "python3.12"'):  # fmt: skip
-        assert line in text
+    text = sam_template(
+        "ocr", LambdaSettings(memory_mb=3008, timeout_s=60, url_auth_type="NONE"), "ocr.zip"
+    )
+    lines = text.splitlines()
+    for line in (
+        'FunctionName: "ocr"',
+        "MemorySize: 3008",
+        "Timeout: 60",
+        'Handler: "app.handler"',
+    ):
+        assert f"      {line}" in lines
+    for line in ('CodeUri: "ocr.zip"', 'AutoPublishAlias: "live"', 'Runtime: "python3.12"'):
+        assert f"      {line}" in lines
+    assert '        AuthType: "NONE"' in lines
 
 
 def test_build_target_packaging_writes_zip_and_template(bundle: Bundle, tmp_path: Path) -> None:
     """What `edgeserve build --target aws-lambda` runs after building (profile from ./targets)."""
     function_dir = tmp_path / "fn"
     function_dir.mkdir()
-    write_profile(function_dir / "aws-lambda.toml", 'url_auth_type = "NONE"\n')
-    driver = AwsLambda(requirements=["tinydep"], find_links=wheelhouse(tmp_path))
-    profile = load_target("aws-lambda", function_dir)
-    code = driver.package(bundle, profile, tmp_path / "dist")
+    wheels = wheelhouse(tmp_path)
+    settings = f'url_auth_type = "NONE"\nrequirements = ["tinydep"]\nwheelhouse = "{wheels}"\n'
+    write_profile(function_dir / "aws-lambda.toml", settings)
+    code = AwsLambda().package(bundle, load_target("aws-lambda", function_dir), tmp_path / "dist")
     assert code == tmp_path / "dist" / "tiny-aws-lambda.zip"
     assert 'CodeUri: "tiny-aws-lambda.zip"' in (tmp_path / "dist" / "template.yaml").read_text()
-    assert package_targets(bundle, ["local"], tmp_path / "dist", function_dir) == []  # nothing to package
+    assert (
+        package_targets(bundle, ["local"], tmp_path / "dist", function_dir) == []
+    )  # nothing to package

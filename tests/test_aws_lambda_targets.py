@@ -17,7 +17,9 @@ REPO_TARGETS = Path(__file__).parent.parent / "targets"
 
 
 @pytest.mark.parametrize("name", ["aws-lambda", "local"])
-def test_shipped_profiles_are_the_repos_and_load(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_shipped_profiles_are_the_repos_and_load(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.chdir(tmp_path)  # no ./targets here: the packaged copy is found
     profile = load_target(name)
     assert profile.source == SHIPPED_DIR / f"{name}.toml"
@@ -28,12 +30,16 @@ def test_shipped_profiles_are_the_repos_and_load(name: str, monkeypatch: pytest.
 def test_the_shipped_lambda_profile_validates() -> None:
     settings = load_target("aws-lambda").settings_as(LambdaSettings)
     assert (settings.package_type, settings.alias, settings.environment) == (
-        "zip", "live", {"EDGESERVE_BACKEND": "onnxruntime"}
+        "zip",
+        "live",
+        {"EDGESERVE_BACKEND": "onnxruntime"},
     )
     assert driver_for(load_target("aws-lambda")) is DRIVER
 
 
-def test_search_order_function_dir_then_cwd_targets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_search_order_function_dir_then_cwd_targets(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     function_dir, cwd = tmp_path / "fn", tmp_path / "cwd"
     (cwd / "targets").mkdir(parents=True)
     function_dir.mkdir()
@@ -52,7 +58,10 @@ def test_unknown_settings_key_names_file_and_field(tmp_path: Path) -> None:
 
 def test_out_of_range_setting_says_what_was_expected(tmp_path: Path) -> None:
     profile = load_target(write_profile(tmp_path / "p.toml", "timeout_s = 901\n"))
-    with pytest.raises(ConfigError, match=r"field `timeout_s`: Input should be less than or equal to 900 \(found 901\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"field `timeout_s`: Input should be less than or equal to 900 \(found 901\)",
+    ):
         profile.settings_as(LambdaSettings)
 
 
@@ -66,9 +75,13 @@ def test_unknown_top_level_key_and_driver(tmp_path: Path) -> None:
         load_target(path)
 
 
-def test_missing_profile_lists_where_it_looked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_profile_lists_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"no nowhere.toml in .*shipped profiles: \[.*'aws-lambda'"):
+    with pytest.raises(
+        ConfigError, match=r"no nowhere.toml in .*shipped profiles: \[.*'aws-lambda'"
+    ):
         load_target("nowhere", tmp_path)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from edgeserve.batchcost import Outlook
 from edgeserve.batching import Batcher, BatchPolicy, plan_batch
 from edgeserve.errors import (
     BackendError,
@@ -212,6 +213,119 @@ def test_plan_batch(
     assert plan.wake_at == wake_at
 
 
+def test_fixed_delay_counts_as_zero_when_waits_gathered_nobody() -> None:
+    idle = Outlook(waiting_pays=False)
+    plan = plan_batch(ones(2), policy(preferred=(4,), delay=1.0), 0.0, idle)
+    assert [e.name for e in plan.batch] == ["e0", "e1"]
+
+
+def slo(max_batch: int = 8) -> BatchPolicy:
+    """latency_slo 100 ms: the batcher budgets 75 ms of queue + compute per item."""
+    return BatchPolicy(max_batch, (), 0.010, 64, 1, latency_slo_s=0.100)
+
+
+LINE = Outlook(cost=tuple(0.010 + 0.010 * b for b in range(1, 9)))  # 20 ms + 10 ms per extra row
+FLAT = tuple(0.010 + 0.001 * (b - 1) for b in range(1, 9))  # 10 ms + 1 ms per extra row
+
+SLO_PLANS = [
+    # (why, outlook, pending, now, expected batch, expected shed, expected wake_at)
+    ("nothing learned yet: run at once", Outlook(), ones(2), 0.0, ["e0", "e1"], [], None),
+    (
+        "an item that cannot make its budget even alone is shed, not run late",
+        Outlook(cost=FLAT),
+        [Entry("old", enqueued=0.0), Entry("new", enqueued=0.06)],
+        0.07,
+        ["new"],
+        ["old"],
+        None,
+    ),
+    (
+        "the batch is cut to what the oldest item's budget allows",
+        LINE,
+        ones(5),
+        0.04,  # 35 ms left of 75: 2 rows (30 ms) fit, 3 rows (40 ms) do not
+        ["e0", "e1"],
+        [],
+        None,
+    ),
+    (
+        "overload: two nearly-late items are shed for a batch of six that all make it",
+        Outlook(cost=FLAT),
+        [Entry("late0", enqueued=-0.01), Entry("late1", enqueued=-0.01)]
+        + [Entry(f"e{i}", enqueued=0.05) for i in range(6)],
+        0.054,  # the late pair could only go as a pair; six fresh ones fit after shedding them
+        [f"e{i}" for i in range(6)],
+        ["late0", "late1"],
+        None,
+    ),
+    (
+        "large enough to keep up with arrivals: run now",
+        Outlook(cost=FLAT, arrival_rate=120.0),
+        ones(2),
+        0.0,
+        ["e0", "e1"],
+        [],
+        None,
+    ),
+    (
+        "too small to keep up: wait until the oldest item's latest start",
+        Outlook(cost=FLAT, arrival_rate=120.0),
+        ones(1),
+        0.0,
+        [],
+        [],
+        0.075 - 0.011,
+    ),
+    (
+        "latest start reached: run what there is",
+        Outlook(cost=FLAT, arrival_rate=120.0),
+        ones(1),
+        0.065,
+        ["e0"],
+        [],
+        None,
+    ),
+    (
+        "waits have gathered nobody: run now",
+        Outlook(cost=FLAT, arrival_rate=120.0, waiting_pays=False),
+        ones(1),
+        0.0,
+        ["e0"],
+        [],
+        None,
+    ),
+    (
+        "full batch runs at once",
+        Outlook(cost=FLAT, arrival_rate=1e6),
+        ones(9),
+        0.0,
+        [f"e{i}" for i in range(8)],
+        [],
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("outlook", "pending", "now", "batch", "shed", "wake_at"),
+    [case[1:] for case in SLO_PLANS],
+    ids=[case[0] for case in SLO_PLANS],
+)
+def test_plan_batch_under_an_slo(
+    outlook: Outlook,
+    pending: list[Entry],
+    now: float,
+    batch: list[str],
+    shed: list[str],
+    wake_at: float | None,
+) -> None:
+    plan = plan_batch(pending, slo(), now, outlook)
+    assert [e.name for e in plan.batch] == batch
+    assert [e.name for e in plan.shed] == shed
+    assert plan.wake_at == (pytest.approx(wake_at) if wake_at is not None else None)
+    assert plan.expired == ()
+
+
 def test_policy_from_manifest() -> None:
     section = BatchingSection(
         max_batch_size=8,
@@ -222,6 +336,8 @@ def test_policy_from_manifest() -> None:
     )
     assert BatchPolicy.from_manifest(section, batched=True) == BatchPolicy(8, (2, 4), 0.005, 100, 2)
     assert BatchPolicy.from_manifest(section, batched=False) == BatchPolicy(0, (), 0.005, 100, 2)
+    with_slo = section.model_copy(update={"latency_slo_ms": 40.0})
+    assert BatchPolicy.from_manifest(with_slo, batched=True).latency_slo_s == 0.040
 
 
 # --- the Batcher, driven with real run_batch functions --------------------------------------
@@ -581,3 +697,70 @@ async def test_different_shapes_without_a_pad_axis_never_stack() -> None:
         answers = await asyncio.gather(*(batcher.submit({"x": x}, soon()) for x in requests))
     assert sorted(shapes) == [(2, 2), (2, 3)]
     assert [float(a["y"][0]) for a in answers] == [2.0, 3.0, 2.0, 3.0]
+
+
+class Sleeper:
+    """A run_batch with a real cost: sleeps (GIL released) 20 ms + 2 ms per row, y = x."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def __call__(self, inputs: TensorDict) -> TensorDict:
+        self.sizes.append(len(inputs["x"]))
+        time.sleep(0.020 + 0.002 * len(inputs["x"]))
+        return {"y": inputs["x"]}
+
+
+async def timed(batcher: Batcher, tag: float) -> tuple[float, str]:
+    begin = time.monotonic()
+    try:
+        await batcher.submit(tagged(tag), soon())
+    except Unavailable as exc:
+        return time.monotonic() - begin, exc.message
+    return time.monotonic() - begin, "ok"
+
+
+@in_loop
+async def test_slo_sheds_early_what_cannot_make_it_and_answers_the_rest_in_time() -> None:
+    model = Sleeper()
+    pol = BatchPolicy(4, (), 0.0, 1024, 1, latency_slo_s=0.150)
+    async with serving(model, pol) as batcher:
+        await batcher.submit(tagged(0.0), soon())  # one batch teaches the cost
+        outcomes = await asyncio.gather(*(timed(batcher, float(i)) for i in range(60)))
+    served = [seconds for seconds, what in outcomes if what == "ok"]
+    shed = [seconds for seconds, what in outcomes if what != "ok"]
+    assert served and shed
+    assert max(served) < 0.150
+    assert max(shed) < 0.150  # shed at the door or in the queue, never after a long wait
+    assert all("latency_slo_ms=150" in what for _, what in outcomes if what != "ok")
+    assert max(model.sizes) == 4
+
+
+@in_loop
+async def test_an_idle_batcher_stops_waiting_when_waits_gather_nobody() -> None:
+    async with serving(Affine(), policy(delay=0.040)) as batcher:
+        latencies = [(await timed(batcher, float(i)))[0] for i in range(8)]
+    assert min(latencies[:2]) >= 0.040  # Triton's wait, while it might pay
+    assert max(latencies[-3:]) < 0.020  # learned: a lone client gains nothing from waiting
+
+
+@in_loop
+async def test_tiny_batches_run_on_the_event_loop_and_slow_ones_on_the_pool() -> None:
+    threads: list[str] = []
+
+    def run_batch(inputs: TensorDict) -> TensorDict:
+        threads.append(threading.current_thread().name)
+        if inputs["x"][0, 0] < 0:
+            time.sleep(0.005)
+        return {"y": inputs["x"]}
+
+    async with serving(run_batch, policy(delay=0.0)) as batcher:
+        for _ in range(3):
+            await batcher.submit(tagged(1.0), soon())
+        fast = list(threads)
+        threads.clear()
+        for _ in range(3):
+            await batcher.submit(tagged(-1.0), soon())
+    assert fast[0].startswith("edgeserve-batch")  # nothing learned yet: the pool
+    assert fast[-1] == threading.main_thread().name  # learned: tiny, run in place
+    assert threads[-1].startswith("edgeserve-batch")  # learned again: slow, back to the pool

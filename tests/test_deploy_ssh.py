@@ -49,8 +49,8 @@ def test_a_failed_command_names_host_command_and_stderr(remote: Remote) -> None:
 
 def test_an_unknown_host_key_is_refused(fleet: SshFleet) -> None:
     stranger = Remote("dev1", config_file=fleet.config, options=("UserKnownHostsFile=/dev/null",))
-    with pytest.raises(DeployError, match="(?s)host dev1: ssh could not connect or authenticate: "
-                       ".*Host key verification failed"):  # fmt: skip
+    with pytest.raises(DeployError, match=r"(?s)host dev1: ssh could not connect or authenticate: "
+                       r".*Host key verification failed"):  # fmt: skip
         stranger.run(["true"])
 
 
@@ -71,7 +71,9 @@ def test_rsync_copy_sends_changes_and_hard_links_unchanged_files(
     second = tmp_path / "releases" / "2"
     assert (second / "handler.py").read_text() == "v = 2\n"
     assert (first / "handler.py").read_text() == "v = 1\n"
-    assert (second / "model" / "model.onnx").stat().st_ino == (first / "model/model.onnx").stat().st_ino
+    assert (second / "model" / "model.onnx").stat().st_ino == (
+        first / "model/model.onnx"
+    ).stat().st_ino
     assert (second / ".venv").is_dir()
 
 

@@ -6,6 +6,7 @@ installs packages; `allow_arch = ["x86_64"]` lets this machine stand in for an a
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import socket
@@ -54,6 +55,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bundle]:
     root = tmp_path_factory.mktemp("bundles")
     source = init_function(root / "src", name="mlp")
     made = {version: _build(source, root / f"v{version}", version) for version in "123"}
+    made["tensorrt"] = build(source, root / "trt", targets=("jetson",), backend="tensorrt")
     (source / "handler.py").write_text(BROKEN_HANDLER)
     made["broken"] = _build(source, root / "broken", "4")
     return made
@@ -68,7 +70,7 @@ def fleet(tmp_path: Path) -> Iterator[SshFleet]:
 
 @pytest.fixture
 def driver() -> JetsonDriver:
-    return JetsonDriver(Console(file=open(os.devnull, "w"), width=120))  # noqa: SIM115
+    return JetsonDriver(Console(file=io.StringIO(), width=120))
 
 
 def free_port() -> int:
@@ -155,7 +157,9 @@ def test_deploy_serves_then_switches_with_no_gap_then_rolls_back(
     first = driver.deploy(bundles["1"], profile)
     assert (first.version, first.previous_version) == ("1", None)
     x = np.random.default_rng(0).normal(size=(2, 16)).astype(np.float32)
-    body = {"inputs": [{"name": "x", "shape": [2, 16], "datatype": "FP32", "data": x.ravel().tolist()}]}
+    body = {
+        "inputs": [{"name": "x", "shape": [2, 16], "datatype": "FP32", "data": x.ravel().tolist()}]
+    }
     answer = httpx.post(f"{base}/v2/models/mlp/infer", json=body, timeout=10).json()
     expected = ort.InferenceSession(str(bundles["1"].model_path)).run(None, {"x": x})[0]
     got = np.array(answer["outputs"][0]["data"], dtype=np.float32).reshape(expected.shape)
@@ -199,7 +203,9 @@ def test_a_fleet_deploys_canary_first_and_a_failing_canary_stops_the_rollout(
     result = driver.deploy(bundles["1"], profile)
     assert list(result.details["hosts"]) == ["dev1", "dev2"]
     assert [served_version(url(profile, host)) for host in ("dev1", "dev2")] == ["1", "1"]
-    with pytest.raises(DeployError, match=r"canary dev1 failed, rollout stopped; not touched: \['dev2'\]"):
+    with pytest.raises(
+        DeployError, match=r"canary dev1 failed, rollout stopped; not touched: \['dev2'\]"
+    ):
         driver.deploy(bundles["broken"], profile)
     assert len(list((tmp_path / "dev2" / "mlp" / "releases").iterdir())) == 1
     assert [served_version(url(profile, host)) for host in ("dev1", "dev2")] == ["1", "1"]
@@ -223,3 +229,73 @@ def test_preflight_refuses_a_device_of_another_arch(
     assert not (tmp_path / "dev1" / "mlp" / "releases").exists() or not any(
         (tmp_path / "dev1" / "mlp" / "releases").iterdir()
     )
+
+
+def test_a_supervisor_that_cannot_bind_its_port_fails_fast_with_its_log(
+    driver: JetsonDriver, make_profile: Any, bundles: dict[str, Bundle]
+) -> None:
+    profile = make_profile(["dev1"], health_timeout_s=600)
+    port = profile.settings["overrides"]["dev1"]["port"]
+    with socket.create_server(("0.0.0.0", port)):
+        started = time.monotonic()
+        with pytest.raises(DeployError) as caught:
+            driver.deploy(bundles["1"], profile)
+    assert time.monotonic() - started < 60  # not the 600 s health deadline
+    message = caught.value.message
+    assert "host dev1: the supervisor of mlp exited" in message
+    assert "Address already in use" in message
+    assert message.endswith("(no previous release to go back to)")
+
+
+def test_cli_deploys_a_source_folder_and_reports_status(
+    make_profile: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from edgeserve.cli import main
+
+    source = init_function(tmp_path / "fn", name="mlp")
+    manifest = source / "function.toml"
+    manifest.write_text(manifest.read_text().replace('prefer = ["tensorrt", ', "prefer = ["))
+    profile = make_profile(["dev1", "dev2"])
+    (tmp_path / "jetson.toml").write_text(_profile_toml(profile.settings))
+    target = str(tmp_path / "jetson.toml")
+    assert main(["deploy", str(source), "--target", target, "--host", "dev2"]) == 0
+    assert "deployed mlp 1 to jetson at http://dev2:" in capsys.readouterr().out
+    assert main(["status", str(source), "--target", target, "--host", "dev2"]) == 0
+    assert '"health": "ready"' in capsys.readouterr().out
+    assert not (tmp_path / "dev1" / "mlp").exists()
+    assert main(["status", "mlp", "--target", target, "--host", "orin-9"]) == 2
+    assert "unknown host(s) ['orin-9']" in capsys.readouterr().err
+
+
+def _profile_toml(settings: dict[str, Any]) -> str:
+    """A profile file with these settings (strings and lists of strings, numbers, one table)."""
+
+    def value(item: Any) -> str:
+        if isinstance(item, list):
+            return "[" + ", ".join(value(part) for part in item) + "]"
+        return f'"{item}"' if isinstance(item, str) else str(item)
+
+    lines = ['driver = "jetson"', "[settings]"]
+    lines += [f"{k} = {value(v)}" for k, v in settings.items() if k != "overrides"]
+    for host, override in settings["overrides"].items():
+        lines += [
+            f"[settings.overrides.{host}]",
+            *(f"{k} = {value(v)}" for k, v in override.items()),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_engine_is_built_on_the_device_before_the_switch(
+    driver: JetsonDriver, make_profile: Any, bundles: dict[str, Bundle], tmp_path: Path
+) -> None:
+    """This "device" has no TensorRT: the engine step fails there, visibly, before the switch."""
+    profile = make_profile(["dev1"])
+    good = driver.deploy(bundles["1"], profile).details["hosts"]["dev1"]["release"]
+    with pytest.raises(DeployError) as caught:
+        driver.deploy(bundles["tensorrt"], profile)
+    message = caught.value.message
+    engines = tmp_path / "dev1" / "engines"
+    assert message.startswith(f"host dev1: `env EDGESERVE_ENGINE_CACHE={engines} {DEVICE_PYTHON} ")
+    assert "-m edgeserve engine build " in message and "tensorrt" in message.split("failed")[-1]
+    assert os.readlink(tmp_path / "dev1" / "mlp" / "current") == f"releases/{good}"
+    assert served_version(url(profile, "dev1")) == "1"

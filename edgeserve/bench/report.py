@@ -97,7 +97,8 @@ def _cell(value: float | None, digits: int = 2) -> str:
 
 
 def render_table(report: BenchReport) -> Table:
-    """One row per level: throughput, client latency percentiles, the server's split (ms)."""
+    """One row per level: throughput, client latency percentiles, the server's split (ms).
+    Failed requests and late sends are in `warnings`, printed under the table."""
     table = Table(
         title=f"edgeserve bench {report.model} ({report.protocol}, latencies in ms)",
         box=box.SIMPLE_HEAD,
@@ -106,7 +107,7 @@ def render_table(report: BenchReport) -> Table:
     )
     for name in ("level", "ok", "req/s", "item/s", "p50", "p90", "p95", "p99"):
         table.add_column(name, justify="left" if name == "level" else "right")
-    for name in ("queue", "infer", "batch", "err"):
+    for name in ("queue", "infer", "batch"):
         table.add_column(name, justify="right")
     for result in report.results:
         table.add_row(*_row(result))
@@ -125,7 +126,6 @@ def _row(result: LevelResult) -> list[str]:
         _cell(phases.get("queue", math.nan) * 1e3),
         _cell(phases.get("compute_infer", math.nan) * 1e3),
         _cell(server.mean_batch if server else None, 1),
-        str(client.errors),
     ]
 
 

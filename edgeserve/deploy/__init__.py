@@ -7,8 +7,8 @@ client (jetson) load only for the command that needs them.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -54,7 +54,9 @@ class Driver(Protocol):
 def driver_for(profile: TargetProfile) -> Driver:
     """The driver a profile names, imported on first use."""
     if profile.driver not in DRIVERS:
-        raise ConfigError(f"{profile.source}: unknown driver {profile.driver!r}; known: {sorted(DRIVERS)}")
+        raise ConfigError(
+            f"{profile.source}: unknown driver {profile.driver!r}; known: {sorted(DRIVERS)}"
+        )
     spec = DRIVERS[profile.driver]
     if spec is None:
         raise ConfigError(
@@ -72,12 +74,17 @@ def driver_for(profile: TargetProfile) -> Driver:
     return driver
 
 
-def package_targets(bundle: Bundle, targets: Sequence[str], out: Path, function_dir: Path | None) -> list[Path]:
-    """What `build --target T` writes for each target whose driver packages: `<out>/<name>-<T>/`."""
+def package_targets(
+    bundle: Bundle, targets: Sequence[str], out: Path, function_dir: Path | None
+) -> list[Path]:
+    """What `build --target T` writes for each target whose driver packages: `<out>/<name>-<T>/`.
+
+    Only names in `DRIVERS` (shipped or overridden profiles) are packaged; other build targets
+    (knative, kserve) are planned by `build` alone."""
     from edgeserve.targets import load_target
 
     written = []
-    for name in targets:
+    for name in (name for name in targets if name in DRIVERS):  # build-only targets: no profile
         profile = load_target(name, function_dir)
         if DRIVERS.get(profile.driver) is not None:
             folder = out / f"{bundle.name}-{profile.name}"

@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,22 +38,13 @@ URL_STATEMENTS = (
 
 
 class AwsLambda:
-    """The Driver for `driver = "aws-lambda"` profiles.
-
-    `requirements` and `find_links` replace the bundle's requirements and PyPI (see
-    `package_zip`), for offline builds and for tests that must not fetch large wheels.
-    """
-
-    def __init__(
-        self, requirements: Sequence[str] | None = None, find_links: Path | None = None
-    ) -> None:
-        self.pip = {"requirements": requirements, "find_links": find_links}
+    """The Driver for `driver = "aws-lambda"` profiles."""
 
     def package(self, bundle: Bundle, profile: TargetProfile, out: Path) -> Path:
         """Zip or image context (by `package_type`), with a SAM template.yaml beside it."""
         settings = profile.settings_as(LambdaSettings)
         code = (
-            package_zip(bundle, settings, out, **self.pip)
+            package_zip(bundle, settings, out)
             if settings.package_type == "zip"
             else package_image(bundle, settings, out)
         )
@@ -64,7 +55,9 @@ class AwsLambda:
         settings = profile.settings_as(LambdaSettings)
         with tempfile.TemporaryDirectory(prefix="edgeserve-deploy-") as scratch:
             code = self._code(bundle, settings, Path(scratch))
-            return Deployment(settings, settings.name_for(bundle.name)).run(code, bundle.content_hash)
+            return Deployment(settings, settings.name_for(bundle.name)).run(
+                code, bundle.content_hash
+            )
 
     def status(self, name: str, profile: TargetProfile) -> dict[str, Any]:
         settings = profile.settings_as(LambdaSettings)
@@ -74,9 +67,10 @@ class AwsLambda:
         settings = profile.settings_as(LambdaSettings)
         return Deployment(settings, settings.name_for(name)).rollback()
 
-    def _code(self, bundle: Bundle, settings: LambdaSettings, scratch: Path) -> dict[str, Any]:
+    @staticmethod
+    def _code(bundle: Bundle, settings: LambdaSettings, scratch: Path) -> dict[str, Any]:
         if settings.package_type == "zip":
-            return {"ZipFile": package_zip(bundle, settings, scratch, **self.pip).read_bytes()}
+            return {"ZipFile": package_zip(bundle, settings, scratch).read_bytes()}
         if not settings.image_repository:
             raise ConfigError(
                 'package_type = "image" needs settings.image_repository (the ECR repository URI); '
@@ -89,7 +83,12 @@ class Deployment:
     """One function's deploy, status and rollback against the Lambda API."""
 
     def __init__(self, settings: LambdaSettings, name: str) -> None:
-        import boto3
+        try:
+            import boto3
+        except ModuleNotFoundError:
+            raise ConfigError(
+                "the aws-lambda target needs boto3. Hint: pip install 'edgeserve[aws]'"
+            ) from None
 
         self.settings = settings
         self.name = name
@@ -109,13 +108,15 @@ class Deployment:
             )
         with translated(self.name, self.settings, "read alias"):
             before = self._alias()
-        previous = before["FunctionVersion"] if before else None
+        live = before["FunctionVersion"] if before else None
+        # Lambda publishes nothing new for unchanged code and configuration: keep the record
+        previous = _previous(before) if live == version else live
         self._move_alias(version, previous)
         try:
             url = self._after_alias()
         except DeployError:
-            if previous is not None:
-                self._move_alias(previous, _previous(before))
+            if live is not None:
+                self._move_alias(live, _previous(before))
             raise
         return DeployResult("aws-lambda", self.name, version, url, previous)
 
@@ -145,7 +146,8 @@ class Deployment:
         previous = _previous(alias)
         if alias is None or previous is None:
             raise DeployError(
-                f"lambda {self.name} ({self.settings.region}): alias {self.settings.alias!r} has no "
+                f"lambda {self.name} ({self.settings.region}): alias "
+                f"{self.settings.alias!r} has no "
                 "previous version to return to; deploy at least twice first"
             )
         current = alias["FunctionVersion"]
@@ -160,7 +162,11 @@ class Deployment:
             self._wait("function_updated_v2")
         else:
             self.client.create_function(
-                FunctionName=self.name, Code=code, Publish=False, **self._config(), **self._kind(code)
+                FunctionName=self.name,
+                Code=code,
+                Publish=False,
+                **self._config(),
+                **self._kind(code),
             )
             self._wait("function_active_v2")
         if "ZipFile" in code:
@@ -188,7 +194,12 @@ class Deployment:
         kind: dict[str, Any] = {"Architectures": [self.settings.architecture]}
         if "ImageUri" in code:
             return {**kind, "PackageType": "Image", "ImageConfig": {"Command": ["app.handler"]}}
-        return {**kind, "PackageType": "Zip", "Runtime": self.settings.runtime, "Handler": "app.handler"}
+        return {
+            **kind,
+            "PackageType": "Zip",
+            "Runtime": self.settings.runtime,
+            "Handler": "app.handler",
+        }
 
     def _after_alias(self) -> str | None:
         settings, alias = self.settings, self.settings.alias
@@ -199,7 +210,8 @@ class Deployment:
                 self.client.delete_function_concurrency(FunctionName=self.name)
             else:
                 self.client.put_function_concurrency(
-                    FunctionName=self.name, ReservedConcurrentExecutions=settings.reserved_concurrency
+                    FunctionName=self.name,
+                    ReservedConcurrentExecutions=settings.reserved_concurrency,
                 )
         if settings.provisioned_concurrency:
             with translated(self.name, settings, "provisioned concurrency"):
@@ -216,7 +228,9 @@ class Deployment:
             return None
         target = {"FunctionName": self.name, "Qualifier": self.settings.alias}
         if self._url() is None:
-            url: str = self.client.create_function_url_config(**target, AuthType=auth)["FunctionUrl"]
+            url: str = self.client.create_function_url_config(**target, AuthType=auth)[
+                "FunctionUrl"
+            ]
         else:
             url = self.client.update_function_url_config(**target, AuthType=auth)["FunctionUrl"]
         if auth == "NONE":
@@ -247,7 +261,9 @@ class Deployment:
 
     def _url(self) -> str | None:
         config = self._get(
-            self.client.get_function_url_config, FunctionName=self.name, Qualifier=self.settings.alias
+            self.client.get_function_url_config,
+            FunctionName=self.name,
+            Qualifier=self.settings.alias,
         )
         return config["FunctionUrl"] if config else None
 
@@ -303,8 +319,8 @@ def _hint(response: dict[str, Any], settings: LambdaSettings) -> str:
     hints = {
         "UnrecognizedClientException": "the credentials are not valid in this region; check them",
         "InvalidSignatureException": "the secret key does not match; check the credentials",
-        "AccessDeniedException": "the credentials may not do this; grant lambda:* for this function",
-        "ResourceNotFoundException": f"not found in {settings.region}; deploy first, or check region",
+        "AccessDeniedException": "these credentials may not do this; grant them lambda:*",
+        "ResourceNotFoundException": f"not in {settings.region}; deploy first, or check region",
     }
     if code == "InvalidParameterValueException" and "role" in message.lower():
         hint = f"role {settings.resolved_role()!r} cannot be assumed by Lambda; check role_arn"

@@ -212,33 +212,31 @@ class HostRun:
 
 
 def rollout(
-    hosts: tuple[str, ...], settings: JetsonSettings, each: Callable[[str], Any]
-) -> dict[str, Any]:
+    hosts: tuple[str, ...], settings: JetsonSettings, each: Callable[[str], T]
+) -> dict[str, T]:
     """Run `each` on the canary, then on the others in parallel; a failing canary stops it all."""
-    first, rest = (hosts[:1], hosts[1:]) if settings.canary else ((), hosts)
-    results: dict[str, Any] = {}
-    for host in first:
-        try:
-            results[host] = each(host)
-        except DeployError as exc:
-            untouched = f"; not touched: {list(rest)}" if rest else ""
-            raise DeployError(
-                f"canary {host} failed, rollout stopped{untouched}:\n{exc.message}"
-            ) from None
-    with ThreadPoolExecutor(max_workers=settings.max_parallel) as pool:
-        futures = {host: pool.submit(each, host) for host in rest}
-    failures = []
-    for host, future in futures.items():
-        error = future.exception()
-        if isinstance(error, DeployError):
-            failures.append(f"{host}: {error.message}")
-        elif error is not None:
-            raise error
-        else:
-            results[host] = future.result()
+    if len(hosts) == 1:
+        return {hosts[0]: each(hosts[0])}
+    if not settings.canary:
+        return in_parallel(hosts, settings.max_parallel, each)
+    canary, rest = hosts[0], hosts[1:]
+    try:
+        first = each(canary)
+    except DeployError as exc:
+        raise DeployError(
+            f"canary {canary} failed, rollout stopped; not touched: {list(rest)}:\n{exc.message}"
+        ) from None
+    return {canary: first, **in_parallel(rest, settings.max_parallel, each)}
+
+
+def in_parallel(hosts: tuple[str, ...], limit: int, each: Callable[[str], T]) -> dict[str, T]:
+    """`each` on every host, `limit` at a time; every failure is reported, none hides another."""
+    with ThreadPoolExecutor(max_workers=limit) as pool:
+        futures = {host: pool.submit(each, host) for host in hosts}
+    failures = [f"{h}: {f.exception()}" for h, f in futures.items() if f.exception() is not None]
     if failures:
         raise DeployError(f"{len(failures)} of {len(hosts)} hosts failed:\n" + "\n".join(failures))
-    return results
+    return {host: future.result() for host, future in futures.items()}
 
 
 class JetsonDriver:
@@ -329,7 +327,9 @@ def with_hosts(profile: TargetProfile, names: tuple[str, ...]) -> TargetProfile:
         hosts = settings.select(names)
     except ValueError as exc:
         raise ConfigError(f"{profile.source}: --host: {exc}") from None
-    return dataclasses.replace(profile, settings={**profile.settings, "hosts": list(hosts)})
+    overrides = {h: o for h, o in profile.settings.get("overrides", {}).items() if h in hosts}
+    narrowed = {**profile.settings, "hosts": list(hosts), "overrides": overrides}
+    return dataclasses.replace(profile, settings=narrowed)
 
 
 DRIVER = JetsonDriver()

@@ -34,23 +34,15 @@ _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _SKIPPED_PARTS = frozenset({"__pycache__"})
 
 
-def package_zip(
-    bundle: Bundle,
-    settings: LambdaSettings,
-    out: Path,
-    *,
-    requirements: Sequence[str] | None = None,
-    find_links: Path | None = None,
-) -> Path:
+def package_zip(bundle: Bundle, settings: LambdaSettings, out: Path) -> Path:
     """Write `<out>/<name>-aws-lambda.zip` and check it against Lambda's zip limits.
 
-    `requirements` defaults to the bundle's pinned aws-lambda requirements; `find_links`
-    installs them from a local wheelhouse only (no index), for offline builds.
+    The requirements are the bundle's pinned aws-lambda ones unless the profile lists its own;
+    with a `wheelhouse`, pip installs from that folder only (no index).
     """
-    wanted = list(bundle.requirements(TARGET) if requirements is None else requirements)
     with tempfile.TemporaryDirectory(prefix="edgeserve-lambda-") as scratch:
         staging = Path(scratch)
-        _pip_install(wanted, staging, settings, find_links)
+        _pip_install(requirements(bundle, settings), staging, settings)
         members = [*_task_root(bundle), *_tree("", staging)]
         unzipped = sum(path.stat().st_size for _, path in members)
         out.mkdir(parents=True, exist_ok=True)
@@ -68,15 +60,23 @@ def package_image(bundle: Bundle, settings: LambdaSettings, out: Path) -> Path:
         target = context / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
-    (context / "requirements.txt").write_text("\n".join(bundle.requirements(TARGET)) + "\n")
+    (context / "requirements.txt").write_text(
+        "".join(f"{line}\n" for line in requirements(bundle, settings))
+    )
     (context / "Dockerfile").write_text(dockerfile(settings))
     return context
+
+
+def requirements(bundle: Bundle, settings: LambdaSettings) -> list[str]:
+    """The profile's own requirements if it lists them, else the bundle's pinned ones."""
+    own = settings.requirements
+    return bundle.requirements(TARGET) if own is None else list(own)
 
 
 def dockerfile(settings: LambdaSettings) -> str:
     """A single-arch image: Lambda refuses multi-arch manifest lists."""
     return (
-        f"# docker build --platform {settings.docker_platform} --provenance=false -t <repo>:<tag> .\n"
+        f"# docker build --platform {settings.docker_platform} --provenance=false -t REPO:TAG .\n"
         f"FROM --platform={settings.docker_platform} "
         f"public.ecr.aws/lambda/python:{settings.python_version}\n"
         "COPY requirements.txt ${LAMBDA_TASK_ROOT}/\n"
@@ -91,7 +91,10 @@ def dockerfile(settings: LambdaSettings) -> str:
 def check_size(zipped: int, unzipped: int, where: Path) -> None:
     """Refuse a zip over 50 MB zipped or 250 MB unzipped, pointing at the image package type."""
     mb = 1024 * 1024
-    for size, limit, what in ((zipped, ZIP_LIMIT_BYTES, "zipped"), (unzipped, UNZIPPED_LIMIT_BYTES, "unzipped")):
+    for size, limit, what in (
+        (zipped, ZIP_LIMIT_BYTES, "zipped"),
+        (unzipped, UNZIPPED_LIMIT_BYTES, "unzipped"),
+    ):
         if size > limit:
             raise DeployError(
                 f"{where}: {size / mb:.1f} MB {what}, over Lambda's {limit // mb} MB limit for zip "
@@ -114,7 +117,11 @@ def write_zip(dest: Path, members: Iterable[tuple[str, Path]]) -> Path:
 
 def _task_root(bundle: Bundle) -> list[tuple[str, Path]]:
     package = Path(edgeserve.__file__).parent
-    sources = [(name, path) for name, path in _tree("edgeserve/", package) if path.suffix in {".py", ".typed"}]
+    sources = [
+        (name, path)
+        for name, path in _tree("edgeserve/", package)
+        if path.suffix in {".py", ".typed"}
+    ]
     return [("app.py", APP_TEMPLATE), *sources, *_tree(f"{BUNDLE_DIR}/", bundle.root)]
 
 
@@ -126,12 +133,11 @@ def _tree(prefix: str, root: Path) -> list[tuple[str, Path]]:
     ]
 
 
-def _pip_install(
-    requirements: Sequence[str], staging: Path, settings: LambdaSettings, find_links: Path | None
-) -> None:
+def _pip_install(requirements: Sequence[str], staging: Path, settings: LambdaSettings) -> None:
     if not requirements:
         return
-    source = ["--no-index", "--find-links", str(find_links)] if find_links else []
+    wheels = settings.wheelhouse
+    source = ["--no-index", "--find-links", wheels] if wheels else []
     command = [
         sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
         "--no-compile", "--target", str(staging), "--platform", settings.pip_platform,
@@ -140,8 +146,10 @@ def _pip_install(
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
+        errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
         raise DeployError(
             f"pip could not get {list(requirements)} as {settings.pip_platform} wheels for "
-            f"Python {settings.python_version}: {done.stderr.strip()[-800:]}\n"
-            'Hint: a requirement without such a wheel needs package_type = "image"'
+            f"Python {settings.python_version}: {' '.join(errors) or done.stderr[-800:]}\n"
+            "Hint: each pinned version needs a wheel for this platform and Python (match "
+            'python_version to the build\'s Python), or set package_type = "image"'
         )

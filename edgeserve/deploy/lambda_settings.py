@@ -39,6 +39,10 @@ class LambdaSettings(BaseModel):
     provisioned_concurrency: int = Field(default=0, ge=0)
     environment: dict[str, str] = {}
     endpoint_url: str | None = None
+    requirements: tuple[str, ...] | None = None
+    """Replaces the bundle's pinned requirements in the zip (e.g. a slimmer runtime set)."""
+    wheelhouse: str | None = None
+    """A folder of wheels to install from instead of PyPI (offline builds)."""
 
     def name_for(self, function: str) -> str:
         """The Lambda function name: the profile's, else the bundle's function name."""

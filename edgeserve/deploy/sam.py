@@ -15,7 +15,7 @@ LOGICAL_ID = "Function"
 
 
 def sam_template(function: str, settings: LambdaSettings, code: str) -> str:
-    """`code`: the zip's path (zip) or the Docker context folder (image), relative to the template."""
+    """`code`: the zip (zip) or the Docker context folder (image), relative to the template."""
     properties: dict[str, Any] = {
         "FunctionName": settings.name_for(function),
         "MemorySize": settings.memory_mb,
@@ -28,7 +28,11 @@ def sam_template(function: str, settings: LambdaSettings, code: str) -> str:
     }
     resource: dict[str, Any] = {"Type": "AWS::Serverless::Function", "Properties": properties}
     if settings.package_type == "image":
-        resource["Metadata"] = {"Dockerfile": "Dockerfile", "DockerContext": code, "DockerTag": "latest"}
+        resource["Metadata"] = {
+            "Dockerfile": "Dockerfile",
+            "DockerContext": code,
+            "DockerTag": "latest",
+        }
     template: dict[str, Any] = {
         "AWSTemplateFormatVersion": "2010-09-09",
         "Transform": "AWS::Serverless-2016-10-31",
@@ -45,7 +49,12 @@ def sam_template(function: str, settings: LambdaSettings, code: str) -> str:
 def _package(settings: LambdaSettings, code: str) -> dict[str, Any]:
     if settings.package_type == "image":
         return {"PackageType": "Image"}
-    return {"PackageType": "Zip", "CodeUri": code, "Runtime": settings.runtime, "Handler": "app.handler"}
+    return {
+        "PackageType": "Zip",
+        "CodeUri": code,
+        "Runtime": settings.runtime,
+        "Handler": "app.handler",
+    }
 
 
 def _optional(settings: LambdaSettings) -> dict[str, Any]:

@@ -38,7 +38,12 @@ while True:
 """GET a URL on the device until it answers 2xx or the deadline passes; print the body."""
 
 STATE_SCRIPT = 'pid=$(cat "$2" 2>/dev/null) && kill -0 "$pid" 2>/dev/null && cat "$1" || true'
-START_SCRIPT = 'cd "$1" && mkdir -p run && shift && setsid "$@" >>run/service.log 2>&1 </dev/null &'
+START_SCRIPT = (
+    'cd "$1" && mkdir -p run && shift && '
+    '{ setsid "$@" >>run/service.log 2>&1 </dev/null & }; echo $!'
+)
+"""Start detached (its own session, no tty, stdio in the log) and print the pid."""
+PROBE_SCRIPT = 'kill -0 "$2" 2>/dev/null || { echo dead; exit 0; }; cat "$1" 2>/dev/null || true'
 POLL_S = 0.3
 
 
@@ -84,14 +89,15 @@ class ProcessService:
     def restart(self, remote: Remote, spec: ServiceSpec) -> None:
         before = self.state(remote, spec)
         if before is None:
-            remote.sh(START_SCRIPT, spec.layout.fn_dir, *self._supervisor_argv(spec))
+            started = remote.sh(START_SCRIPT, spec.layout.fn_dir, *self._supervisor_argv(spec))
+            pid, seen = started.strip(), None
         else:
-            remote.run(["kill", "-HUP", str(before["pid"])])
-        generation = before["generation"] if before else 0
-        after = self._await_generation(remote, spec, generation)
+            pid, seen = str(before["pid"]), before["generation"]
+            remote.run(["kill", "-HUP", pid])
+        after = self._await_generation(remote, spec, pid, seen)
         if after.get("error"):
-            log = remote.run(["tail", "-n", "20", spec.layout.run_file("service.log")])
-            raise DeployError(f"host {remote.host}: {after['error']}\n{log}")
+            tail = self._log_tail(remote, spec)
+            raise DeployError(f"host {remote.host}: {after['error']}\n{tail}")
 
     def stop(self, remote: Remote, spec: ServiceSpec) -> None:
         state = self.state(remote, spec)
@@ -111,11 +117,18 @@ class ProcessService:
         return [*argv, "--python", spec.python]
 
     def _await_generation(
-        self, remote: Remote, spec: ServiceSpec, seen: object
+        self, remote: Remote, spec: ServiceSpec, pid: str, seen: object
     ) -> dict[str, object]:
+        """The supervisor's state once it has tried the release (a new generation)."""
         deadline = time.monotonic() + spec.start_timeout_s + 10
         while time.monotonic() < deadline:
-            state = self.state(remote, spec)
+            text = remote.sh(PROBE_SCRIPT, spec.layout.run_file("state.json"), pid).strip()
+            if text == "dead":
+                raise DeployError(
+                    f"host {remote.host}: the supervisor of {spec.layout.function} exited\n"
+                    f"{self._log_tail(remote, spec)}"
+                )
+            state = json.loads(text) if text else None
             if state is not None and state["generation"] != seen:
                 return state
             time.sleep(POLL_S)
@@ -123,6 +136,9 @@ class ProcessService:
             f"host {remote.host}: the supervisor of {spec.layout.function} did not report the new "
             f"release within {spec.start_timeout_s} s; see {spec.layout.run_file('service.log')}"
         )
+
+    def _log_tail(self, remote: Remote, spec: ServiceSpec) -> str:
+        return remote.run(["tail", "-n", "20", spec.layout.run_file("service.log")])
 
 
 class SystemdService:

@@ -18,6 +18,7 @@ which release is live, its generation, and the last failure; the deploy driver p
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import select
@@ -34,6 +35,8 @@ import uvicorn
 STATE_FILE = "run/state.json"
 PID_FILE = "run/supervisor.pid"
 LOG_FILE = "run/service.log"
+HANDOVER_GRACE_S = 0.5
+"""How long a retiring child keeps just-accepted connections before closing idle ones."""
 DRAIN_S = 35.0
 """How long an old child may drain after SIGTERM (the server's own grace is 30 s)."""
 
@@ -151,8 +154,13 @@ def run(args: argparse.Namespace) -> None:
         supervisor.respawn_if_dead()
 
 
-class _AnnouncingServer(uvicorn.Server):
-    """A uvicorn server that writes b"1" to a pipe once it accepts connections."""
+class _HandoverServer(uvicorn.Server):
+    """A uvicorn server that says when it accepts connections, and lets go of them gently.
+
+    uvicorn's shutdown closes every connection without a request in progress, which includes
+    one accepted a moment ago whose request has not been read yet; stopping accepting first and
+    waiting a little lets such requests start, so they are answered instead of dropped.
+    """
 
     def __init__(self, config: uvicorn.Config, notify_fd: int) -> None:
         super().__init__(config)
@@ -162,6 +170,12 @@ class _AnnouncingServer(uvicorn.Server):
         await super().startup(sockets=sockets)
         os.write(self.notify_fd, b"1")
         os.close(self.notify_fd)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # the next child takes new connections from the shared queue
+        await asyncio.sleep(HANDOVER_GRACE_S)
+        await super().shutdown(sockets=sockets)
 
 
 def child(args: argparse.Namespace) -> None:
@@ -173,7 +187,7 @@ def child(args: argparse.Namespace) -> None:
     config = uvicorn.Config(
         app, timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_S), access_log=False
     )
-    _AnnouncingServer(config, args.notify_fd).run(sockets=[sock])
+    _HandoverServer(config, args.notify_fd).run(sockets=[sock])
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -16,7 +16,8 @@ Limits, as Lambda and its gateways answer them:
 - timeout or memory over the limit: the process is killed (the next call is a cold start),
   and the gateway answers its function-error status.
 Function-error answers (`GATEWAY_ERRORS`): API Gateway REST 502 `{"message": "Internal server
-error"}` (AWS docs, services-apigateway-errors); HTTP API, Function URL and ALB: 502 too.
+error"}` (AWS docs, services-apigateway-errors); HTTP API, Function URL and ALB are assumed to
+answer 502 as well (not verified against AWS); `x-amzn-errortype` carries Lambda's errorType.
 `--instances N` runs N environments; a request waits for a free one.
 """
 
@@ -26,29 +27,53 @@ import asyncio
 import json
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from edgeserve.deploy.lambda_settings import PAYLOAD_LIMIT_BYTES
 from edgeserve.emulate.environment import Environment, Limits, Outcome, runtime_env
-from edgeserve.emulate.events import EVENT_KINDS, EventKind, HttpRequest, HttpResponse, from_result, to_event
+from edgeserve.emulate.events import (
+    EVENT_KINDS,
+    EventKind,
+    HttpRequest,
+    HttpResponse,
+    from_result,
+    to_event,
+)
 
 APP_TEMPLATE = Path(__file__).parent.parent / "templates" / "aws-lambda" / "app.py"
 GATEWAY_ERRORS: dict[EventKind, HttpResponse] = {
-    "rest": HttpResponse(502, [("content-type", "application/json")], b'{"message": "Internal server error"}'),
-    "http": HttpResponse(502, [("content-type", "application/json")], b'{"message":"Internal Server Error"}'),
-    "url": HttpResponse(502, [("content-type", "application/json")], b'{"Message":"Internal Server Error"}'),
-    "alb": HttpResponse(502, [("content-type", "text/html")], b"<html><body><h1>502 Bad Gateway</h1></body></html>"),
+    "rest": HttpResponse(
+        502, [("content-type", "application/json")], b'{"message": "Internal server error"}'
+    ),
+    "http": HttpResponse(
+        502, [("content-type", "application/json")], b'{"message":"Internal Server Error"}'
+    ),
+    "url": HttpResponse(
+        502, [("content-type", "application/json")], b'{"Message":"Internal Server Error"}'
+    ),
+    "alb": HttpResponse(
+        502, [("content-type", "text/html")], b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+    ),
 }
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 TOO_LARGE = json.dumps(
-    {"Message": f"Request must be smaller than {PAYLOAD_LIMIT_BYTES} bytes for the InvokeFunction operation"}
+    {
+        "Message": f"Request must be smaller than {PAYLOAD_LIMIT_BYTES} bytes "
+        "for the InvokeFunction operation"
+    }
 ).encode()
 
 
 class LambdaEmulator:
-    """N execution environments behind one HTTP front; build with `open()`, then `app`."""
+    """N execution environments behind one HTTP front (`open_emulator`, then `front`)."""
 
     def __init__(self, environments: list[Environment], event: EventKind) -> None:
         self.environments = environments
@@ -59,12 +84,20 @@ class LambdaEmulator:
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         """One HTTP request through one Lambda invocation."""
-        event = to_event(request, self.event, request_id="emulated")
+        request_id = str(uuid.uuid4())
+        event = to_event(request, self.event, request_id)
         if len(json.dumps(event)) > PAYLOAD_LIMIT_BYTES:
-            return HttpResponse(413, [("content-type", "application/json"), ("x-amzn-errortype", "RequestTooLargeException")], TOO_LARGE)
+            return HttpResponse(
+                413,
+                [
+                    ("content-type", "application/json"),
+                    ("x-amzn-errortype", "RequestTooLargeException"),
+                ],
+                TOO_LARGE,
+            )
         environment = await self.idle.get()
         try:
-            outcome = await environment.invoke(event)
+            outcome = await environment.invoke(event, request_id)
         finally:
             self.idle.put_nowait(environment)
         return self._answer(outcome)
@@ -76,11 +109,9 @@ class LambdaEmulator:
                 return response
         error = GATEWAY_ERRORS[self.event]
         error_type = outcome.error_type or "Function.MalformedResponse"  # ok, but not a response
-        return HttpResponse(error.status, [*error.headers, ("x-amzn-errortype", error_type)], error.body)
-
-    @property
-    def inits(self) -> int:
-        return sum(environment.inits for environment in self.environments)
+        return HttpResponse(
+            error.status, [*error.headers, ("x-amzn-errortype", error_type)], error.body
+        )
 
 
 async def open_emulator(
@@ -96,43 +127,43 @@ async def open_emulator(
     task_root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="edgeserve-task-")))
     shutil.copyfile(APP_TEMPLATE, task_root / "app.py")
     env = runtime_env(function_name, limits, bundle.resolve(), task_root)
-    environments = [Environment(i, task_root, env, limits, log) for i in range(instances)]
+    environments = [Environment(task_root, env, limits, log) for _ in range(instances)]
     for environment in environments:
         await environment.start()
         stack.push_async_callback(environment.close)
     return LambdaEmulator(environments, event)
 
 
-def front(emulator: LambdaEmulator, max_body_bytes: int = 4 * PAYLOAD_LIMIT_BYTES) -> Any:
+def front(emulator: LambdaEmulator, max_body_bytes: int = 4 * PAYLOAD_LIMIT_BYTES) -> Starlette:
     """The HTTP front: every method and path becomes an invocation."""
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import Response
-    from starlette.routing import Route
 
     async def endpoint(request: Request) -> Response:
         body = await request.body()
         if len(body) > max_body_bytes:
             return Response(TOO_LARGE, 413, media_type="application/json")
-        answer = await emulator.handle(
-            HttpRequest(
-                method=request.method,
-                path=request.url.path,
-                query=request.url.query,
-                headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw],
-                body=body,
-                source_ip=request.client.host if request.client else "127.0.0.1",
-            )
-        )
-        response = Response(answer.body, answer.status)
-        response.raw_headers = [
-            (b"content-length", str(len(answer.body)).encode()),
-            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers if k != "content-length"),
-        ]
-        return response
+        return _response(await emulator.handle(_http_request(request, body)))
 
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-    return Starlette(routes=[Route("/{path:path}", endpoint, methods=methods)])
+    return Starlette(routes=[Route("/{path:path}", endpoint, methods=METHODS)])
+
+
+def _http_request(request: Request, body: bytes) -> HttpRequest:
+    return HttpRequest(
+        method=request.method,
+        path=request.url.path,
+        query=request.url.query,
+        headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw],
+        body=body,
+        source_ip=request.client.host if request.client else "127.0.0.1",
+    )
+
+
+def _response(answer: HttpResponse) -> Response:
+    """The answer with its headers as given (repeated ones kept), Content-Length recomputed."""
+    response = Response(answer.body, answer.status)
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
+    length = (b"content-length", str(len(answer.body)).encode())
+    response.raw_headers = [length, *(pair for pair in headers if pair[0] != b"content-length")]
+    return response
 
 
 def serve_lambda_emulator(
@@ -163,13 +194,22 @@ def serve_lambda_emulator(
 
 
 async def _serve(
-    bundle: Path, name: str, limits: Limits, event: EventKind, instances: int, host: str, port: int, log_level: str
+    bundle: Path,
+    name: str,
+    limits: Limits,
+    event: EventKind,
+    instances: int,
+    host: str,
+    port: int,
+    log_level: str,
 ) -> None:
     import uvicorn
 
     async with AsyncExitStack() as stack:
         emulator = await open_emulator(stack, bundle, name, limits, event, instances, _log)
-        config = uvicorn.Config(front(emulator), host=host, port=port, log_level=log_level, access_log=False)
+        config = uvicorn.Config(
+            front(emulator), host=host, port=port, log_level=log_level, access_log=False
+        )
         await uvicorn.Server(config).serve()
 
 

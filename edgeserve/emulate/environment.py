@@ -15,7 +15,6 @@ import math
 import os
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from edgeserve.emulate.runtime_api import RESPONSE_TOO_LARGE, Invocation, Runtim
 INIT_TIMEOUT_S = 10.0
 """Lambda's limit on the init phase of on-demand functions."""
 WATCH_INTERVAL_S = 0.05
-"""How often the memory of a running invocation is read (/proc/<pid>/status)."""
+"""How often a running invocation's memory peak (/proc/<pid>/status VmHWM) is read."""
 
 
 @dataclass(frozen=True)
@@ -58,13 +57,11 @@ class Environment:
 
     def __init__(
         self,
-        index: int,
         task_root: Path,
         env: dict[str, str],
         limits: Limits,
         log: Callable[[str], None],
     ) -> None:
-        self.index = index
         self.task_root = task_root
         self.env = env
         self.limits = limits
@@ -72,7 +69,6 @@ class Environment:
         self.api = RuntimeApi(env.get("AWS_LAMBDA_FUNCTION_NAME", "function"))
         self.address = ""
         self.process: asyncio.subprocess.Process | None = None
-        self.inits = 0
 
     async def start(self) -> None:
         self.address = await self.api.start()
@@ -81,9 +77,8 @@ class Environment:
         await self._kill()
         await self.api.close()
 
-    async def invoke(self, event: dict[str, Any]) -> Outcome:
+    async def invoke(self, event: dict[str, Any], request_id: str) -> Outcome:
         """Run one event; init first when this environment has no live runtime process."""
-        request_id = str(uuid.uuid4())
         init_ms = None if self._alive() else await self._init()
         if self.api.init_error is not None:
             await self._kill()
@@ -93,7 +88,9 @@ class Environment:
         outcome = await self._run(request_id, event)
         duration_ms = (time.perf_counter() - started) * 1000
         if outcome.status == "timeout":
-            self.log(f"{_now()} {request_id} Task timed out after {self.limits.timeout_s:.2f} seconds")
+            self.log(
+                f"{_now()} {request_id} Task timed out after {self.limits.timeout_s:.2f} seconds"
+            )
         self.log(f"END RequestId: {request_id}")
         self.log(self._report(request_id, duration_ms, init_ms, outcome))
         if outcome.status in ("timeout", "killed") or outcome.error_type == RESPONSE_TOO_LARGE:
@@ -108,7 +105,6 @@ class Environment:
             cwd=self.task_root,
             env={**self.env, "AWS_LAMBDA_RUNTIME_API": self.address},
         )  # fmt: skip
-        self.inits += 1
         ready = asyncio.ensure_future(self.api.ready.wait())
         exited = asyncio.ensure_future(self.process.wait())
         await asyncio.wait({ready, exited}, timeout=max(INIT_TIMEOUT_S, self.limits.timeout_s),
@@ -116,24 +112,32 @@ class Environment:
         for waiter in (ready, exited):
             waiter.cancel()
         if not self.api.ready.is_set():
-            self.api.init_error = _error("Runtime.ExitError", "runtime exited or timed out during init")
+            self.api.init_error = _error(
+                "Runtime.ExitError", "runtime exited or timed out during init"
+            )
         return (time.perf_counter() - started) * 1000
 
     async def _run(self, request_id: str, event: dict[str, Any]) -> Outcome:
         deadline = time.monotonic() + self.limits.timeout_s
-        invocation = Invocation(request_id, json.dumps(event).encode(), int((time.time() + self.limits.timeout_s) * 1000))
+        deadline_ms = int((time.time() + self.limits.timeout_s) * 1000)
+        invocation = Invocation(request_id, json.dumps(event).encode(), deadline_ms)
         await self.api.pending.put(invocation)
         while not invocation.outcome.done():
-            if self._memory_mb(peak=False) > self.limits.memory_mb or not self._alive():
-                return Outcome("killed", _error("Runtime.ExitError", "Runtime exited with error: signal: killed"))
+            if self._over_memory() or not self._alive():
+                return KILLED
             if time.monotonic() >= deadline:
-                return Outcome("timeout", _error("Sandbox.Timedout", f"Task timed out after {self.limits.timeout_s:.2f} seconds"))
+                message = f"Task timed out after {self.limits.timeout_s:.2f} seconds"
+                return Outcome("timeout", _error("Sandbox.Timedout", message))
             await asyncio.wait({invocation.outcome}, timeout=WATCH_INTERVAL_S)
+        if self._over_memory():  # a spike between two looks still counts, as on Lambda
+            return KILLED
         kind, payload = invocation.outcome.result()
         return Outcome("ok" if kind == "response" else "error", payload)
 
-    def _report(self, request_id: str, duration_ms: float, init_ms: float | None, outcome: Outcome) -> str:
-        used = min(self._memory_mb(peak=True), self.limits.memory_mb)
+    def _report(
+        self, request_id: str, duration_ms: float, init_ms: float | None, outcome: Outcome
+    ) -> str:
+        used = min(self._peak_mb(), self.limits.memory_mb)
         if outcome.status == "killed":
             used = self.limits.memory_mb
         fields = [
@@ -152,16 +156,18 @@ class Environment:
     def _alive(self) -> bool:
         return self.process is not None and self.process.returncode is None
 
-    def _memory_mb(self, peak: bool) -> int:
-        """Resident memory (or its peak, VmHWM) of the runtime process, in MB."""
+    def _over_memory(self) -> bool:
+        return self._peak_mb() > self.limits.memory_mb
+
+    def _peak_mb(self) -> int:
+        """Peak resident memory (VmHWM) of the runtime process, in MB."""
         if self.process is None:
             return 0
-        key = "VmHWM:" if peak else "VmRSS:"
         try:
             status = Path(f"/proc/{self.process.pid}/status").read_text()
         except OSError:
             return 0
-        line = next((line for line in status.splitlines() if line.startswith(key)), f"{key} 0 kB")
+        line = next((line for line in status.splitlines() if line.startswith("VmHWM:")), "x 0")
         return int(line.split()[1]) // 1024
 
     async def _kill(self) -> None:
@@ -175,11 +181,19 @@ def _error(error_type: str, message: str) -> bytes:
     return json.dumps({"errorType": error_type, "errorMessage": message}).encode()
 
 
+KILLED = Outcome("killed", _error("Runtime.ExitError", "Runtime exited with error: signal: killed"))
+
+
 def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        + f".{int(time.time() * 1000) % 1000:03d}Z"
+    )
 
 
-def runtime_env(function_name: str, limits: Limits, bundle: Path, task_root: Path) -> dict[str, str]:
+def runtime_env(
+    function_name: str, limits: Limits, bundle: Path, task_root: Path
+) -> dict[str, str]:
     """The environment variables Lambda sets for a function, plus where the bundle lies."""
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_LAMBDA_", "_HANDLER"))},
@@ -190,6 +204,8 @@ def runtime_env(function_name: str, limits: Limits, bundle: Path, task_root: Pat
         "AWS_REGION": os.environ.get("AWS_REGION", "us-east-1"),
         "LAMBDA_TASK_ROOT": str(task_root),
         "_HANDLER": "app.handler",
-        "PYTHONPATH": os.pathsep.join([str(task_root), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "PYTHONPATH": os.pathsep.join(
+            [str(task_root), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
         "EDGESERVE_BUNDLE": str(bundle),
     }

@@ -21,7 +21,9 @@ TEXT_TYPES = ("text/", "application/json", "application/javascript", "applicatio
 URL_ID = "edgeserve0emulator0url0id000000"
 API_ID = "edgeserve0"
 ACCOUNT = "123456789012"
-TARGET_GROUP = f"arn:aws:elasticloadbalancing:us-east-1:{ACCOUNT}:targetgroup/edgeserve/0123456789abcdef"
+TARGET_GROUP = (
+    f"arn:aws:elasticloadbalancing:us-east-1:{ACCOUNT}:targetgroup/edgeserve/0123456789abcdef"
+)
 Headers = Sequence[tuple[str, str]]
 
 
@@ -44,7 +46,9 @@ class HttpResponse:
     body: bytes
 
 
-def to_event(request: HttpRequest, kind: EventKind, request_id: str, now: float | None = None) -> dict[str, Any]:
+def to_event(
+    request: HttpRequest, kind: EventKind, request_id: str, now: float | None = None
+) -> dict[str, Any]:
     """The event Lambda would hand the function for this request, from this source."""
     epoch_ms = int((time.time() if now is None else now) * 1000)
     builders = {"url": _v2_event, "http": _v2_event, "rest": _rest_event, "alb": _alb_event}
@@ -85,11 +89,19 @@ def encode_body(body: bytes, content_type: str | None) -> tuple[str, bool]:
     return base64.b64encode(body).decode("ascii"), True
 
 
-def _v2_event(request: HttpRequest, kind: EventKind, request_id: str, epoch_ms: int) -> dict[str, Any]:
+def _v2_event(
+    request: HttpRequest, kind: EventKind, request_id: str, epoch_ms: int
+) -> dict[str, Any]:
     url = kind == "url"
     domain_id = URL_ID if url else API_ID
-    domain = f"{URL_ID}.lambda-url.us-east-1.on.aws" if url else f"{API_ID}.execute-api.us-east-1.amazonaws.com"
-    cookies = [c.strip() for _, v in request.headers if _ == "cookie" for c in v.split(";") if c.strip()]
+    domain = (
+        f"{URL_ID}.lambda-url.us-east-1.on.aws"
+        if url
+        else f"{API_ID}.execute-api.us-east-1.amazonaws.com"
+    )
+    cookies = [
+        c.strip() for _, v in request.headers if _ == "cookie" for c in v.split(";") if c.strip()
+    ]
     event: dict[str, Any] = {
         "version": "2.0",
         "routeKey": "$default",
@@ -122,7 +134,9 @@ def _v2_event(request: HttpRequest, kind: EventKind, request_id: str, epoch_ms: 
     return event
 
 
-def _rest_event(request: HttpRequest, kind: EventKind, request_id: str, epoch_ms: int) -> dict[str, Any]:
+def _rest_event(
+    request: HttpRequest, kind: EventKind, request_id: str, epoch_ms: int
+) -> dict[str, Any]:
     queries = _query_lists(request.query)
     multi = _multi(request.headers)
     return {
@@ -153,7 +167,9 @@ def _rest_event(request: HttpRequest, kind: EventKind, request_id: str, epoch_ms
     }
 
 
-def _alb_event(request: HttpRequest, kind: EventKind, request_id: str, epoch_ms: int) -> dict[str, Any]:
+def _alb_event(
+    request: HttpRequest, kind: EventKind, request_id: str, epoch_ms: int
+) -> dict[str, Any]:
     return {
         "requestContext": {"elb": {"targetGroupArn": TARGET_GROUP}},
         "httpMethod": request.method,

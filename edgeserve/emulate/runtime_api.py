@@ -89,7 +89,9 @@ class RuntimeApi:
             if task is not None:
                 self.connections.discard(task)
 
-    async def _route(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    async def _route(
+        self, method: str, path: str, body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
         if method == "GET" and path == f"{PREFIX}/invocation/next":
             return await self._next()
         if method == "POST" and path == f"{PREFIX}/init/error":
@@ -104,16 +106,19 @@ class RuntimeApi:
     async def _next(self) -> tuple[int, dict[str, str], bytes]:
         self.ready.set()
         invocation = await self.pending.get()
-        self.inflight[invocation.request_id] = invocation
+        request_id = invocation.request_id
+        self.inflight[request_id] = invocation
         headers = {
-            "Lambda-Runtime-Aws-Request-Id": invocation.request_id,
+            "Lambda-Runtime-Aws-Request-Id": request_id,
             "Lambda-Runtime-Deadline-Ms": str(invocation.deadline_ms),
             "Lambda-Runtime-Invoked-Function-Arn": FUNCTION_ARN.format(name=self.function_name),
-            "Lambda-Runtime-Trace-Id": f"Root=1-{int(time.time()):08x}-{invocation.request_id[:24]}",
+            "Lambda-Runtime-Trace-Id": f"Root=1-{int(time.time()):08x}-{request_id[:24]}",
         }
         return 200, headers, invocation.event
 
-    def _outcome(self, request_id: str, kind: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _outcome(
+        self, request_id: str, kind: str, body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
         invocation = self.inflight.pop(request_id, None)
         if invocation is None or invocation.outcome.done():
             return 400, {}, b'{"errorType":"InvalidRequestID","errorMessage":"unknown request id"}'
@@ -124,7 +129,11 @@ class RuntimeApi:
                 f"allowed payload size ({PAYLOAD_LIMIT_BYTES} bytes).",
             }
             invocation.outcome.set_result(("error", json.dumps(error).encode()))
-            return 413, {}, b'{"errorType":"RequestEntityTooLarge","errorMessage":"payload too large"}'
+            return (
+                413,
+                {},
+                b'{"errorType":"RequestEntityTooLarge","errorMessage":"payload too large"}',
+            )
         invocation.outcome.set_result((kind, body))
         return 202, {}, b'{"status":"OK"}'
 
@@ -144,7 +153,11 @@ async def _read_request(
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     if headers.get("transfer-encoding", "").lower() == "chunked":
         return method, target.split("?")[0], await _read_chunked(reader)
-    return method, target.split("?")[0], await reader.readexactly(int(headers.get("content-length", 0)))
+    return (
+        method,
+        target.split("?")[0],
+        await reader.readexactly(int(headers.get("content-length", 0))),
+    )
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
@@ -158,6 +171,9 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
 
 def _response(status: int, headers: dict[str, Any], body: bytes) -> bytes:
     lines = [f"HTTP/1.1 {status} {'OK' if status < 300 else 'Error'}"]
-    lines += [f"{name}: {value}" for name, value in {"Content-Type": "application/json", **headers}.items()]
+    lines += [
+        f"{name}: {value}"
+        for name, value in {"Content-Type": "application/json", **headers}.items()
+    ]
     lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import itertools
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -145,7 +146,8 @@ def _decode(data: bytes, max_pixels: int) -> Image.Image:
         raise PayloadTooLarge(f"image too large: {err}; the limit is {max_pixels} pixels") from err
     except (OSError, SyntaxError, ValueError) as err:
         raise InvalidInput(
-            f"the data is not a readable image ({', '.join(FORMATS)}): {err}"
+            f"the {len(data)} bytes starting {data[:8]!r} are not an image: "
+            f"expected a PNG, JPEG, BMP, TIFF, WEBP or GIF file"
         ) from err
     _check_size(image.width, image.height, max_pixels)
     try:
@@ -194,21 +196,28 @@ def to_gray(image: Image.Image) -> np.ndarray:
 
 def ink_mask(gray: np.ndarray) -> np.ndarray | None:
     """Otsu binarisation, ink = the minority class; None for a blank (one-tone) page."""
-    hist = np.bincount(gray.ravel(), minlength=256).astype(np.float64)
-    levels = np.arange(256)
-    weight = np.cumsum(hist)
-    mass = np.cumsum(hist * levels)
-    total, total_mass = weight[-1], mass[-1]
+    threshold, mean_low, mean_high = _otsu(gray)
+    if mean_high - mean_low < 40:
+        return None
+    dark = gray <= threshold
+    mask = dark if dark.mean() < 0.5 else ~dark
+    return _despeckle(mask)
+
+
+def _otsu(gray: np.ndarray) -> tuple[int, float, float]:
+    """Otsu's threshold and the mean grey level on either side of it."""
+    hist = np.asarray(Image.fromarray(gray).histogram(), dtype=np.float64)  # C, no int64 copy
+    weight = np.cumsum(hist)[:-1]
+    mass = np.cumsum(hist * np.arange(256))[:-1]
+    total, total_mass = hist.sum(), float(np.dot(hist, np.arange(256)))
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_low = mass / weight
         mean_high = (total_mass - mass) / (total - weight)
-        between = weight * (total - weight) * (mean_low - mean_high) ** 2
-    t = int(np.nanargmax(between))
-    if not np.isfinite(mean_high[t]) or mean_high[t] - mean_low[t] < 40:
-        return None
-    dark = gray <= t
-    mask = dark if dark.mean() < 0.5 else ~dark
-    return _despeckle(mask)
+        between = np.nan_to_num(weight * (total - weight) * (mean_high - mean_low) ** 2)
+    t = int(np.argmax(between))
+    if between[t] <= 0:
+        return t, 0.0, 0.0
+    return t, float(mean_low[t]), float(mean_high[t])
 
 
 def _despeckle(mask: np.ndarray) -> np.ndarray:
@@ -287,7 +296,7 @@ def _split_tall(
         if profile[cut] <= 0.25 * dense:
             cuts.append(cut)
     edges = [y0, *cuts, y1]
-    return [(a, b) for a, b in zip(edges, edges[1:], strict=False) if b > a]
+    return [(a, b) for a, b in itertools.pairwise(edges) if b > a]
 
 
 def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int]]:
@@ -299,7 +308,7 @@ def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[i
     height = y1 - y0
     limit = int(MAX_WIDTH * height / LINE_HEIGHT * 0.8)
     pieces, start = [], 0
-    gaps = [(a, b) for a, b in _runs(~ink) if 0 < a and b < ink.size]
+    gaps = [(a, b) for a, b in _runs(~ink) if a > 0 and b < ink.size]
     for a, b in gaps:
         if b - a > 1.5 * height:
             pieces.append((start, a))

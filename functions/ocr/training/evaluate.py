@@ -117,9 +117,8 @@ def evaluate(
 
 def inprocess_recognizer(model: Path = OCR_DIR / "model.onnx") -> Recognize:
     """handler.preprocess -> onnxruntime (widths padded with 0.0 like the server) -> postprocess."""
-    import onnxruntime as ort
-
     import handler
+    import onnxruntime as ort
 
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
 

@@ -91,7 +91,7 @@ HELD_OUT_FONTS = [
     "fonts-go/Go-Mono.ttf",
 ]
 
-WORDS = """
+WORD_TEXT = """
 the of and to in is for on with as by at from this that be are was it an or not you your we
 our all new more one can will about has have if any out up use time price order date total
 item items amount due paid tax net gross subtotal balance invoice receipt number account
@@ -106,11 +106,13 @@ quick brown fox jumps over lazy dog coffee tea water bread milk apple orange lun
 hotel taxi train ticket flight seat gate boarding passenger name first last middle title
 manager director engineer sales marketing finance team project plan draft final version
 approved signed copy original check valid until issued expires code model serial level
-""".split()
-
-FIRST = "John Mary James Linda Robert Susan Michael Anna David Laura Peter Emma Carlos".split()
-LAST = "Smith Johnson Brown Miller Davis Garcia Wilson Moore Taylor Clark Lewis Young".split()
-MONTHS = "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split()
+"""
+WORDS = WORD_TEXT.split()
+NAME_TEXT = "John Mary James Linda Robert Susan Michael Anna David Laura Peter Emma Carlos"
+FIRST = NAME_TEXT.split()
+SURNAME_TEXT = "Smith Johnson Brown Miller Davis Garcia Wilson Moore Taylor Clark Lewis Young"
+LAST = SURNAME_TEXT.split()
+MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 
 
 def font_paths(names: list[str]) -> list[Path]:
@@ -319,7 +321,11 @@ class Page:
 
 
 def render_page(
-    rng: random.Random, fonts: list[Path], texts: list[str], size: int | None = None
+    rng: random.Random,
+    fonts: list[Path],
+    texts: list[str],
+    size: int | None = None,
+    style: Style | None = None,
 ) -> Page:
     """Lines in one font at a text height (font px size) of 20-40, with uneven margins and
     indents and line spacing of 1.3-2.0 x the text height."""
@@ -338,5 +344,6 @@ def render_page(
         origin = (left + indent, top + i * spacing)
         draw.text(origin, text, font=font, fill=255)
         boxes.append(draw.textbbox(origin, text, font=font))
-    gray = apply_style(mask, Style.sample_document(rng), np.random.default_rng(rng.getrandbits(32)))
+    style = style or Style.sample_document(rng)
+    gray = apply_style(mask, style, np.random.default_rng(rng.getrandbits(32)))
     return Page(Image.fromarray(gray), texts, [tuple(map(int, b)) for b in boxes])

@@ -1,10 +1,14 @@
-"""Train the OCR line recogniser (small CRNN + CTC) on synthetic lines, on CPU, and export ONNX.
+"""Train the OCR line recogniser (small CRNN + CTC) on synthetic lines and export ONNX.
 
 Input `image` float32 [N, 1, 32, W] (ink 1.0, paper 0.0; see handler.normalize_line), output
 `logits` float32 [N, W // 4, len(CHARSET) + 1] log-probabilities, class 0 = CTC blank.
-Lines are rendered on the fly in a DataLoader worker from TRAIN_FONTS only.
+Lines are rendered on the fly in DataLoader workers from TRAIN_FONTS only. The learning rate
+follows a cosine over whichever budget runs out first, --steps or --minutes, so a run on
+busy shared cores still ends annealed and on time. See README.md for the exact commands.
 
-    python functions/ocr/training/train.py --steps 3000 --minutes 30
+    python functions/ocr/training/train.py --minutes 26
+    python functions/ocr/training/train.py --device cuda --workers 15 --batch 64 \
+        --steps 1000000 --minutes 8
 """
 
 from __future__ import annotations

@@ -1,0 +1,81 @@
+"""One measurement: edgeserve's own load generator (edgeserve.bench.loadgen) against a server.
+
+Every server gets the same generator, the same request bytes (Triton's binary tensor extension)
+and the same windows: a warm-up that is discarded, then a fixed measurement window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgeserve.bench.inputs import encode_infer
+from edgeserve.bench.loadgen import Request, Target, closed_loop, encode_request, open_loop
+from edgeserve.bench.measure import Record, percentile
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one window measured; latencies in ms over the successful requests."""
+
+    items_per_s: float
+    p50_ms: float
+    p99_ms: float
+    failed: float  # share of requests answered with an error (503 shed included)
+    within_slo_per_s: float = 0.0
+
+
+def request_for(name: str, input_name: str, shape: tuple[int, ...], port: int) -> Request:
+    x = np.random.default_rng(0).random((1, *shape), dtype=np.float32)
+    body = encode_infer(name, {input_name: x}, {input_name: "FP32"}, binary=True, items=1)
+    return Request(encode_request(f"127.0.0.1:{port}", body.path, body.headers, body.body), 1)
+
+
+def measure(
+    port: int,
+    request: Request,
+    *,
+    concurrency: int = 0,
+    rate: float = 0.0,
+    window_s: float = 2.0,
+    warmup_s: float = 0.5,
+    slo_ms: float = 0.0,
+) -> Sample:
+    """Closed loop at `concurrency`, or Poisson arrivals at `rate` per second."""
+    records = asyncio.run(_records(port, request, concurrency, rate, window_s, warmup_s))
+    return summarize(records, window_s, slo_ms)
+
+
+async def _records(
+    port: int, request: Request, concurrency: int, rate: float, window_s: float, warmup_s: float
+) -> list[Record]:
+    target = Target("127.0.0.1", port, [request])
+    stop = asyncio.Event()
+    if concurrency:
+        load = asyncio.create_task(closed_loop(target, concurrency, stop))
+    else:
+        load = asyncio.create_task(open_loop(target, rate, stop, seed=1))
+    loop = asyncio.get_running_loop()
+    begin = loop.time() + warmup_s
+    await asyncio.sleep(warmup_s + window_s)
+    stop.set()
+    await load
+    return [r for r in target.records if begin <= r.ended < begin + window_s]
+
+
+def summarize(records: list[Record], window_s: float, slo_ms: float) -> Sample:
+    ok = sorted(r.latency * 1000 for r in records if r.ok)
+    items = sum(r.items for r in records if r.ok)
+    failed = 1 - len(ok) / len(records) if records else 1.0
+    within = sum(1 for latency in ok if latency <= slo_ms) if slo_ms else 0
+    return Sample(
+        items / window_s, percentile(ok, 50), percentile(ok, 99), failed, within / window_s
+    )
+
+
+def median_sample(samples: list[Sample]) -> Sample:
+    """Field-wise median over rounds."""
+    fields = zip(*((s.items_per_s, s.p50_ms, s.p99_ms, s.failed, s.within_slo_per_s) for s in samples), strict=True)
+    return Sample(*(float(np.median(values)) for values in fields))

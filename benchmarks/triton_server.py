@@ -1,0 +1,75 @@
+"""Serve one benchmark model with a real Triton server (PyTriton) and its dynamic batcher.
+
+Runs under the separate PyTriton venv (benchmarks/.venv-triton), never the project's:
+
+    benchmarks/.venv-triton/bin/python benchmarks/triton_server.py MODEL.onnx NAME PORT \
+        --threads 0 --max-batch 32 --delay-us 2000
+
+The bound callable runs the same ONNX model with ONNX Runtime and the same thread settings as
+edgeserve's onnxruntime backend (intra-op `threads`, one inter-op thread, sequential).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import onnxruntime as ort
+from pytriton.decorators import batch
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+
+
+def session(path: str, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def tensors(args: list[ort.NodeArg]) -> list[Tensor]:
+    """Triton's shapes exclude the batch axis; dynamic dims stay -1."""
+    return [
+        Tensor(name=a.name, dtype=np.float32, shape=tuple(d if isinstance(d, int) else -1 for d in a.shape[1:]))
+        for a in args
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("name")
+    parser.add_argument("port", type=int)
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--delay-us", type=int, default=2000)
+    args = parser.parse_args()
+    sess = session(args.model, args.threads)
+    outputs = [o.name for o in sess.get_outputs()]
+
+    @batch
+    def infer(**inputs: np.ndarray) -> dict[str, np.ndarray]:
+        return dict(zip(outputs, sess.run(outputs, inputs), strict=True))
+
+    config = TritonConfig(
+        http_port=args.port, grpc_port=args.port + 1, metrics_port=args.port + 2, log_verbose=0
+    )
+    with Triton(config=config) as triton:
+        triton.bind(
+            model_name=args.name,
+            infer_func=infer,
+            inputs=tensors(sess.get_inputs()),
+            outputs=tensors(sess.get_outputs()),
+            config=ModelConfig(
+                max_batch_size=args.max_batch,
+                batcher=DynamicBatcher(max_queue_delay_microseconds=args.delay_us),
+            ),
+            strict=False,
+        )
+        triton.serve()
+
+
+if __name__ == "__main__":
+    main()

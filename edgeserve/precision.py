@@ -1,0 +1,169 @@
+"""What a precision other than fp32 costs in accuracy, measured at build time.
+
+`[backend] precision = "auto"` lets OpenVINO compute in bf16 where the CPU has it (AMX,
+AVX512-BF16): several times faster, with outputs that drift from fp32. `build` runs the
+function's samples (or, without usable samples, seeded random inputs) through OpenVINO at fp32
+and at the manifest's precision, reports the largest absolute output difference, and refuses
+the bundle when it exceeds `[backend] max_abs_diff`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from edgeserve.datatypes import DATATYPES
+from edgeserve.errors import ConfigError, EdgeserveError
+from edgeserve.manifest import Manifest
+from edgeserve.types import Context, Signature, TensorDict
+
+log = logging.getLogger("edgeserve")
+
+RANDOM_DYNAMIC_DIM = 32
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
+
+
+@dataclass(frozen=True)
+class PrecisionCheck:
+    precision: str
+    max_abs_diff: float
+    inputs: str  # "3 samples" or "random inputs"
+    tolerance: float | None
+
+    def describe(self) -> str:
+        bound = f"limit {self.tolerance:g}" if self.tolerance else "no [backend] max_abs_diff"
+        return (
+            f"precision {self.precision} (openvino): outputs differ from fp32 by at most "
+            f"{self.max_abs_diff:.3g} on {self.inputs} ({bound})"
+        )
+
+
+def check_precision(
+    source: Path, manifest: Manifest, signature: Signature
+) -> PrecisionCheck | None:
+    """Measure the drift and refuse it over the tolerance; None when there is nothing to compare
+    (precision fp32, OpenVINO not preferred or not installed)."""
+    backend = manifest.backend
+    if backend.precision == "fp32" or "openvino" not in backend.prefer:
+        return None
+    if importlib.util.find_spec("openvino") is None:
+        return None
+    batches, described = _inputs(source, manifest, signature)
+    model = source / manifest.model.path
+    reference, candidate = (_run(model, batches, p) for p in ("fp32", backend.precision))
+    diff = _max_diff(reference, candidate)
+    check = PrecisionCheck(backend.precision, diff, described, backend.max_abs_diff)
+    if check.tolerance is not None and diff > check.tolerance:
+        raise ConfigError(
+            f"{source}: [backend] precision = {backend.precision!r} moves outputs by {diff:.3g} "
+            f"from fp32 on {described}, over max_abs_diff = {check.tolerance:g}. "
+            'Hint: set precision = "fp32", or raise max_abs_diff if that drift is acceptable.'
+        )
+    (log.warning if diff > 0 else log.info)("%s", check.describe())
+    return check
+
+
+def _max_diff(reference: list[TensorDict], candidate: list[TensorDict]) -> float:
+    """Largest |fp32 - candidate| over every floating-point output of every batch."""
+    diffs = [
+        float(np.abs(a[name].astype(np.float64) - b[name]).max())
+        for a, b in zip(reference, candidate, strict=True)
+        for name in a
+        if a[name].dtype.kind == "f" and a[name].size
+    ]
+    return max(diffs, default=0.0)
+
+
+def _run(model: Path, batches: list[TensorDict], precision: str) -> list[TensorDict]:
+    from edgeserve.backends import load_backend
+
+    engine = load_backend("openvino", model, precision=precision)  # type: ignore[arg-type]
+    try:
+        return [engine.infer(batch) for batch in batches]
+    finally:
+        engine.close()
+
+
+def _inputs(source: Path, manifest: Manifest, signature: Signature) -> tuple[list[TensorDict], str]:
+    samples = source / "samples"
+    batches = _sample_batches(samples, manifest, signature, source) if samples.is_dir() else []
+    if batches:
+        return batches, f"{len(batches)} samples"
+    return [_random(signature)], "random inputs (no usable samples/)"
+
+
+def _sample_batches(
+    samples: Path, manifest: Manifest, signature: Signature, source: Path
+) -> list[TensorDict]:
+    """v2 JSON infer requests as they are; images through the handler's preprocess."""
+    batches = []
+    for path in sorted(samples.iterdir()):
+        if path.suffix == ".json":
+            batch = _v2_request(path)
+        elif path.suffix.lower() in IMAGE_TYPES and manifest.handler.module:
+            batch = _preprocessed(path, manifest, signature, source)
+        else:
+            continue
+        if batch and set(batch) == {spec.name for spec in signature.inputs}:
+            batches.append(batch)
+    return batches
+
+
+def _v2_request(path: Path) -> TensorDict | None:
+    try:
+        request = orjson.loads(path.read_bytes())
+        return {
+            t["name"]: np.asarray(t["data"], DATATYPES[t["datatype"]].numpy).reshape(t["shape"])
+            for t in request["inputs"]
+        }
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None  # an /invoke payload or something else: not a tensor sample
+
+
+def _preprocessed(
+    path: Path, manifest: Manifest, signature: Signature, source: Path
+) -> TensorDict | None:
+    """One image through handler.preprocess; items of one shape stacked into one batch."""
+    handler = _import(source / f"{manifest.handler.module}.py")
+    ctx = Context(IMAGE_TYPES[path.suffix.lower()], manifest.handler.options, source)
+    try:
+        items: list[dict[str, Any]] = handler.preprocess(path.read_bytes(), ctx)
+    except Exception as exc:
+        raise EdgeserveError(
+            f"{path}: handler.preprocess failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not items:
+        return None
+    first = {name: np.asarray(value) for name, value in items[0].items()}
+    return (
+        {name: value[np.newaxis] for name, value in first.items()} if signature.batched else first
+    )
+
+
+def _import(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"edgeserve_precision_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{path}: cannot be imported as a Python module ([handler] module)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _random(signature: Signature) -> TensorDict:
+    rng = np.random.default_rng(0)
+    tensors = {}
+    for spec in signature.inputs:
+        dims = [RANDOM_DYNAMIC_DIM if d < 0 else d for d in spec.dims]
+        if signature.batched:
+            dims[0] = 4
+        dtype = DATATYPES[spec.datatype].numpy
+        tensors[spec.name] = (
+            rng.random(dims).astype(dtype) if dtype.kind == "f" else np.zeros(dims, dtype)
+        )
+    return tensors

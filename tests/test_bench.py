@@ -1,0 +1,135 @@
+"""`edgeserve bench` end to end: real servers on 127.0.0.1, short windows, sane reports."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from edgeserve.bench import BenchReport, bench, render_table
+from edgeserve.cli import main
+from edgeserve.errors import ConfigError, EdgeserveError
+from edgeserve.scaffold import init_function
+from tests.bench_app import COMPUTE_S, MODEL, create_app, running
+
+SHORT = {"window_s": 0.25, "max_windows": 4}
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with running(create_app()) as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+def _check_sane(report: BenchReport, rows: int) -> None:
+    """What any level must satisfy: real throughput, ordered percentiles, matching counts."""
+    for result in report.results:
+        client, server = result.client, result.server
+        assert 3 <= result.windows <= SHORT["max_windows"]
+        assert client.throughput > 0 and client.errors == 0
+        assert client.items == rows * client.requests
+        assert client.items_per_s == pytest.approx(rows * client.throughput)
+        p = client.latency_percentiles
+        assert 0 < p[50] <= p[90] <= p[95] <= p[99]
+        assert server is not None
+        # the server counts what ended inside the same windows, give or take the requests
+        # in flight at the two window edges
+        in_flight = int(result.level.value) if result.level.mode == "concurrency" else 4
+        assert abs(server.requests - client.requests) <= 2 * in_flight + 2
+        assert server.inferences == pytest.approx(rows * server.requests, abs=2 * rows * in_flight)
+
+
+def test_bench_a_url_at_concurrencies_and_a_rate(url: str) -> None:
+    report = bench(url, concurrency=(1, 4), request_rate=(100,), batch_size=2, model=MODEL, **SHORT)
+    assert [r.level.label for r in report.results] == ["c=1", "c=4", "r=100/s"]
+    assert (report.model, report.protocol, report.inputs) == (MODEL, "binary", "random")
+    _check_sane(report, rows=2)
+    for result in report.results:
+        assert result.server is not None
+        assert result.server.phases["compute_infer"] >= COMPUTE_S  # the app's real pause
+        assert result.client.latency_percentiles[50] >= COMPUTE_S
+    rate = report.results[2].client
+    assert 100 * 0.6 < rate.throughput < 100 * 1.4  # the open loop sends at the asked rate
+
+
+def test_bench_json_protocol(url: str) -> None:
+    report = bench(url, concurrency=(2,), protocol="json", model=MODEL, **SHORT)
+    assert report.protocol == "json"
+    _check_sane(report, rows=1)
+
+
+def test_cli_prints_a_table_and_writes_json_and_a_plot(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, plot = tmp_path / "report.json", tmp_path / "plot.png"
+    argv = ["bench", url, "--model", MODEL, "--concurrency", "1,2", "--window-s", "0.25"]
+    assert main([*argv, "--max-windows", "3", "--json", str(out), "--plot", str(plot)]) == 0
+    printed = capsys.readouterr().out
+    assert "edgeserve bench tiny" in printed and "c=2" in printed and str(plot) in printed
+    data = json.loads(out.read_text())
+    assert [(level["mode"], level["value"]) for level in data["levels"]] == [
+        ("concurrency", 1),
+        ("concurrency", 2),
+    ]
+    level = data["levels"][0]
+    assert set(level["latency_ms"]) == {"avg", "std", "p50", "p90", "p95", "p99"}
+    assert level["latency_ms"]["p50"] <= level["latency_ms"]["p99"]
+    assert set(level["server"]["ms"]) == {"queue", "compute_input", "compute_infer", "compute_output"}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot.stat().st_size > 10_000
+
+
+def test_cli_json_to_stdout(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", url, "--model", MODEL, "--window-s", "0.25", "--max-windows", "3"]
+    assert main([*argv, "--json", "--plot", ""]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["levels"][0]["mode"] == "concurrency"  # stdout: JSON only
+    assert "edgeserve bench" in captured.err  # the table went to stderr
+
+
+def test_bench_serves_a_function_folder_itself(tmp_path: Path) -> None:
+    """The real `edgeserve serve` as a subprocess: samples go to /invoke, random to v2 binary."""
+    function = init_function(tmp_path / "demo")
+    report = bench(str(function), concurrency=(2,), **SHORT)
+    assert (report.model, report.protocol) == ("demo", "invoke")
+    assert report.inputs == str(function / "samples")
+    _check_sane(report, rows=1)
+    binary = bench(str(function), concurrency=(4,), inputs="random", batch_size=3, **SHORT)
+    assert binary.protocol == "binary"
+    _check_sane(binary, rows=3)
+    assert binary.results[0].server is not None
+    assert binary.results[0].server.mean_batch > 1  # the micro-batcher merged requests
+
+
+def test_table_has_a_row_per_level(url: str) -> None:
+    report = bench(url, concurrency=(1,), request_rate=(50,), model=MODEL, **SHORT)
+    table = render_table(report)
+    assert table.row_count == 2
+    assert [column.header for column in table.columns][:8] == [
+        "level", "ok", "req/s", "item/s", "p50", "p90", "p95", "p99"
+    ]  # fmt: skip
+
+
+def _dead_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    ("target", "kwargs", "error", "match"),
+    [
+        ("no/such/folder", {}, ConfigError, "no such file or folder"),
+        ("https://example.com", {}, ConfigError, "no TLS in the bench"),
+        ("http://127.0.0.1:1", {"protocol": "grpc"}, ConfigError, "expected binary or json"),
+        ("http://127.0.0.1:1", {"concurrency": (0,)}, ConfigError, "must be positive"),
+        ("http://127.0.0.1:1", {"max_windows": 2}, ConfigError, "max_windows >= 3"),
+        (None, {"model": "m"}, EdgeserveError, "GET /v2/models/m failed"),
+    ],
+)
+def test_bench_errors(target: str | None, kwargs: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        bench(target or _dead_url(), **kwargs)

@@ -1,0 +1,87 @@
+"""Precision as a user choice: build measures the drift of `auto` against fp32 and bounds it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeserve.build import build
+from edgeserve.errors import ConfigError
+from edgeserve.manifest import load_manifest
+from edgeserve.precision import check_precision
+from edgeserve.signature import read_signature
+from tests.models import conv_model
+
+MANIFEST = """\
+[function]
+name = "conv"
+
+[backend]
+prefer = ["openvino", "onnxruntime"]
+precision = "{precision}"
+{limit}
+"""
+
+
+def source(tmp_path: Path, precision: str, limit: float | None = None, samples: int = 2) -> Path:
+    folder = tmp_path / "conv"
+    conv_model(folder / "model.onnx")
+    text = MANIFEST.format(precision=precision, limit=f"max_abs_diff = {limit}" if limit else "")
+    (folder / "function.toml").write_text(text)
+    rng = np.random.default_rng(3)
+    (folder / "samples").mkdir(exist_ok=True)
+    for index in range(samples):
+        image = rng.normal(0, 4, (1, 3, 16, 16)).round(3)
+        tensor = {"name": "image", "datatype": "FP32", "shape": [1, 3, 16, 16]}
+        request = {"inputs": [tensor | {"data": image.ravel().tolist()}]}
+        (folder / "samples" / f"s{index}.json").write_text(json.dumps(request))
+    return folder
+
+
+def measured(folder: Path) -> float:
+    manifest = load_manifest(folder)
+    check = check_precision(folder, manifest, read_signature(folder / "model.onnx", manifest.model))
+    assert check is not None
+    return check.max_abs_diff
+
+
+def test_fp32_needs_no_check(tmp_path: Path) -> None:
+    folder = source(tmp_path, "fp32")
+    manifest = load_manifest(folder)
+    assert (
+        check_precision(folder, manifest, read_signature(folder / "model.onnx", manifest.model))
+        is None
+    )
+
+
+def test_auto_is_measured_on_the_samples_and_described(tmp_path: Path) -> None:
+    folder = source(tmp_path, "auto", samples=3)
+    manifest = load_manifest(folder)
+    check = check_precision(folder, manifest, read_signature(folder / "model.onnx", manifest.model))
+    assert check is not None
+    assert check.inputs == "3 samples"
+    assert 0 <= check.max_abs_diff < 0.5
+    assert "differ from fp32 by at most" in check.describe()
+
+
+def test_without_samples_random_inputs_are_used(tmp_path: Path) -> None:
+    folder = source(tmp_path, "auto", samples=0)
+    manifest = load_manifest(folder)
+    check = check_precision(folder, manifest, read_signature(folder / "model.onnx", manifest.model))
+    assert check is not None and check.inputs.startswith("random inputs")
+
+
+def test_build_refuses_drift_over_max_abs_diff_and_accepts_it_under(tmp_path: Path) -> None:
+    drift = measured(source(tmp_path / "probe", "auto"))
+    if drift == 0:
+        pytest.skip("this CPU computes `auto` in fp32 (no bf16): nothing drifts")
+    strict = source(tmp_path / "strict", "auto", limit=drift / 2)
+    with pytest.raises(ConfigError, match="over max_abs_diff") as info:
+        build(strict, tmp_path / "out-strict")
+    assert 'precision = "fp32"' in info.value.message
+    assert not (tmp_path / "out-strict").exists()
+    loose = source(tmp_path / "loose", "auto", limit=drift * 2)
+    assert build(loose, tmp_path / "out-loose").manifest.backend.max_abs_diff == drift * 2
