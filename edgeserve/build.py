@@ -40,12 +40,17 @@ from edgeserve.types import Signature
 
 TARGET_PLATFORMS = {
     "local": "cpu",
-    "aws-lambda": "cpu",
+    "aws-lambda": "lambda",
     "knative": "cpu",
     "kserve": "cpu",
     "jetson": "jetson",
 }
-PLATFORM_BACKENDS = {"cpu": ("openvino", "onnxruntime"), "jetson": ("tensorrt", "onnxruntime")}
+# Lambda runs ONNX Runtime alone: OpenVINO (180 MB installed) would push a zip past 250 MB.
+PLATFORM_BACKENDS = {
+    "cpu": ("openvino", "onnxruntime"),
+    "lambda": ("onnxruntime",),
+    "jetson": ("tensorrt", "onnxruntime"),
+}
 # pip package per backend; TensorRT comes with JetPack on the device, never from pip.
 BACKEND_PACKAGES = {"openvino": "openvino", "onnxruntime": "onnxruntime", "tensorrt": None}
 RUNTIME_PACKAGES = (
@@ -168,7 +173,7 @@ def build(
     (default: a `dist` folder beside `out`).
     """
     plan = plan_build(source, targets=targets, backend=backend)
-    check_precision(source, plan.manifest, plan.signature)  # refuses drift over max_abs_diff
+    check_precision(source, load_manifest(source), plan.signature)  # refuses over max_abs_diff
     return write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
 
 

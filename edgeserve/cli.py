@@ -18,7 +18,10 @@ from rich.console import Console
 from edgeserve.errors import ConfigError, EdgeserveError
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from edgeserve.targets import TargetProfile
+    from edgeserve.tune import TuneResult
 
 console = Console()
 err_console = Console(stderr=True)
@@ -212,6 +215,45 @@ def _cmd_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from edgeserve.tune import candidates, tune
+
+    grid = candidates(args.max_batch, args.delay_ms, args.instances, args.preferred.split(","))
+    result = tune(
+        Path(args.source),
+        budget_ms=args.latency_budget_ms,
+        grid=grid,
+        concurrency=args.concurrency,
+        window_s=args.window_s,
+        write=not args.dry_run,
+    )
+    console.print(_tune_table(result, args.concurrency))
+    if result.best is None:
+        raise EdgeserveError("tune: no candidate kept p99 within the budget; raise it or lower c")
+    where = f"written to {result.written}" if result.written else "not written (--dry-run)"
+    console.print(f"best: {result.best.candidate.settings()}  {where}")
+    return 0
+
+
+def _tune_table(result: TuneResult, concurrency: int) -> Table:
+    from rich.table import Table
+
+    title = f"edgeserve tune: c={concurrency}, p99 budget {result.budget_ms:g} ms"
+    table = Table(title=title)
+    for column in ("max_batch", "preferred", "delay ms", "instances", "items/s", "p99 ms", ""):
+        table.add_column(column, justify="right")
+    for trial in result.trials:
+        c = trial.candidate
+        over = "over" if trial.p99_ms > result.budget_ms else ""
+        mark = "failed" if trial.errors else "[green]chosen[/]" if trial is result.best else over
+        table.add_row(
+            str(c.max_batch_size), str(list(c.preferred_batch_sizes) or "-"),
+            f"{c.max_queue_delay_ms:g}", str(c.instances),
+            f"{trial.items_per_s:.0f}", f"{trial.p99_ms:.1f}", mark,
+        )  # fmt: skip
+    return table
+
+
 def _numbers(kind: Callable[[str], float]) -> Callable[[str], list[float]]:
     """An argparse type for comma lists: `1,4,16` -> [1, 4, 16]."""
 
@@ -299,6 +341,17 @@ def _parser() -> argparse.ArgumentParser:
     p = add("engine", _cmd_engine, "on a device: build and cache a bundle's TensorRT engine")
     p.add_argument("action", choices=["build"])
     p.add_argument("bundle")
+
+    p = add("tune", _cmd_tune, "sweep batching settings against a p99 budget; write the best")
+    p.add_argument("source", help="function source folder (its function.toml is updated)")
+    p.add_argument("--latency-budget-ms", type=float, required=True, help="p99 to stay within")
+    p.add_argument("--concurrency", type=int, default=8, help="closed-loop clients (default 8)")
+    p.add_argument("--max-batch", type=_numbers(int), default=[8, 32], help="e.g. 8,32")
+    p.add_argument("--delay-ms", type=_numbers(float), default=[0, 2, 8], help="e.g. 0,2,8")
+    p.add_argument("--instances", type=_numbers(int), default=[1, 2], help="e.g. 1,2")
+    p.add_argument("--preferred", default="none,pow2", help="preferred sizes: none, pow2")
+    p.add_argument("--window-s", type=float, default=1.0, help="measurement window (default 1 s)")
+    p.add_argument("--dry-run", action="store_true", help="show the table, leave the manifest")
 
     p = add("doctor", _cmd_doctor, "show the hardware, the backends found, and the choice")
     p.add_argument("--backend", choices=["tensorrt", "openvino", "onnxruntime"])

@@ -132,15 +132,17 @@ def test_read_samples(tmp_path: Path) -> None:
     infer, invoke, image = read_samples(tmp_path, model, binary=True)
     assert (infer.path, infer.items) == ("/v2/models/m/infer", 3)
     assert infer.body.endswith(np.arange(1, 7, dtype="<i4").tobytes())
-    assert (invoke.path, invoke.headers, orjson.loads(invoke.body)) == (
+    assert (invoke.path, invoke.headers, orjson.loads(invoke.body), invoke.items) == (
         "/invoke",
         {"Content-Type": "application/json"},
         {"x": [1, 2]},
+        0,  # the handler decides how many items: the server counts them
     )
-    assert (image.path, image.headers, image.body) == (
+    assert (image.path, image.headers, image.body, image.items) == (
         "/invoke",
         {"Content-Type": "image/png"},
         b"\x89PNG fake",
+        0,
     )
 
 

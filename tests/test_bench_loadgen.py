@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.bench_app import create_app, running
+from edgeserve.bench import loadgen
 from edgeserve.bench.loadgen import (
     Connection,
     Request,
@@ -74,6 +75,21 @@ def test_closed_loop_keeps_concurrency_requests_in_flight(port: int) -> None:
         in_flight += step
         peak = max(peak, in_flight)
     assert peak == 3
+
+
+def test_the_stop_wait_bounds_the_drain_not_the_load(port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loadgen, "STOP_WAIT_S", 0.1)
+    target = Target("127.0.0.1", port, [_infer(port)])
+
+    async def main() -> float:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.5, stop.set)
+        start = time.monotonic()
+        await closed_loop(target, 2, stop)
+        return start
+
+    start = asyncio.run(main())
+    assert max(r.ended for r in target.records) - start > 0.45
 
 
 def test_open_loop_sends_on_schedule_whatever_the_answers(port: int) -> None:

@@ -107,7 +107,7 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
     }
     assert meta["targets"] == {
         "local": {"platform": "cpu", "backends": ["openvino", "onnxruntime"]},
-        "aws-lambda": {"platform": "cpu", "backends": ["openvino", "onnxruntime"]},
+        "aws-lambda": {"platform": "lambda", "backends": ["onnxruntime"]},
         "jetson": {"platform": "jetson", "backends": ["tensorrt", "onnxruntime"]},
     }
     assert (bundle.root / "function.toml").read_bytes() == (source / "function.toml").read_bytes()
@@ -143,7 +143,7 @@ requirements = ["pillow>=10", "regex"]
     local = sorted(map(pinned, [*common, "openvino", "uvicorn"]))
     assert bundle.requirements("local") == [*local, "pillow>=10", "regex"]
     assert bundle.requirements("aws-lambda")[:-2] == sorted(
-        map(pinned, [*common, "openvino", "mangum"])
+        map(pinned, [*common, "mangum"])
     )
     assert bundle.requirements("jetson")[:-2] == sorted(map(pinned, [*common, "uvicorn"]))
 
@@ -336,7 +336,7 @@ def test_a_target_profile_is_planned_by_its_driver(source: Path, tmp_path: Path)
     bundle = build(source, tmp_path / "out" / "hello", targets=("prod",))
 
     assert bundle.targets == ("prod",)
-    assert bundle.backends("prod") == ("openvino", "onnxruntime")
+    assert bundle.backends("prod") == ("onnxruntime",)
     assert any(line.startswith("mangum==") for line in bundle.requirements("prod"))
     assert not any(line.startswith("uvicorn") for line in bundle.requirements("prod"))
 

@@ -24,6 +24,8 @@ DEFAULT_DYNAMIC_DIM = 16
 """A dynamic (-1) non-batch dim without a --shape override becomes this."""
 RANDOM_INT_HIGH = 16
 """Random integers lie in [0, 16): small enough to index an embedding or a class table."""
+INVOKE_ITEMS = 0
+"""An /invoke request becomes as many items as the handler makes: the server counts them."""
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 
 
@@ -160,7 +162,8 @@ def read_samples(samples: Path, model: ModelInputs, binary: bool) -> list[Body]:
     for path in sorted(samples.iterdir()):
         suffix = path.suffix.lower()
         if suffix in IMAGE_TYPES:
-            bodies.append(Body("/invoke", {"Content-Type": IMAGE_TYPES[suffix]}, path.read_bytes(), 1))
+            headers = {"Content-Type": IMAGE_TYPES[suffix]}
+            bodies.append(Body("/invoke", headers, path.read_bytes(), INVOKE_ITEMS))
         elif suffix == ".json":
             bodies.append(_json_sample(path, model, binary))
     if not bodies:
@@ -175,7 +178,7 @@ def _json_sample(path: Path, model: ModelInputs, binary: bool) -> Body:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
     if not (isinstance(payload, dict) and isinstance(payload.get("inputs"), list)):
         headers = {"Content-Type": "application/json"}
-        return Body("/invoke", headers, orjson.dumps(payload), 1)
+        return Body("/invoke", headers, orjson.dumps(payload), INVOKE_ITEMS)
     try:
         tensors = {t["name"]: _sample_tensor(t) for t in payload["inputs"]}
         datatypes = {t["name"]: t["datatype"] for t in payload["inputs"]}

@@ -141,7 +141,9 @@ async def closed_loop(target: Target, concurrency: int, stop: asyncio.Event) -> 
         if connection is not None:
             await connection.close()
 
-    await _finish(asyncio.gather(*(worker(i) for i in range(concurrency))))
+    workers = [asyncio.create_task(worker(i)) for i in range(concurrency)]
+    await stop.wait()
+    await _finish(asyncio.gather(*workers))
 
 
 def poisson_intervals(rate: float, seed: int) -> Iterator[float]:

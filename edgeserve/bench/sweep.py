@@ -45,6 +45,14 @@ class LevelResult:
     client: ClientSummary
     server: ServerSummary | None
 
+    @property
+    def items_per_s(self) -> float:
+        """Rows per second: counted by the client for v2 requests, by the server for /invoke
+        (where the function's handler decides how many items a request becomes)."""
+        if self.client.items or self.server is None or not self.client.duration_s:
+            return self.client.items_per_s
+        return self.server.inferences / self.client.duration_s
+
 
 @dataclass(frozen=True)
 class Settings:

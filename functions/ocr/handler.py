@@ -56,18 +56,24 @@ def normalize_line(gray: np.ndarray) -> np.ndarray:
 def preprocess(payload: Any, ctx: Any) -> list[dict[str, np.ndarray]]:
     """Image -> one normalised strip per text line (or per piece of a very long line)."""
     max_pixels = int(ctx.options.get("max_pixels", DEFAULT_MAX_PIXELS))
-    gray = to_gray(load_image(payload, max_pixels))
+    page = to_gray(load_image(payload, max_pixels))
+    mask = ink_mask(page)
     items: list[dict[str, np.ndarray]] = []
     owners: list[tuple[int, int]] = []  # (line index, frames) for each item
     boxes: list[list[int]] = []
-    for box in find_lines(gray):
+    ctx.state["owners"], ctx.state["boxes"] = owners, boxes
+    if mask is None:
+        return items
+    angle = skew_angle(mask)
+    gray = _rotate(page, angle) if angle else page
+    mask = ink_mask(gray) if angle else mask
+    for box in find_lines(mask) if mask is not None else []:
         for x0, x1 in split_line(gray, box):
             x0, y0, x1, y1 = _pad_box(gray.shape, (x0, box[1], x1, box[3]))
             strip = normalize_line(gray[y0:y1, x0:x1])
             items.append({"image": strip})
             owners.append((len(boxes), strip.shape[2] // DOWNSAMPLE))
-        boxes.append([int(v) for v in box])
-    ctx.state["owners"], ctx.state["boxes"] = owners, boxes
+        boxes.append(_unrotate_box(box, angle, page.shape, gray.shape))
     return items
 
 
@@ -233,11 +239,8 @@ def _despeckle(mask: np.ndarray) -> np.ndarray:
     return mask & (neighbours >= 2)
 
 
-def find_lines(gray: np.ndarray) -> list[tuple[int, int, int, int]]:
+def find_lines(mask: np.ndarray) -> list[tuple[int, int, int, int]]:
     """Line boxes (x0, y0, x1, y1), top to bottom, from the horizontal ink profile."""
-    mask = ink_mask(gray)
-    if mask is None:
-        return []
     profile = mask.sum(axis=1)
     bands = _runs(profile >= 2)
     if not bands:
@@ -338,3 +341,55 @@ def _pad_box(shape: tuple[int, ...], box: tuple[int, int, int, int]) -> tuple[in
     height = y1 - y0
     dy, dx = round(0.15 * height) + 1, round(0.2 * height) + 1
     return max(0, x0 - dx), max(0, y0 - dy), min(shape[1], x1 + dx), min(shape[0], y1 + dy)
+
+
+MAX_SKEW = 3.0  # degrees searched; line strips themselves were trained on +-2 degrees
+
+
+def skew_angle(mask: np.ndarray) -> float:
+    """Page rotation (degrees, Pillow's counter-clockwise sense) that makes lines level:
+    the angle whose row profile is sharpest (largest sum of squares), if clearly better."""
+    step = max(1, max(mask.shape) // 800)
+    small = Image.fromarray(mask[::step, ::step].astype(np.uint8) * 255)
+
+    def sharpness(angle: float) -> float:
+        rotated = small.rotate(angle, Image.Resampling.NEAREST, expand=True)
+        profile = np.asarray(rotated, dtype=np.float64).sum(axis=1)
+        return float(np.dot(profile, profile))
+
+    angles = np.arange(-MAX_SKEW, MAX_SKEW + 1e-6, 0.25)
+    scores = [sharpness(a) for a in angles]
+    best = int(np.argmax(scores))
+    level = scores[len(angles) // 2]
+    if abs(angles[best]) < 0.5 or scores[best] < 1.1 * level:
+        return 0.0
+    return float(angles[best])
+
+
+def _rotate(gray: np.ndarray, angle: float) -> np.ndarray:
+    """Rotate about the centre, growing the canvas and filling with the paper's grey."""
+    paper = int(np.median(gray[:: max(1, gray.shape[0] // 200), :: max(1, gray.shape[1] // 200)]))
+    image = Image.fromarray(gray).rotate(
+        angle, Image.Resampling.BICUBIC, expand=True, fillcolor=paper
+    )
+    return np.asarray(image, dtype=np.uint8)
+
+
+def _unrotate_box(
+    box: tuple[int, int, int, int], angle: float, shape: tuple[int, ...], rotated: tuple[int, ...]
+) -> list[int]:
+    """A box found on the deskewed page, as the enclosing box on the page as sent."""
+    x0, y0, x1, y1 = box
+    if not angle:
+        return [x0, y0, x1, y1]
+    theta = np.deg2rad(angle)
+    xs = np.array([x0, x1, x1, x0], dtype=np.float64) - rotated[1] / 2
+    ys = np.array([y0, y0, y1, y1], dtype=np.float64) - rotated[0] / 2
+    px = np.cos(theta) * xs - np.sin(theta) * ys + shape[1] / 2
+    py = np.sin(theta) * xs + np.cos(theta) * ys + shape[0] / 2
+    return [
+        max(0, int(px.min())),
+        max(0, int(py.min())),
+        min(shape[1], int(np.ceil(px.max()))),
+        min(shape[0], int(np.ceil(py.max()))),
+    ]

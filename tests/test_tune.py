@@ -1,0 +1,98 @@
+"""`edgeserve tune`: grid, choice and manifest edit as pure functions; one real sweep."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from edgeserve.cli import main
+from edgeserve.errors import ConfigError
+from edgeserve.manifest import load_manifest
+from edgeserve.tune import Candidate, Trial, candidates, choose, update_batching
+from tests.models import mlp_model
+
+
+def test_grid_covers_every_combination_once() -> None:
+    grid = candidates([1, 8], [0, 2], [1], ["none", "pow2"])
+    assert Candidate(8, (2, 4, 8), 2.0, 1) in grid
+    assert Candidate(8, (), 0.0, 1) in grid
+    assert len(grid) == 2 * 2 + 2  # max_batch 1 has no powers of two: "pow2" equals "none"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [([0], [0], [1], ["none"]), ([8], [0], [0], ["none"]), ([8], [0], [1], ["fibonacci"])],
+    ids=["max_batch 0", "instances 0", "unknown preferred mode"],
+)
+def test_bad_grid_is_refused(args: tuple[list[int], list[float], list[int], list[str]]) -> None:
+    with pytest.raises(ConfigError, match="tune grid"):
+        candidates(*args)
+
+
+def trial(items: float, p99: float, errors: int = 0, size: int = 8) -> Trial:
+    return Trial(Candidate(size, (), 0.0, 1), items, p99, errors)
+
+
+@pytest.mark.parametrize(
+    ("trials", "expected"),
+    [
+        ([trial(100, 10), trial(300, 60), trial(200, 40)], 2),
+        ([trial(100, 10), trial(100, 5)], 1),
+        ([trial(500, 10, errors=3), trial(100, 10)], 1),
+        ([trial(100, 80)], None),
+    ],
+    ids=["fastest within budget", "tie: lower p99", "failures disqualify", "none fits"],
+)
+def test_choose(trials: list[Trial], expected: int | None) -> None:
+    best = choose(trials, budget_ms=50)
+    assert best is (None if expected is None else trials[expected])
+
+
+MANIFEST = """\
+[function]
+name = "mlp"
+
+[batching]
+max_batch_size = 32   # was the default
+timeout_ms = 5000
+
+[backend]
+prefer = ["onnxruntime"]
+"""
+
+
+def test_update_batching_replaces_and_adds_keys_and_keeps_the_rest() -> None:
+    text = update_batching(MANIFEST, Candidate(8, (2, 4, 8), 2.0, 2).settings())
+    data = tomllib.loads(text)
+    assert data["batching"] == {
+        "max_batch_size": 8,
+        "timeout_ms": 5000,
+        "preferred_batch_sizes": [2, 4, 8],
+        "max_queue_delay_ms": 2.0,
+        "instances": 2,
+    }
+    assert data["backend"] == {"prefer": ["onnxruntime"]}
+    assert text.index("instances = 2") < text.index("[backend]")
+
+
+def test_update_batching_adds_the_section_when_missing() -> None:
+    text = update_batching('[function]\nname = "x"\n', {"max_batch_size": 4})
+    assert tomllib.loads(text) == {"function": {"name": "x"}, "batching": {"max_batch_size": 4}}
+
+
+def test_tune_measures_real_servers_and_writes_the_best(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "mlp"
+    mlp_model(source / "model.onnx")
+    (source / "function.toml").write_text(MANIFEST)
+    argv = ["tune", str(source), "--latency-budget-ms", "2000", "--concurrency", "2"]
+    argv += ["--max-batch", "4", "--delay-ms", "0", "--instances", "1", "--window-s", "0.3"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "chosen" in out and "[2, 4]" in out
+    batching = load_manifest(source).batching
+    assert batching.max_batch_size == 4 and batching.max_queue_delay_ms == 0
+    assert batching.timeout_ms == 5000  # untouched keys stay
