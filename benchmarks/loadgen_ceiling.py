@@ -16,7 +16,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import httpx
 import uvloop
@@ -37,7 +38,9 @@ def serve_trivial(port: int) -> None:
 
 
 async def raw_client(port: int, concurrency: int, seconds: float) -> int:
-    target = Target("127.0.0.1", port, [Request(encode_request(f"127.0.0.1:{port}", "/", {}, b""), 1)])
+    target = Target(
+        "127.0.0.1", port, [Request(encode_request(f"127.0.0.1:{port}", "/", {}, b""), 1)]
+    )
     stop = asyncio.Event()
     asyncio.get_running_loop().call_later(seconds, stop.set)
     await closed_loop(target, concurrency, stop)
@@ -45,7 +48,9 @@ async def raw_client(port: int, concurrency: int, seconds: float) -> int:
 
 
 async def raw_open_loop(port: int, rate: float, seconds: float) -> list[Record]:
-    target = Target("127.0.0.1", port, [Request(encode_request(f"127.0.0.1:{port}", "/", {}, b""), 1)])
+    target = Target(
+        "127.0.0.1", port, [Request(encode_request(f"127.0.0.1:{port}", "/", {}, b""), 1)]
+    )
     stop = asyncio.Event()
     asyncio.get_running_loop().call_later(seconds, stop.set)
     await open_loop(target, rate, stop)
@@ -66,9 +71,9 @@ async def httpx_client(port: int, concurrency: int, seconds: float) -> int:
         return sum(await asyncio.gather(*(worker() for _ in range(concurrency))))
 
 
-def measure(name: str, run: Callable[[], Awaitable[int]], use_uvloop: bool) -> None:
+def measure(name: str, run: Callable[[], Coroutine[Any, Any, int]], use_uvloop: bool) -> None:
     wall, cpu = time.monotonic(), time.process_time()
-    done = uvloop.run(run()) if use_uvloop else asyncio.run(run())  # type: ignore[arg-type]
+    done = uvloop.run(run()) if use_uvloop else asyncio.run(run())
     wall, cpu = time.monotonic() - wall, time.process_time() - cpu
     loop = "uvloop" if use_uvloop else "asyncio"
     print(

@@ -80,7 +80,12 @@ def test_cli_prints_a_table_and_writes_json_and_a_plot(
     level = data["levels"][0]
     assert set(level["latency_ms"]) == {"avg", "std", "p50", "p90", "p95", "p99"}
     assert level["latency_ms"]["p50"] <= level["latency_ms"]["p99"]
-    assert set(level["server"]["ms"]) == {"queue", "compute_input", "compute_infer", "compute_output"}
+    assert set(level["server"]["ms"]) == {
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+    }
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot.stat().st_size > 10_000
 

@@ -123,7 +123,9 @@ def test_bf16_only_travels_in_binary() -> None:
 
 
 def test_read_samples(tmp_path: Path) -> None:
-    v2 = {"inputs": [{"name": "x", "datatype": "INT32", "shape": [3, 2], "data": [1, 2, 3, 4, 5, 6]}]}
+    v2 = {
+        "inputs": [{"name": "x", "datatype": "INT32", "shape": [3, 2], "data": [1, 2, 3, 4, 5, 6]}]
+    }
     (tmp_path / "a.json").write_bytes(orjson.dumps(v2))
     (tmp_path / "b.json").write_bytes(orjson.dumps({"x": [1, 2]}))
     (tmp_path / "c.png").write_bytes(b"\x89PNG fake")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.bench_app import create_app, running
 from edgeserve.bench import loadgen
 from edgeserve.bench.loadgen import (
     Connection,
@@ -19,6 +19,7 @@ from edgeserve.bench.loadgen import (
     encode_request,
     open_loop,
 )
+from tests.bench_app import create_app, running
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,8 @@ def _get(path: str, port: int) -> bytes:
 
 
 def _infer(port: int) -> Request:
-    body = b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4], "data": [0,0,0,0,0,0,0,0]}]}'
+    tensor = {"name": "x", "datatype": "FP32", "shape": [2, 4], "data": [0.0] * 8}
+    body = json.dumps({"inputs": [tensor]}).encode()
     headers = {"Content-Type": "application/json"}
     return Request(encode_request(f"127.0.0.1:{port}", "/v2/models/tiny/infer", headers, body), 2)
 
@@ -77,7 +79,9 @@ def test_closed_loop_keeps_concurrency_requests_in_flight(port: int) -> None:
     assert peak == 3
 
 
-def test_the_stop_wait_bounds_the_drain_not_the_load(port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_stop_wait_bounds_the_drain_not_the_load(
+    port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(loadgen, "STOP_WAIT_S", 0.1)
     target = Target("127.0.0.1", port, [_infer(port)])
 
@@ -107,7 +111,7 @@ def test_open_loop_sends_on_schedule_whatever_the_answers(port: int) -> None:
     assert 150 - 4 * 150**0.5 < len(records) < 150 + 4 * 150**0.5  # Poisson count within 4 sigma
     assert all(r.ok for r in records)
     scheduled = sorted(r.scheduled - start for r in records)
-    assert 0 < scheduled[0] and scheduled[-1] < 1.0
+    assert scheduled[0] > 0 and scheduled[-1] < 1.0
     assert all(r.sent >= r.scheduled for r in records)
 
 

@@ -1,4 +1,4 @@
-"""The bench's arithmetic, table-driven: percentiles, stability, windows, summaries, stats deltas."""
+"""The bench's arithmetic, table-driven: percentiles, stability, windows, summaries, deltas."""
 
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ HUNDRED = [float(x) for x in range(1, 101)]
         ([1.0, 2.0], 100, 2.0),
     ],
 )
-def test_percentile_is_perf_analyzers_nearest_rank(values: list[float], p: int, expected: float) -> None:
+def test_percentile_is_perf_analyzers_nearest_rank(
+    values: list[float], p: int, expected: float
+) -> None:
     assert percentile(values, p) == expected
 
 

@@ -54,7 +54,9 @@ def bench(
         raise ConfigError(f"bench: concurrency and request rate must be positive, got {levels}")
     plan = _Plan(protocol, inputs, dict(shapes or {}), batch_size, model)
     settings = Settings(window_s, max_windows, seed)
-    return _run(_bench(target, levels or [Level("concurrency", 1)], plan, settings, ready_timeout_s))
+    return _run(
+        _bench(target, levels or [Level("concurrency", 1)], plan, settings, ready_timeout_s)
+    )
 
 
 def _run(main: Coroutine[Any, Any, BenchReport]) -> BenchReport:
@@ -109,7 +111,9 @@ async def _bench(
         control = Control(endpoint)
         try:
             name = await control.model_name(plan.model)
-            model = ModelInputs.from_server(await control.metadata(name), await control.config(name))
+            model = ModelInputs.from_server(
+                await control.metadata(name), await control.config(name)
+            )
             source, bodies = plan.bodies(model, endpoint)
             host = f"{endpoint.host}:{endpoint.port}"
             requests = [
@@ -122,4 +126,6 @@ async def _bench(
         finally:
             await control.close()
     protocol = "invoke" if all(b.path == "/invoke" for b in bodies) else plan.protocol
-    return BenchReport(target, endpoint.url, name, protocol, source, settings.window_s, tuple(results))
+    return BenchReport(
+        target, endpoint.url, name, protocol, source, settings.window_s, tuple(results)
+    )

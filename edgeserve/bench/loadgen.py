@@ -12,8 +12,9 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from edgeserve.bench.measure import Record
 
@@ -199,7 +200,7 @@ class _Pool:
             await self._idle.get_nowait().close()
 
 
-async def _finish(work: asyncio.Future[object]) -> None:
+async def _finish(work: Awaitable[Any]) -> None:
     """Let in-flight requests end (bounded), so the next level starts on a quiet server."""
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(work, STOP_WAIT_S)

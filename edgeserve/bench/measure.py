@@ -186,7 +186,7 @@ class ServerSummary:
 
 
 def _model_stats(stats: Mapping[str, Any]) -> Mapping[str, Any]:
-    return stats["model_stats"][0]  # type: ignore[no-any-return]
+    return stats["model_stats"][0]
 
 
 def server_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> ServerSummary:

@@ -34,7 +34,9 @@ class BenchReport:
         for result in self.results:
             label = result.level.label
             if not result.stable:
-                notes.append(f"{label}: unstable after {result.windows} windows (figures of the last 3)")
+                notes.append(
+                    f"{label}: unstable after {result.windows} windows (figures of the last 3)"
+                )
             if result.client.late_fraction > LATE_WARN_FRACTION:
                 notes.append(
                     f"{label}: {result.client.late_fraction:.1%} of sends were late (send lag p99 "
@@ -134,13 +136,14 @@ def write_plot(report: BenchReport, path: Path) -> Path:
     try:
         import matplotlib
     except ImportError:
-        raise ConfigError("the bench plot needs matplotlib; Hint: pip install 'edgeserve[bench]'") from None
+        raise ConfigError(
+            "the bench plot needs matplotlib; Hint: pip install 'edgeserve[bench]'"
+        ) from None
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
     figure, axes = pyplot.subplots(figsize=(7, 4.5), dpi=120)
-    axes.margins(x=0.15, y=0.2)  # room for the labels of the outermost points
     for mode, marker in (("concurrency", "o-"), ("request_rate", "s--")):
         results = [r for r in report.results if r.level.mode == mode]
         if not results:
@@ -154,9 +157,12 @@ def write_plot(report: BenchReport, path: Path) -> Path:
     axes.set_ylabel("p99 latency (ms)")
     axes.set_title(f"edgeserve bench: {report.model} ({report.protocol})")
     axes.grid(True, alpha=0.3)
-    axes.set_xlim(left=0)
-    axes.set_ylim(bottom=0)
-    axes.legend()
+    # from zero, with room right and above for the labels of the outermost points
+    axes.set_xlim(0, max((r.client.throughput for r in report.results), default=0) * 1.2 or 1)
+    axes.set_ylim(
+        0, max((r.client.latency_percentiles[99] for r in report.results), default=0) * 1.25e3 or 1
+    )
+    axes.legend(loc="upper left")  # latency curves rise to the right: the upper left stays free
     figure.tight_layout()
     figure.savefig(path)
     pyplot.close(figure)

@@ -27,6 +27,7 @@ from edgeserve.manifest import MANIFEST_NAME, load_manifest
 READY_POLL_S = 0.1
 STOP_WAIT_S = 15.0
 LOG_TAIL_CHARS = 2000
+SERVE = (sys.executable, "-m", "edgeserve", "serve")
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,7 @@ def serving(target: str, ready_timeout_s: float) -> Iterator[Endpoint]:
     port = _free_port()
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "edgeserve", "serve", str(root), "--host", "127.0.0.1"]
-            + ["--port", str(port)],
+            [*SERVE, str(root), "--host", "127.0.0.1", "--port", str(port)],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -84,20 +84,23 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_ready(endpoint: Endpoint, process: subprocess.Popen[bytes], log: Any, limit: float) -> None:
+def _wait_ready(
+    endpoint: Endpoint, process: subprocess.Popen[bytes], log: Any, limit: float
+) -> None:
     """Poll /v2/health/ready until 200, the process exits, or `limit` seconds pass."""
     deadline = time.monotonic() + limit
     with httpx.Client(base_url=endpoint.url, timeout=1.0) as client:
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                raise EdgeserveError(f"`edgeserve serve` exited ({process.returncode}):\n{_tail(log)}")
+                raise EdgeserveError(
+                    f"`edgeserve serve` exited ({process.returncode}):\n{_tail(log)}"
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if client.get("/v2/health/ready").status_code == 200:
                     return
             time.sleep(READY_POLL_S)
-    raise EdgeserveError(
-        f"`edgeserve serve` not ready after {limit:.0f} s; Hint: raise --ready-timeout\n{_tail(log)}"
-    )
+    hint = "Hint: raise --ready-timeout"
+    raise EdgeserveError(f"`edgeserve serve` not ready after {limit:.0f} s; {hint}\n{_tail(log)}")
 
 
 def _tail(log: Any) -> str:
@@ -152,7 +155,9 @@ class Control:
 
     async def _json(self, method: str, path: str) -> Any:
         try:
-            response = await self._client.request(method, path, json={} if method == "POST" else None)
+            response = await self._client.request(
+                method, path, json={} if method == "POST" else None
+            )
         except httpx.HTTPError as exc:
             raise EdgeserveError(f"bench: {method} {path} failed: {exc!r}") from None
         if response.status_code != 200:

@@ -1,0 +1,118 @@
+"""functions/ocr through the real server: it reads text, batches lines, and survives bad input."""
+
+from __future__ import annotations
+
+import io
+import random
+import re
+import struct
+import sys
+import zlib
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image
+
+from tests.server import served
+
+OCR = Path(__file__).resolve().parents[1] / "functions" / "ocr"
+sys.path.insert(0, str(OCR / "training"))
+
+import evaluate  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ocr_url():
+    with served(OCR) as url:
+        yield url
+
+
+def png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A valid PNG header for a huge image, with almost no pixel data behind it."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00"))
+        + chunk(b"IEND", b"")
+    )
+
+
+def invoke(url: str, body: bytes, content_type: str = "image/png") -> httpx.Response:
+    return httpx.post(
+        f"{url}/invoke", content=body, headers={"Content-Type": content_type}, timeout=60
+    )
+
+
+def test_every_sample_page_reads_as_its_truth(ocr_url: str) -> None:
+    for page in sorted((OCR / "samples").glob("*.png")):
+        answer = invoke(ocr_url, page.read_bytes()).json()
+        assert answer["text"] == page.with_suffix(".txt").read_text().rstrip("\n"), page.name
+        for line in answer["lines"]:
+            x0, y0, x1, y1 = line["box"]
+            assert 0 <= x0 < x1 and 0 <= y0 < y1
+            assert 0.0 <= line["confidence"] <= 1.0
+
+
+def test_held_out_fonts_meet_the_accuracy_targets_through_http(ocr_url: str) -> None:
+    """A small run of training/evaluate.py (fonts never seen in training), through the server."""
+    figures = evaluate.evaluate(evaluate.url_recognizer(ocr_url), n_lines=60, n_pages=8, seed=11)
+    assert figures["line_cer"] <= 0.02, figures
+    assert figures["line_exact"] >= 0.90, figures
+    assert figures["page_found"] >= 0.98, figures
+
+
+def test_lines_of_a_page_are_batched_together(ocr_url: str) -> None:
+    invoke(ocr_url, (OCR / "samples" / "receipt.png").read_bytes())
+    metrics = httpx.get(f"{ocr_url}/metrics").text
+    sizes = re.search(r"^edgeserve_batch_size_sum\{[^}]*\} (\S+)", metrics, re.M)
+    count = re.search(r"^edgeserve_batch_size_count\{[^}]*\} (\S+)", metrics, re.M)
+    assert float(sizes.group(1)) > float(count.group(1)), "every batch held a single line"
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "words"),
+    [
+        (b"this is not an image", "image/png", 400, "image"),
+        (png(Image.new("L", (300, 80), 255))[:60], "image/png", 400, "image"),
+        (png(Image.new("L", (1, 1), 0)), "image/png", 400, "small"),
+        (png_claiming(20000, 20000), "image/png", 413, "pixels"),
+    ],
+    ids=["not-an-image", "truncated-png", "1x1", "20000x20000"],
+)
+def test_bad_images_get_a_clear_4xx_and_the_server_keeps_reading(
+    ocr_url: str, body: bytes, content_type: str, status: int, words: str
+) -> None:
+    reply = invoke(ocr_url, body, content_type)
+    assert reply.status_code == status, reply.text
+    assert words in reply.json()["error"].lower()
+    good = invoke(ocr_url, (OCR / "samples" / "invoice_title.png").read_bytes())
+    assert good.json()["text"] == "INVOICE 2041"
+
+
+def test_a_blank_page_reads_as_nothing(ocr_url: str) -> None:
+    answer = invoke(ocr_url, png(Image.new("L", (640, 480), 255))).json()
+    assert answer == {"text": "", "lines": []}
+
+
+def test_a_very_long_line_is_read_not_refused(ocr_url: str) -> None:
+    fonts = evaluate.synth.font_paths(evaluate.synth.HELD_OUT_FONTS)
+    text = "Total 1234.56 paid by card " * 12
+    page = evaluate.synth.render_page(random.Random(3), fonts, [text.strip()], size=28)
+    reply = invoke(ocr_url, evaluate.png_bytes(page))
+    assert reply.status_code == 200
+    read = reply.json()["text"]
+    assert evaluate.edit_distance(read, text.strip()) / len(text) < 0.1, read
