@@ -29,7 +29,8 @@ def decode(body: bytes, header_length: str | None) -> TensorDict:
     if header_length is None:
         header = orjson.loads(body)
         return {
-            t["name"]: np.asarray(t["data"], np.float32).reshape(t["shape"]) for t in header["inputs"]
+            t["name"]: np.asarray(t["data"], np.float32).reshape(t["shape"])
+            for t in header["inputs"]
         }
     start = int(header_length)
     header, tensors = orjson.loads(body[:start]), {}
@@ -45,7 +46,12 @@ def encode(outputs: TensorDict) -> Response:
     header = orjson.dumps(
         {
             "outputs": [
-                {"name": n, "datatype": "FP32", "shape": list(a.shape), "parameters": {"binary_data_size": len(r)}}
+                {
+                    "name": n,
+                    "datatype": "FP32",
+                    "shape": list(a.shape),
+                    "parameters": {"binary_data_size": len(r)},
+                }
                 for (n, a), r in zip(outputs.items(), raws, strict=True)
             ]
         }
@@ -59,7 +65,9 @@ def encode(outputs: TensorDict) -> Response:
 
 def create_app(engine: Backend) -> Starlette:
     async def infer(request: Request) -> Response:
-        tensors = decode(await request.body(), request.headers.get("inference-header-content-length"))
+        tensors = decode(
+            await request.body(), request.headers.get("inference-header-content-length")
+        )
         return encode(engine.infer(tensors))
 
     async def ready(request: Request) -> Response:
@@ -83,7 +91,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args()
     engine = load_backend(args.backend, args.model, precision=args.precision, threads=args.threads)
-    uvicorn.run(create_app(engine), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    uvicorn.run(
+        create_app(engine), host="127.0.0.1", port=args.port, log_level="warning", access_log=False
+    )
 
 
 if __name__ == "__main__":

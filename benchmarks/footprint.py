@@ -1,7 +1,7 @@
 """Cold start and memory, each measured in a fresh process and printed as one JSON line.
 
-    python benchmarks/footprint.py coldstart FUNCTION_DIR   # import / open / load / warm-up seconds
-    python benchmarks/footprint.py backend MODEL BACKEND PRECISION   # RSS of the backend alone
+python benchmarks/footprint.py coldstart FUNCTION_DIR   # import / open / load / warm-up seconds
+python benchmarks/footprint.py backend MODEL BACKEND PRECISION   # RSS of the backend alone
 """
 
 from __future__ import annotations

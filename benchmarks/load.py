@@ -77,5 +77,8 @@ def summarize(records: list[Record], window_s: float, slo_ms: float) -> Sample:
 
 def median_sample(samples: list[Sample]) -> Sample:
     """Field-wise median over rounds."""
-    fields = zip(*((s.items_per_s, s.p50_ms, s.p99_ms, s.failed, s.within_slo_per_s) for s in samples), strict=True)
+    fields = zip(
+        *((s.items_per_s, s.p50_ms, s.p99_ms, s.failed, s.within_slo_per_s) for s in samples),
+        strict=True,
+    )
     return Sample(*(float(np.median(values)) for values in fields))

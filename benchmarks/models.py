@@ -2,7 +2,7 @@
 
     resnet  image [N, 3, 224, 224] -> logits [N, 1000]   ResNet-18's layers (BatchNorm folded)
     mlp     x [N, 256] -> y [N, 16]                       two Gemms: server overhead dominates
-    crnn    image [N, 1, 32, W] -> logits [N, W/4, 83]    the OCR recognizer's layers (conv + BiLSTM)
+    crnn    image [N, 1, 32, W] -> logits [N, W/4, 83]    the OCR recognizer: conv + BiLSTM
 
 `write_function(name, folder)` writes a function source folder (function.toml + model.onnx) that
 edgeserve serves as is; `BENCH_SHAPES` gives the shape each request carries in the benchmark.
@@ -107,8 +107,13 @@ def _basic_block(g: Graph, x: str, c_in: int, c_out: int, stride: int) -> str:
 def mlp(path: Path, seed: int = 0, hidden: int = 256) -> Path:
     """x [N, 256] -> Gemm, Relu, Gemm -> y [N, 16]."""
     g = Graph(seed)
-    h = g.op("Relu", [g.op("Gemm", ["x", g.weight((256, hidden), 256), g.const(np.zeros(hidden, np.float32))])])
-    _rename(g, g.op("Gemm", [h, g.weight((hidden, 16), hidden), g.const(np.zeros(16, np.float32))]), "y")
+    h = g.op(
+        "Relu",
+        [g.op("Gemm", ["x", g.weight((256, hidden), 256), g.const(np.zeros(hidden, np.float32))])],
+    )
+    _rename(
+        g, g.op("Gemm", [h, g.weight((hidden, 16), hidden), g.const(np.zeros(16, np.float32))]), "y"
+    )
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 256])
     return g.save(path, [x], ("y", ["N", 16]))
 
@@ -126,7 +131,10 @@ def crnn(path: Path, seed: int = 0) -> Path:
     frames = g.op("Reshape", [frames, g.const(np.array([0, 0, 192], np.int64))])
     y = _bilstm(g, frames, 192, CRNN_HIDDEN)  # [W/4, N, 2H]
     y = g.op("Transpose", [y], perm=[1, 0, 2])
-    w, b = g.weight((2 * CRNN_HIDDEN, CRNN_CLASSES), 2 * CRNN_HIDDEN), g.const(np.zeros(CRNN_CLASSES, np.float32))
+    w, b = (
+        g.weight((2 * CRNN_HIDDEN, CRNN_CLASSES), 2 * CRNN_HIDDEN),
+        g.const(np.zeros(CRNN_CLASSES, np.float32)),
+    )
     logits = g.op("Add", [g.op("MatMul", [y, w]), b])
     _rename(g, g.op("LogSoftmax", [logits], axis=-1), "logits")
     image = helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 32, "W"])
@@ -158,7 +166,7 @@ max_batch_size = 32
 max_queue_delay_ms = {delay}
 max_queue_size = {queue}
 timeout_ms = 10000
-instances = 1
+instances = {instances}
 {slo}
 [backend]
 prefer = ["{backend}"]
@@ -177,6 +185,7 @@ def write_function(
     delay_ms: float = 2.0,
     slo_ms: float | None = None,
     queue: int = 1024,
+    instances: int = 1,
 ) -> Path:
     """A function source folder serving model `name` (the model file is made once, reused)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -186,9 +195,15 @@ def write_function(
     slo = f"latency_slo_ms = {slo_ms}\n" if slo_ms else ""
     (folder / "function.toml").write_text(
         MANIFEST.format(
-            name=name, delay=delay_ms, queue=queue, slo=slo,
-            backend=backend, precision=precision, threads=threads,
-        ),  # fmt: skip
+            name=name,
+            delay=delay_ms,
+            queue=queue,
+            slo=slo,
+            instances=instances,
+            backend=backend,
+            precision=precision,
+            threads=threads,
+        ),
         encoding="utf-8",
     )
     return folder

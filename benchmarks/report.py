@@ -8,27 +8,45 @@ from typing import Any
 
 BEGIN = "<!-- measured:begin (written by benchmarks/run.py) -->"
 END = "<!-- measured:end -->"
-EDGE, TRITON, FLOOR, OV = "edgeserve (ort)", "triton (ort)", "floor (ort)", "edgeserve (openvino auto)"
+EDGE, TRITON, FLOOR, OV = (
+    "edgeserve (ort)",
+    "triton (ort)",
+    "floor (ort)",
+    "edgeserve (openvino auto)",
+)
 
 
 def write_results(results: dict[str, Any], path: Path) -> None:
     measured = "\n".join([BEGIN, *render(results), END])
-    text = path.read_text(encoding="utf-8") if path.exists() else f"# Benchmark results\n\n{BEGIN}\n{END}\n"
+    text = (
+        path.read_text(encoding="utf-8")
+        if path.exists()
+        else f"# Benchmark results\n\n{BEGIN}\n{END}\n"
+    )
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
     path.write_text(head + measured + tail, encoding="utf-8")
 
 
 def render(r: dict[str, Any]) -> list[str]:
+    settings = r["settings"]
     lines = [
-        f"Measured {r['date']} with `{r['command']}`; windows of {r['settings']['window_s']} s after "
-        f"{r['settings']['warmup_s']} s of warm-up, {r['settings']['rounds']} rounds alternating the servers, "
-        "medians. All servers get Triton's binary tensor extension (binary in, binary out).",
+        f"Measured {r['date']} with `{r['command']}`; windows of {settings['window_s']} s after "
+        f"{settings['warmup_s']} s of warm-up, {settings['rounds']} rounds alternating the "
+        "servers, medians. Every server gets Triton's binary tensor extension (in and out).",
         "",
     ]
     if r["triton"]:
         lines += [f"**Triton did not run:** {r['triton']}", ""]
-    lines += _targets(r) + _limits(r) + _serving(r) + _slo(r) + _coldstart(r) + _memory(r)
+    lines += (
+        _targets(r)
+        + _limits(r)
+        + _serving(r)
+        + _threading(r)
+        + _slo(r)
+        + _coldstart(r)
+        + _memory(r)
+    )
     return lines
 
 
@@ -39,11 +57,24 @@ def _f(value: float, digits: int = 0) -> str:
 def _limits(r: dict[str, Any]) -> list[str]:
     sizes = sorted({int(s) for row in r["limit"] for s in row["by_size"]})
     lines = ["## The limit: in-process items/s by batch size (no HTTP)", ""]
-    lines += ["| model | backend | " + " | ".join(f"b={s}" for s in sizes) + " | best |", "|---" * (len(sizes) + 3) + "|"]
+    lines += [
+        "| model | backend | " + " | ".join(f"b={s}" for s in sizes) + " | best |",
+        "|---" * (len(sizes) + 3) + "|",
+    ]
     for row in r["limit"]:
-        cells = [_f(row["by_size"][s] if s in row["by_size"] else row["by_size"][str(s)]) for s in sizes]
-        lines.append(f"| {row['model']} | {row['backend']} {row['precision']} | " + " | ".join(cells) + f" | **{_f(row['best'][1])}** |")
-    lines += ["", "OpenVINO `auto` (bf16 on this CPU) against fp32, max abs output difference on 8 random inputs: "]
+        cells = [
+            _f(row["by_size"][s] if s in row["by_size"] else row["by_size"][str(s)]) for s in sizes
+        ]
+        lines.append(
+            f"| {row['model']} | {row['backend']} {row['precision']} | "
+            + " | ".join(cells)
+            + f" | **{_f(row['best'][1])}** |"
+        )
+    lines += [
+        "",
+        "OpenVINO `auto` (bf16 on this CPU) against fp32, max abs output difference "
+        "on 8 random inputs: ",
+    ]
     lines += [", ".join(f"{m} {d:.2g}" for m, d in r["precision"].items()), ""]
     return lines
 
@@ -52,7 +83,12 @@ def _serving(r: dict[str, Any]) -> list[str]:
     lines = ["## Serving: items/s, p50 / p99 ms by closed-loop concurrency (binary tensors)", ""]
     for model, table in r["serving"].items():
         levels = sorted({int(c) for row in table.values() for c in row})
-        lines += [f"### {model}", "", "| server | protocol | " + " | ".join(f"c={c}" for c in levels) + " |", "|---" * (len(levels) + 2) + "|"]
+        lines += [
+            f"### {model}",
+            "",
+            "| server | protocol | " + " | ".join(f"c={c}" for c in levels) + " |",
+            "|---" * (len(levels) + 2) + "|",
+        ]
         for label, row in table.items():
             cells = [_cell(row.get(str(c))) for c in levels]
             lines.append(f"| {label} | binary | " + " | ".join(cells) + " |")
@@ -68,7 +104,11 @@ def _cell(s: dict[str, float] | None) -> str:
 
 
 def _best_limit(r: dict[str, Any], model: str, backend: str, precision: str) -> float:
-    return max(row["best"][1] for row in r["limit"] if (row["model"], row["backend"], row["precision"]) == (model, backend, precision))
+    return max(
+        row["best"][1]
+        for row in r["limit"]
+        if (row["model"], row["backend"], row["precision"]) == (model, backend, precision)
+    )
 
 
 def _targets(r: dict[str, Any]) -> list[str]:
@@ -78,13 +118,29 @@ def _targets(r: dict[str, Any]) -> list[str]:
         if model in serving and OV in serving[model]:
             got = max(serving[model][OV][c]["items_per_s"] for c in serving[model][OV])
             limit = _best_limit(r, model, "openvino", "auto")
-            rows.append((f"{model}: edgeserve (openvino auto) at saturation / limit (openvino auto)", got / limit, ">= 0.90", got / limit >= 0.9))
+            rows.append(
+                (
+                    f"{model}: edgeserve (openvino auto) at saturation / limit (openvino auto)",
+                    got / limit,
+                    ">= 0.90",
+                    got / limit >= 0.9,
+                )
+            )
     for model, table in serving.items():
         if TRITON not in table:
             continue
-        ratios = {c: table[EDGE][c]["items_per_s"] / table[TRITON][c]["items_per_s"] for c in table[EDGE]}
+        ratios = {
+            c: table[EDGE][c]["items_per_s"] / table[TRITON][c]["items_per_s"] for c in table[EDGE]
+        }
         worst = min(ratios, key=lambda c: ratios[c])
-        rows.append((f"{model}: throughput edgeserve / Triton, worst level (c={worst})", ratios[worst], ">= 1.00", ratios[worst] >= 1))
+        rows.append(
+            (
+                f"{model}: throughput edgeserve / Triton, worst level (c={worst})",
+                ratios[worst],
+                ">= 1.00",
+                ratios[worst] >= 1,
+            )
+        )
         p99 = table[EDGE]["16"]["p99_ms"] / table[TRITON]["16"]["p99_ms"]
         rows.append((f"{model}: p99 at c=16, edgeserve / Triton", p99, "<= 1.00", p99 <= 1))
     if "mlp" in serving:
@@ -94,12 +150,46 @@ def _targets(r: dict[str, Any]) -> list[str]:
         extra = mlp[EDGE]["1"]["p50_ms"] - mlp[FLOOR]["1"]["p50_ms"]
         rows.append(("mlp: p50 at c=1, edgeserve - floor (ms)", extra, "<= 0.10", extra <= 0.1))
     ready = statistics.median(r["coldstart"]["ready_s"][1:])
-    rows.append((f"cold start: `edgeserve serve {r['coldstart']['target']}` to ready (s, median)", ready, "<= 1.5", ready <= 1.5))
+    rows.append(
+        (
+            f"cold start: `edgeserve serve {r['coldstart']['target']}` to ready (s, median)",
+            ready,
+            "<= 1.5",
+            ready <= 1.5,
+        )
+    )
     for model, memory in r["memory"].items():
-        extra = memory[EDGE] - memory["backend alone (ort)"]
-        rows.append((f"{model}: server RSS - backend alone (MB, ort)", extra, "<= 60", extra <= 60))
-    lines = ["## Targets (ratios from this one run)", "", "| target | measured | goal | met |", "|---|---|---|---|"]
-    lines += [f"| {name} | {value:.2f} | {goal} | {'yes' if ok else '**no**'} |" for name, value, goal, ok in rows]
+        for server, alone in ((EDGE, "backend alone (ort)"), (OV, "backend alone (openvino auto)")):
+            extra = memory[server] - memory[alone]
+            rows.append((f"{model}: RSS {server} - {alone} (MB)", extra, "<= 60", extra <= 60))
+    lines = [
+        "## Targets (ratios from this one run)",
+        "",
+        "| target | measured | goal | met |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {name} | {value:.2f} | {goal} | {'yes' if ok else '**no**'} |"
+        for name, value, goal, ok in rows
+    ]
+    return [*lines, ""]
+
+
+def _threading(r: dict[str, Any]) -> list[str]:
+    if not r.get("threading"):
+        return []
+    labels = list(next(iter(r["threading"].values())))
+    lines = ["## Instances x threads on 2 cores: edgeserve at c=16, items/s and p99 ms", ""]
+    lines += ["| model | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    for model, row in r["threading"].items():
+        lines.append(
+            f"| {model} | "
+            + " | ".join(
+                f"{_f(row[label]['items_per_s'])}/s, {_f(row[label]['p99_ms'], 1)}"
+                for label in labels
+            )
+            + " |"
+        )
     return [*lines, ""]
 
 
@@ -109,10 +199,12 @@ def _slo(r: dict[str, Any]) -> list[str]:
     slo = r["slo"]
     labels = list(next(iter(slo["table"].values())))
     lines = [
-        f"## SLO-aware batching: {slo['model']}, Poisson arrivals, latency_slo_ms = {slo['slo_ms']:g}",
+        f"## SLO-aware batching: {slo['model']}, Poisson arrivals, "
+        f"latency_slo_ms = {slo['slo_ms']:g}",
         "",
-        f"Capacity (edgeserve ort, closed loop, saturation): {slo['capacity']:.0f} items/s. Cells: answered items/s, "
-        f"p99 ms of the answered, share refused (503 shed or queue full); **bold**: p99 within the SLO.",
+        f"Capacity (edgeserve ort, closed loop, saturation): {slo['capacity']:.0f} items/s. "
+        "Cells: answered items/s, p99 ms of the answered, share refused (503 shed or queue "
+        "full); **bold**: p99 within the SLO.",
         "",
         "| rate | " + " | ".join(labels) + " |",
         "|---" * (len(labels) + 1) + "|",
@@ -123,7 +215,11 @@ def _slo(r: dict[str, Any]) -> list[str]:
             s = row[label]
             text = f"{_f(s['items_per_s'])}/s, p99 {_f(s['p99_ms'], 1)}, {s['failed']:.0%}"
             cells.append(f"**{text}**" if s["p99_ms"] <= slo["slo_ms"] else text)
-        lines.append(f"| {share} ({float(share.rstrip('%')) / 100 * slo['capacity']:.0f}/s) | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {share} ({float(share.rstrip('%')) / 100 * slo['capacity']:.0f}/s) | "
+            + " | ".join(cells)
+            + " |"
+        )
     return [*lines, ""]
 
 
@@ -133,16 +229,22 @@ def _coldstart(r: dict[str, Any]) -> list[str]:
     return [
         "## Cold start",
         "",
-        f"`edgeserve serve {c['target']}` spawn to ready: first {c['ready_s'][0]:.2f} s (builds the bundle cache), "
+        f"`edgeserve serve {c['target']}` spawn to ready: first {c['ready_s'][0]:.2f} s "
+        "(builds the bundle cache), "
         f"then {', '.join(f'{s:.2f}' for s in c['ready_s'][1:])} s.",
-        f"In-process phases ({phases['backend']}): import {phases['import_s']:.2f} s, open bundle {phases['open_s']:.2f} s, "
+        f"In-process phases ({phases['backend']}): import {phases['import_s']:.2f} s, "
+        f"open bundle {phases['open_s']:.2f} s, "
         f"model load {phases['load_s']:.2f} s, warm-up {phases['warmup_s']:.2f} s.",
         "",
     ]
 
 
 def _memory(r: dict[str, Any]) -> list[str]:
-    lines = ["## Memory (RSS MB after the serving runs)", "", "| model | " + " | ".join(next(iter(r["memory"].values()))) + " |"]
+    lines = [
+        "## Memory (RSS MB after the serving runs)",
+        "",
+        "| model | " + " | ".join(next(iter(r["memory"].values()))) + " |",
+    ]
     lines.append("|---" * (len(next(iter(r["memory"].values()))) + 1) + "|")
     for model, memory in r["memory"].items():
         lines.append(f"| {model} | " + " | ".join(_f(v) for v in memory.values()) + " |")

@@ -35,9 +35,21 @@ CONCURRENCY = (1, 4, 16, 64)
 SATURATION = (16, 64)
 DELAY_US = 2000  # Triton's and edgeserve's max_queue_delay: the same 2 ms
 SLO_MODEL = "crnn"
-SLO_MS = 60.0
+SLO_MS = 50.0
 FIXED_DELAYS_MS = (0.0, 2.0, 10.0)
 RATE_SHARES = (0.3, 0.6, 0.9, 1.2)
+THREADING = {  # label -> backend, manifest: how 2 cores are best split
+    "ort: 1 instance x 2 intra-op threads": ("onnxruntime", {"threads": 0, "instances": 1}),
+    "ort: 2 instances x 1 thread": ("onnxruntime", {"threads": 1, "instances": 2}),
+    "openvino auto: 1 instance, 1 stream (LATENCY)": (
+        "openvino",
+        {"precision": "auto", "instances": 1},
+    ),
+    "openvino auto: 2 instances, 2 streams (THROUGHPUT)": (
+        "openvino",
+        {"precision": "auto", "instances": 2},
+    ),
+}
 
 
 @dataclasses.dataclass
@@ -56,16 +68,24 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=HERE / ".work")
     args = parser.parse_args()
     settings = (
-        Settings(0.5, 0.2, 1, 0.1, args.work) if args.quick else Settings(2.0, 0.5, 2, 0.6, args.work)
+        Settings(0.5, 0.2, 1, 0.1, args.work)
+        if args.quick
+        else Settings(2.0, 0.5, 2, 0.6, args.work)
     )
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     models = args.models.split(",")
-    results: dict[str, Any] = {"date": started, "settings": dataclasses.asdict(settings) | {"work": str(args.work)}}
+    results: dict[str, Any] = {
+        "date": started,
+        "settings": dataclasses.asdict(settings) | {"work": str(args.work)},
+    }
     results["triton"] = triton_available()
     results["limit"], results["precision"] = limits(models, settings)
     results["serving"], results["memory"] = {}, {}
     for model in models:
-        results["serving"][model], results["memory"][model] = serving(model, settings, results["triton"])
+        results["serving"][model], results["memory"][model] = serving(
+            model, settings, results["triton"]
+        )
+    results["threading"] = {m: threading(m, settings) for m in models if m != "mlp"}
     if SLO_MODEL in models:
         results["slo"] = slo_comparison(results["serving"][SLO_MODEL], settings)
     results["coldstart"] = coldstart(settings)
@@ -93,18 +113,27 @@ def limits(models: list[str], settings: Settings) -> tuple[list[dict[str, Any]],
     for model in models:
         path = function(model, "ort", settings).joinpath("model.onnx")
         for backend, mode in (("onnxruntime", "fp32"), ("openvino", "auto"), ("openvino", "fp32")):
-            row = measure_limit(model, path, BENCH_SHAPES[model], backend, mode, settings.limit_window_s)
+            row = measure_limit(
+                model, path, BENCH_SHAPES[model], backend, mode, settings.limit_window_s
+            )
             rows.append(dataclasses.asdict(row) | {"best": row.best})
-            print(f"limit {model} {backend}/{mode}: best {row.best[1]:.0f} items/s at batch {row.best[0]}", flush=True)
+            print(
+                f"limit {model} {backend}/{mode}: {row.best[1]:.0f} items/s at b={row.best[0]}",
+                flush=True,
+            )
         precision[model] = output_difference(path, BENCH_SHAPES[model])
     return rows, precision
 
 
-def serving(model: str, settings: Settings, triton_missing: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Floor, Triton (ORT), edgeserve (ORT) at every level; edgeserve (OpenVINO auto) at saturation."""
+def serving(
+    model: str, settings: Settings, triton_missing: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Floor, Triton (ORT), edgeserve (ORT) at every level; edgeserve (OpenVINO) at saturation."""
     logs = settings.work / "logs"
     ort = function(model, "ort", settings, delay_ms=DELAY_US / 1000)
-    ov = function(model, "ov", settings, backend="openvino", precision="auto", delay_ms=DELAY_US / 1000)
+    ov = function(
+        model, "ov", settings, backend="openvino", precision="auto", delay_ms=DELAY_US / 1000
+    )
     servers = [start_floor("floor (ort)", ort / "model.onnx", model, "onnxruntime", "fp32", logs)]
     if triton_missing is None:
         servers.append(start_triton("triton (ort)", ort / "model.onnx", model, DELAY_US, logs))
@@ -114,12 +143,16 @@ def serving(model: str, settings: Settings, triton_missing: str | None) -> tuple
         for server in servers:
             server.wait_ready()
         table = alternate(model, servers, settings)
-        memory = {s.label: s.rss_mb() for s in servers}
+        memory = {s.label: s.rss_mb() for s in servers if "triton" not in s.label}
     finally:
         for server in servers:
             server.stop()
-    memory["backend alone (ort)"] = _footprint(["backend", str(ort / "model.onnx"), "onnxruntime", "fp32"])["rss_mb"]
-    memory["backend alone (openvino auto)"] = _footprint(["backend", str(ov / "model.onnx"), "openvino", "auto"])["rss_mb"]
+    memory["backend alone (ort)"] = _footprint(
+        ["backend", str(ort / "model.onnx"), "onnxruntime", "fp32"]
+    )["rss_mb"]
+    memory["backend alone (openvino auto)"] = _footprint(
+        ["backend", str(ov / "model.onnx"), "openvino", "auto"]
+    )["rss_mb"]
     return table, memory
 
 
@@ -132,13 +165,62 @@ def alternate(model: str, servers: list[Server], settings: Settings) -> dict[str
                 if "openvino" in server.label and level not in SATURATION:
                     continue
                 request = request_for(model, INPUT_NAMES[model], BENCH_SHAPES[model], server.port)
-                sample = measure(server.port, request, concurrency=level, window_s=settings.window_s, warmup_s=settings.warmup_s)
+                sample = measure(
+                    server.port,
+                    request,
+                    concurrency=level,
+                    window_s=settings.window_s,
+                    warmup_s=settings.warmup_s,
+                )
                 samples.setdefault((server.label, level), []).append(sample)
-                print(f"{model} c={level} {server.label}: {sample.items_per_s:.0f}/s p50 {sample.p50_ms:.2f} p99 {sample.p99_ms:.2f}", flush=True)
+                print(
+                    f"{model} c={level} {server.label}: {sample.items_per_s:.0f}/s "
+                    f"p50 {sample.p50_ms:.2f} p99 {sample.p99_ms:.2f}",
+                    flush=True,
+                )
     table: dict[str, Any] = {}
     for (label, level), runs in samples.items():
         table.setdefault(label, {})[str(level)] = dataclasses.asdict(median_sample(runs))
     return table
+
+
+def threading(model: str, settings: Settings) -> dict[str, Any]:
+    """edgeserve at c=16 with the 2 cores split differently between instances and threads."""
+    servers = [
+        start_edgeserve(
+            label,
+            function(
+                model, f"thr{i}", settings, backend=backend, delay_ms=DELAY_US / 1000, **manifest
+            ),
+            backend,
+            settings.work / "logs",
+        )
+        for i, (label, (backend, manifest)) in enumerate(THREADING.items())
+    ]
+    samples: dict[str, list[Sample]] = {}
+    try:
+        for server in servers:
+            server.wait_ready()
+        for _ in range(settings.rounds):
+            for server in servers:
+                request = request_for(model, INPUT_NAMES[model], BENCH_SHAPES[model], server.port)
+                sample = measure(
+                    server.port,
+                    request,
+                    concurrency=16,
+                    window_s=settings.window_s,
+                    warmup_s=settings.warmup_s,
+                )
+                samples.setdefault(server.label, []).append(sample)
+                print(
+                    f"threading {model} {server.label}: "
+                    f"{sample.items_per_s:.0f}/s p99 {sample.p99_ms:.1f}",
+                    flush=True,
+                )
+    finally:
+        for server in servers:
+            server.stop()
+    return {label: dataclasses.asdict(median_sample(runs)) for label, runs in samples.items()}
 
 
 def slo_comparison(serving_table: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -148,7 +230,9 @@ def slo_comparison(serving_table: dict[str, Any], settings: Settings) -> dict[st
     configs = {f"fixed {d:g} ms": {"delay_ms": d} for d in FIXED_DELAYS_MS}
     configs[f"slo {SLO_MS:g} ms"] = {"delay_ms": 2.0, "slo_ms": SLO_MS}
     servers = [
-        start_edgeserve(label, function(SLO_MODEL, f"slo{i}", settings, **manifest), "onnxruntime", logs)
+        start_edgeserve(
+            label, function(SLO_MODEL, f"slo{i}", settings, **manifest), "onnxruntime", logs
+        )
         for i, (label, manifest) in enumerate(configs.items())
     ]
     samples: dict[tuple[str, float], list[Sample]] = {}
@@ -158,10 +242,23 @@ def slo_comparison(serving_table: dict[str, Any], settings: Settings) -> dict[st
         for _ in range(settings.rounds):
             for share in RATE_SHARES:
                 for server in servers:
-                    request = request_for(SLO_MODEL, INPUT_NAMES[SLO_MODEL], BENCH_SHAPES[SLO_MODEL], server.port)
-                    sample = measure(server.port, request, rate=share * capacity, window_s=settings.window_s * 1.5, warmup_s=settings.warmup_s, slo_ms=SLO_MS)
+                    request = request_for(
+                        SLO_MODEL, INPUT_NAMES[SLO_MODEL], BENCH_SHAPES[SLO_MODEL], server.port
+                    )
+                    sample = measure(
+                        server.port,
+                        request,
+                        rate=share * capacity,
+                        window_s=settings.window_s * 1.5,
+                        warmup_s=settings.warmup_s,
+                        slo_ms=SLO_MS,
+                    )
                     samples.setdefault((server.label, share), []).append(sample)
-                    print(f"slo {share:.0%} {server.label}: {sample.items_per_s:.0f}/s p99 {sample.p99_ms:.1f} failed {sample.failed:.1%}", flush=True)
+                    print(
+                        f"slo {share:.0%} {server.label}: {sample.items_per_s:.0f}/s "
+                        f"p99 {sample.p99_ms:.1f} failed {sample.failed:.1%}",
+                        flush=True,
+                    )
     finally:
         for server in servers:
             server.stop()
@@ -176,7 +273,11 @@ def coldstart(settings: Settings) -> dict[str, Any]:
     yet) to ready, four times: the first builds the bundle cache, the others open it. Then the
     phases of a start, measured in-process."""
     ocr = HERE.parent / "functions" / "ocr"
-    target = ocr if (ocr / "model.onnx").exists() else function("crnn", "ov", settings, backend="openvino", precision="auto")
+    target = (
+        ocr
+        if (ocr / "model.onnx").exists()
+        else function("crnn", "ov", settings, backend="openvino", precision="auto")
+    )
     spawns = []
     for _ in range(4):
         server = start_edgeserve("coldstart", target, "openvino", settings.work / "logs")
@@ -184,11 +285,20 @@ def coldstart(settings: Settings) -> dict[str, Any]:
             spawns.append(server.wait_ready())
         finally:
             server.stop()
-    return {"target": str(target.relative_to(HERE.parent)), "ready_s": spawns, "phases": _footprint(["coldstart", str(target)])}
+    return {
+        "target": str(target.relative_to(HERE.parent)),
+        "ready_s": spawns,
+        "phases": _footprint(["coldstart", str(target)]),
+    }
 
 
 def _footprint(args: list[str]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, str(HERE / "footprint.py"), *args], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(HERE / "footprint.py"), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 

@@ -42,7 +42,9 @@ class Server:
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.02)
-        raise RuntimeError(f"{self.label} not ready in {timeout_s} s:\n{self.log.read_text()[-3000:]}")
+        raise RuntimeError(
+            f"{self.label} not ready in {timeout_s} s:\n{self.log.read_text()[-3000:]}"
+        )
 
     def rss_mb(self) -> float:
         return rss_mb(self.process.pid)
@@ -82,7 +84,15 @@ def _free(port: int) -> bool:
     return True
 
 
-def _spawn(label: str, protocol: str, command: list[str], port: int, ready: str, logs: Path, env: dict[str, str] | None = None) -> Server:
+def _spawn(
+    label: str,
+    protocol: str,
+    command: list[str],
+    port: int,
+    ready: str,
+    logs: Path,
+    env: dict[str, str] | None = None,
+) -> Server:
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{label.replace(' ', '_').replace('/', '-')}.log"
     started = time.monotonic()
@@ -91,7 +101,9 @@ def _spawn(label: str, protocol: str, command: list[str], port: int, ready: str,
     return Server(label, protocol, port, ready, process, log, started)
 
 
-def start_floor(label: str, model: Path, name: str, backend: str, precision: str, logs: Path) -> Server:
+def start_floor(
+    label: str, model: Path, name: str, backend: str, precision: str, logs: Path
+) -> Server:
     port = free_port()
     command = [sys.executable, str(HERE / "floor_server.py"), str(model), name, str(port)]
     command += ["--backend", backend, "--precision", precision]

@@ -32,7 +32,11 @@ def session(path: str, threads: int) -> ort.InferenceSession:
 def tensors(args: list[ort.NodeArg]) -> list[Tensor]:
     """Triton's shapes exclude the batch axis; dynamic dims stay -1."""
     return [
-        Tensor(name=a.name, dtype=np.float32, shape=tuple(d if isinstance(d, int) else -1 for d in a.shape[1:]))
+        Tensor(
+            name=a.name,
+            dtype=np.float32,
+            shape=tuple(d if isinstance(d, int) else -1 for d in a.shape[1:]),
+        )
         for a in args
     ]
 

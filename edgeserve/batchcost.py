@@ -19,8 +19,10 @@ EWMA_WEIGHT = 0.2
 """Weight of the newest observation in every moving average here."""
 FORGETTING = 0.99
 """RLS forgetting factor: the fit follows a machine whose speed changes (shared cores)."""
-REFRESH_EVERY = 8
-"""The table is rebuilt on a new size and every 8th batch: cheap at thousands of batches/s."""
+SPIKE_CAP = 3.0
+"""An observation counts as at most 3x the current estimate: spikes pass, a slowdown still shows."""
+REFRESH_EVERY = 32
+"""The table is rebuilt on a new size and every 32nd batch: cheap at thousands of batches/s."""
 GAIN_FLOOR = 0.5
 """Waits gathering fewer extra items than this on average are not worth their latency."""
 
@@ -71,6 +73,8 @@ class CostModel:
         if rows < 1 or not math.isfinite(seconds) or seconds < 0:
             return
         old = self._seen.get(rows)
+        if old is not None:  # one preempted batch on a shared machine must not poison the table
+            seconds = min(seconds, SPIKE_CAP * old)
         self._seen[rows] = seconds if old is None else old + EWMA_WEIGHT * (seconds - old)
         self._fit(float(rows), seconds)
         self._count += 1
@@ -124,24 +128,33 @@ class WaitMeter:
     """Whether waiting for company gathers anyone: an EWMA of extra items per finished wait.
 
     A wait that gathers nobody (one client at a time, a closed loop at concurrency 1) is pure
-    latency; once waits stop paying, every `probe_every`-th one still waits, to notice when
-    traffic comes back.
+    latency. Once waits stop paying, only a probe waits now and then, to notice when traffic
+    comes back; a probe that gathers nobody doubles the gap to the next (up to `max_gap`).
     """
 
-    def __init__(self, probe_every: int = 16) -> None:
+    def __init__(self, probe_every: int = 16, max_gap: int = 1024) -> None:
         self._gain = 1.0
         self._skipped = 0
-        self._probe_every = probe_every
+        self._min_gap = self._gap = probe_every
+        self._max_gap = max_gap
+        self._probing = False
 
     def waited(self, extra_items: int) -> None:
         self._gain += EWMA_WEIGHT * (extra_items - self._gain)
+        if extra_items > 0:
+            self._gap = self._min_gap
+        elif self._probing:
+            self._gap = min(self._gap * 2, self._max_gap)
+        self._probing = False
 
     def pays(self) -> bool:
-        """True when waits have been gathering company (or it is time for a probe)."""
+        """True when waits have been gathering company (or it is time for a probe); ask only
+        when there is something to wait with."""
         if self._gain >= GAIN_FLOOR:
             return True
         self._skipped += 1
-        if self._skipped >= self._probe_every:
+        if self._skipped >= self._gap:
             self._skipped = 0
+            self._probing = True
             return True
         return False

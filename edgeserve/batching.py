@@ -91,9 +91,11 @@ class Batcher:
         self._waits = WaitMeter()
         self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
         self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
+        self._idle = 0  # workers asleep on an empty queue
 
     def outlook(self) -> Outlook:
-        """What the batcher has learned so far: batch cost by size, arrival rate, waiting."""
+        """What the batcher has learned so far: batch cost by size, arrival rate, waiting
+        (asked only with something queued: each ask counts towards the next probe)."""
         pays = not self._stopping and self._waits.pays()
         return Outlook(self._cost.table, self._arrivals.rate, pays)
 
@@ -113,8 +115,11 @@ class Batcher:
         items = self._admit(inputs, deadline)
         try:
             if len(items) == 1:
+                if not await self._ran_now(items[0]):
+                    self._changed.set()
                 parts = [await items[0].future]
             else:
+                self._changed.set()
                 parts = await asyncio.gather(*(item.future for item in items))
         finally:
             self._drop(items)
@@ -153,8 +158,18 @@ class Batcher:
         ]
         self._queue.update(dict.fromkeys(items))
         self._rows += rows
-        self._changed.set()
         return items
+
+    async def _ran_now(self, item: _Item) -> bool:
+        """An idle batcher runs a lone tiny request in the caller's task when the planner would
+        run it at once anyway: no wake-up of a worker, no hand-off back."""
+        if not self._idle or len(self._queue) != 1 or self._run_s.get(item.rows, 1.0) >= INLINE_S:
+            return False
+        if plan_batch([item], self._planning, time.monotonic(), self.outlook()).batch != (item,):
+            return False
+        self._dequeue(item)
+        await self._run([item])
+        return True
 
     def _rows_of(self, inputs: TensorDict) -> int:
         """Rows of a request: 1 for an unbatched model, else the shared length of axis 0."""
@@ -181,17 +196,17 @@ class Batcher:
             )
 
     def _check_slo(self, rows: int, now: float) -> None:
-        """Shed at the door a request whose predicted finish already misses latency_slo_ms."""
-        budget, slo = self._policy.budget_s, self._policy.latency_slo_s
-        if budget is None or slo is None or not self._cost.table:
+        """Shed at the door a request whose predicted finish already misses latency_slo_ms
+        (the SLO itself: the door sheds only clear cases, the planner then keeps the budget)."""
+        slo = self._policy.latency_slo_s
+        if slo is None or not self._cost.table:
             return
-        free_at = self._free_at(now)
-        backlog = self._backlog_s(self._rows + rows)
-        if free_at + backlog > now + budget:
+        finish = self._free_at(now) + self._backlog_s(self._rows + rows)
+        if finish > now + slo:
             raise Unavailable(
                 f"cannot answer within latency_slo_ms={slo * 1e3:g}: "
-                f"predicted {(free_at + backlog - now) * 1e3:.1f} ms of queue and compute",
-                retry_after_s=max(free_at + backlog - now - budget, 0.001),
+                f"predicted {(finish - now) * 1e3:.1f} ms of queue and compute",
+                retry_after_s=max(finish - now - slo, 0.001),
             )
 
     def _backlog_s(self, rows: int) -> float:
@@ -242,6 +257,14 @@ class Batcher:
         while True:
             now = time.monotonic()
             pending = [item for item in self._queue if not item.future.done()]
+            if not pending and not self._stopping:  # nothing to plan: sleep until an arrival
+                self._changed.clear()
+                self._idle += 1
+                try:
+                    await self._changed.wait()
+                finally:
+                    self._idle -= 1
+                continue
             plan = plan_batch(pending, self._planning, now, self.outlook())
             if plan.expired:
                 self._fail(plan.expired, DeadlineExceeded("deadline passed while queued; not run"))

@@ -290,8 +290,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["tensorrt", "openvino", "onnxruntime"])
     p.add_argument("--log-level", default="info")
     p.add_argument("--emulate", choices=["aws-lambda"], help="run it the way this target runs it")
-    p.add_argument("--event", default="url", choices=["url", "http", "rest", "alb"],
-                   help="--emulate aws-lambda: the event source (Function URL by default)")  # fmt: skip
+    p.add_argument(
+        "--event",
+        default="url",
+        choices=["url", "http", "rest", "alb"],
+        help="--emulate aws-lambda: the event source (Function URL by default)",
+    )
     p.add_argument("--instances", type=int, default=1, help="--emulate: execution environments")
     p.add_argument("--target", help="--emulate: target profile giving memory and timeout")
 

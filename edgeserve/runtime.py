@@ -10,11 +10,12 @@ worker threads, and every request (v2 or /invoke) ends in `Batcher.submit`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import importlib.util
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -144,39 +145,49 @@ class Runtime:
         `timeout_s` (Triton's `timeout` request parameter) may shorten the manifest's
         timeout_ms for this request, never lengthen it.
         """
-        started = time.perf_counter_ns()
-        ok = False
+        async with self._counted():
+            return await self._run(inputs, self._deadline(timeout_s))
+
+    async def invoke(self, payload: Any, content_type: str) -> Any:
+        """The function's own interface: handler.preprocess -> batcher -> handler.postprocess.
+
+        One request however many items it became: one deadline, one count in the statistics.
+        """
+        async with self._counted():
+            deadline = self._deadline()
+            if self.handler is None:
+                return _to_lists(await self._run(self._tensors_from(payload), deadline))
+            ctx = Context(content_type, self.manifest.handler.options, self.root)
+            items = await asyncio.to_thread(self._call_handler, "preprocess", payload, ctx)
+            results = await asyncio.gather(
+                *(self._run_item(item, position, deadline) for position, item in enumerate(items))
+            )
+            return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
+
+    @contextlib.asynccontextmanager
+    async def _counted(self) -> AsyncIterator[None]:
+        """Count one request, failed unless its body completes, with its duration."""
+        started, ok = time.perf_counter_ns(), False
         try:
-            check_inputs(self.signature, inputs)
-            outputs = await self.batcher.submit(inputs, self._deadline(timeout_s))
+            yield
             ok = True
-            return outputs
         finally:
             self.stats.request_done(ok, time.perf_counter_ns() - started)
 
-    async def invoke(self, payload: Any, content_type: str) -> Any:
-        """The function's own interface: handler.preprocess -> batcher -> handler.postprocess."""
-        if self.handler is None:
-            return _to_lists(await self.infer(self._tensors_from(payload)))
-        ctx = Context(content_type, self.manifest.handler.options, self.root)
-        items = await asyncio.to_thread(self._call_handler, "preprocess", payload, ctx)
-        results = await asyncio.gather(
-            *(self._infer_item(item, position) for position, item in enumerate(items))
-        )
-        return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
+    async def _run(self, inputs: TensorDict, deadline: float) -> TensorDict:
+        check_inputs(self.signature, inputs)
+        return await self.batcher.submit(inputs, deadline)
 
-    async def _infer_item(self, item: dict[str, np.ndarray], position: int) -> TensorDict:
+    async def _run_item(self, item: Any, position: int, deadline: float) -> TensorDict:
         if not isinstance(item, dict):
             raise EdgeserveError(
                 f"handler.preprocess: item {position} is {type(item).__name__}, "
                 "expected a dict of arrays"
             )
         if not self.signature.batched:
-            return await self.infer(item)
-        rows = await self.infer(
-            {name: np.asarray(value)[np.newaxis] for name, value in item.items()}
-        )
-        return {name: value[0] for name, value in rows.items()}
+            return await self._run(item, deadline)
+        row = {name: np.asarray(value)[np.newaxis] for name, value in item.items()}
+        return {name: value[0] for name, value in (await self._run(row, deadline)).items()}
 
     def _call_handler(self, hook: str, *args: Any) -> Any:
         """Run a handler hook; our own errors pass through, anything else is the handler's fault."""

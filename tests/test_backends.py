@@ -400,7 +400,9 @@ def test_cuda_batch_buckets_cover_every_size_up_to_the_max(max_batch: int, bucke
 def test_cuda_buckets_pad_and_cut_back_every_batch_size(tmp_path: Path) -> None:
     model = conv_model(tmp_path / "conv.onnx")
     signature = read_signature(model, ModelSection())
-    backend = load_backend("onnxruntime", model, device="cuda:0", profile=shape_profile(signature, 8))
+    backend = load_backend(
+        "onnxruntime", model, device="cuda:0", profile=shape_profile(signature, 8)
+    )
     reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     for rows in (1, 3, 5, 8):
         x = np.random.default_rng(rows).normal(size=(rows, 3, 16, 16)).astype(np.float32)

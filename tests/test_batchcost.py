@@ -31,6 +31,14 @@ def test_cost_model_follows_a_slower_machine() -> None:
     assert model.predict(4) == pytest.approx(0.030, rel=0.01)
 
 
+def test_cost_model_caps_a_single_spike() -> None:
+    model = CostModel(max_rows=4)
+    for _ in range(10):
+        model.observe(2, 0.010)
+    model.observe(2, 1.0)  # preempted for a second on a shared machine
+    assert model.predict(2) == pytest.approx(0.010 + 0.2 * (0.030 - 0.010))
+
+
 def test_cost_model_with_one_size_seen_predicts_no_less_for_larger_batches() -> None:
     model = CostModel(max_rows=8)
     model.observe(1, 0.004)
@@ -73,11 +81,13 @@ def test_arrival_meter_measures_items_per_second() -> None:
     assert meter.rate == pytest.approx(200.0)
 
 
-def test_wait_meter_stops_waiting_when_waits_gather_nobody_and_probes_again() -> None:
-    meter = WaitMeter(probe_every=4)
+def test_wait_meter_stops_waiting_when_waits_gather_nobody_and_backs_off_its_probes() -> None:
+    meter = WaitMeter(probe_every=4, max_gap=8)
     assert meter.pays()
     for _ in range(4):
         meter.waited(0)
-    assert [meter.pays() for _ in range(8)] == [False, False, False, True] * 2
-    meter.waited(3)
+    assert [meter.pays() for _ in range(4)] == [False, False, False, True]
+    meter.waited(0)  # the probe gathered nobody: the next one comes after 8
+    assert [meter.pays() for _ in range(8)] == [False] * 7 + [True]
+    meter.waited(3)  # company is back
     assert meter.pays()

@@ -125,6 +125,19 @@ def test_table_has_a_row_per_level(url: str) -> None:
     ]  # fmt: skip
 
 
+def test_bench_inputs_must_be_a_folder(url: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a folder"):
+        bench(url, model=MODEL, inputs=str(tmp_path / "nope"), **SHORT)
+
+
+def test_bench_samples_folder_of_v2_requests(url: str, tmp_path: Path) -> None:
+    request = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [3, 4], "data": [0.5] * 12}]}
+    (tmp_path / "three_rows.json").write_text(json.dumps(request))
+    report = bench(url, concurrency=(2,), model=MODEL, inputs=str(tmp_path), **SHORT)
+    assert (report.protocol, report.inputs) == ("binary", str(tmp_path))
+    _check_sane(report, rows=3)
+
+
 def _dead_url() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

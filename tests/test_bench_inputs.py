@@ -14,6 +14,7 @@ from edgeserve.bench.inputs import (
     DEFAULT_DYNAMIC_DIM,
     ModelInputs,
     encode_infer,
+    has_samples,
     parse_shapes,
     read_samples,
     synthesize,
@@ -146,6 +147,14 @@ def test_read_samples(tmp_path: Path) -> None:
         b"\x89PNG fake",
         0,
     )
+
+
+def test_has_samples(tmp_path: Path) -> None:
+    assert not has_samples(tmp_path / "missing")
+    (tmp_path / "README.md").write_text("not a sample")
+    assert not has_samples(tmp_path)
+    (tmp_path / "page.JPG").write_bytes(b"")
+    assert has_samples(tmp_path)
 
 
 @pytest.mark.parametrize(

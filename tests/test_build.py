@@ -142,9 +142,7 @@ requirements = ["pillow>=10", "regex"]
     ]
     local = sorted(map(pinned, [*common, "openvino", "uvicorn"]))
     assert bundle.requirements("local") == [*local, "pillow>=10", "regex"]
-    assert bundle.requirements("aws-lambda")[:-2] == sorted(
-        map(pinned, [*common, "mangum"])
-    )
+    assert bundle.requirements("aws-lambda")[:-2] == sorted(map(pinned, [*common, "mangum"]))
     assert bundle.requirements("jetson")[:-2] == sorted(map(pinned, [*common, "uvicorn"]))
 
 

@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeserve.bench.inputs import Body, ModelInputs, encode_infer, read_samples, synthesize
+from edgeserve.bench.inputs import (
+    Body,
+    ModelInputs,
+    encode_infer,
+    has_samples,
+    read_samples,
+    synthesize,
+)
 from edgeserve.bench.loadgen import Request, Target, encode_request
 from edgeserve.bench.report import BenchReport, render_table, write_plot
 from edgeserve.bench.server import Control, Endpoint, serving
@@ -68,29 +76,29 @@ def _run(main: Coroutine[Any, Any, BenchReport]) -> BenchReport:
     return uvloop.run(main)
 
 
+@dataclass(frozen=True)
 class _Plan:
     """What to send: resolved against the served model once it is up."""
 
-    def __init__(
-        self,
-        protocol: str,
-        inputs: str | None,
-        shapes: dict[str, tuple[int, ...]],
-        batch_size: int,
-        model: str | None,
-    ) -> None:
-        self.protocol = protocol
-        self.binary = protocol == "binary"
-        self.inputs = inputs
-        self.shapes = shapes
-        self.batch_size = batch_size
-        self.model = model
+    protocol: str
+    inputs: str | None
+    shapes: dict[str, tuple[int, ...]]
+    batch_size: int
+    model: str | None
+
+    @property
+    def binary(self) -> bool:
+        return self.protocol == "binary"
 
     def samples_dir(self, endpoint: Endpoint) -> Path | None:
+        """--inputs DIR; else, unless --inputs random, the served folder's samples/ if any."""
         if self.inputs not in (None, "random"):
-            return Path(str(self.inputs))
+            folder = Path(str(self.inputs))
+            if not folder.is_dir():
+                raise ConfigError(f"--inputs {folder}: not a folder (expected samples or 'random')")
+            return folder
         samples = endpoint.root / "samples" if endpoint.root else None
-        if self.inputs is None and samples and samples.is_dir() and any(samples.iterdir()):
+        if self.inputs is None and samples and has_samples(samples):
             return samples
         return None
 

@@ -156,6 +156,12 @@ def _tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
     return np.ascontiguousarray(array, dtype=dtype).tobytes()
 
 
+def has_samples(folder: Path) -> bool:
+    """Whether `folder` holds a file `read_samples` would send."""
+    kinds = {*IMAGE_TYPES, ".json"}
+    return folder.is_dir() and any(path.suffix.lower() in kinds for path in folder.iterdir())
+
+
 def read_samples(samples: Path, model: ModelInputs, binary: bool) -> list[Body]:
     """samples/*.json (v2 infer requests, or /invoke payloads) and images (/invoke bodies)."""
     bodies = []

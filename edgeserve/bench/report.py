@@ -14,6 +14,11 @@ from edgeserve.bench.measure import LATE_WARN_FRACTION, PERCENTILES, SERVER_PHAS
 from edgeserve.bench.sweep import LevelResult
 from edgeserve.errors import ConfigError
 
+SERIES = (
+    ("concurrency", "o-", "closed loop (concurrency)"),
+    ("request_rate", "s--", "open loop (Poisson rate)"),
+)
+
 
 @dataclass(frozen=True)
 class BenchReport:
@@ -144,26 +149,31 @@ def write_plot(report: BenchReport, path: Path) -> Path:
     from matplotlib import pyplot
 
     figure, axes = pyplot.subplots(figsize=(7, 4.5), dpi=120)
-    for mode, marker in (("concurrency", "o-"), ("request_rate", "s--")):
-        results = [r for r in report.results if r.level.mode == mode]
-        if not results:
-            continue
-        xs = [r.client.throughput for r in results]
-        ys = [r.client.latency_percentiles[99] * 1e3 for r in results]
-        axes.plot(xs, ys, marker, label=mode.replace("_", " "))
-        for result, x, y in zip(results, xs, ys, strict=True):
-            axes.annotate(result.level.label, (x, y), textcoords="offset points", xytext=(5, 5))
+    for mode, marker, name in SERIES:
+        points = _points([r for r in report.results if r.level.mode == mode])
+        if points:
+            axes.plot([x for _, x, _ in points], [y for *_, y in points], marker, label=name)
+        for label, x, y in points:
+            axes.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5))
     axes.set_xlabel("throughput (requests/s)")
     axes.set_ylabel("p99 latency (ms)")
     axes.set_title(f"edgeserve bench: {report.model} ({report.protocol})")
     axes.grid(True, alpha=0.3)
+    points = _points(list(report.results))
     # from zero, with room right and above for the labels of the outermost points
-    axes.set_xlim(0, max((r.client.throughput for r in report.results), default=0) * 1.2 or 1)
-    axes.set_ylim(
-        0, max((r.client.latency_percentiles[99] for r in report.results), default=0) * 1.25e3 or 1
-    )
-    axes.legend(loc="upper left")  # latency curves rise to the right: the upper left stays free
+    axes.set_xlim(0, max((x for _, x, _ in points), default=0) * 1.2 or 1)
+    axes.set_ylim(0, max((y for *_, y in points), default=0) * 1.25 or 1)
+    axes.legend(loc="best")
     figure.tight_layout()
     figure.savefig(path)
     pyplot.close(figure)
     return path
+
+
+def _points(results: list[LevelResult]) -> list[tuple[str, float, float]]:
+    """(label, requests/s, p99 ms) of the levels that had successes to measure."""
+    return [
+        (r.level.label, r.client.throughput, r.client.latency_percentiles[99] * 1e3)
+        for r in results
+        if r.client.requests
+    ]

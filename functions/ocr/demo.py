@@ -50,7 +50,12 @@ def read_samples(url: str) -> tuple[Table, int, int]:
     errors = chars = 0
     for png in sorted((HERE / "samples").glob("*.png")):
         truth = png.with_suffix(".txt").read_text().splitlines()
-        reply = httpx.post(f"{url}/invoke", content=png.read_bytes(), headers={"Content-Type": "image/png"}, timeout=60)
+        reply = httpx.post(
+            f"{url}/invoke",
+            content=png.read_bytes(),
+            headers={"Content-Type": "image/png"},
+            timeout=60,
+        )
         reply.raise_for_status()
         lines = reply.json()["lines"]
         for number in range(max(len(truth), len(lines))):
@@ -59,7 +64,9 @@ def read_samples(url: str) -> tuple[Table, int, int]:
             errors += edit_distance(got["text"], want)
             chars += len(want)
             mark = "" if got["text"] == want else "[red]"
-            table.add_row(png.name, str(number + 1), want, f"{mark}{got['text']}", f"{got['confidence']:.2f}")
+            table.add_row(
+                png.name, str(number + 1), want, f"{mark}{got['text']}", f"{got['confidence']:.2f}"
+            )
     return table, errors, chars
 
 
@@ -69,7 +76,9 @@ def main() -> int:
     subprocess.run([*edgeserve, "build", str(HERE), "--out", str(bundle)], check=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([*edgeserve, "serve", str(bundle), "--port", str(port), "--log-level", "warning"])
+    server = subprocess.Popen(
+        [*edgeserve, "serve", str(bundle), "--port", str(port), "--log-level", "warning"]
+    )
     try:
         wait_ready(url, server)
         table, errors, chars = read_samples(url)
@@ -77,7 +86,10 @@ def main() -> int:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
     console.print(table)
-    console.print(f"character error rate: {errors / max(chars, 1):.2%} ({errors} errors in {chars} characters)")
+    console.print(
+        f"character error rate: {errors / max(chars, 1):.2%} "
+        f"({errors} errors in {chars} characters)"
+    )
     return 0
 
 

@@ -1,9 +1,11 @@
 """OCR handler: finds text lines on a page and turns the model's CTC logits into text.
 
-preprocess: decode the image, binarise it (Otsu), find lines with a horizontal projection
-profile, cut each line with a margin and normalise it to a float32 [1, 32, W] strip where
-background is 0.0 and ink is 1.0 (whatever the page's polarity). One item per line; a line
-wider than MAX_WIDTH after resizing is cut at word gaps into several items.
+preprocess: decode the image, binarise it (Otsu), level a page skewed by up to 3 degrees,
+find lines with a horizontal projection profile, cut each line with a margin and normalise
+it to a float32 [1, 32, W] strip where background is 0.0 and ink is 1.0 (whatever the
+page's polarity). One item per line; a line with wide gaps (tab stops) or wider than
+MAX_WIDTH after resizing is cut into several items, whose texts are joined with a space.
+Boxes are given in the coordinates of the image as sent.
 postprocess: greedy CTC decoding of each item's logits [T, C] (blank = class 0), trimmed to
 the item's own T = W // 4 because the server pads widths across a batch.
 """
@@ -57,23 +59,18 @@ def preprocess(payload: Any, ctx: Any) -> list[dict[str, np.ndarray]]:
     """Image -> one normalised strip per text line (or per piece of a very long line)."""
     max_pixels = int(ctx.options.get("max_pixels", DEFAULT_MAX_PIXELS))
     page = to_gray(load_image(payload, max_pixels))
-    mask = ink_mask(page)
+    gray, mask, angle = deskew(page)
     items: list[dict[str, np.ndarray]] = []
     owners: list[tuple[int, int]] = []  # (line index, frames) for each item
     boxes: list[list[int]] = []
-    ctx.state["owners"], ctx.state["boxes"] = owners, boxes
-    if mask is None:
-        return items
-    angle = skew_angle(mask)
-    gray = _rotate(page, angle) if angle else page
-    mask = ink_mask(gray) if angle else mask
-    for box in find_lines(mask) if mask is not None else []:
+    for box in find_lines(mask):
         for x0, x1 in split_line(gray, box):
             x0, y0, x1, y1 = _pad_box(gray.shape, (x0, box[1], x1, box[3]))
             strip = normalize_line(gray[y0:y1, x0:x1])
             items.append({"image": strip})
             owners.append((len(boxes), strip.shape[2] // DOWNSAMPLE))
         boxes.append(_unrotate_box(box, angle, page.shape, gray.shape))
+    ctx.state["owners"], ctx.state["boxes"] = owners, boxes
     return items
 
 
@@ -165,6 +162,8 @@ def _decode(data: bytes, max_pixels: int) -> Image.Image:
 
 def _from_pixels(value: Any, max_pixels: int) -> Image.Image:
     """An HxW or HxWxC (C = 1, 3 or 4) array of 0..255 pixel values."""
+    if isinstance(value, list) and value and isinstance(value[0], list):
+        _check_size(len(value[0]), len(value), max_pixels)  # before building a huge array
     try:
         pixels = np.asarray(value)
     except ValueError as err:
@@ -173,9 +172,9 @@ def _from_pixels(value: Any, max_pixels: int) -> Image.Image:
         pixels = pixels[:, :, 0]
     if not (pixels.ndim == 2 or (pixels.ndim == 3 and pixels.shape[2] in (3, 4))):
         raise InvalidInput(f"'image' has shape {pixels.shape}: expected HxW or HxWxC, C in 1, 3, 4")
+    _check_size(pixels.shape[1], pixels.shape[0], max_pixels)
     if pixels.dtype.kind not in "uif" or pixels.min() < 0 or pixels.max() > 255:
         raise InvalidInput("'image' pixel values must be numbers from 0 to 255 (uint8)")
-    _check_size(pixels.shape[1], pixels.shape[0], max_pixels)
     return Image.fromarray(pixels.astype(np.uint8))
 
 
@@ -239,8 +238,10 @@ def _despeckle(mask: np.ndarray) -> np.ndarray:
     return mask & (neighbours >= 2)
 
 
-def find_lines(mask: np.ndarray) -> list[tuple[int, int, int, int]]:
+def find_lines(mask: np.ndarray | None) -> list[tuple[int, int, int, int]]:
     """Line boxes (x0, y0, x1, y1), top to bottom, from the horizontal ink profile."""
+    if mask is None:
+        return []
     profile = mask.sum(axis=1)
     bands = _runs(profile >= 2)
     if not bands:
@@ -344,6 +345,16 @@ def _pad_box(shape: tuple[int, ...], box: tuple[int, int, int, int]) -> tuple[in
 
 
 MAX_SKEW = 3.0  # degrees searched; line strips themselves were trained on +-2 degrees
+
+
+def deskew(page: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, float]:
+    """The page levelled if it is skewed, its ink mask (None if blank) and the angle used."""
+    mask = ink_mask(page)
+    angle = skew_angle(mask) if mask is not None else 0.0
+    if not angle:
+        return page, mask, 0.0
+    gray = _rotate(page, angle)
+    return gray, ink_mask(gray), angle
 
 
 def skew_angle(mask: np.ndarray) -> float:

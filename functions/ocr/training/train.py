@@ -27,10 +27,11 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
 OCR_DIR = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(OCR_DIR), str(OCR_DIR.parents[1])]
+sys.path[:0] = [str(OCR_DIR / "training"), str(OCR_DIR), str(OCR_DIR.parents[1])]
 
 import handler  # noqa: E402
 import synth  # noqa: E402
+from evaluate import edit_distance  # noqa: E402
 
 SEED = 1234
 NUM_CLASSES = len(handler.CHARSET) + 1
@@ -114,21 +115,6 @@ class CRNN(nn.Module):
         return self.classifier(f).log_softmax(-1)
 
 
-def greedy_decode(logits: torch.Tensor, length: int) -> str:
-    best = logits[:length].argmax(-1).tolist()
-    chars = [c for i, c in enumerate(best) if c != 0 and (i == 0 or c != best[i - 1])]
-    return "".join(handler.CHARSET[c - 1] for c in chars)
-
-
-def edit_distance(a: str, b: str) -> int:
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
-    return row[-1]
-
-
 def validate(model: CRNN, batches: list[dict[str, torch.Tensor]]) -> float:
     """Character error rate on a fixed set of synthetic training-font lines."""
     model.eval()
@@ -139,7 +125,8 @@ def validate(model: CRNN, batches: list[dict[str, torch.Tensor]]) -> float:
             labels = batch["targets"].cpu().split(batch["target_lengths"].tolist())
             for out, length, label in zip(logits, batch["input_lengths"], labels, strict=True):
                 truth = "".join(handler.CHARSET[c - 1] for c in label.tolist())
-                errors += edit_distance(greedy_decode(out, int(length)), truth)
+                text, _ = handler.ctc_greedy(out[: int(length)].numpy())
+                errors += edit_distance(text, truth)
                 chars += len(truth)
     model.train()
     return errors / max(1, chars)
