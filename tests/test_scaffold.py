@@ -199,7 +199,8 @@ def test_init_works_from_a_built_wheel(tmp_path: Path) -> None:
         "-w",
         str(wheels),
     ]
-    subprocess.run([*pip, str(project)], check=True, capture_output=True, timeout=120)
+    built = subprocess.run([*pip, str(project)], capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
     (wheel,) = wheels.glob("edgeserve-*.whl")
     assert "edgeserve/templates/function/handler.py" in zipfile.ZipFile(wheel).namelist()
 
