@@ -98,11 +98,11 @@ class Runtime:
 
     @property
     def name(self) -> str:
-        return self.manifest.function.name
+        return self.bundle.name
 
     @property
     def version(self) -> str:
-        return self.manifest.function.version
+        return self.bundle.version
 
     @property
     def backend_name(self) -> str:

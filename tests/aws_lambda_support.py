@@ -5,9 +5,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import signal
-import subprocess
-import sys
 import time
 import zipfile
 from collections.abc import Iterator
@@ -19,7 +16,7 @@ import httpx
 from edgeserve.build import build
 from edgeserve.bundle import Bundle
 from tests.models import mlp_model
-from tests.server import Server, wait_ready
+from tests.server import Server, running
 
 FUNCTION_TOML = """\
 [function]
@@ -87,6 +84,17 @@ def moto_endpoint() -> Iterator[str]:
         server.stop()
 
 
+ROLE = "arn:aws:iam::123456789012:role/edgeserve-lambda"
+TRUST = {  # the trust policy a Lambda execution role carries
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "lambda.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+    ],
+}
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -140,27 +148,8 @@ def postprocess(items, ctx):
 @contextmanager
 def emulated(path: Path, *args: str, timeout_s: float = 90.0) -> Iterator[tuple[str, Server]]:
     """`edgeserve serve PATH --emulate aws-lambda ARGS` on 127.0.0.1:0; yields (url, server)."""
-    command = [sys.executable, "-m", "edgeserve", "serve", str(path), "--emulate", "aws-lambda",
-               "--host", "127.0.0.1", "--port", "0", *args]  # fmt: skip
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    server = Server(process)
-    try:
-        url = server.wait_for_url(timeout_s)
-        wait_ready(url, timeout_s)
-        yield url, server
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+    with running(path, "--emulate", "aws-lambda", *args, timeout_s=timeout_s) as started:
+        yield started
 
 
 def reports(server: Server, containing: str = "REPORT", at_least: int = 1) -> list[str]:

@@ -61,10 +61,10 @@ def wait_ready(url: str, timeout_s: float = 60.0) -> None:
 
 
 @contextmanager
-def served(
+def running(
     path: Path, *args: str, timeout_s: float = 90.0, env: dict[str, str] | None = None
-) -> Iterator[str]:
-    """Serve a function source folder or bundle; yield its base URL; stop it with SIGTERM."""
+) -> Iterator[tuple[str, Server]]:
+    """`edgeserve serve PATH ARGS` on 127.0.0.1:0, ready; yields (URL, server); SIGTERM stops it."""
     command = [
         sys.executable,
         "-m",
@@ -88,7 +88,7 @@ def served(
     try:
         url = server.wait_for_url(timeout_s)
         wait_ready(url, timeout_s)
-        yield url
+        yield url, server
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -96,3 +96,12 @@ def served(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+@contextmanager
+def served(
+    path: Path, *args: str, timeout_s: float = 90.0, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Serve a function source folder or bundle; yield its base URL."""
+    with running(path, *args, timeout_s=timeout_s, env=env) as (url, _):
+        yield url

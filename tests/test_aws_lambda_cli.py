@@ -10,20 +10,8 @@ import boto3
 import pytest
 
 from edgeserve.cli import main
-from tests.aws_lambda_support import FAKE_CREDENTIALS, moto_endpoint, wheelhouse
+from tests.aws_lambda_support import FAKE_CREDENTIALS, ROLE, TRUST, moto_endpoint, wheelhouse
 from tests.models import mlp_model
-
-ROLE = "arn:aws:iam::123456789012:role/edgeserve-lambda"
-TRUST = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {
-            "Effect": "Allow",
-            "Principal": {"Service": "lambda.amazonaws.com"},
-            "Action": "sts:AssumeRole",
-        }
-    ],
-}
 
 
 @pytest.fixture

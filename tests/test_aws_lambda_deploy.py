@@ -23,23 +23,13 @@ from edgeserve.errors import DeployError
 from edgeserve.targets import TargetProfile, load_target
 from tests.aws_lambda_support import (
     FAKE_CREDENTIALS,
+    ROLE,
+    TRUST,
     moto_endpoint,
     small_bundle,
     wheelhouse,
     write_profile,
 )
-
-ROLE = "arn:aws:iam::123456789012:role/edgeserve-lambda"
-TRUST = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {
-            "Effect": "Allow",
-            "Principal": {"Service": "lambda.amazonaws.com"},
-            "Action": "sts:AssumeRole",
-        }
-    ],
-}
 
 
 @pytest.fixture
