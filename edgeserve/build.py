@@ -63,7 +63,9 @@ RUNTIME_PACKAGES = (
     "starlette",
 )
 SERVER_PACKAGES = {"aws-lambda": ("mangum",)}  # every other target runs uvicorn
-DEFAULT_SERVER = ("uvicorn",)
+# uvloop and httptools: uvicorn's fast loop and parser (about 1.25x the served items/s measured
+# with 600 KB binary tensors on an H200 host, against asyncio and h11)
+DEFAULT_SERVER = ("uvicorn", "uvloop", "httptools")
 
 
 @dataclass(frozen=True)

@@ -140,10 +140,11 @@ requirements = ["pillow>=10", "regex"]
         "pydantic",
         "starlette",
     ]
-    local = sorted(map(pinned, [*common, "openvino", "uvicorn"]))
+    server = ["uvicorn", "uvloop", "httptools"]
+    local = sorted(map(pinned, [*common, "openvino", *server]))
     assert bundle.requirements("local") == [*local, "pillow>=10", "regex"]
     assert bundle.requirements("aws-lambda")[:-2] == sorted(map(pinned, [*common, "mangum"]))
-    assert bundle.requirements("jetson")[:-2] == sorted(map(pinned, [*common, "uvicorn"]))
+    assert bundle.requirements("jetson")[:-2] == sorted(map(pinned, [*common, *server]))
 
 
 def test_a_backend_override_plans_only_that_backend_and_skips_the_ir(
