@@ -44,8 +44,15 @@ def _cmd_build(args: argparse.Namespace) -> int:
     bundle = build(source, out, targets=tuple(args.target), archive=args.archive)
     console.print(
         f"[green]built[/] {bundle.manifest.function.name} -> {bundle.root}  "
-        f"hash {bundle.content_hash[:12]}  batched={bundle.signature.batched}"
+        f"hash {bundle.content_hash[:12]}"
     )
+    if not bundle.signature.batched:
+        fixed = [spec.name for spec in bundle.signature.inputs + bundle.signature.outputs
+                 if not spec.dims or spec.dims[0] != -1]  # fmt: skip
+        console.print(
+            f"[yellow]batching off:[/] {', '.join(fixed)} has no dynamic first dim, so every "
+            "request runs alone (export the model with a dynamic batch axis to batch)"
+        )
     for written in package_targets(bundle, args.target, out.parent / "dist", source):
         console.print(f"[green]packaged[/] {written}")
     return 0

@@ -262,3 +262,21 @@ def test_the_timeout_request_parameter_bounds_the_wait(mlp_url) -> None:
     assert generous.status_code == 200
     bad = httpx.post(f"{url}/v2/models/mlp/infer", json={**body, "parameters": {"timeout": "soon"}})
     assert bad.status_code == 400
+
+
+def test_a_model_with_a_fixed_batch_dim_is_served_unbatched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write_function(
+        tmp_path / "fixed", lambda path: mlp_model(path, batch=1), '[function]\nname = "fixed"\n'
+    )
+    assert main(["build", str(folder), "--out", str(tmp_path / "build")]) == 0
+    assert "batching off: x, y has no dynamic first dim" in capsys.readouterr().out
+    with served(tmp_path / "build") as url:
+        x = np.ones((1, 16), np.float32)
+        answer = httpx.post(f"{url}/v2/models/fixed/infer", json=v2_request(x)).json()
+        config = httpx.get(f"{url}/v2/models/fixed/config").json()
+    np.testing.assert_allclose(
+        answer["outputs"][0]["data"], reference(folder, x).ravel(), rtol=1e-5
+    )
+    assert config["max_batch_size"] == 0
