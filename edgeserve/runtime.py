@@ -192,8 +192,8 @@ class Runtime:
     def _call_handler(self, hook: str, *args: Any) -> Any:
         """Run a handler hook; our own errors pass through, anything else is the handler's fault."""
         func = getattr(self.handler, hook, None)
-        if func is None:
-            return args[0] if hook == "postprocess" else [args[0]]
+        if func is None:  # a missing hook: the payload is one item, the items are the answer
+            return args[0] if hook == "postprocess" else [self._tensors_from(args[0])]
         try:
             return func(*args)
         except EdgeserveError:
@@ -203,7 +203,7 @@ class Runtime:
             raise EdgeserveError(f"handler.{hook} failed: {type(exc).__name__}: {exc}") from exc
 
     def _tensors_from(self, payload: Any) -> TensorDict:
-        """Without a handler, /invoke takes {"<input name>": nested list} per model input."""
+        """{"<input name>": nested list} per model input, typed by the signature."""
         if not isinstance(payload, dict):
             names = [spec.name for spec in self.signature.inputs]
             raise InvalidInput(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -280,3 +281,33 @@ def test_a_model_with_a_fixed_batch_dim_is_served_unbatched(
         answer["outputs"][0]["data"], reference(folder, x).ravel(), rtol=1e-5
     )
     assert config["max_batch_size"] == 0
+
+
+def test_sigterm_finishes_the_requests_in_flight_then_exits(tmp_path: Path) -> None:
+    import signal
+    import threading
+
+    from tests.server import running
+
+    slow = (
+        "import time\n\ndef postprocess(items, ctx):\n    time.sleep(0.5)\n    return len(items)\n"
+    )
+    folder = write_function(
+        tmp_path / "slow", mlp_model, BATCHED_MLP + '[handler]\nmodule = "handler"\n', slow
+    )
+    replies: list[httpx.Response] = []
+
+    def call(url: str) -> None:
+        replies.append(httpx.post(f"{url}/invoke", json={"x": [0.0] * 16}, timeout=30))
+
+    with running(folder) as (url, server):
+        callers = [threading.Thread(target=call, args=(url,)) for _ in range(4)]
+        for caller in callers:
+            caller.start()
+        time.sleep(0.25)  # the requests are in the handler now
+        server.process.send_signal(signal.SIGTERM)
+        for caller in callers:
+            caller.join(timeout=30)
+        # uvicorn re-raises the signal once its graceful shutdown is done
+        assert server.process.wait(timeout=30) == -signal.SIGTERM
+    assert [reply.status_code for reply in replies] == [200] * 4
