@@ -23,6 +23,7 @@ class LimitRow:
     backend: str
     precision: str
     by_size: dict[int, float]  # batch size -> items/s
+    cpu_us: dict[int, float]  # batch size -> CPU microseconds (all threads) per item
 
     @property
     def best(self) -> tuple[int, float]:
@@ -36,17 +37,18 @@ def measure_limit(
     engine = load_backend(backend, path, precision=precision)  # type: ignore[arg-type]
     name = engine.signature.inputs[0].name  # type: ignore[attr-defined]
     rng = np.random.default_rng(0)
-    by_size = {}
+    by_size, cpu_us = {}, {}
     for size in SIZES:
         x = {name: rng.random((size, *shape), dtype=np.float32)}
         engine.infer(x)
-        calls, start = 0, time.perf_counter()
+        calls, start, cpu = 0, time.perf_counter(), time.process_time()
         while (elapsed := time.perf_counter() - start) < window_s or calls < 2:
             engine.infer(x)
             calls += 1
         by_size[size] = calls * size / elapsed
+        cpu_us[size] = (time.process_time() - cpu) / (calls * size) * 1e6
     engine.close()
-    return LimitRow(model, backend, precision, by_size)
+    return LimitRow(model, backend, precision, by_size, cpu_us)
 
 
 def output_difference(path: Path, shape: tuple[int, ...], rows: int = 8) -> float:

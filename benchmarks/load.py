@@ -7,7 +7,12 @@ and the same windows: a warm-up that is discarded, then a fixed measurement wind
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +30,8 @@ class Sample:
     p99_ms: float
     failed: float  # share of requests answered with an error (503 shed included)
     within_slo_per_s: float = 0.0
+    server_cpu_us: float = float("nan")  # CPU of the server's process tree per answered item
+    client_cpu_us: float = float("nan")  # CPU of this load generator per answered item
 
 
 def request_for(name: str, input_name: str, shape: tuple[int, ...], port: int) -> Request:
@@ -42,14 +49,49 @@ def measure(
     window_s: float = 2.0,
     warmup_s: float = 0.5,
     slo_ms: float = 0.0,
+    pid: int | None = None,
 ) -> Sample:
-    """Closed loop at `concurrency`, or Poisson arrivals at `rate` per second."""
-    records = asyncio.run(_records(port, request, concurrency, rate, window_s, warmup_s))
-    return summarize(records, window_s, slo_ms)
+    """Closed loop at `concurrency`, or Poisson arrivals at `rate` per second; with `pid`, the
+    CPU time the server's processes and the generator spent in the window, per answered item."""
+    cpu: list[tuple[float, float]] = []
+    records = asyncio.run(_records(port, request, concurrency, rate, window_s, warmup_s, pid, cpu))
+    sample = summarize(records, window_s, slo_ms)
+    items = sample.items_per_s * window_s
+    if len(cpu) == 2 and items:
+        server, client = (cpu[1][i] - cpu[0][i] for i in range(2))
+        sample = dataclasses.replace(
+            sample, server_cpu_us=server / items * 1e6, client_cpu_us=client / items * 1e6
+        )
+    return sample
+
+
+def process_tree_cpu_s(pid: int) -> float:
+    """User + system seconds of `pid` and its descendants (Triton runs tritonserver below)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+    tree, total = {pid}, 0.0
+    for child, parent in sorted(parents.items()):
+        if parent in tree:
+            tree.add(child)
+    for member in tree:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 async def _records(
-    port: int, request: Request, concurrency: int, rate: float, window_s: float, warmup_s: float
+    port: int,
+    request: Request,
+    concurrency: int,
+    rate: float,
+    window_s: float,
+    warmup_s: float,
+    pid: int | None,
+    cpu: list[tuple[float, float]],
 ) -> list[Record]:
     target = Target("127.0.0.1", port, [request])
     stop = asyncio.Event()
@@ -59,7 +101,12 @@ async def _records(
         load = asyncio.create_task(open_loop(target, rate, stop, seed=1))
     loop = asyncio.get_running_loop()
     begin = loop.time() + warmup_s
-    await asyncio.sleep(warmup_s + window_s)
+    await asyncio.sleep(warmup_s)
+    if pid is not None:
+        cpu.append((process_tree_cpu_s(pid), time.process_time()))
+    await asyncio.sleep(window_s)
+    if pid is not None:
+        cpu.append((process_tree_cpu_s(pid), time.process_time()))
     stop.set()
     await load
     return [r for r in target.records if begin <= r.ended < begin + window_s]
@@ -77,8 +124,5 @@ def summarize(records: list[Record], window_s: float, slo_ms: float) -> Sample:
 
 def median_sample(samples: list[Sample]) -> Sample:
     """Field-wise median over rounds."""
-    fields = zip(
-        *((s.items_per_s, s.p50_ms, s.p99_ms, s.failed, s.within_slo_per_s) for s in samples),
-        strict=True,
-    )
-    return Sample(*(float(np.median(values)) for values in fields))
+    rows = [dataclasses.astuple(sample) for sample in samples]
+    return Sample(*(float(np.median(column)) for column in zip(*rows, strict=True)))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from limit import measure_limit, output_difference  # noqa: E402
 from load import Sample, measure, median_sample, request_for  # noqa: E402
@@ -30,8 +30,12 @@ from models import BENCH_SHAPES, write_function  # noqa: E402
 from report import write_results  # noqa: E402
 from servers import Server, start_edgeserve, start_floor, start_triton, triton_available  # noqa: E402
 
+from tests.slo_simulation import capacity, fixed, simulate, with_slo  # noqa: E402
+
 INPUT_NAMES = {"resnet": "image", "mlp": "x", "crnn": "image"}
+WINDOW_SCALE = {"resnet": 2.0}  # ~30 items/s on ORT: a window must hold a few batches of 32
 CONCURRENCY = (1, 4, 16, 64)
+POISSON_RATE = {"resnet": 20.0, "mlp": 1500.0, "crnn": 150.0}  # a middling open-loop load, items/s
 SATURATION = (16, 64)
 DELAY_US = 2000  # Triton's and edgeserve's max_queue_delay: the same 2 ms
 SLO_MODEL = "crnn"
@@ -88,6 +92,7 @@ def main() -> None:
     results["threading"] = {m: threading(m, settings) for m in models if m != "mlp"}
     if SLO_MODEL in models:
         results["slo"] = slo_comparison(results["serving"][SLO_MODEL], settings)
+    results["simulation"] = simulation()
     results["coldstart"] = coldstart(settings)
     results["command"] = " ".join([".venv/bin/python benchmarks/run.py", *sys.argv[1:]])
     (HERE / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
@@ -158,29 +163,37 @@ def serving(
 
 def alternate(model: str, servers: list[Server], settings: Settings) -> dict[str, Any]:
     """Rounds of: each level, each server in turn (A B C, A B C); medians over rounds."""
-    samples: dict[tuple[str, int], list[Sample]] = {}
+    samples: dict[tuple[str, str], list[Sample]] = {}
+    scale = WINDOW_SCALE.get(model, 1.0)
+    levels = [f"c={c}" for c in CONCURRENCY] + [f"r={POISSON_RATE[model]:g}/s"]
     for _ in range(settings.rounds):
-        for level in CONCURRENCY:
+        for level in levels:
             for server in servers:
-                if "openvino" in server.label and level not in SATURATION:
+                if "openvino" in server.label and level not in {f"c={c}" for c in SATURATION}:
                     continue
                 request = request_for(model, INPUT_NAMES[model], BENCH_SHAPES[model], server.port)
+                load = (
+                    {"concurrency": int(level[2:])}
+                    if level.startswith("c=")
+                    else {"rate": POISSON_RATE[model]}
+                )
                 sample = measure(
                     server.port,
                     request,
-                    concurrency=level,
-                    window_s=settings.window_s,
-                    warmup_s=settings.warmup_s,
+                    window_s=settings.window_s * scale,
+                    warmup_s=settings.warmup_s * scale,
+                    pid=server.process.pid,
+                    **load,  # type: ignore[arg-type]
                 )
                 samples.setdefault((server.label, level), []).append(sample)
                 print(
-                    f"{model} c={level} {server.label}: {sample.items_per_s:.0f}/s "
+                    f"{model} {level} {server.label}: {sample.items_per_s:.0f}/s "
                     f"p50 {sample.p50_ms:.2f} p99 {sample.p99_ms:.2f}",
                     flush=True,
                 )
     table: dict[str, Any] = {}
     for (label, level), runs in samples.items():
-        table.setdefault(label, {})[str(level)] = dataclasses.asdict(median_sample(runs))
+        table.setdefault(label, {})[level] = dataclasses.asdict(median_sample(runs))
     return table
 
 
@@ -226,7 +239,7 @@ def threading(model: str, settings: Settings) -> dict[str, Any]:
 def slo_comparison(serving_table: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """Poisson load at shares of capacity: fixed max_queue_delay settings against the SLO."""
     logs = settings.work / "logs"
-    capacity = max(serving_table["edgeserve (ort)"][str(c)]["items_per_s"] for c in SATURATION)
+    capacity = max(serving_table["edgeserve (ort)"][f"c={c}"]["items_per_s"] for c in SATURATION)
     configs = {f"fixed {d:g} ms": {"delay_ms": d} for d in FIXED_DELAYS_MS}
     configs[f"slo {SLO_MS:g} ms"] = {"delay_ms": 2.0, "slo_ms": SLO_MS}
     servers = [
@@ -266,6 +279,19 @@ def slo_comparison(serving_table: dict[str, Any], settings: Settings) -> dict[st
     for (label, share), runs in samples.items():
         table.setdefault(f"{share:.0%}", {})[label] = dataclasses.asdict(median_sample(runs))
     return {"model": SLO_MODEL, "slo_ms": SLO_MS, "capacity": capacity, "table": table}
+
+
+def simulation() -> dict[str, Any]:
+    """The same comparison without noise: the real planner, a known cost, simulated time."""
+    table: dict[str, Any] = {}
+    for share in RATE_SHARES:
+        policies = {f"fixed {d:g} ms": fixed(d) for d in FIXED_DELAYS_MS}
+        policies[f"slo {SLO_MS:g} ms"] = with_slo(SLO_MS)
+        table[f"{share:.0%}"] = {
+            label: dataclasses.asdict(simulate(policy, share * capacity(), SLO_MS, seconds=20))
+            for label, policy in policies.items()
+        }
+    return {"capacity": capacity(), "slo_ms": SLO_MS, "table": table}
 
 
 def coldstart(settings: Settings) -> dict[str, Any]:

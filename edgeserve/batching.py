@@ -93,7 +93,7 @@ class Batcher:
         self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
         self._idle = 0  # workers asleep on an empty queue
 
-    def outlook(self) -> Outlook:
+    def _outlook(self) -> Outlook:
         """What the batcher has learned so far: batch cost by size, arrival rate, waiting
         (asked only with something queued: each ask counts towards the next probe)."""
         pays = not self._stopping and self._waits.pays()
@@ -165,7 +165,7 @@ class Batcher:
         run it at once anyway: no wake-up of a worker, no hand-off back."""
         if not self._idle or len(self._queue) != 1 or self._run_s.get(item.rows, 1.0) >= INLINE_S:
             return False
-        if plan_batch([item], self._planning, time.monotonic(), self.outlook()).batch != (item,):
+        if plan_batch([item], self._planning, time.monotonic(), self._outlook()).batch != (item,):
             return False
         self._dequeue(item)
         await self._run([item])
@@ -265,7 +265,7 @@ class Batcher:
                 finally:
                     self._idle -= 1
                 continue
-            plan = plan_batch(pending, self._planning, now, self.outlook())
+            plan = plan_batch(pending, self._planning, now, self._outlook())
             if plan.expired:
                 self._fail(plan.expired, DeadlineExceeded("deadline passed while queued; not run"))
             if plan.shed:
