@@ -156,13 +156,14 @@ def _bilstm(g: Graph, x: str, features: int, hidden: int) -> str:
 
 MODELS: dict[str, Callable[[Path], Path]] = {"resnet": resnet18, "mlp": mlp, "crnn": crnn}
 
+MAX_BATCH = 32
 MANIFEST = """\
 [function]
 name = "{name}"
 description = "benchmark model ({name}, random weights)"
 
 [batching]
-max_batch_size = 32
+max_batch_size = {max_batch}
 max_queue_delay_ms = {delay}
 max_queue_size = {queue}
 timeout_ms = 10000
@@ -196,6 +197,7 @@ def write_function(
     (folder / "function.toml").write_text(
         MANIFEST.format(
             name=name,
+            max_batch=MAX_BATCH,
             delay=delay_ms,
             queue=queue,
             slo=slo,

@@ -305,7 +305,11 @@ def _coldstart(r: dict[str, Any]) -> list[str]:
 
 def _memory(r: dict[str, Any]) -> list[str]:
     lines = [
-        "## Memory (RSS MB after the serving runs)",
+        "## Memory (RSS MB, idle 5 s after the serving runs)",
+        "",
+        "Backend alone: a process holding only the backend, after one batch of every size "
+        "1..32 (the shapes a server runs; each one leaves buffers in the backend), free heap "
+        "memory then returned to the system as an idle server does (edgeserve/memory.py).",
         "",
         "| model | " + " | ".join(next(iter(r["memory"].values()))) + " |",
     ]

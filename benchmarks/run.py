@@ -26,7 +26,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from limit import measure_limit, output_difference  # noqa: E402
 from load import Sample, measure, median_sample, request_for  # noqa: E402
-from models import BENCH_SHAPES, write_function  # noqa: E402
+from models import BENCH_SHAPES, MAX_BATCH, write_function  # noqa: E402
 from report import write_results  # noqa: E402
 from servers import Server, start_edgeserve, start_floor, start_triton, triton_available  # noqa: E402
 
@@ -38,6 +38,7 @@ CONCURRENCY = (1, 4, 16, 64)
 POISSON_RATE = {"resnet": 20.0, "mlp": 1500.0, "crnn": 150.0}  # a middling open-loop load, items/s
 SATURATION = (16, 64)
 DELAY_US = 2000  # Triton's and edgeserve's max_queue_delay: the same 2 ms
+IDLE_S = 5.0
 SLO_MODEL = "crnn"
 SLO_MS = 50.0
 FIXED_DELAYS_MS = (0.0, 2.0, 10.0)
@@ -148,15 +149,16 @@ def serving(
         for server in servers:
             server.wait_ready()
         table = alternate(model, servers, settings)
+        time.sleep(IDLE_S)  # what a server keeps once idle (edgeserve trims after ~2-4 s idle)
         memory = {s.label: s.rss_mb() for s in servers if "triton" not in s.label}
     finally:
         for server in servers:
             server.stop()
     memory["backend alone (ort)"] = _footprint(
-        ["backend", str(ort / "model.onnx"), "onnxruntime", "fp32"]
+        ["backend", str(ort / "model.onnx"), "onnxruntime", "fp32", str(MAX_BATCH)]
     )["rss_mb"]
     memory["backend alone (openvino auto)"] = _footprint(
-        ["backend", str(ov / "model.onnx"), "openvino", "auto"]
+        ["backend", str(ov / "model.onnx"), "openvino", "auto", str(MAX_BATCH)]
     )["rss_mb"]
     return table, memory
 

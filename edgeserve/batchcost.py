@@ -94,15 +94,17 @@ class CostModel:
 
     def _fit(self, x: float, y: float) -> None:
         """One step of recursive least squares on y = a + c*x with forgetting."""
-        p, (a, c) = self._p, self._theta
-        px = [p[0][0] + p[0][1] * x, p[1][0] + p[1][1] * x]
-        denominator = FORGETTING + px[0] + x * px[1]
-        gain = [px[0] / denominator, px[1] / denominator]
+        (p00, p01), (p10, p11) = self._p
+        a, c = self._theta
+        px0, px1 = p00 + p01 * x, p10 + p11 * x
+        denominator = FORGETTING + px0 + x * px1
+        g0, g1 = px0 / denominator, px1 / denominator
         error = y - (a + c * x)
-        self._theta = [a + gain[0] * error, c + gain[1] * error]
+        self._theta = [a + g0 * error, c + g1 * error]
+        q0, q1 = p00 + x * p10, p01 + x * p11
         self._p = [
-            [(p[i][j] - gain[i] * (p[0][j] + x * p[1][j])) / FORGETTING for j in range(2)]
-            for i in range(2)
+            [(p00 - g0 * q0) / FORGETTING, (p01 - g0 * q1) / FORGETTING],
+            [(p10 - g1 * q0) / FORGETTING, (p11 - g1 * q1) / FORGETTING],
         ]
 
 

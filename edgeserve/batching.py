@@ -61,6 +61,7 @@ class _Item:
     rows: int
     key: Hashable
     enqueued: float
+    arrived: float
     deadline: float
     future: asyncio.Future[TensorDict]
 
@@ -110,9 +111,15 @@ class Batcher:
         self._executor = ThreadPoolExecutor(count, thread_name_prefix="edgeserve-batch")
         self._workers = [asyncio.create_task(self._work()) for _ in range(count)]
 
-    async def submit(self, inputs: TensorDict, deadline: float) -> TensorDict:
-        """Run one request (all its rows) before `deadline` (time.monotonic()); its outputs."""
-        items = self._admit(inputs, deadline)
+    async def submit(
+        self, inputs: TensorDict, deadline: float, arrived: float | None = None
+    ) -> TensorDict:
+        """Run one request (all its rows) before `deadline` (time.monotonic()); its outputs.
+
+        `arrived` is when the request reached the server (default: now); latency_slo_ms counts
+        from there, so that the time it took to read and decode counts against the SLO too.
+        """
+        items = self._admit(inputs, deadline, arrived)
         try:
             if len(items) == 1:
                 if not await self._ran_now(items[0]):
@@ -139,21 +146,22 @@ class Batcher:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _admit(self, inputs: TensorDict, deadline: float) -> list[_Item]:
+    def _admit(self, inputs: TensorDict, deadline: float, arrived: float | None) -> list[_Item]:
         if self._stopping or not self._workers:
             state = "draining" if self._stopping else "not started"
             raise Unavailable(f"batcher is {state}: not accepting requests")
         now = time.monotonic()
         if deadline <= now:
             raise DeadlineExceeded(f"deadline passed {now - deadline:.3f}s before queueing")
+        arrived = now if arrived is None else min(arrived, now)
         rows = self._rows_of(inputs)
         self._check_room(rows)
-        self._check_slo(rows, now)
+        self._check_slo(rows, now, arrived)
         self._arrivals.arrived(now, rows)
         sizes = part_sizes(rows, self._policy.max_batch_size)
         loop = asyncio.get_running_loop()
         items = [
-            _Item(part, size, self._key(part), now, deadline, loop.create_future())
+            _Item(part, size, self._key(part), now, arrived, deadline, loop.create_future())
             for part, size in zip(split_rows(inputs, sizes), sizes, strict=True)
         ]
         self._queue.update(dict.fromkeys(items))
@@ -195,18 +203,18 @@ class Batcher:
                 ),
             )
 
-    def _check_slo(self, rows: int, now: float) -> None:
+    def _check_slo(self, rows: int, now: float, arrived: float) -> None:
         """Shed at the door a request whose predicted finish already misses latency_slo_ms
         (the SLO itself: the door sheds only clear cases, the planner then keeps the budget)."""
         slo = self._policy.latency_slo_s
         if slo is None or not self._cost.table:
             return
         finish = self._free_at(now) + self._backlog_s(self._rows + rows)
-        if finish > now + slo:
+        if finish > arrived + slo:
             raise Unavailable(
                 f"cannot answer within latency_slo_ms={slo * 1e3:g}: "
-                f"predicted {(finish - now) * 1e3:.1f} ms of queue and compute",
-                retry_after_s=max(finish - now - slo, 0.001),
+                f"predicted {(finish - arrived) * 1e3:.1f} ms since arrival",
+                retry_after_s=max(finish - arrived - slo, 0.001),
             )
 
     def _backlog_s(self, rows: int) -> float:

@@ -64,6 +64,8 @@ class Pending(Protocol):
     @property
     def enqueued(self) -> float: ...
     @property
+    def arrived(self) -> float: ...
+    @property
     def deadline(self) -> float: ...
 
 
@@ -122,18 +124,18 @@ def _plan_for_slo(
     items that serves the most in time (`_best_window`); wait only while that batch is too small
     to keep up with the arrival rate and its oldest item can still afford the wait."""
     budget = policy.budget_s or 0.0
-    hopeless = [now + outlook.cost_of(item.rows) > item.enqueued + budget for item in live]
+    hopeless = [now + outlook.cost_of(item.rows) > item.arrived + budget for item in live]
     shed = tuple(item for item, lost in zip(live, hopeless, strict=True) if lost)
     keep = [item for item, lost in zip(live, hopeless, strict=True) if not lost]
     if not keep:
         return Plan((), expired, shed=shed)
-    group = [item for item in keep if item.key == keep[0].key]
+    group = sorted((item for item in keep if item.key == keep[0].key), key=_arrival)
     skip, batch = _best_window(group, policy.max_batch_size, now, budget, outlook)
     shed += tuple(group[:skip])
     rows = sum(item.rows for item in batch)
     behind = skip + len(batch) < len(group)
     target = outlook.rows_to_keep_up(policy.max_batch_size, KEEP_UP_HEADROOM)
-    latest = batch[0].enqueued + budget - outlook.cost_of(target)
+    latest = batch[0].arrived + budget - outlook.cost_of(target)
     if behind or rows >= target or not outlook.waiting_pays or latest <= now:
         return Plan(tuple(batch), expired, shed=shed)
     return Plan((), expired, min(latest, min(item.deadline for item in keep)), shed)
@@ -146,7 +148,7 @@ def _best_window(
     if run now that maximizes n - skip (served now minus shed now). Under overload this sheds a
     few nearly-late items for a full batch, where serving the most urgent alone would collapse
     throughput; with slack to spare it is simply the oldest items (skip 0)."""
-    dues = [item.enqueued + budget for item in group]  # FIFO: non-decreasing
+    dues = [item.arrived + budget for item in group]  # in order of arrival: non-decreasing
     best: tuple[int, int] = (1, 0)  # (n, skip): the oldest alone always fits (not hopeless)
     for n in range(2, min(len(group), max_rows) + 1):
         skip = bisect.bisect_left(dues, now + outlook.cost_of(n))
@@ -157,6 +159,10 @@ def _best_window(
             best = (n, skip)
     n, skip = best
     return skip, group[skip : skip + n]
+
+
+def _arrival(item: Pending) -> float:
+    return item.arrived
 
 
 def _fill(live: list[P], max_rows: int) -> tuple[list[P], bool]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata as package_metadata
 from pathlib import Path
@@ -33,7 +33,7 @@ from edgeserve.bundle import (
 )
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import BACKEND_NAMES, MANIFEST_NAME, Manifest, load_manifest
-from edgeserve.precision import check_precision
+from edgeserve.precision import PrecisionCheck, check_precision
 from edgeserve.signature import read_signature
 from edgeserve.targets import load_target
 from edgeserve.types import Signature
@@ -168,14 +168,20 @@ def build(
     backend: str | None = None,
     archive: bool = False,
     dist: Path | None = None,
+    report: Callable[[PrecisionCheck], None] | None = None,
 ) -> Bundle:
     """Build the function at `source` into the bundle folder `out`.
 
     With `archive`, also write `<name>-<version>-<target>.tar.gz` per target into `dist`
-    (default: a `dist` folder beside `out`).
+    (default: a `dist` folder beside `out`). When a target runs OpenVINO at a precision other
+    than fp32, the drift against fp32 is measured (refused over max_abs_diff) and given to `report`.
     """
     plan = plan_build(source, targets=targets, backend=backend)
-    check_precision(source, load_manifest(source), plan.signature)  # refuses over max_abs_diff
+    check = (
+        check_precision(source, load_manifest(source), plan.signature) if plan.export_ir else None
+    )
+    if check is not None and report is not None:
+        report(check)
     return write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
 
 

@@ -41,7 +41,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     source = Path(args.source)
     out = Path(args.out) if args.out else Path("build") / source.resolve().name
-    bundle = build(source, out, targets=tuple(args.target), archive=args.archive)
+    bundle = build(
+        source,
+        out,
+        targets=tuple(args.target),
+        archive=args.archive,
+        report=lambda check: console.print(check.describe(), markup=False, soft_wrap=True),
+    )
     console.print(
         f"[green]built[/] {bundle.manifest.function.name} -> {bundle.root}  "
         f"hash {bundle.content_hash[:12]}"

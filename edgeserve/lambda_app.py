@@ -1,4 +1,4 @@
-"""The Lambda side of a function: the same Starlette app, behind Mangum, built once per container.
+"""The Lambda side of a function: the same ASGI app, behind Mangum, built once per container.
 
 Mangum would run the ASGI lifespan (and so load the model) on every invocation
 (Kludex/mangum#342), so the lifespan is off and `create_handler` starts the runtime itself, on
@@ -34,7 +34,11 @@ def create_handler(path: Path | None = None) -> Mangum:
     from edgeserve.http.app import create_app
     from edgeserve.runtime import Runtime
 
-    runtime = Runtime.load(Bundle.open(path or bundle_path()), lambda_mode=True)
+    # Lambda ships ONNX Runtime alone (build.PLATFORM_BACKENDS): the emulator computes the same
+    # numbers, not OpenVINO's (bf16 under precision "auto") where OpenVINO happens to be installed
+    runtime = Runtime.load(
+        Bundle.open(path or bundle_path()), backend="onnxruntime", lambda_mode=True
+    )
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(runtime.start())

@@ -10,15 +10,14 @@ worker threads, and every request (v2 or /invoke) ends in `Batcher.submit`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import importlib.util
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -28,6 +27,7 @@ from edgeserve.backends.tensors import shape_profile
 from edgeserve.batching import Batcher, BatchPolicy
 from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput
 from edgeserve.hardware import probe
+from edgeserve.memory import trim_when_idle
 from edgeserve.signature import check_inputs
 from edgeserve.stats import ModelStats
 from edgeserve.types import Backend, Context, TensorDict
@@ -54,6 +54,7 @@ class Runtime:
         self.handler = _import_handler(bundle.handler_path)
         self.ready = False
         self.timings: dict[str, float] = {}
+        self._housekeeping: asyncio.Task[None] | None = None
 
     @classmethod
     def load(
@@ -124,6 +125,7 @@ class Runtime:
         for rows in _warmup_sizes(preferred, self.batcher.policy):
             await asyncio.to_thread(self.backend.infer, _zeros(self.signature, rows))
         self.timings["warmup_s"] = time.perf_counter() - started
+        self._housekeeping = asyncio.create_task(trim_when_idle(self._requests_seen))
         self.ready = True
         log.info(
             "%s v%s ready on %s (load %.2f s, warm-up %.2f s)",
@@ -136,58 +138,60 @@ class Runtime:
 
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         self.ready = False
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
         await self.batcher.stop(drain_timeout_s)
         self.backend.close()
 
-    async def infer(self, inputs: TensorDict, timeout_s: float | None = None) -> TensorDict:
+    async def infer(
+        self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
+    ) -> TensorDict:
         """Run one request's tensors (batch axis included when the model is batched).
 
         `timeout_s` (Triton's `timeout` request parameter) may shorten the manifest's
-        timeout_ms for this request, never lengthen it.
+        timeout_ms for this request, never lengthen it. `arrived` (time.monotonic()) is when
+        the request reached the server: its deadline and latency_slo_ms count from there.
         """
-        async with self._counted():
-            return await self._run(inputs, self._deadline(timeout_s))
+        with self._counted():
+            return await self._run(inputs, self._arrival(arrived, timeout_s))
 
-    async def invoke(self, payload: Any, content_type: str) -> Any:
+    async def invoke(self, payload: Any, content_type: str, *, arrived: float | None = None) -> Any:
         """The function's own interface: handler.preprocess -> batcher -> handler.postprocess.
 
         One request however many items it became: one deadline, one count in the statistics.
         """
-        async with self._counted():
-            deadline = self._deadline()
+        with self._counted():
+            when = self._arrival(arrived)
             if self.handler is None:
-                return _to_lists(await self._run(self._tensors_from(payload), deadline))
+                return _to_lists(await self._run(self._tensors_from(payload), when))
             ctx = Context(content_type, self.manifest.handler.options, self.root)
             items = await asyncio.to_thread(self._call_handler, "preprocess", payload, ctx)
             results = await asyncio.gather(
-                *(self._run_item(item, position, deadline) for position, item in enumerate(items))
+                *(self._run_item(item, position, when) for position, item in enumerate(items))
             )
             return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
 
-    @contextlib.asynccontextmanager
-    async def _counted(self) -> AsyncIterator[None]:
-        """Count one request, failed unless its body completes, with its duration."""
-        started, ok = time.perf_counter_ns(), False
-        try:
-            yield
-            ok = True
-        finally:
-            self.stats.request_done(ok, time.perf_counter_ns() - started)
+    def _requests_seen(self) -> int:
+        counters = self.stats.snapshot()
+        return counters.success.count + counters.fail.count
 
-    async def _run(self, inputs: TensorDict, deadline: float) -> TensorDict:
+    def _counted(self) -> _Counted:
+        return _Counted(self.stats)
+
+    async def _run(self, inputs: TensorDict, when: _Arrival) -> TensorDict:
         check_inputs(self.signature, inputs)
-        return await self.batcher.submit(inputs, deadline)
+        return await self.batcher.submit(inputs, when.deadline, when.arrived)
 
-    async def _run_item(self, item: Any, position: int, deadline: float) -> TensorDict:
+    async def _run_item(self, item: Any, position: int, when: _Arrival) -> TensorDict:
         if not isinstance(item, dict):
             raise EdgeserveError(
                 f"handler.preprocess: item {position} is {type(item).__name__}, "
                 "expected a dict of arrays"
             )
         if not self.signature.batched:
-            return await self._run(item, deadline)
+            return await self._run(item, when)
         row = {name: np.asarray(value)[np.newaxis] for name, value in item.items()}
-        return {name: value[0] for name, value in (await self._run(row, deadline)).items()}
+        return {name: value[0] for name, value in (await self._run(row, when)).items()}
 
     def _call_handler(self, hook: str, *args: Any) -> Any:
         """Run a handler hook; our own errors pass through, anything else is the handler's fault."""
@@ -226,9 +230,34 @@ class Runtime:
         )
         return tensors
 
-    def _deadline(self, timeout_s: float | None = None) -> float:
+    def _arrival(self, arrived: float | None, timeout_s: float | None = None) -> _Arrival:
+        arrived = time.monotonic() if arrived is None else arrived
         limit = self.manifest.batching.timeout_ms / 1000.0
-        return time.monotonic() + (limit if timeout_s is None else min(limit, timeout_s))
+        return _Arrival(arrived, arrived + (limit if timeout_s is None else min(limit, timeout_s)))
+
+
+class _Counted:
+    """Counts one request, failed unless its block completes, with its duration (a plain
+    context manager: a generator-based one costs several microseconds a request)."""
+
+    __slots__ = ("_started", "_stats")
+
+    def __init__(self, stats: ModelStats) -> None:
+        self._stats = stats
+        self._started = time.perf_counter_ns()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        self._stats.request_done(kind is None, time.perf_counter_ns() - self._started)
+
+
+class _Arrival(NamedTuple):
+    """When a request reached the server and when it must be answered (time.monotonic())."""
+
+    arrived: float
+    deadline: float
 
 
 def _import_handler(path: Path | None) -> ModuleType | None:

@@ -7,10 +7,9 @@ import time
 from pathlib import Path
 
 import uvicorn
-from starlette.applications import Starlette
 
 from edgeserve.bundle import open_or_build
-from edgeserve.http.app import create_app
+from edgeserve.http.app import FunctionApp, create_app
 from edgeserve.runtime import Runtime
 
 log = logging.getLogger("edgeserve")
@@ -42,7 +41,7 @@ def serve(
     )
 
 
-def load_app(path: Path, backend: str | None = None) -> Starlette:
+def load_app(path: Path, backend: str | None = None) -> FunctionApp:
     """Open (or build) the bundle at `path` and load it: the app every server of it runs."""
     started = time.perf_counter()
     bundle = open_or_build(path)

@@ -78,7 +78,10 @@ class ModelStats:
             counters.execution_count += 1
             counters.last_inference_ms = time.time_ns() // 1_000_000
             counters.compute_infer.add(len(queue_ns), compute_ns * len(queue_ns))
-            counters.batches.setdefault(size, Duration()).add(1, compute_ns)
+            by_size = counters.batches.get(size)
+            if by_size is None:
+                by_size = counters.batches[size] = Duration()
+            by_size.add(1, compute_ns)
 
     def request_done(self, ok: bool, duration_ns: int) -> None:
         """One request answered (`ok`) or failed, `duration_ns` after it arrived."""

@@ -26,6 +26,10 @@ class Item:
     key: str = "x"
     deadline: float = math.inf
 
+    @property
+    def arrived(self) -> float:  # reached the batcher as it reached the server
+        return self.enqueued
+
 
 @dataclass(frozen=True)
 class Outcome:

@@ -40,6 +40,10 @@ class Entry:
     enqueued: float = 0.0
     deadline: float = INF
 
+    @property
+    def arrived(self) -> float:  # reached the batcher as it reached the server
+        return self.enqueued
+
 
 def policy(
     max_batch: int = 8, preferred: tuple[int, ...] = (), delay: float = 0.010
@@ -734,6 +738,19 @@ async def test_slo_sheds_early_what_cannot_make_it_and_answers_the_rest_in_time(
     assert max(shed) < 0.150  # shed at the door or in the queue, never after a long wait
     assert all("latency_slo_ms=150" in what for _, what in outcomes if what != "ok")
     assert max(model.sizes) == 4
+
+
+@in_loop
+async def test_the_slo_counts_from_when_the_request_arrived_not_from_when_it_queued() -> None:
+    model = Sleeper()
+    pol = BatchPolicy(4, (), 0.0, 1024, 1, latency_slo_s=0.150)
+    async with serving(model, pol) as batcher:
+        now = time.monotonic()
+        fresh = await batcher.submit(tagged(1.0), soon(), arrived=now - 0.010)
+        with pytest.raises(Unavailable, match="latency_slo_ms=150"):
+            await batcher.submit(tagged(2.0), soon(), arrived=now - 0.140)  # decoding took long
+    assert fresh["y"][:, 0].tolist() == [1.0]
+    assert model.sizes == [1]  # the late request never ran
 
 
 @in_loop

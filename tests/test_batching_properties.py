@@ -65,6 +65,10 @@ class Entry:
     enqueued: float
     deadline: float
 
+    @property
+    def arrived(self) -> float:  # reached the batcher as it reached the server
+        return self.enqueued
+
 
 entries = st.lists(
     st.builds(

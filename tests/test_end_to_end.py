@@ -269,7 +269,9 @@ def test_a_model_with_a_fixed_batch_dim_is_served_unbatched(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = write_function(
-        tmp_path / "fixed", lambda path: mlp_model(path, batch=1), '[function]\nname = "fixed"\n'
+        tmp_path / "fixed",
+        lambda path: mlp_model(path, batch=1),
+        '[function]\nname = "fixed"\n[backend]\nprecision = "fp32"\n',  # exact vs numpy
     )
     assert main(["build", str(folder), "--out", str(tmp_path / "build")]) == 0
     assert "batching off: x, y has no dynamic first dim" in capsys.readouterr().out

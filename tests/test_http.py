@@ -441,3 +441,25 @@ def test_a_client_that_hangs_up_has_its_items_dropped_before_they_run(tmp_path: 
         assert stats["inference_count"] == warmed
         response = httpx.post(f"{url}/v2/models/mlp/infer", content=body, timeout=10)
         assert response.status_code == 200
+
+
+SLO_50_MS = MLP.replace("max_queue_delay_ms = 1", "max_queue_delay_ms = 1\nlatency_slo_ms = 50")
+
+
+def test_latency_slo_counts_from_the_request_reaching_the_server(tmp_path: Path) -> None:
+    """A body that takes 200 ms to arrive has spent the 50 ms SLO before it reaches the queue."""
+    bundle = build(write_function(tmp_path / "src", mlp_model, SLO_50_MS), tmp_path / "bundle")
+    body = orjson.dumps(json_request(rows(1)))
+    with serving(create_app(Runtime.load(bundle))) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as conn:
+            conn.sendall(
+                b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            )
+            time.sleep(0.2)
+            conn.sendall(body)
+            answer = conn.recv(65536).decode()
+        assert answer.startswith("HTTP/1.1 503"), answer
+        assert "latency_slo_ms=50" in answer
+        assert httpx.post(f"{url}/v2/models/mlp/infer", content=body).status_code == 200

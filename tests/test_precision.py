@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from edgeserve.build import build
+from edgeserve.cli import main
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import load_manifest
-from edgeserve.precision import check_precision
+from edgeserve.precision import PrecisionCheck, check_precision
 from edgeserve.signature import read_signature
 from tests.models import conv_model
 
@@ -85,3 +86,29 @@ def test_build_refuses_drift_over_max_abs_diff_and_accepts_it_under(tmp_path: Pa
     assert not (tmp_path / "out-strict").exists()
     loose = source(tmp_path / "loose", "auto", limit=drift * 2)
     assert build(loose, tmp_path / "out-loose").manifest.backend.max_abs_diff == drift * 2
+
+
+def test_edgeserve_build_prints_the_measured_drift_and_the_inputs_it_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = source(tmp_path, "auto", samples=2)
+    drift = measured(folder)
+    capsys.readouterr()
+    assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert f"outputs differ from fp32 by at most {drift:.3g} on 2 samples" in printed
+    assert "precision auto (openvino)" in printed
+
+
+def test_the_default_is_auto_and_only_targets_running_openvino_are_measured(
+    tmp_path: Path,
+) -> None:
+    folder = source(tmp_path, "auto")
+    (folder / "function.toml").write_text('[function]\nname = "conv"\n')
+    assert load_manifest(folder).backend.precision == "auto"
+    reported: list[PrecisionCheck] = []
+    build(folder, tmp_path / "local", report=reported.append)
+    assert [check.precision for check in reported] == ["auto"]
+    build(folder, tmp_path / "lambda", targets=("aws-lambda",), report=reported.append)
+    build(folder, tmp_path / "ort", backend="onnxruntime", report=reported.append)
+    assert len(reported) == 1  # ONNX Runtime alone: nothing to compare

@@ -118,7 +118,8 @@ def test_the_scaffolded_function_serves_with_no_edits(tmp_path: Path) -> None:
     backend, answer = asyncio.run(invoke_once())
     assert backend == "openvino"  # this machine is a CPU: the bundle's IR is what runs
     assert isinstance(answer, dict) and list(answer) == ["y"]
-    np.testing.assert_allclose(answer["y"], expected, rtol=1e-4, atol=1e-4)
+    # precision "auto": bf16 where the CPU has it (8-bit mantissa), about 2e-3 off here
+    np.testing.assert_allclose(answer["y"], expected, rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,7 @@ class OnnxRuntime:
 
     def __init__(self, model_path: Path, options: LoadOptions) -> None:
         import onnxruntime as ort
+        from onnxruntime.capi import onnxruntime_pybind11_state as pybind_state
 
         self.signature = read_signature(model_path, ModelSection())
         self._profile = options.profile
@@ -56,6 +57,7 @@ class OnnxRuntime:
             bucket: self._open(ort, model_path, options) for bucket in self.buckets or (0,)
         }
         self.providers: list[str] = next(iter(self._sessions.values())).get_providers()
+        self._invalid_argument: type[Exception] = pybind_state.InvalidArgument
         if options.cuda_device is not None and "CUDAExecutionProvider" not in self.providers:
             log.warning("onnxruntime: CUDA was requested but only %s are usable", self.providers)
         self._output_names = [spec.name for spec in self.signature.outputs]
@@ -69,8 +71,6 @@ class OnnxRuntime:
             raise BackendError(f"onnxruntime: cannot load {model_path}: {exc}") from None
 
     def infer(self, inputs: TensorDict) -> TensorDict:
-        from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
-
         check_inputs(inputs, self.signature.inputs, self._profile)
         feeds = {name: _text(name, array) for name, array in inputs.items()}
         rows = next(iter(feeds.values())).shape[0] if self.buckets else 0
@@ -79,7 +79,7 @@ class OnnxRuntime:
             feeds = {name: _pad_rows(array, bucket) for name, array in feeds.items()}
         try:
             values = self._sessions[bucket].run(self._output_names, feeds)
-        except InvalidArgument as exc:
+        except self._invalid_argument as exc:
             raise InvalidInput(f"onnxruntime rejected the inputs: {exc}") from None
         except Exception as exc:
             raise BackendError(f"onnxruntime: inference failed: {exc}") from None

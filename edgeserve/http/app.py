@@ -1,8 +1,8 @@
-"""The Starlette app of one function: KServe v2 as Triton speaks it, `/invoke` and `/metrics`.
+"""The ASGI app of one function: KServe v2 as Triton speaks it, `/invoke` and `/metrics`.
 
-Status codes follow Triton except where noted at the route. A request that waits for inference
-watches its connection: when the client hangs up, the waiting inference is cancelled, so the
-batcher drops its items before they run.
+Inference requests take their own lean path (`inference.py`); everything else (health,
+metadata, config, statistics, metrics, and routing errors) is a Starlette app. Status codes
+follow Triton except where noted at the route.
 
 Not served (Triton has them): response compression by Accept-Encoding (request bodies may be
 gzip or deflate), raw binary requests (Inference-Header-Content-Length: 0), classification,
@@ -11,29 +11,28 @@ shared memory, the repository, trace and logging extensions.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from edgeserve import __version__
-from edgeserve.errors import InvalidInput, ModelNotFound, Unavailable
-from edgeserve.http import invoke, metadata, v2
-from edgeserve.http.body import read_body
+from edgeserve.errors import Unavailable
+from edgeserve.http import metadata
 from edgeserve.http.errors import ErrorMiddleware, http_exception_handler
+from edgeserve.http.inference import InferenceRoutes, check_model
 from edgeserve.manifest import Manifest
 from edgeserve.stats import ModelStats
 from edgeserve.types import Signature, TensorDict
 
-T = TypeVar("T")
 DRAIN_TIMEOUT_S = 30.0
 
 
@@ -57,14 +56,34 @@ class ServedFunction(Protocol):
 
     async def start(self) -> None: ...
     async def stop(self, drain_timeout_s: float = ...) -> None: ...
-    async def infer(self, inputs: TensorDict, timeout_s: float | None = None) -> TensorDict: ...
-    async def invoke(self, payload: Any, content_type: str) -> Any: ...
+    async def infer(
+        self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
+    ) -> TensorDict: ...
+    async def invoke(
+        self, payload: Any, content_type: str, *, arrived: float | None = None
+    ) -> Any: ...
 
 
-def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) -> Starlette:
+class FunctionApp:
+    """The ASGI app: inference routes go straight to their handlers, the rest to Starlette."""
+
+    def __init__(self, inference: InferenceRoutes, rest: Starlette) -> None:
+        self.inference = inference
+        self.rest = rest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            app = self.inference.app_for(scope["path"])
+            if app is not None:
+                await app(scope, receive, send)
+                return
+        await self.rest(scope, receive, send)
+
+
+def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) -> FunctionApp:
     """The app serving `runtime`; its lifespan starts the runtime and stops it (draining)."""
     limit = max_body_bytes or int(runtime.manifest.resources.max_body_mb * 2**20)
-    endpoints = _Endpoints(runtime, limit)
+    endpoints = _Endpoints(runtime)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -74,18 +93,18 @@ def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) ->
         finally:
             await runtime.stop(DRAIN_TIMEOUT_S)
 
-    return Starlette(
+    rest = Starlette(
         routes=endpoints.routes(),
         middleware=[Middleware(ErrorMiddleware)],
         exception_handlers={HTTPException: http_exception_handler},
         lifespan=lifespan,
     )
+    return FunctionApp(InferenceRoutes(runtime, limit), rest)
 
 
 class _Endpoints:
-    def __init__(self, runtime: ServedFunction, limit: int) -> None:
+    def __init__(self, runtime: ServedFunction) -> None:
         self.runtime = runtime
-        self.limit = limit
 
     def routes(self) -> list[Route]:
         model = "/v2/models/{model}"
@@ -94,7 +113,6 @@ class _Endpoints:
             Route("/v2/health/ready", self.ready),
             Route("/v2", self.server_metadata),
             Route("/v2/models/stats", self.stats),
-            Route("/invoke", self.invoke, methods=["POST"]),
             Route("/metrics", self.metrics),
         ]
         for base in (model, model + "/versions/{version}"):
@@ -103,7 +121,6 @@ class _Endpoints:
                 Route(base + "/ready", self.model_ready),
                 Route(base + "/config", self.model_config),
                 Route(base + "/stats", self.stats),
-                Route(base + "/infer", self.infer, methods=["POST"]),
             ]
         return routes
 
@@ -153,66 +170,6 @@ class _Endpoints:
             generate_latest(self.runtime.stats.registry), media_type=CONTENT_TYPE_LATEST
         )
 
-    async def infer(self, request: Request) -> Response:
-        runtime = self.runtime
-        self._check_model(request, infer=True)
-        body = await read_body(request, self.limit)
-        decoded = v2.decode_request(body, request.headers.get(v2.HEADER_LENGTH))
-        v2.check_outputs(decoded, runtime.signature)
-        timeout_s = v2.request_timeout_s(decoded)
-        results = await _unless_disconnected(request, runtime.infer(decoded.inputs, timeout_s))
-        outputs = v2.response_outputs(decoded, results, runtime.signature)
-        content, header_length = v2.encode_response(
-            runtime.name, runtime.version, decoded.id, outputs
-        )
-        if header_length is None:
-            return Response(content, media_type="application/json")
-        headers = {v2.HEADER_LENGTH: str(header_length)}
-        return Response(content, media_type="application/octet-stream", headers=headers)
-
-    async def invoke(self, request: Request) -> Response:
-        body = await read_body(request, self.limit)
-        content_type = invoke.media_type(request.headers.get("content-type"))
-        payload = invoke.decode_payload(body, content_type)
-        result = await _unless_disconnected(request, self.runtime.invoke(payload, content_type))
-        content, media_type = invoke.encode_result(result, request.headers.get("accept"))
-        return Response(content, media_type=media_type)
-
-    def _check_model(self, request: Request, *, infer: bool = False) -> None:
-        """Unknown model: 404, but 400 on infer; unknown version: 404 everywhere.
-
-        These are Triton's answers (its infer path reports an unknown model as INVALID_ARG), kept
-        so that clients and retry policies written against Triton see the same codes.
-        """
-        name, version = self.runtime.name, self.runtime.version
-        model = request.path_params["model"]
-        if model != name:
-            error = InvalidInput if infer else ModelNotFound
-            raise error(f"unknown model `{model}`: this server serves `{name}`")
-        wanted = request.path_params.get("version")
-        if wanted is not None and wanted != version:
-            raise ModelNotFound(
-                f"model `{name}` has no version `{wanted}`; it serves version `{version}`"
-            )
-
-
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Await `work`; if the client hangs up first, cancel it and raise ClientDisconnect."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnect(request))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-    if task.cancelled():
-        raise ClientDisconnect()
-    return task.result()
-
-
-async def _disconnect(request: Request) -> None:
-    """Returns when the client disconnects (the body has been read, so nothing else arrives)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+    def _check_model(self, request: Request) -> None:
+        params = request.path_params
+        check_model(self.runtime, params["model"], params.get("version"))

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import zlib
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
 
 from edgeserve.errors import InvalidInput, PayloadTooLarge
 
@@ -17,20 +18,29 @@ from edgeserve.errors import InvalidInput, PayloadTooLarge
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole (decoded) body, or PayloadTooLarge as soon as it exceeds `limit` bytes."""
-    declared = request.headers.get("content-length", "")
+async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
+    """The whole (decoded) body, or PayloadTooLarge as soon as it exceeds `limit` bytes.
+
+    `headers` are the request's, names in lower case. A client that hangs up while sending
+    raises ClientDisconnect.
+    """
+    declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _too_large(limit, f"Content-Length is {declared}")
     chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
+    size, more = 0, True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise _too_large(limit, "the body is longer")
         chunks.append(chunk)
-    body = b"".join(chunks)
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        more = message.get("more_body", False)
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    encoding = headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("", "identity"):
         return body
     return decompress(body, encoding, limit)

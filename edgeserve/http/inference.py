@@ -1,0 +1,176 @@
+"""The inference routes, v2 infer and `/invoke`, as plain ASGI: the path every request takes.
+
+For a small model this path *is* the serving cost, so it skips what the other routes use:
+no router (the app looks the exact path up in a dict), no middleware stack, no Request or
+Response objects. Errors still become responses in one place (`errors.error_response`).
+
+A request that waits watches its connection, so that a client that hangs up has its queued
+items dropped before they run; the watch starts only once the request has waited
+`WATCH_AFTER_S`, because a watcher task per request costs more than the short requests it
+would guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from edgeserve.errors import InvalidInput, ModelNotFound
+from edgeserve.http import invoke, v2
+from edgeserve.http.body import read_body
+from edgeserve.http.errors import error_response
+
+if TYPE_CHECKING:
+    from edgeserve.http.app import ServedFunction
+
+T = TypeVar("T")
+WATCH_AFTER_S = 0.02
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a handler gets of a request: its path, headers (names in lower case) and body."""
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    arrived: float  # time.monotonic() when the request reached the app
+
+
+@dataclass(frozen=True)
+class Reply:
+    body: bytes
+    media_type: str
+    header_length: int | None = None  # v2 binary responses: Inference-Header-Content-Length
+
+
+Handler = Callable[[Call], Awaitable[Reply]]
+_V2_INFER = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer")
+
+
+class InferenceRoutes:
+    """The inference routes of one function: `handler_for` says whether a path is one."""
+
+    def __init__(self, runtime: ServedFunction, limit: int) -> None:
+        self.runtime = runtime
+        self.limit = limit
+        self._v2_infer, self._invoke = self._asgi(self.v2_infer), self._asgi(self.invoke)
+
+    def app_for(self, path: str) -> ASGIApp | None:
+        """The ASGI app serving `path`, or None when it is not an inference route."""
+        if path == "/invoke":
+            return self._invoke
+        return self._v2_infer if _V2_INFER.fullmatch(path) else None
+
+    async def v2_infer(self, call: Call) -> Reply:
+        runtime = self.runtime
+        match = _V2_INFER.fullmatch(call.path)
+        assert match is not None  # app_for routes only matching paths here
+        check_model(runtime, match["model"], match["version"], infer=True)
+        decoded = v2.decode_request(call.body, call.headers.get(v2.HEADER_LENGTH))
+        v2.check_outputs(decoded, runtime.signature)
+        timeout_s = v2.request_timeout_s(decoded)
+        results = await runtime.infer(decoded.inputs, timeout_s, arrived=call.arrived)
+        outputs = v2.response_outputs(decoded, results, runtime.signature)
+        content, header_length = v2.encode_response(
+            runtime.name, runtime.version, decoded.id, outputs
+        )
+        if header_length is None:
+            return Reply(content, "application/json")
+        return Reply(content, "application/octet-stream", header_length)
+
+    async def invoke(self, call: Call) -> Reply:
+        content_type = invoke.media_type(call.headers.get("content-type"))
+        payload = invoke.decode_payload(call.body, content_type)
+        result = await self.runtime.invoke(payload, content_type, arrived=call.arrived)
+        content, media_type = invoke.encode_result(result, call.headers.get("accept"))
+        return Reply(content, media_type)
+
+    def _asgi(self, handler: Handler) -> ASGIApp:
+        limit = self.limit
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            arrived = time.monotonic()
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            try:
+                if scope["method"] != "POST":
+                    raise HTTPException(405, headers={"Allow": "POST"})
+                body = await read_body(receive, headers, limit)
+                call = Call(scope["path"], headers, body, arrived)
+                reply = await until_disconnected(receive, handler(call))
+            except Exception as exc:
+                await error_response(exc, f"POST {scope['path']}")(scope, receive, send)
+                return
+            await _send(send, reply)
+
+        return app
+
+
+def check_model(
+    runtime: ServedFunction, model: str, version: str | None, *, infer: bool = False
+) -> None:
+    """Unknown model: 404, but 400 on infer; unknown version: 404 everywhere.
+
+    These are Triton's answers (its infer path reports an unknown model as INVALID_ARG), kept
+    so that clients and retry policies written against Triton see the same codes.
+    """
+    name = runtime.name
+    if model != name:
+        error = InvalidInput if infer else ModelNotFound
+        raise error(f"unknown model `{model}`: this server serves `{name}`")
+    if version is not None and version != runtime.version:
+        raise ModelNotFound(
+            f"model `{name}` has no version `{version}`; it serves version `{runtime.version}`"
+        )
+
+
+async def _send(send: Send, reply: Reply) -> None:
+    headers = [
+        (b"content-type", reply.media_type.encode()),
+        (b"content-length", str(len(reply.body)).encode()),
+    ]
+    if reply.header_length is not None:
+        headers.append((v2.HEADER_LENGTH.encode(), str(reply.header_length).encode()))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": reply.body})
+
+
+async def until_disconnected(receive: Receive, work: Awaitable[T]) -> T:
+    """Await `work` in this task; once it has waited WATCH_AFTER_S, also watch the connection
+    and cancel the work if the client hangs up (raising ClientDisconnect)."""
+    task = asyncio.current_task()
+    assert task is not None
+    hung_up = False
+    watcher: asyncio.Task[None] | None = None
+
+    async def watch() -> None:
+        nonlocal hung_up
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        hung_up = True
+        task.cancel()
+
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = asyncio.ensure_future(watch())
+
+    timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watching)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if not hung_up:
+            raise
+        task.uncancel()
+        raise ClientDisconnect() from None
+    finally:
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()

@@ -1,0 +1,46 @@
+"""Give memory back to the system once the server goes idle.
+
+glibc keeps what a process frees in its heaps: after a burst of large requests (600 KB images,
+their batches) a server stays at its peak RSS for good, because small objects allocated in
+between pin the heap. `malloc_trim(0)` returns every free page of every heap. It walks the
+heaps, so it runs only after a whole idle period with no request at all, once per idle spell.
+
+Why not make glibc serve large blocks from mmap instead (a pinned M_MMAP_THRESHOLD)? Measured
+on a ResNet-18-shaped model on 2 cores: every 600 KB body then costs fresh page faults on each
+copy, the event loop's CPU per item rose from 0.75 ms to 2.65 ms and throughput fell by 18%.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+from collections.abc import Callable
+
+log = logging.getLogger("edgeserve")
+
+IDLE_CHECK_S = 2.0
+
+
+def trim() -> bool:
+    """Return free heap pages to the system; False where the C library is not glibc."""
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    return bool(malloc_trim(0))
+
+
+async def trim_when_idle(activity: Callable[[], int], every_s: float = IDLE_CHECK_S) -> None:
+    """Every `every_s`, trim if `activity()` (a count of requests) has not moved since the last
+    look and nothing was trimmed since it last moved. Runs until cancelled."""
+    last, trimmed = activity(), True  # nothing to give back before the first request
+    while True:
+        await asyncio.sleep(every_s)
+        seen = activity()
+        if seen == last and not trimmed:
+            released = trim()
+            log.debug("idle: returned free memory to the system (%s)", released)
+            trimmed = True
+        elif seen != last:
+            last, trimmed = seen, False
