@@ -13,7 +13,7 @@ batches (a: the fixed cost of a batch, c: the cost per row).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 EWMA_WEIGHT = 0.2
 """Weight of the newest observation in every moving average here."""
@@ -27,9 +27,9 @@ GAIN_FLOOR = 0.5
 """Waits gathering fewer extra items than this on average are not worth their latency."""
 
 
-@dataclass(frozen=True)
-class Outlook:
-    """What the planner knows of the near future; `cost[b - 1]` is seconds for b rows."""
+class Outlook(NamedTuple):
+    """What the planner knows of the near future; `cost[b - 1]` is seconds for b rows.
+    (A named tuple: one is made for every decision, and a frozen dataclass costs 5x more.)"""
 
     cost: tuple[float, ...] = ()
     arrival_rate: float = 0.0
