@@ -463,3 +463,16 @@ def test_latency_slo_counts_from_the_request_reaching_the_server(tmp_path: Path)
         assert answer.startswith("HTTP/1.1 503"), answer
         assert "latency_slo_ms=50" in answer
         assert httpx.post(f"{url}/v2/models/mlp/infer", content=body).status_code == 200
+
+
+def test_behind_a_proxy_that_strips_a_prefix_every_route_still_answers(
+    mlp_bundle: Bundle,
+) -> None:
+    """uvicorn --root-path /fn: the proxy forwards /fn/v2/... as /v2/..., the app sees /fn/v2/..."""
+    body = orjson.dumps(json_request(rows(1)))
+    with serving(create_app(Runtime.load(mlp_bundle)), root_path="/fn") as url:
+        assert httpx.get(f"{url}/v2/health/ready").status_code == 200
+        answer = httpx.post(f"{url}/v2/models/mlp/infer", content=body)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"][0]["name"] == "y"
+        assert httpx.post(f"{url}/v2/models/other/infer", content=body).status_code == 400

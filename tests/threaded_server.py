@@ -7,19 +7,21 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
 
 
 @contextmanager
-def serving(app: ASGIApp, timeout_s: float = 30.0) -> Iterator[str]:
-    """Serve `app` (lifespan included) and yield its base URL; shut it down on exit."""
+def serving(app: ASGIApp, timeout_s: float = 30.0, **config: Any) -> Iterator[str]:
+    """Serve `app` (lifespan included) and yield its base URL; shut it down on exit.
+    `config`: more uvicorn settings (root_path, ...)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", **config))
     thread = threading.Thread(target=_run, args=(server, sock), daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s

@@ -28,7 +28,7 @@ from edgeserve import __version__
 from edgeserve.errors import Unavailable
 from edgeserve.http import metadata
 from edgeserve.http.errors import ErrorMiddleware, http_exception_handler
-from edgeserve.http.inference import InferenceRoutes, check_model
+from edgeserve.http.inference import InferenceRoutes, check_model, route_path
 from edgeserve.manifest import Manifest
 from edgeserve.stats import ModelStats
 from edgeserve.types import Signature, TensorDict
@@ -73,7 +73,7 @@ class FunctionApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            app = self.inference.app_for(scope["path"])
+            app = self.inference.app_for(route_path(scope))
             if app is not None:
                 await app(scope, receive, send)
                 return

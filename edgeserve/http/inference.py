@@ -104,7 +104,7 @@ class InferenceRoutes:
                 if scope["method"] != "POST":
                     raise HTTPException(405, headers={"Allow": "POST"})
                 body = await read_body(receive, headers, limit)
-                call = Call(scope["path"], headers, body, arrived)
+                call = Call(route_path(scope), headers, body, arrived)
                 reply = await until_disconnected(receive, handler(call))
             except Exception as exc:
                 await error_response(exc, f"POST {scope['path']}")(scope, receive, send)
@@ -112,6 +112,15 @@ class InferenceRoutes:
             await _send(send, reply)
 
         return app
+
+
+def route_path(scope: Scope) -> str:
+    """The path the app routes on: behind a proxy prefix (root_path), the part after it."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root + "/"):
+        return path[len(root) :]
+    return path
 
 
 def check_model(
