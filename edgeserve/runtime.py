@@ -68,7 +68,7 @@ class Runtime:
         manifest = bundle.manifest
         started = time.perf_counter()
         platform = probe()
-        choice = choose(platform, prefer=manifest.backend.prefer, override=backend)
+        choice = choose(platform, prefer=_planned_backends(bundle), override=backend)
         policy = BatchPolicy.from_manifest(manifest.batching, batched=bundle.signature.batched)
         if lambda_mode:
             policy = dataclasses.replace(policy, max_queue_delay_s=0.0, instances=1)
@@ -258,6 +258,14 @@ class _Arrival(NamedTuple):
 
     arrived: float
     deadline: float
+
+
+def _planned_backends(bundle: Bundle) -> tuple[str, ...]:
+    """The backends the bundle was built for, best first (the manifest's `prefer` already cut
+    to its targets' platforms): a bundle built for Jetson or with `--backend onnxruntime`, served
+    on a laptop, computes as it will where it is going, not on whatever else is installed."""
+    planned = (name for target in bundle.targets for name in bundle.backends(target))
+    return tuple(dict.fromkeys(planned))
 
 
 def _import_handler(path: Path | None) -> ModuleType | None:

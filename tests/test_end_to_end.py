@@ -13,7 +13,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from edgeserve.build import build
+from edgeserve.bundle import Bundle
 from edgeserve.cli import main
+from edgeserve.runtime import Runtime
 from tests.models import mlp_model, varlen_model, write_function
 from tests.server import served
 
@@ -313,3 +316,18 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits(tmp_path: Path) -> N
         # uvicorn re-raises the signal once its graceful shutdown is done
         assert server.process.wait(timeout=30) == -signal.SIGTERM
     assert [reply.status_code for reply in replies] == [200] * 4
+
+
+def test_a_bundle_serves_with_the_backends_it_was_built_for(tmp_path: Path) -> None:
+    """prefer lists OpenVINO first and OpenVINO is installed here, but a Jetson bundle and one
+    built for ONNX Runtime both run ONNX Runtime: what they will run where they are going."""
+    manifest = BATCHED_MLP.replace('["onnxruntime"]', '["openvino", "onnxruntime"]')
+    folder = write_function(tmp_path / "mlp", mlp_model, manifest)
+    for name, target in {"local": "local", "jetson": "jetson"}.items():
+        assert main(["build", str(folder), "--out", str(tmp_path / name), "--target", target]) == 0
+    build(folder, tmp_path / "ort", backend="onnxruntime")
+    chosen = {
+        name: Runtime.load(Bundle.open(tmp_path / name)).backend_name
+        for name in ("local", "jetson", "ort")
+    }
+    assert chosen == {"local": "openvino", "jetson": "onnxruntime", "ort": "onnxruntime"}
