@@ -57,7 +57,7 @@ _V2_INFER = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/
 
 
 class InferenceRoutes:
-    """The inference routes of one function: `handler_for` says whether a path is one."""
+    """The inference routes of one function: `app_for` says whether a path is one."""
 
     def __init__(self, runtime: ServedFunction, limit: int) -> None:
         self.runtime = runtime
@@ -107,7 +107,8 @@ class InferenceRoutes:
                 call = Call(route_path(scope), headers, body, arrived)
                 reply = await until_disconnected(receive, handler(call))
             except Exception as exc:
-                await error_response(exc, f"POST {scope['path']}")(scope, receive, send)
+                where = f"{scope['method']} {scope['path']}"
+                await error_response(exc, where)(scope, receive, send)
                 return
             await _send(send, reply)
 
