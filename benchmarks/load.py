@@ -34,10 +34,12 @@ class Sample:
     client_cpu_us: float = float("nan")  # CPU of this load generator per answered item
 
 
-def request_for(name: str, input_name: str, shape: tuple[int, ...], port: int) -> Request:
-    x = np.random.default_rng(0).random((1, *shape), dtype=np.float32)
-    body = encode_infer(name, {input_name: x}, {input_name: "FP32"}, binary=True, items=1)
-    return Request(encode_request(f"127.0.0.1:{port}", body.path, body.headers, body.body), 1)
+def request_for(
+    name: str, input_name: str, shape: tuple[int, ...], port: int, items: int = 1
+) -> Request:
+    x = np.random.default_rng(0).random((items, *shape), dtype=np.float32)
+    body = encode_infer(name, {input_name: x}, {input_name: "FP32"}, binary=True, items=items)
+    return Request(encode_request(f"127.0.0.1:{port}", body.path, body.headers, body.body), items)
 
 
 def measure(

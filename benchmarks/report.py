@@ -42,6 +42,7 @@ def render(r: dict[str, Any]) -> list[str]:
         _targets(r)
         + _limits(r)
         + _serving(r)
+        + _several_items(r)
         + _cpu(r)
         + _threading(r)
         + _slo(r)
@@ -114,6 +115,28 @@ def _best_limit(r: dict[str, Any], model: str, backend: str, precision: str) -> 
         for row in r["limit"]
         if (row["model"], row["backend"], row["precision"]) == (model, backend, precision)
     )
+
+
+def _several_items(r: dict[str, Any]) -> list[str]:
+    rows = r.get("several_items", {})
+    if not rows:
+        return []
+    lines = [
+        "## Requests of several items (not counted in the targets)",
+        "",
+        "The OpenVINO auto server at c=16 when each request carries several items: the cost of a "
+        "request (HTTP, parsing, the event loop) is then shared by its items.",
+        "",
+        "| model | items per request | items/s | / limit (openvino auto) | p99 ms |",
+        "|---|---|---|---|---|",
+    ]
+    for model, row in rows.items():
+        limit = _best_limit(r, model, "openvino", "auto")
+        lines.append(
+            f"| {model} | {row['items_per_request']} | {row['items_per_s']:.0f} | "
+            f"{row['items_per_s'] / limit:.2f} | {row['p99_ms']:.1f} |"
+        )
+    return [*lines, ""]
 
 
 def _targets(r: dict[str, Any]) -> list[str]:

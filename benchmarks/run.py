@@ -39,6 +39,8 @@ POISSON_RATE = {"resnet": 20.0, "mlp": 1500.0, "crnn": 150.0}  # a middling open
 SATURATION = (16, 64)
 DELAY_US = 2000  # Triton's and edgeserve's max_queue_delay: the same 2 ms
 IDLE_S = 5.0
+SEVERAL = ("resnet", "crnn")  # the models of the efficiency target
+ITEMS_PER_REQUEST = 8
 SLO_MODEL = "crnn"
 SLO_MS = 50.0
 FIXED_DELAYS_MS = (0.0, 2.0, 10.0)
@@ -85,11 +87,12 @@ def main() -> None:
     }
     results["triton"] = triton_available()
     results["limit"], results["precision"] = limits(models, settings)
-    results["serving"], results["memory"] = {}, {}
+    results["serving"], results["memory"], results["several_items"] = {}, {}, {}
     for model in models:
-        results["serving"][model], results["memory"][model] = serving(
-            model, settings, results["triton"]
-        )
+        table, memory, several = serving(model, settings, results["triton"])
+        results["serving"][model], results["memory"][model] = table, memory
+        if several is not None:
+            results["several_items"][model] = several
     results["threading"] = {m: threading(m, settings) for m in models if m != "mlp"}
     if SLO_MODEL in models:
         results["slo"] = slo_comparison(results["serving"][SLO_MODEL], settings)
@@ -133,8 +136,9 @@ def limits(models: list[str], settings: Settings) -> tuple[list[dict[str, Any]],
 
 def serving(
     model: str, settings: Settings, triton_missing: str | None
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Floor, Triton (ORT), edgeserve (ORT) at every level; edgeserve (OpenVINO) at saturation."""
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    """Floor, Triton (ORT), edgeserve (ORT) at every level; edgeserve (OpenVINO) at saturation,
+    and with requests of several items (`several_items`, not counted in the targets)."""
     logs = settings.work / "logs"
     ort = function(model, "ort", settings, delay_ms=DELAY_US / 1000)
     ov = function(
@@ -149,6 +153,7 @@ def serving(
         for server in servers:
             server.wait_ready()
         table = alternate(model, servers, settings)
+        several = several_items(model, servers[-1], settings) if model in SEVERAL else None
         time.sleep(IDLE_S)  # what a server keeps once idle (edgeserve trims after ~2-4 s idle)
         memory = {s.label: s.rss_mb() for s in servers if "triton" not in s.label}
     finally:
@@ -160,7 +165,30 @@ def serving(
     memory["backend alone (openvino auto)"] = _footprint(
         ["backend", str(ov / "model.onnx"), "openvino", "auto", str(MAX_BATCH)]
     )["rss_mb"]
-    return table, memory
+    return table, memory, several
+
+
+def several_items(model: str, server: Server, settings: Settings) -> dict[str, Any]:
+    """The same server at c=16 when each request carries ITEMS_PER_REQUEST items: what serving
+    costs per item once a request's own cost is shared."""
+    request = request_for(
+        model, INPUT_NAMES[model], BENCH_SHAPES[model], server.port, ITEMS_PER_REQUEST
+    )
+    scale = WINDOW_SCALE.get(model, 1.0)
+    runs = [
+        measure(
+            server.port,
+            request,
+            concurrency=16,
+            window_s=settings.window_s * scale,
+            warmup_s=settings.warmup_s * scale,
+            pid=server.process.pid,
+        )
+        for _ in range(settings.rounds)
+    ]
+    sample = median_sample(runs)
+    print(f"{model} c=16, {ITEMS_PER_REQUEST} items a request: {sample.items_per_s:.0f}/s")
+    return {"items_per_request": ITEMS_PER_REQUEST} | dataclasses.asdict(sample)
 
 
 def alternate(model: str, servers: list[Server], settings: Settings) -> dict[str, Any]:
