@@ -45,4 +45,7 @@ def part_sizes(rows: int, max_rows: int) -> list[int]:
 
 
 def key_dims(shape: tuple[int, ...], pad_axis: int | None) -> tuple[int, ...]:
+    """The non-batch dims that must agree for rows to stack (a pad axis may differ: -1)."""
+    if pad_axis is None:
+        return shape[1:]
     return tuple(-1 if axis == pad_axis else dim for axis, dim in enumerate(shape) if axis)
