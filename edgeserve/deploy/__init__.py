@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 DRIVERS: dict[str, str | None] = {
     "aws-lambda": "edgeserve.deploy.aws_lambda:DRIVER",
     "jetson": "edgeserve.deploy.jetson:DRIVER",
+    "knative": "edgeserve.kubernetes.driver:KNATIVE",
+    "kserve": "edgeserve.kubernetes.driver:KSERVE",
+    "kubernetes": "edgeserve.kubernetes.driver:KUBERNETES",
     "local": None,
 }
 """Driver name (a profile's `driver`) -> "module:attribute" of the driver object; None for a
@@ -79,8 +82,7 @@ def package_targets(
 ) -> list[Path]:
     """What `build --target T` writes for each target whose driver packages: `<out>/<name>-<T>/`.
 
-    Only names in `DRIVERS` (shipped or overridden profiles) are packaged; other build targets
-    (knative, kserve) are planned by `build` alone."""
+    Only names in `DRIVERS` (shipped or overridden profiles) are packaged."""
     from edgeserve.targets import load_target
 
     written = []
