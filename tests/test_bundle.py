@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle, canonical_json, content_hash
 from edgeserve.errors import BundleError
 from tests.models import mlp_model, write_function

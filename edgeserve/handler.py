@@ -1,0 +1,24 @@
+"""The function's own handler module (`[handler] module`), imported from a file."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from edgeserve.errors import ConfigError
+
+
+def import_handler(path: Path) -> ModuleType:
+    """Import the handler at `path`, with a clear error if it cannot be imported or breaks."""
+    spec = importlib.util.spec_from_file_location(f"edgeserve_handler_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{path}: cannot be imported as a Python module ([handler] module)")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ConfigError(
+            f"{path}: the handler failed to import: {type(exc).__name__}: {exc}"
+        ) from exc
+    return module
