@@ -20,6 +20,7 @@ from edgeserve.errors import ConfigError, EdgeserveError
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from edgeserve.bench import Level
     from edgeserve.targets import TargetProfile
     from edgeserve.tune import TuneResult
 
@@ -128,20 +129,31 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from edgeserve.bench import bench, render_table, write_plot
     from edgeserve.bench.inputs import parse_shapes
+    from edgeserve.progress import progress_display
 
-    report = bench(
-        args.target,
-        concurrency=args.concurrency,
-        request_rate=args.request_rate,
-        window_s=args.window_s,
-        max_windows=args.max_windows,
-        protocol=args.protocol,
-        inputs=args.inputs,
-        shapes=parse_shapes(args.shape),
-        batch_size=args.batch_size,
-        model=args.model,
-        ready_timeout_s=args.ready_timeout,
-    )
+    levels = len(args.concurrency) + len(args.request_rate) or 1
+    with progress_display(err_console) as progress:
+        task = progress.add_task("bench: starting the server", total=levels)
+        started: list[str] = []
+
+        def on_level(level: Level) -> None:
+            started.append(level.label)
+            progress.update(task, completed=len(started) - 1, description=f"bench {level.label}")
+
+        report = bench(
+            args.target,
+            concurrency=args.concurrency,
+            request_rate=args.request_rate,
+            window_s=args.window_s,
+            max_windows=args.max_windows,
+            protocol=args.protocol,
+            inputs=args.inputs,
+            shapes=parse_shapes(args.shape),
+            batch_size=args.batch_size,
+            model=args.model,
+            ready_timeout_s=args.ready_timeout,
+            on_level=on_level,
+        )
     out = err_console if args.json == "-" else console
     out.print(render_table(report))
     for note in report.warnings:
@@ -155,6 +167,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.plot != "":
         plot = write_plot(report, Path(args.plot or f"bench-{report.model}.png"))
         out.print(f"plot: {plot}")
+    if report.failures:
+        raise EdgeserveError("bench: requests failed\n" + "\n".join(report.failures))
     return 0
 
 
@@ -229,23 +243,49 @@ def _cmd_engine(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from edgeserve.tune import candidates, tune
+    from edgeserve.progress import progress_display
+    from edgeserve.tune import Candidate, candidates, tune
 
     grid = candidates(args.max_batch, args.delay_ms, args.instances, args.preferred.split(","))
-    result = tune(
-        Path(args.source),
-        budget_ms=args.latency_budget_ms,
-        grid=grid,
-        concurrency=args.concurrency,
-        window_s=args.window_s,
-        write=not args.dry_run,
-    )
+    with progress_display(err_console) as progress:
+        task = progress.add_task("tune", total=len(grid))
+
+        def on_trial(index: int, candidate: Candidate) -> None:
+            settings = (
+                f"max_batch {candidate.max_batch_size}, delay {candidate.max_queue_delay_ms:g} ms"
+            )
+            progress.update(task, completed=index, description=f"tune: {settings}")
+
+        result = tune(
+            Path(args.source),
+            budget_ms=args.latency_budget_ms,
+            grid=grid,
+            concurrency=args.concurrency,
+            window_s=args.window_s,
+            write=not args.dry_run,
+            on_trial=on_trial,
+        )
     console.print(_tune_table(result, args.concurrency))
+    for trial in result.trials:
+        if trial.errors:
+            settings = ", ".join(f"{k}={v}" for k, v in trial.candidate.settings().items())
+            console.print(f"failed: {settings}: {trial.failure}", markup=False, soft_wrap=True)
     if result.best is None:
-        raise EdgeserveError("tune: no candidate kept p99 within the budget; raise it or lower c")
+        raise EdgeserveError(_tune_failure(result))
     where = f"written to {result.written}" if result.written else "not written (--dry-run)"
     console.print(f"best: {result.best.candidate.settings()}  {where}")
     return 0
+
+
+def _tune_failure(result: TuneResult) -> str:
+    """Why no candidate won: every one failed (say why), or none kept p99 within the budget."""
+    failed = [trial for trial in result.trials if trial.errors]
+    if len(failed) == len(result.trials):
+        return f"tune: every candidate failed; the first: {failed[0].failure}"
+    return (
+        f"tune: no candidate kept p99 within {result.budget_ms:g} ms without failures; "
+        "raise --latency-budget-ms or lower --concurrency"
+    )
 
 
 def _tune_table(result: TuneResult, concurrency: int) -> Table:
@@ -258,11 +298,12 @@ def _tune_table(result: TuneResult, concurrency: int) -> Table:
     for trial in result.trials:
         c = trial.candidate
         over = "over" if trial.p99_ms > result.budget_ms else ""
-        mark = "failed" if trial.errors else "[green]chosen[/]" if trial is result.best else over
+        mark = "[green]chosen[/]" if trial is result.best else over
         table.add_row(
             str(c.max_batch_size), str(list(c.preferred_batch_sizes) or "-"),
             f"{c.max_queue_delay_ms:g}", str(c.instances),
-            f"{trial.items_per_s:.0f}", f"{trial.p99_ms:.1f}", mark,
+            f"{trial.items_per_s:.0f}", f"{trial.p99_ms:.1f}",
+            "failed (below)" if trial.errors else mark,
         )  # fmt: skip
     return table
 
