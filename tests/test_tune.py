@@ -90,15 +90,34 @@ def test_update_batching_adds_the_section_when_missing() -> None:
     assert tomllib.loads(text) == {"function": {"name": "x"}, "batching": {"max_batch_size": 4}}
 
 
-def test_tune_measures_real_servers_and_writes_the_best(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def tune_argv(source: Path, delays: str) -> list[str]:
+    """A short real sweep: max_batch 4, these delays, one instance, 0.3 s windows, c=2."""
+    fixed = ["--latency-budget-ms", "2000", "--concurrency", "2", "--max-batch", "4"]
+    return [
+        "tune",
+        str(source),
+        *fixed,
+        "--delay-ms",
+        delays,
+        "--instances",
+        "1",
+        "--window-s",
+        "0.3",
+    ]
+
+
+def mlp_source(tmp_path: Path) -> Path:
     source = tmp_path / "mlp"
     mlp_model(source / "model.onnx")
     (source / "function.toml").write_text(MANIFEST)
-    argv = ["tune", str(source), "--latency-budget-ms", "2000", "--concurrency", "2"]
-    argv += ["--max-batch", "4", "--delay-ms", "0", "--instances", "1", "--window-s", "0.3"]
-    assert main(argv) == 0
+    return source
+
+
+def test_tune_measures_real_servers_and_writes_the_best(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = mlp_source(tmp_path)
+    assert main(tune_argv(source, "0")) == 0
     out = capsys.readouterr().out
     assert "chosen" in out and "[2, 4]" in out
     batching = load_manifest(source).batching
@@ -113,14 +132,10 @@ def test_tune_says_why_candidates_failed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Samples the model refuses: each row fails with the server's answer, not a budget hint."""
-    source = tmp_path / "mlp"
-    mlp_model(source / "model.onnx")
-    (source / "function.toml").write_text(MANIFEST)
+    source = mlp_source(tmp_path)
     (source / "samples").mkdir()
     (source / "samples" / "request.json").write_text('{"x": [[1.0, 2.0]]}')
-    argv = ["tune", str(source), "--latency-budget-ms", "2000", "--concurrency", "2"]
-    argv += ["--max-batch", "4", "--delay-ms", "0,1", "--instances", "1", "--window-s", "0.3"]
-    assert main([*argv, "--preferred", "none"]) == 1
+    assert main([*tune_argv(source, "0,1"), "--preferred", "none"]) == 1
     captured = capsys.readouterr()
     reason = "requests failed: HTTP 400: "
     expected = "tensor `x`: expected [-1, 16] FP32, got [1, 2] FP32"
