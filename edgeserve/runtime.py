@@ -49,7 +49,7 @@ class Runtime:
     def __init__(self, bundle: Bundle, backend: Backend, policy: BatchPolicy) -> None:
         self.bundle = bundle
         self.backend = backend
-        self.stats = ModelStats(bundle.manifest.function.name, bundle.manifest.function.version)
+        self.stats = ModelStats(bundle.manifest.function.name, self.model_version)
         self.batcher = Batcher(backend.infer, bundle.signature, policy, self.stats)
         self.handler = _import_handler(bundle.handler_path)
         self.ready = False
@@ -104,6 +104,11 @@ class Runtime:
     @property
     def version(self) -> str:
         return self.bundle.version
+
+    @property
+    def model_version(self) -> str:
+        """The integer v2 model version the HTTP API reports (FunctionInfo.model_version)."""
+        return self.manifest.function.model_version
 
     @property
     def backend_name(self) -> str:
