@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.machinery
 import importlib.util
 import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -277,7 +278,8 @@ def _import_handler(path: Path | None) -> ModuleType | None:
     """Import the function's handler module from the bundle, with a clear error if it breaks."""
     if path is None:
         return None
-    spec = importlib.util.spec_from_file_location(f"edgeserve_handler_{path.stem}", path)
+    name = f"edgeserve_handler_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path, loader=_SourceOnly(name, str(path)))
     if spec is None or spec.loader is None:
         raise ConfigError(f"{path}: cannot be imported as a Python module ([handler] module)")
     module = importlib.util.module_from_spec(spec)
@@ -288,6 +290,15 @@ def _import_handler(path: Path | None) -> ModuleType | None:
             f"{path}: the handler failed to import: {type(exc).__name__}: {exc}"
         ) from exc
     return module
+
+
+class _SourceOnly(importlib.machinery.SourceFileLoader):
+    """Compiles the verified source on every import and reads or writes no bytecode cache: a
+    .pyc beside the handler is not covered by the bundle's content hash."""
+
+    def get_code(self, fullname: str) -> CodeType:
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
 
 
 def _warmup_sizes(preferred: Sequence[int], policy: BatchPolicy) -> list[int]:
