@@ -25,10 +25,10 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from edgeserve.archive import extract_archive, is_archive
+from edgeserve.archive import Limits, SafeArchive, is_archive
 from edgeserve.errors import BundleError
 from edgeserve.manifest import MANIFEST_NAME, Manifest, parse_manifest
 from edgeserve.types import Signature, TensorSpec
@@ -37,7 +37,7 @@ BUNDLE_FILE = "edgeserve.json"
 FORMAT = 1
 IR_PATH = "model/model.xml"
 IR_FILES = (IR_PATH, "model/model.bin")  # OpenVINO writes the weights beside the xml
-_IGNORED_DIRS = frozenset({"__pycache__"})  # Python may write these next to an imported handler
+_INDEX_MAX_BYTES = 16 << 20
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -66,10 +66,14 @@ def content_hash(metadata: Mapping[str, Any]) -> str:
 
 
 def list_files(root: Path) -> list[str]:
-    """Every file under `root` as a sorted POSIX relative path, edgeserve.json excepted."""
+    """Every file under `root` as a sorted POSIX relative path, edgeserve.json excepted.
+
+    Nothing is skipped (not even __pycache__): a file the content hash does not cover must make
+    the bundle fail verification, or a smuggled .pyc would run with the handler.
+    """
     found = []
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _IGNORED_DIRS)
+        dirs.sort()
         for name in names:
             relative = (Path(folder) / name).relative_to(root).as_posix()
             if relative != BUNDLE_FILE:
@@ -263,7 +267,9 @@ def _open_archive(archive: Path) -> Bundle:
     bundles.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".extract-", dir=bundles))
     try:
-        extract_archive(archive, scratch)
+        with SafeArchive.open(archive, Limits.from_env()) as members:
+            _check_covered(members)
+            members.extract_to(scratch)
         bundle = Bundle.open(scratch)
         if not _HASH.match(bundle.content_hash):
             raise BundleError(f"{archive}: content hash {bundle.content_hash!r} is not a sha256")
@@ -271,6 +277,23 @@ def _open_archive(archive: Path) -> Bundle:
         return _keep(scratch, final)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _check_covered(archive: SafeArchive) -> None:
+    """Refuse, before extracting, any member the archive's own content hash does not cover."""
+    try:
+        listed = set(json.loads(archive.read(BUNDLE_FILE, _INDEX_MAX_BYTES))["files"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BundleError(f"{archive.path}: {BUNDLE_FILE} is unreadable ({exc})") from None
+    folders = {str(parent) for name in listed for parent in PurePosixPath(name).parents}
+    for member in archive.members:
+        name = member.name.rstrip("/")
+        covered = name in folders if member.isdir() else name in listed | {BUNDLE_FILE}
+        if not covered:
+            raise BundleError(
+                f"{archive.path}: member {member.name!r} is not covered by the bundle's content "
+                "hash; refusing to extract. Hint: only open archives made by `edgeserve build`"
+            )
 
 
 def _keep(scratch: Path, final: Path) -> Bundle:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.machinery
 import importlib.util
 import logging
 import time
 from collections.abc import Awaitable, Iterable, Sequence
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -50,7 +51,7 @@ class Runtime:
     def __init__(self, bundle: Bundle, backend: Backend, policy: BatchPolicy) -> None:
         self.bundle = bundle
         self.backend = backend
-        self.stats = ModelStats(bundle.manifest.function.name, bundle.manifest.function.version)
+        self.stats = ModelStats(bundle.manifest.function.name, self.model_version)
         self.batcher = Batcher(backend.infer, bundle.signature, policy, self.stats)
         self.handler = _import_handler(bundle.handler_path)
         self.ready = False
@@ -105,6 +106,11 @@ class Runtime:
     @property
     def version(self) -> str:
         return self.bundle.version
+
+    @property
+    def model_version(self) -> str:
+        """The integer v2 model version the HTTP API reports (FunctionInfo.model_version)."""
+        return self.manifest.function.model_version
 
     @property
     def backend_name(self) -> str:
@@ -262,7 +268,8 @@ def _import_handler(path: Path | None) -> ModuleType | None:
     """Import the function's handler module from the bundle, with a clear error if it breaks."""
     if path is None:
         return None
-    spec = importlib.util.spec_from_file_location(f"edgeserve_handler_{path.stem}", path)
+    name = f"edgeserve_handler_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path, loader=_SourceOnly(name, str(path)))
     if spec is None or spec.loader is None:
         raise ConfigError(f"{path}: cannot be imported as a Python module ([handler] module)")
     module = importlib.util.module_from_spec(spec)
@@ -273,6 +280,15 @@ def _import_handler(path: Path | None) -> ModuleType | None:
             f"{path}: the handler failed to import: {type(exc).__name__}: {exc}"
         ) from exc
     return module
+
+
+class _SourceOnly(importlib.machinery.SourceFileLoader):
+    """Compiles the verified source on every import and reads or writes no bytecode cache: a
+    .pyc beside the handler is not covered by the bundle's content hash."""
+
+    def get_code(self, fullname: str) -> CodeType:
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
 
 
 def _warmup_sizes(preferred: Sequence[int], policy: BatchPolicy) -> list[int]:

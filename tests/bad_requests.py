@@ -58,7 +58,7 @@ def v2_body(**changes: Any) -> bytes:
     return orjson.dumps({"inputs": inputs})
 
 
-def invoke_payload(**changes: Any) -> dict[str, Any]:
+def payload(**changes: Any) -> dict[str, Any]:
     """A valid `/invoke` payload (one row per input) with some inputs' values replaced."""
     return {f"in_{dt}": [row] for dt, row in GOOD_ROW.items()} | {
         f"in_{dt}": value for dt, value in changes.items()
@@ -103,6 +103,25 @@ def _msgpack(value: Any) -> bytes:
 
 JSON = {"content-type": "application/json"}
 MSGPACK = {"content-type": "application/msgpack"}
+NAN = float("nan")
+INT64_WHERE = "tensor `in_INT64`: INT64 [-1, 3]"
+
+
+def to_invoke(what: str, body: Any, words: str, headers: dict[str, str] = JSON) -> Bad:
+    """A 400 from `/invoke`; a body that is not bytes yet is packed as `headers` say."""
+    if not isinstance(body, bytes):
+        body = _msgpack(body) if headers is MSGPACK else orjson.dumps(body)
+    return Bad(what, body, 400, words, path="/invoke", headers=headers)
+
+
+def ext(data: bytes) -> msgpack.ExtType:
+    return msgpack.ExtType(NDARRAY_EXT, data)
+
+
+def array_ext(dtype: str) -> msgpack.ExtType:
+    return pack_array(np.zeros((1, 3), dtype))
+
+
 GZIP = {"content-encoding": "gzip"}
 FP32_WHERE = "tensor `in_FP32`: FP32 [1, 3]"
 
@@ -235,182 +254,30 @@ CORPUS: list[Bad] = [
     ),
     Bad("too long", b" " * (LIMIT + 1), 413, "over the limit of 65536 bytes"),
     # /invoke without a handler: JSON, msgpack, raw bytes
-    Bad(
-        "invoke list",
-        b"[1]",
-        400,
-        "expected a JSON object with the inputs",
-        path="/invoke",
-        headers=JSON,
-    ),
     Bad("invoke raw bytes", b"\x89PNG", 400, "got bytes", path="/invoke"),
-    Bad(
-        "invoke INT64 1.5",
-        orjson.dumps(invoke_payload(INT64=[[1.5, 1, 2]])),
-        400,
-        "tensor `in_INT64`: INT64 [-1, 3]: expected integers, found fractions",
-        path="/invoke",
-        headers=JSON,
+    to_invoke("invoke list", b"[1]", "expected a JSON object with the inputs"),
+    to_invoke("invoke unknown", payload() | {"zz": 1}, "unknown ['zz']"),
+    to_invoke(
+        "invoke INT64 1.5", payload(INT64=[[1.5, 1, 2]]), f"{INT64_WHERE}: expected integers"
     ),
-    Bad(
-        "invoke INT64 true",
-        orjson.dumps(invoke_payload(INT64=[[True, 1, 2]])),
-        400,
-        "found booleans",
-        path="/invoke",
-        headers=JSON,
-    ),
-    Bad(
-        "invoke INT8 300",
-        orjson.dumps(invoke_payload(INT8=[[300, 1, 2]])),
-        400,
-        "out of the range of INT8",
-        path="/invoke",
-        headers=JSON,
-    ),
-    Bad(
-        "invoke INT64 huge",
-        orjson.dumps(invoke_payload(INT64=[[2**64 - 1, 1, 2]])),
-        400,
-        "out of the range of INT64",
-        path="/invoke",
-        headers=JSON,
-    ),
-    Bad(
-        "invoke FP32 null",
-        orjson.dumps(invoke_payload(FP32=[[None, 1, 2]])),
-        400,
-        "found null",
-        path="/invoke",
-        headers=JSON,
-    ),
-    Bad(
-        "invoke FP32 string",
-        orjson.dumps(invoke_payload(FP32=[["1", 1, 2]])),
-        400,
-        "found strings",
-        path="/invoke",
-        headers=JSON,
-    ),
-    Bad(
-        "invoke deep",
-        nest(orjson.dumps(invoke_payload(FP32=DEEP)), 1000),
-        400,
-        "nested deeper than the tensor's 2 dims",
-        path="/invoke",
-        headers=JSON,
-    ),
-    Bad(
-        "invoke ragged",
-        orjson.dumps(invoke_payload(FP32=[[1, 2, 3], [1]])),
-        400,
-        "ragged",
-        path="/invoke",
-        headers=JSON,
-    ),
-    Bad(
-        "invoke unknown",
-        orjson.dumps(invoke_payload() | {"zz": 1}),
-        400,
-        "unknown ['zz']",
-        path="/invoke",
-        headers=JSON,
-    ),
-    Bad(
-        "invoke wrong dims",
-        orjson.dumps(invoke_payload(FP32=[1.0, 2.0, 3.0])),
-        400,
-        "expected [-1, 3] FP32, got [3] FP32",
-        path="/invoke",
-        headers=JSON,
-    ),
-    Bad(
-        "msgpack int keys",
-        _msgpack({1: 2, "in_FP32": 3}),
-        400,
-        "not valid msgpack: int is not allowed for map key",
-        path="/invoke",
-        headers=MSGPACK,
-    ),
-    Bad(
-        "msgpack bytes keys",
-        _msgpack(invoke_payload() | {b"k": 1}),
-        400,
-        "unknown [\"b'k'\"]",
-        path="/invoke",
-        headers=MSGPACK,
-    ),
-    Bad("msgpack garbage", b"\xc1\xc1", 400, "not valid msgpack", path="/invoke", headers=MSGPACK),
-    Bad(
-        "msgpack truncated",
-        _msgpack(invoke_payload())[:-3],
-        400,
-        "not valid msgpack",
-        path="/invoke",
-        headers=MSGPACK,
-    ),
-    Bad(
-        "msgpack deep",
-        b"\x91" * 5000 + b"\x01",
-        400,
-        "not valid msgpack",
-        path="/invoke",
-        headers=MSGPACK,
-    ),
-    Bad(
-        "msgpack NaN into INT64",
-        _msgpack(invoke_payload(INT64=[[float("nan"), 1, 2]])),
-        400,
-        "found fractions",
-        path="/invoke",
-        headers=MSGPACK,
-    ),
-    Bad(
-        "msgpack FP32 bytes",
-        _msgpack(invoke_payload(FP32=[[b"1", 1, 2]])),
-        400,
-        "found bytes",
-        path="/invoke",
-        headers=MSGPACK,
-    ),
-    Bad(
-        "msgpack ext datetime",
-        _msgpack(invoke_payload(FP32=pack_array(np.zeros((1, 3), "M8[s]")))),
-        400,
-        "has no KServe v2 datatype",
-        path="/invoke",
-        headers=MSGPACK,
-    ),
-    Bad(
-        "msgpack ext garbage",
-        _msgpack(msgpack.ExtType(NDARRAY_EXT, b"\x93\x01")),
-        400,
-        "not valid msgpack",
-        path="/invoke",
-        headers=MSGPACK,
-    ),
-    Bad(
-        "msgpack ext object",
-        _msgpack(msgpack.ExtType(NDARRAY_EXT, _msgpack(["|O", [1], b"\0" * 8]))),
-        400,
-        "numpy array",
-        path="/invoke",
-        headers=MSGPACK,
-    ),
-    Bad(
-        "msgpack ext wrong size",
-        _msgpack(msgpack.ExtType(NDARRAY_EXT, _msgpack(["<f4", [1, 3], b"\0" * 8]))),
-        400,
-        "numpy array",
-        path="/invoke",
-        headers=MSGPACK,
-    ),
-    Bad(
-        "msgpack ext wrong dtype",
-        _msgpack(invoke_payload(FP32=pack_array(np.zeros((1, 3), np.float64)))),
-        400,
-        "expected [-1, 3] FP32, got [1, 3] FP64",
-        path="/invoke",
-        headers=MSGPACK,
-    ),
+    to_invoke("invoke INT64 true", payload(INT64=[[True, 1, 2]]), "found booleans"),
+    to_invoke("invoke INT8 300", payload(INT8=[[300, 1, 2]]), "out of the range of INT8"),
+    to_invoke("invoke INT64 huge", payload(INT64=[[2**64 - 1, 1, 2]]), "out of the range of INT64"),
+    to_invoke("invoke FP32 null", payload(FP32=[[None, 1, 2]]), "found null"),
+    to_invoke("invoke FP32 string", payload(FP32=[["1", 1, 2]]), "found strings"),
+    to_invoke("invoke ragged", payload(FP32=[[1, 2, 3], [1]]), "ragged"),
+    to_invoke("invoke wrong dims", payload(FP32=[1, 2, 3]), "expected [-1, 3] FP32, got [3] FP32"),
+    to_invoke("invoke deep", nest(orjson.dumps(payload(FP32=DEEP)), 1000), "nested deeper"),
+    to_invoke("msgpack int keys", {1: 2}, "int is not allowed for map key", MSGPACK),
+    to_invoke("msgpack bytes keys", payload() | {b"k": 1}, "unknown [\"b'k'\"]", MSGPACK),
+    to_invoke("msgpack garbage", b"\xc1\xc1", "not valid msgpack", MSGPACK),
+    to_invoke("msgpack truncated", _msgpack(payload())[:-3], "not valid msgpack", MSGPACK),
+    to_invoke("msgpack deep", b"\x91" * 5000 + b"\x01", "not valid msgpack", MSGPACK),
+    to_invoke("msgpack NaN into INT64", payload(INT64=[[NAN, 1, 2]]), "found fractions", MSGPACK),
+    to_invoke("msgpack FP32 bytes", payload(FP32=[[b"1", 1, 2]]), "found bytes", MSGPACK),
+    to_invoke("msgpack ext datetime", payload(FP32=array_ext("M8[s]")), "no KServe v2", MSGPACK),
+    to_invoke("msgpack ext FP64", payload(FP32=array_ext("f8")), "got [1, 3] FP64", MSGPACK),
+    to_invoke("msgpack ext cut", ext(b"\x93\x01"), "not valid msgpack", MSGPACK),
+    to_invoke("msgpack ext object", ext(_msgpack(["|O", [1], bytes(8)])), "numpy array", MSGPACK),
+    to_invoke("msgpack ext size", ext(_msgpack(["<f4", [1, 3], bytes(8)])), "numpy array", MSGPACK),
 ]

@@ -25,19 +25,10 @@ from edgeserve.http.invoke import NDARRAY_EXT
 from edgeserve.runtime import Runtime
 from tests.bad_requests import CORPUS, GOOD_ROW, INFER, INPUTS, LIMIT, Bad, v2_body
 from tests.models import identity_model, write_function
+from tests.test_tritonclient import MANIFEST
 from tests.threaded_server import serving
 
 OCR = Path(__file__).resolve().parents[1] / "functions" / "ocr"
-MANIFEST = """
-[function]
-name = "identity"
-version = "2"
-[batching]
-max_batch_size = 8
-max_queue_delay_ms = 1
-[backend]
-prefer = ["onnxruntime"]
-"""
 FUZZ = settings(
     max_examples=120,
     deadline=None,

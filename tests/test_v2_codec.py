@@ -46,6 +46,8 @@ def client_request(
     """Encode with tritonclient exactly as it sends, then decode with ours."""
     inputs = []
     for name, (datatype, array) in tensors.items():
+        if datatype == "BF16":  # tritonclient 2.41 takes BF16 as float32 (sends the top 16 bits)
+            array = array.astype(np.float32)
         tensor = triton.InferInput(name, list(array.shape), datatype)
         tensor.set_data_from_numpy(array, binary_data=binary)
         inputs.append(tensor)
