@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from edgeserve import lambda_events as events
 
 if TYPE_CHECKING:
     from mangum import Mangum
@@ -28,7 +30,7 @@ def bundle_path() -> Path:
     return Path(os.environ.get("LAMBDA_TASK_ROOT", ".")) / BUNDLE_DIR
 
 
-def create_handler(path: Path | None = None) -> Mangum:
+def create_handler(path: Path | None = None) -> LambdaHandler:
     """Load the bundle, start its runtime in Lambda mode, and wrap its app for Lambda events."""
     from edgeserve.bundle import Bundle
     from edgeserve.http.app import create_app
@@ -42,11 +44,43 @@ def create_handler(path: Path | None = None) -> Mangum:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(runtime.start())
-    return wrap(create_app(runtime))
+    return wrap(create_app(runtime), model=runtime.name)
 
 
-def wrap(app: ASGI) -> Mangum:
-    """The Lambda handler for an ASGI app: REST v1, HTTP v2, Function URL and ALB events."""
+def wrap(app: ASGI, model: str | None = None) -> LambdaHandler:
+    """The Lambda handler for an ASGI app: REST v1, HTTP v2, Function URL and ALB events, and
+    direct invocations carrying a v2 infer request for `model`."""
     from mangum import Mangum
 
-    return Mangum(app, lifespan="off")
+    return LambdaHandler(Mangum(app, lifespan="off"), model)
+
+
+class LambdaHandler:
+    """Every event gets an answer; nothing raises out of the handler (Lambda would report an
+    unhandled error and the caller would learn nothing)."""
+
+    def __init__(self, mangum: Mangum, model: str | None) -> None:
+        self.mangum, self.model = mangum, model
+
+    def __call__(self, event: object, context: Any) -> dict[str, Any]:
+        if not isinstance(event, dict):
+            return events.not_http(event)
+        kind = events.kind_of(event)
+        if kind is None:
+            if self.model is not None and events.is_infer_request(event):
+                response = self._http(events.infer_event(event, self.model), "http-v2", context)
+                return events.direct_answer(response)
+            return events.not_http(event)
+        return self._http(events.without_nulls(event), kind, context)
+
+    def _http(self, event: dict[str, Any], kind: str, context: Any) -> dict[str, Any]:
+        where = f"malformed {events.KINDS[kind]} event"
+        problem = events.problem_in(event, kind)
+        if problem:
+            return events.bad_request(f"{where}: {problem}")
+        try:
+            answer: dict[str, Any] = self.mangum(event, context)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            # Mangum's own reading of the event (the app's errors are responses already)
+            return events.bad_request(f"{where}: {type(exc).__name__} {exc}")
+        return answer
