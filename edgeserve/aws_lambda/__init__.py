@@ -1,6 +1,7 @@
 """Everything AWS Lambda, in one package; boto3 and mangum load only inside the modules using them.
 
 adapter.py      the handler Lambda runs: the bundle's runtime behind Mangum, built once
+incoming.py     what arrives, sorted before Mangum: malformed HTTP events, direct v2 calls
 settings.py     the target profile's [settings] and Lambda's limits
 package.py      zip (manylinux wheels) or image build context, the same task root
 sam.py          a SAM template for the packaged function
