@@ -25,7 +25,7 @@ from edgeserve.image import find_tool, push_image
 from edgeserve.kubernetes.driver import workload
 from edgeserve.kubernetes.manifests import plain_kubernetes
 from edgeserve.kubernetes.settings import KubernetesSettings
-from edgeserve.serve import GRACEFUL_SHUTDOWN_S
+from edgeserve.server import GRACEFUL_SHUTDOWN_S
 from tests.base_image import ensure_base_image
 from tests.containers import container, podman_available, podman_config, registry, wait_http
 from tests.models import mlp_model, write_function

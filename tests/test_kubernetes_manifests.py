@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from edgeserve.errors import ConfigError
 from edgeserve.kubernetes.driver import KNATIVE, image_requirements, workload
@@ -17,8 +17,8 @@ from edgeserve.kubernetes.manifests import inference_service, knative_service, p
 from edgeserve.kubernetes.scaling import Concurrency, derive_concurrency
 from edgeserve.kubernetes.settings import KubernetesSettings
 from edgeserve.manifest import BatchingSection
-from edgeserve.serve import GRACEFUL_SHUTDOWN_S
-from edgeserve.targets import load_target
+from edgeserve.server import GRACEFUL_SHUTDOWN_S
+from edgeserve.targets.profile import load_target
 from tests.kube_schemas import knative_admission_errors, schema_errors
 from tests.models import mlp_model, write_function
 

@@ -6,7 +6,8 @@ follow Triton except where noted at the route.
 
 Not served (Triton has them): response compression by Accept-Encoding (request bodies may be
 gzip or deflate), raw binary requests (Inference-Header-Content-Length: 0), classification,
-shared memory, the repository, trace and logging extensions.
+trace and logging extensions. The repository extension lists the one function and answers
+model control as `repository.py` explains.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from edgeserve.errors import Unavailable
 from edgeserve.http import metadata
 from edgeserve.http.errors import ErrorMiddleware, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
+from edgeserve.http.repository import RepositoryRoutes
 from edgeserve.manifest import Manifest
 from edgeserve.stats import ModelStats
 from edgeserve.types import Signature, TensorDict
@@ -45,6 +47,8 @@ class ServedFunction(Protocol):
     def name(self) -> str: ...
     @property
     def version(self) -> str: ...
+    @property
+    def model_version(self) -> str: ...
     @property
     def manifest(self) -> Manifest: ...
     @property
@@ -114,6 +118,7 @@ class _Endpoints:
             Route("/v2", self.server_metadata),
             Route("/v2/models/stats", self.stats),
             Route("/metrics", self.metrics),
+            *RepositoryRoutes(self.runtime).routes(),
         ]
         for base in (model, model + "/versions/{version}"):
             routes += [
@@ -143,7 +148,7 @@ class _Endpoints:
         runtime = self.runtime
         return JSONResponse(
             metadata.model_metadata(
-                runtime.name, runtime.version, runtime.backend_name, runtime.signature
+                runtime.name, runtime.model_version, runtime.backend_name, runtime.signature
             )
         )
 

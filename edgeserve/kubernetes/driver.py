@@ -14,18 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeserve.deploy import DeployResult
 from edgeserve.errors import ConfigError
 from edgeserve.image import BuiltImage, build_image, find_tool, plan_image, push_image
 from edgeserve.kubernetes.manifests import Workload, render, to_yaml
 from edgeserve.kubernetes.scaling import concurrency_for
 from edgeserve.kubernetes.settings import KubernetesSettings
-from edgeserve.serve import GRACEFUL_SHUTDOWN_S
+from edgeserve.server import GRACEFUL_SHUTDOWN_S
+from edgeserve.targets import DeployResult
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
     from edgeserve.image.plan import ImagePlan
-    from edgeserve.targets import TargetProfile
+    from edgeserve.targets.profile import TargetProfile
 
 CPU_BACKEND_PACKAGES = re.compile(r"^(openvino|onnxruntime)([=<>!~ ].*)?$")
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
