@@ -12,9 +12,7 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import edgeserve
 from edgeserve.errors import DeployError
 from edgeserve.image.plan import BasePython, ImagePlan
 from edgeserve.image.tools import ImageTool
+from edgeserve.wheels import install_wheels
 
 _PROBE = (
     "import platform, sys; print(sys.version_info[0], sys.version_info[1]); "
@@ -181,46 +180,20 @@ def _stage(plan: ImagePlan, python: BasePython, sources: dict[str, Path], contex
         folder = context / layer.name
         if layer.name == "packages":
             folder.mkdir()
-            install_wheels(plan.requirements, python, folder)
+            install_wheels(
+                plan.requirements,
+                folder,
+                platforms=python.pip_platforms(),
+                python_version=python.version,
+                hint="every pinned version needs a binary wheel for the base image's Python; "
+                "pick a base whose Python matches the build's, or set `requirements` in the "
+                "profile",
+            )
             prune(folder)
         elif layer.name == "edgeserve":
             _copy_tree(Path(edgeserve.__file__).parent, folder / "edgeserve", {".py", ".typed"})
         else:
             _copy_tree(sources[layer.name], folder, None)
-
-
-def install_wheels(requirements: Sequence[str], python: BasePython, into: Path) -> None:
-    """pip installs binary wheels for the image's Python and architecture into `into`."""
-    if not requirements:
-        return
-    platforms = [arg for tag in python.pip_platforms() for arg in ("--platform", tag)]
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-compile",
-        "--target",
-        str(into),
-        *platforms,
-        "--implementation",
-        "cp",
-        "--python-version",
-        python.version,
-        "--only-binary=:all:",
-        *requirements,
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
-        raise DeployError(
-            f"pip could not get {list(requirements)} as wheels for Python {python.version} on "
-            f"{python.machine} (glibc {python.glibc}): {' '.join(errors) or done.stderr[-800:]}\n"
-            "Hint: every pinned version needs a binary wheel for the base image's Python; pick "
-            "a base whose Python matches the build's, or set `requirements` in the profile"
-        )
 
 
 def prune(packages: Path) -> None:
