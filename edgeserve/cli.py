@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.text import Text
 
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
@@ -606,7 +607,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except EdgeserveError as exc:
-        err_console.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+        # plain text: brackets in a message (`[model.inputs.x]`) are not rich markup
+        err_console.print(Text.assemble(("error:", "red"), " ", exc.message), soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -124,3 +124,71 @@ def identity_model(path: Path, datatypes: tuple[str, ...], row: int = 3) -> Path
         [value("out", dt) for dt in datatypes],
     )
     return _save(graph, path)
+
+
+def sequence_model(path: Path, vocab: int = 32, width: int = 8, seed: int = 0) -> Path:
+    """tokens INT64 [N, L] -> embedding mean FP32 [N, width]: Gather, ReduceMean (a text model)."""
+    rng = np.random.default_rng(seed)
+    table = numpy_helper.from_array(rng.normal(0, 1, (vocab, width)).astype(np.float32), "table")
+    nodes = [
+        helper.make_node("Gather", ["table", "tokens"], ["embedded"]),
+        helper.make_node("ReduceMean", ["embedded"], ["pooled"], axes=[1], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "sequence",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["N", "L"])],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["N", width])],
+        [table],
+    )
+    return _save(graph, path)
+
+
+def pair_model(path: Path) -> Path:
+    """Two inputs with a fixed batch of 1: features FP32 [1, 4], mask INT32 [1, 4] ->
+    masked FP32 [1, 4] (features where the mask is set) and total FP32 [1]."""
+    nodes = [
+        helper.make_node("Cast", ["mask"], ["mask_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["features", "mask_f"], ["masked"]),
+        helper.make_node("ReduceSum", ["masked", "axes"], ["total"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pair",
+        [
+            helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("mask", TensorProto.INT32, [1, 4]),
+        ],
+        [
+            helper.make_tensor_value_info("masked", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("total", TensorProto.FLOAT, [1]),
+        ],
+        [numpy_helper.from_array(np.array([1], np.int64), "axes")],
+    )
+    return _save(graph, path)
+
+
+def classifier_model(path: Path, seed: int = 0) -> Path:
+    """A conv net with a softmax: pixels FP32 [N, 3, 32, 32] -> probabilities FP32 [N, 10]."""
+    rng = np.random.default_rng(seed)
+    weights = [
+        numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "k"),
+        numpy_helper.from_array(rng.normal(0, 0.3, (8, 10)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.zeros(10, np.float32), "b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["pixels", "k"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w", "b"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["N", 3, 32, 32])],
+        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 10])],
+        weights,
+    )
+    return _save(graph, path)
