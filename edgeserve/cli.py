@@ -34,7 +34,7 @@ err_console = Console(stderr=True)
 def _cmd_init(args: argparse.Namespace) -> int:
     from edgeserve.scaffold import init_function
 
-    path = init_function(Path(args.path))
+    path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
     console.print(f"[green]created[/] {path}  (next: edgeserve build {path})")
     return 0
 
