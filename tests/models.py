@@ -51,26 +51,38 @@ def mlp_model(
     return _save(graph, path)
 
 
-def conv_model(path: Path, seed: int = 0) -> Path:
-    """image [N, 3, 16, 16] FP32 -> logits [N, 8]: Conv, Relu, GlobalAveragePool, Flatten, Gemm."""
+def conv_model(
+    path: Path,
+    seed: int = 0,
+    *,
+    names: tuple[str, str] = ("image", "logits"),
+    size: int = 16,
+    classes: int = 8,
+    softmax: bool = False,
+) -> Path:
+    """image [N, 3, size, size] FP32 -> logits [N, classes]: Conv, Relu, GlobalAveragePool,
+    Flatten, Gemm (and a Softmax when asked)."""
     rng = np.random.default_rng(seed)
     weights = [
         numpy_helper.from_array(rng.normal(0, 0.3, (6, 3, 3, 3)).astype(np.float32), "k"),
-        numpy_helper.from_array(rng.normal(0, 0.3, (6, 8)).astype(np.float32), "w"),
-        numpy_helper.from_array(np.zeros(8, np.float32), "b"),
+        numpy_helper.from_array(rng.normal(0, 0.3, (6, classes)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.zeros(classes, np.float32), "b"),
     ]
+    gemm_out = "logits" if softmax else names[1]
     nodes = [
-        helper.make_node("Conv", ["image", "k"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", [names[0], "k"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node("GlobalAveragePool", ["r"], ["p"]),
         helper.make_node("Flatten", ["p"], ["f"]),
-        helper.make_node("Gemm", ["f", "w", "b"], ["logits"]),
+        helper.make_node("Gemm", ["f", "w", "b"], [gemm_out]),
     ]
+    if softmax:
+        nodes.append(helper.make_node("Softmax", ["logits"], [names[1]], axis=1))
     graph = helper.make_graph(
         nodes,
         "conv",
-        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, 16, 16])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info(names[0], TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info(names[1], TensorProto.FLOAT, ["N", classes])],
         weights,
     )
     return _save(graph, path)
@@ -170,25 +182,6 @@ def pair_model(path: Path) -> Path:
 
 def classifier_model(path: Path, seed: int = 0) -> Path:
     """A conv net with a softmax: pixels FP32 [N, 3, 32, 32] -> probabilities FP32 [N, 10]."""
-    rng = np.random.default_rng(seed)
-    weights = [
-        numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "k"),
-        numpy_helper.from_array(rng.normal(0, 0.3, (8, 10)).astype(np.float32), "w"),
-        numpy_helper.from_array(np.zeros(10, np.float32), "b"),
-    ]
-    nodes = [
-        helper.make_node("Conv", ["pixels", "k"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
-        helper.make_node("Relu", ["c"], ["r"]),
-        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
-        helper.make_node("Flatten", ["p"], ["f"]),
-        helper.make_node("Gemm", ["f", "w", "b"], ["logits"]),
-        helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "classifier",
-        [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["N", 3, 32, 32])],
-        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 10])],
-        weights,
+    return conv_model(
+        path, seed, names=("pixels", "probabilities"), size=32, classes=10, softmax=True
     )
-    return _save(graph, path)
