@@ -6,8 +6,9 @@ follow Triton except where noted at the route.
 
 Not served (Triton has them): response compression by Accept-Encoding (request bodies may be
 gzip or deflate), raw binary requests (Inference-Header-Content-Length: 0), classification,
-trace and logging extensions. The repository extension lists the one function and answers
-model control as `repository.py` explains.
+trace and logging extensions. System shared memory is served (`sharedmemory.py`); the
+repository extension lists the one function and answers model control as `repository.py`
+explains.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from edgeserve.http import metadata
 from edgeserve.http.errors import ErrorMiddleware, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
 from edgeserve.http.repository import RepositoryRoutes
+from edgeserve.http.sharedmemory import SystemSharedMemoryRoutes
 from edgeserve.manifest import Manifest
+from edgeserve.sharedmemory import Regions
 from edgeserve.stats import ModelStats
 from edgeserve.types import Signature, TensorDict
 
@@ -87,7 +90,8 @@ class FunctionApp:
 def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) -> FunctionApp:
     """The app serving `runtime`; its lifespan starts the runtime and stops it (draining)."""
     limit = max_body_bytes or int(runtime.manifest.resources.max_body_mb * 2**20)
-    endpoints = _Endpoints(runtime)
+    regions = Regions()
+    endpoints = _Endpoints(runtime, regions)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -103,12 +107,13 @@ def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) ->
         exception_handlers={HTTPException: http_exception_handler},
         lifespan=lifespan,
     )
-    return FunctionApp(InferenceRoutes(runtime, limit), rest)
+    return FunctionApp(InferenceRoutes(runtime, limit, regions), rest)
 
 
 class _Endpoints:
-    def __init__(self, runtime: ServedFunction) -> None:
+    def __init__(self, runtime: ServedFunction, regions: Regions) -> None:
         self.runtime = runtime
+        self.regions = regions
 
     def routes(self) -> list[Route]:
         model = "/v2/models/{model}"
@@ -119,6 +124,7 @@ class _Endpoints:
             Route("/v2/models/stats", self.stats),
             Route("/metrics", self.metrics),
             *RepositoryRoutes(self.runtime).routes(),
+            *SystemSharedMemoryRoutes(self.regions).routes(),
         ]
         for base in (model, model + "/versions/{version}"):
             routes += [
