@@ -159,7 +159,7 @@ class Batcher:
             raise DeadlineExceeded(f"deadline passed {now - deadline:.3f}s before queueing")
         arrived = now if arrived is None else min(arrived, now)
         rows = self._rows_of(inputs)
-        self._check_room(rows)
+        self.check_room(rows)
         self._check_slo(rows, now, arrived)
         self._arrivals.arrived(now, rows)
         sizes = part_sizes(rows, self._policy.max_batch_size)
@@ -195,10 +195,15 @@ class Batcher:
             )
         return next(iter(counts.values()))
 
-    def _check_room(self, rows: int) -> None:
+    def check_room(self, rows: int) -> None:
+        """Refuse `rows` now if the queue could never hold them (413) or cannot now (503)."""
         limit = self._policy.max_queue_size
         if rows > limit:
-            raise PayloadTooLarge(f"request of {rows} rows exceeds max_queue_size ({limit} rows)")
+            raise PayloadTooLarge(
+                f"request of {rows} rows exceeds max_queue_size ({limit} rows), which the "
+                "queue can never hold. Hint: send fewer rows at once, or raise [batching] "
+                "max_queue_size in function.toml"
+            )
         if self._rows + rows > limit:
             raise Unavailable(
                 f"queue full: {self._rows} of {limit} rows waiting",

@@ -1,8 +1,9 @@
 """The one place where errors become HTTP responses: JSON `{"error": message}` with its status.
 
 An `EdgeserveError` carries its status; `Unavailable` adds `Retry-After`. Starlette's own
-HTTPExceptions (unknown route, wrong method) answer in the same JSON shape. Anything else is a
-fault of ours: logged with its traceback, answered 500 with a generic message that leaks nothing.
+HTTPExceptions (unknown route, wrong method) answer in the same JSON shape. A 500 (any other
+exception, or an EdgeserveError of status 500 such as a failed batch or handler) is a fault of
+ours: logged with its traceback, answered with a generic message that leaks nothing.
 A client that hung up gets 499 (nginx's "client closed request"), which no one reads.
 """
 
@@ -26,7 +27,7 @@ INTERNAL_ERROR = "internal server error; the server log has the details"
 
 def error_response(exc: Exception, where: str = "") -> Response:
     """The response for an exception raised while handling `where` (method and path)."""
-    if isinstance(exc, EdgeserveError):
+    if isinstance(exc, EdgeserveError) and exc.status != 500:
         headers = {}
         if isinstance(exc, Unavailable):
             headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
