@@ -7,6 +7,7 @@ ONNX Identity model on ONNX Runtime.
 
 from __future__ import annotations
 
+import gc
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +57,10 @@ def client(url: str) -> Iterator[triton.InferenceServerClient]:
     yield client
     client.unregister_system_shared_memory()
     client.close()
+    del client
+    # tracebacks kept by pytest.raises hold the client in cycles: collect them on this thread,
+    # since geventhttpclient refuses to close its pool from another (a uvicorn thread's GC)
+    gc.collect()
 
 
 @pytest.fixture
