@@ -19,7 +19,7 @@ import tritonclient.http as triton
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor, serialized_byte_size
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.http import create_app
 from edgeserve.runtime import Runtime
 from tests.models import identity_model, write_function

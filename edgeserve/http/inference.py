@@ -89,7 +89,11 @@ class InferenceRoutes:
         outputs = v2.response_outputs(decoded, results, runtime.signature)
         for output in outputs:
             if output.place is not None:
-                self.regions.write(f"output `{output.name}`", output.place, v2.tensor_bytes(output))
+                self.regions.write(
+                    f"output `{output.name}`",
+                    output.place,
+                    v2.tensor_bytes(output.data, output.datatype),
+                )
         content, header_length = v2.encode_response(
             runtime.name, runtime.model_version, decoded.id, outputs
         )

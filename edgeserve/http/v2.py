@@ -323,7 +323,7 @@ def encode_response(
             "shape": list(output.data.shape),
         }
         if output.binary and output.place is None:
-            chunk = tensor_bytes(output)
+            chunk = tensor_bytes(output.data, output.datatype)
             entry["parameters"] = {"binary_data_size": len(chunk)}
             chunks.append(chunk)
         elif output.place is None:
@@ -337,17 +337,18 @@ def encode_response(
     return b"".join([encoded, *chunks]), len(encoded)
 
 
-def tensor_bytes(output: OutputTensor) -> bytes:
-    """An output as Triton's binary extension and shared memory carry it."""
-    if output.datatype == "BYTES":
+def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
+    """A tensor in binary (Triton's binary extension and shared memory): little-endian numbers,
+    or BYTES elements each after a 4-byte length."""
+    if datatype == "BYTES":
         parts = []
-        for item in output.data.reshape(-1):
-            raw = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        for item in array.reshape(-1):
+            raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
             parts.append(struct.pack("<I", len(raw)))
             parts.append(raw)
         return b"".join(parts)
-    dtype = DATATYPES[output.datatype].numpy.newbyteorder("<")
-    return np.ascontiguousarray(output.data, dtype=dtype).tobytes()
+    dtype = DATATYPES[datatype].numpy.newbyteorder("<")
+    return np.ascontiguousarray(array, dtype=dtype).tobytes()
 
 
 def _to_json(output: OutputTensor) -> Any:
