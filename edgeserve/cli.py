@@ -18,13 +18,12 @@ from rich.console import Console
 
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
-from edgeserve.errors import ConfigError, EdgeserveError
+from edgeserve.errors import EdgeserveError
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from edgeserve.bench import Level
-    from edgeserve.targets import TargetProfile
     from edgeserve.tune import TuneResult
 
 console = Console()
@@ -40,8 +39,8 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from edgeserve.build import build
-    from edgeserve.deploy import package_targets
+    from edgeserve.builder import build
+    from edgeserve.targets import package_targets
 
     source = Path(args.source)
     out = Path(args.out) if args.out else Path("build") / source.resolve().name
@@ -69,10 +68,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from edgeserve.serve import serve
+    from edgeserve.server import serve
 
     if args.emulate == "aws-lambda":
-        from edgeserve.emulate.aws_lambda import serve_lambda_emulator
+        from edgeserve.aws_lambda.emulator import serve_lambda_emulator
 
         serve_lambda_emulator(
             Path(args.path), args.host, 8080 if args.port is None else args.port, args.event,
@@ -110,14 +109,10 @@ def _invoke_body(args: argparse.Namespace) -> tuple[bytes, str]:
     if args.json is not None:
         return args.json.encode(), "application/json"
     if args.file is not None:
+        from edgeserve.samples import content_type
+
         path = Path(args.file)
-        kinds = {
-            ".png": "image/png",
-            ".jpg": "image/jpeg",
-            ".jpeg": "image/jpeg",
-            ".json": "application/json",
-        }
-        return path.read_bytes(), kinds.get(path.suffix.lower(), "application/octet-stream")
+        return path.read_bytes(), content_type(path)
     raise EdgeserveError("invoke needs --json TEXT or --file PATH")
 
 
@@ -184,47 +179,29 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_deploy(args: argparse.Namespace) -> int:
-    from edgeserve.bundle import open_or_build
-    from edgeserve.deploy import driver_for
+    from edgeserve.targets import deploy
 
-    profile = _target_profile(args)
-    bundle = open_or_build(Path(args.path), targets=(profile.name,))
-    result = driver_for(profile).deploy(bundle, profile)
+    result = deploy(Path(args.path), args.target, hosts=args.host)
     where = f" at {result.url}" if result.url else ""
     console.print(f"[green]deployed[/] {result.name} {result.version} to {result.target}{where}")
     return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from edgeserve.deploy import driver_for
+    from edgeserve.targets import driver_for, target_profile
 
-    profile = _target_profile(args)
+    profile = target_profile(args.target, Path(args.path), args.host)
     console.print_json(json.dumps(driver_for(profile).status(_function_name(args.path), profile)))
     return 0
 
 
 def _cmd_rollback(args: argparse.Namespace) -> int:
-    from edgeserve.deploy import driver_for
+    from edgeserve.targets import driver_for, target_profile
 
-    profile = _target_profile(args)
+    profile = target_profile(args.target, Path(args.path), args.host)
     result = driver_for(profile).rollback(_function_name(args.path), profile)
     console.print(f"[green]rolled back[/] {result.name} on {result.target} to {result.version}")
     return 0
-
-
-def _target_profile(args: argparse.Namespace) -> TargetProfile:
-    """The `--target` profile, narrowed to the `--host` devices (jetson) when given."""
-    from edgeserve.targets import load_target
-
-    path = Path(args.path)
-    profile = load_target(args.target, path if path.is_dir() else path.parent)
-    if not args.host:
-        return profile
-    if profile.driver != "jetson":
-        raise ConfigError(f"--host applies to jetson targets; {args.target} is {profile.driver}")
-    from edgeserve.deploy.jetson import with_hosts
-
-    return with_hosts(profile, tuple(args.host))
 
 
 def _function_name(path: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from tests.models import mlp_model
 from tests.server import Server, running

@@ -18,10 +18,10 @@ from typing import Any
 import boto3
 import pytest
 
+from edgeserve.aws_lambda.driver import AwsLambda
 from edgeserve.bundle import Bundle
-from edgeserve.deploy.aws_lambda import AwsLambda
 from edgeserve.errors import DeployError
-from edgeserve.targets import TargetProfile, load_target
+from edgeserve.targets.profile import TargetProfile, load_target
 from tests.aws_lambda_support import (
     FAKE_CREDENTIALS,
     ROLE,

@@ -14,8 +14,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from edgeserve.aws_lambda.adapter import LambdaHandler, create_handler
 from edgeserve.bundle import Bundle
-from edgeserve.lambda_app import LambdaHandler, create_handler
 from tests.aws_lambda_support import small_bundle
 
 FIXTURES = Path(__file__).parent / "fixtures" / "aws_events"

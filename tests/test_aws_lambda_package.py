@@ -13,20 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from edgeserve.aws_lambda.driver import AwsLambda
+from edgeserve.aws_lambda.package import at_most, check_size, dockerfile, package_image, package_zip
+from edgeserve.aws_lambda.sam import sam_template
+from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.bundle import Bundle
-from edgeserve.deploy import package_targets
-from edgeserve.deploy.aws_lambda import AwsLambda
-from edgeserve.deploy.lambda_package import (
-    at_most,
-    check_size,
-    dockerfile,
-    package_image,
-    package_zip,
-)
-from edgeserve.deploy.lambda_settings import LambdaSettings
-from edgeserve.deploy.sam import sam_template
 from edgeserve.errors import DeployError
-from edgeserve.targets import load_target
+from edgeserve.targets import package_targets
+from edgeserve.targets.profile import load_target
 from tests.aws_lambda_support import small_bundle, wheelhouse, write_profile
 
 CFN_LINT = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or shutil.which(
@@ -49,7 +43,7 @@ def test_zip_holds_the_task_root_and_is_deterministic(bundle: Bundle, tmp_path: 
     assert names == sorted(names)
     assert {
         "app.py",
-        "edgeserve/lambda_app.py",
+        "edgeserve/aws_lambda/adapter.py",
         "edgeserve/runtime.py",
         "tinydep/__init__.py",
     } <= set(names)
@@ -118,7 +112,9 @@ def test_image_context_is_single_arch_on_the_lambda_base_image(
         "aws-lambda"
     )
     assert (context / "bundle" / "edgeserve.json").is_file()
-    assert (context / "app.py").is_file() and (context / "edgeserve" / "lambda_app.py").is_file()
+    assert (context / "app.py").is_file() and (
+        context / "edgeserve" / "aws_lambda" / "adapter.py"
+    ).is_file()
 
 
 @pytest.mark.skipif(CFN_LINT is None, reason="cfn-lint is not installed")

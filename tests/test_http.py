@@ -19,7 +19,7 @@ import onnxruntime as ort
 import orjson
 import pytest
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from edgeserve.http import create_app
 from edgeserve.http.invoke import pack_array

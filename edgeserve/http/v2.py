@@ -286,7 +286,7 @@ def encode_response(
             "shape": list(output.data.shape),
         }
         if output.binary:
-            chunk = _to_binary(output)
+            chunk = tensor_bytes(output.data, output.datatype)
             entry["parameters"] = {"binary_data_size": len(chunk)}
             chunks.append(chunk)
         else:
@@ -299,16 +299,17 @@ def encode_response(
     return b"".join([encoded, *chunks]), len(encoded)
 
 
-def _to_binary(output: OutputTensor) -> bytes:
-    if output.datatype == "BYTES":
+def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
+    """A tensor in binary: little-endian numbers, or BYTES elements each after a 4-byte length."""
+    if datatype == "BYTES":
         parts = []
-        for item in output.data.reshape(-1):
-            raw = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        for item in array.reshape(-1):
+            raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
             parts.append(struct.pack("<I", len(raw)))
             parts.append(raw)
         return b"".join(parts)
-    dtype = DATATYPES[output.datatype].numpy.newbyteorder("<")
-    return np.ascontiguousarray(output.data, dtype=dtype).tobytes()
+    dtype = DATATYPES[datatype].numpy.newbyteorder("<")
+    return np.ascontiguousarray(array, dtype=dtype).tobytes()
 
 
 def _to_json(output: OutputTensor) -> Any:

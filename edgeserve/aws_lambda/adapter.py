@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeserve import lambda_events as events
+from edgeserve.aws_lambda import incoming as events
 
 if TYPE_CHECKING:
     from mangum import Mangum

@@ -19,15 +19,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeserve.deploy import DeployResult
-from edgeserve.deploy.lambda_package import needs_s3, package_image, package_zip
-from edgeserve.deploy.lambda_settings import LambdaSettings
-from edgeserve.deploy.sam import sam_template
+from edgeserve.aws_lambda.package import needs_s3, package_image, package_zip
+from edgeserve.aws_lambda.sam import sam_template
+from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.errors import ConfigError, DeployError
+from edgeserve.targets import DeployResult
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
-    from edgeserve.targets import TargetProfile
+    from edgeserve.targets.profile import TargetProfile
 
 PREVIOUS = re.compile(r"previous=(\d+)")
 URL_STATEMENTS = (

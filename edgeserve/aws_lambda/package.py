@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import edgeserve
-from edgeserve.deploy.lambda_settings import (
+from edgeserve.aws_lambda.adapter import BUNDLE_DIR
+from edgeserve.aws_lambda.settings import (
     UNZIPPED_LIMIT_BYTES,
     ZIP_LIMIT_BYTES,
     LambdaSettings,
 )
 from edgeserve.errors import DeployError
-from edgeserve.lambda_app import BUNDLE_DIR
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle

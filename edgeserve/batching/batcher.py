@@ -2,8 +2,8 @@
 
 Requests queue as items (a request larger than max_batch_size becomes several); `instances`
 workers each take the next batch when they are free, so batches grow while workers are busy.
-What to run next is decided by `batchplan.plan_batch`, a pure function of the queue, the clock
-and what the batcher has learned (`batchcost`: batch cost by size, arrival rate, whether waits
+What to run next is decided by `plan.plan_batch`, a pure function of the queue, the clock
+and what the batcher has learned (`cost`: batch cost by size, arrival rate, whether waits
 gather company); stacking and slicing tensors are the pure `rows.stack_rows` and `split_rows`.
 Only the worker loop touches asyncio, and only the thread pool runs the model.
 """
@@ -20,8 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from edgeserve.batchcost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
-from edgeserve.batchplan import BatchPolicy, Plan, plan_batch
+from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
+from edgeserve.batching.plan import BatchPolicy, plan_batch
+from edgeserve.batching.rows import key_dims, part_sizes, split_rows, stack_rows
 from edgeserve.errors import (
     BackendError,
     DeadlineExceeded,
@@ -30,19 +31,7 @@ from edgeserve.errors import (
     PayloadTooLarge,
     Unavailable,
 )
-from edgeserve.rows import key_dims, part_sizes, split_rows, stack_rows
 from edgeserve.types import ComputeTimes, Signature, TensorDict
-
-__all__ = [
-    "BatchObserver",
-    "BatchPolicy",
-    "Batcher",
-    "ComputeTimes",
-    "Plan",
-    "plan_batch",
-    "split_rows",
-    "stack_rows",
-]
 
 logger = logging.getLogger(__name__)
 
