@@ -13,6 +13,7 @@ explains.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -27,9 +28,10 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from edgeserve import __version__
-from edgeserve.errors import Unavailable
+from edgeserve.errors import Unauthorized, Unavailable
 from edgeserve.http import metadata
-from edgeserve.http.errors import ErrorMiddleware, http_exception_handler
+from edgeserve.http.auth import Credentials, load_credentials
+from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
 from edgeserve.http.repository import RepositoryRoutes
 from edgeserve.http.sharedmemory import SystemSharedMemoryRoutes
@@ -74,13 +76,23 @@ class ServedFunction(Protocol):
 class FunctionApp:
     """The ASGI app: inference routes go straight to their handlers, the rest to Starlette."""
 
-    def __init__(self, inference: InferenceRoutes, rest: Starlette) -> None:
+    def __init__(
+        self, inference: InferenceRoutes, rest: Starlette, credentials: Credentials | None = None
+    ) -> None:
         self.inference = inference
         self.rest = rest
+        self.credentials = credentials
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            app = self.inference.app_for(route_path(scope))
+            path = route_path(scope)
+            if self.credentials is not None:
+                try:
+                    self.credentials.check(path, scope["headers"])
+                except Unauthorized as refused:
+                    await error_response(refused)(scope, receive, send)
+                    return
+            app = self.inference.app_for(path)
             if app is not None:
                 await app(scope, receive, send)
                 return
@@ -107,7 +119,8 @@ def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) ->
         exception_handlers={HTTPException: http_exception_handler},
         lifespan=lifespan,
     )
-    return FunctionApp(InferenceRoutes(runtime, limit, regions), rest)
+    credentials = load_credentials(runtime.manifest.auth, os.environ)
+    return FunctionApp(InferenceRoutes(runtime, limit, regions), rest, credentials)
 
 
 class _Endpoints:
