@@ -99,6 +99,13 @@ class ResourcesSection(_Strict):
     max_body_mb: float = Field(default=64, gt=0)
 
 
+class AuthSection(_Strict):
+    """Who may call the function; the tokens themselves come from the environment (http/auth)."""
+
+    required: bool = False  # refuse to start without a token (a device on a shared network)
+    open_paths: tuple[str, ...] = ("/v2/health/live", "/v2/health/ready", "/metrics")
+
+
 class Manifest(_Strict):
     function: FunctionInfo
     model: ModelSection = ModelSection()
@@ -106,6 +113,7 @@ class Manifest(_Strict):
     batching: BatchingSection = BatchingSection()
     backend: BackendSection = BackendSection()
     resources: ResourcesSection = ResourcesSection()
+    auth: AuthSection = AuthSection()
 
     @field_validator("model")
     @classmethod
