@@ -6,6 +6,7 @@ dynamic first dimension; otherwise the function serves one request per run, unba
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,16 +30,19 @@ def read_signature(model_path: Path, section: ModelSection) -> Signature:
     graph = model.graph
     initializers = {init.name for init in graph.initializer}
     inputs = [
-        _spec(v, section.inputs, model_path) for v in graph.input if v.name not in initializers
+        _spec(v, section.inputs, model_path, "inputs")
+        for v in graph.input
+        if v.name not in initializers
     ]
-    outputs = [_spec(v, section.outputs, model_path) for v in graph.output]
+    outputs = [_spec(v, section.outputs, model_path, "outputs") for v in graph.output]
     _check_overrides_exist(section, inputs, outputs, model_path)
+    outputs = [_resolve_follows(spec, inputs, model_path) for spec in outputs]
     batched = all(spec.dims and spec.dims[0] == -1 for spec in inputs + outputs)
     return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched)
 
 
 def _spec(
-    value: onnx.ValueInfoProto, overrides: dict[str, TensorOverride], where: Path
+    value: onnx.ValueInfoProto, overrides: dict[str, TensorOverride], where: Path, kind: str
 ) -> TensorSpec:
     tensor_type = value.type.tensor_type
     try:
@@ -49,14 +53,43 @@ def _spec(
     override = overrides.get(value.name)
     if override is None:
         return TensorSpec(value.name, datatype, dims)
+    table = f"[model.{kind}.{value.name}]"
     if override.dims is not None:
         dims = _merge_dims(value.name, dims, override.dims, where)
     if override.pad_axis is not None and not 0 < override.pad_axis < len(dims):
         raise ConfigError(
-            f"{where}: [model.inputs.{value.name}] pad_axis: expected an axis in "
+            f"{where}: {table} pad_axis: expected an axis in "
             f"1..{len(dims) - 1} of dims {list(dims)}, found {override.pad_axis}"
         )
-    return TensorSpec(value.name, datatype, dims, override.pad_axis, override.pad_value)
+    if kind == "inputs" and (override.follows is not None or override.ratio != 1.0):
+        raise ConfigError(f"{where}: {table}: `follows` and `ratio` describe outputs only")
+    return TensorSpec(
+        value.name,
+        datatype,
+        dims,
+        override.pad_axis,
+        override.pad_value,
+        override.follows,
+        override.ratio,
+    )
+
+
+def _resolve_follows(spec: TensorSpec, inputs: list[TensorSpec], where: Path) -> TensorSpec:
+    """An output's pad axis follows a padded input: the one named, or the only one there is."""
+    if spec.pad_axis is None:
+        if spec.follows is not None:
+            raise ConfigError(
+                f"{where}: [model.outputs.{spec.name}] follows: also give the output's pad_axis"
+            )
+        return spec
+    padded = [s.name for s in inputs if s.pad_axis is not None]
+    follows = spec.follows or (padded[0] if len(padded) == 1 else None)
+    if follows not in padded:
+        raise ConfigError(
+            f"{where}: [model.outputs.{spec.name}] follows: expected one of the inputs with a "
+            f"pad_axis {padded}, found {spec.follows!r}"
+        )
+    return dataclasses.replace(spec, follows=follows)
 
 
 def _merge_dims(
