@@ -44,6 +44,7 @@ TARGET_PLATFORMS = {
     "aws-lambda": "lambda",
     "knative": "cpu",
     "kserve": "cpu",
+    "kubernetes": "cpu",
     "jetson": "jetson",
 }
 # Lambda runs ONNX Runtime alone: OpenVINO (180 MB installed) would push a zip past 250 MB.
@@ -63,10 +64,17 @@ RUNTIME_PACKAGES = (
     "pydantic",
     "starlette",
 )
-SERVER_PACKAGES = {"aws-lambda": ("mangum",)}  # every other target runs uvicorn
 # uvloop and httptools: uvicorn's fast loop and parser (about 1.25x the served items/s measured
 # with 600 KB binary tensors on an H200 host, against asyncio and h11)
 DEFAULT_SERVER = ("uvicorn", "uvloop", "httptools")
+# images start `edgeserve serve`, whose command line prints with rich
+_IMAGE_SERVER = (*DEFAULT_SERVER, "rich")
+SERVER_PACKAGES = {  # every other target runs uvicorn
+    "aws-lambda": ("mangum",),
+    "knative": _IMAGE_SERVER,
+    "kserve": _IMAGE_SERVER,
+    "kubernetes": _IMAGE_SERVER,
+}
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         )
     for written in package_targets(bundle, args.target, out.parent / "dist", source):
         console.print(f"[green]packaged[/] {written}")
+        if (report := written.parent / "image.txt").is_file():  # an image's size per layer
+            console.print(report.read_text(encoding="utf-8"), markup=False, end="", soft_wrap=True)
     return 0
 
 
@@ -128,6 +130,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     choice = choose(platform, prefer=BACKEND_NAMES, override=args.backend)
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in describe(platform, choice):
+        table.add_row(key, value)
+    from edgeserve.image.tools import describe_tools
+
+    for key, value in describe_tools():  # which tool builds images (Kubernetes, Lambda), why
         table.add_row(key, value)
     console.print(table)
     return 0

@@ -100,10 +100,26 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
     assert meta["signature"] == {
         "batched": True,
         "inputs": [
-            {"name": "x", "datatype": "FP32", "dims": [-1, 16], "pad_axis": None, "pad_value": 0.0}
+            {
+                "name": "x",
+                "datatype": "FP32",
+                "dims": [-1, 16],
+                "pad_axis": None,
+                "pad_value": 0.0,
+                "follows": None,
+                "ratio": 1.0,
+            }
         ],
         "outputs": [
-            {"name": "y", "datatype": "FP32", "dims": [-1, 4], "pad_axis": None, "pad_value": 0.0}
+            {
+                "name": "y",
+                "datatype": "FP32",
+                "dims": [-1, 4],
+                "pad_axis": None,
+                "pad_value": 0.0,
+                "follows": None,
+                "ratio": 1.0,
+            }
         ],
     }
     assert meta["targets"] == {
