@@ -6,6 +6,7 @@
     ├── BackendError               no usable backend, or one failed to load or run
     ├── InvalidInput               400: what was wrong, where, what was expected
     ├── Unauthorized               401, with WWW-Authenticate: missing or rejected credentials
+    ├── Forbidden                  403: allowed to no one calling from where this caller is
     ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
     ├── PayloadTooLarge            413
     ├── Unavailable                503, with Retry-After: queue full, not ready, draining
@@ -54,6 +55,10 @@ class Unauthorized(EdgeserveError):
     def __init__(self, message: str, *, invalid: bool = False) -> None:
         super().__init__(message)
         self.invalid = invalid  # a token was sent and refused (RFC 6750's invalid_token)
+
+
+class Forbidden(EdgeserveError):
+    status = 403
 
 
 class ModelNotFound(EdgeserveError):
