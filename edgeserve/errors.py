@@ -6,6 +6,7 @@
     ├── BackendError               no usable backend, or one failed to load or run
     ├── InvalidInput               400: what was wrong, where, what was expected
     ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
+    ├── RequestTimeout             408: a client too slow to send its request
     ├── PayloadTooLarge            413
     ├── Unavailable                503, with Retry-After: queue full, not ready, draining
     ├── DeadlineExceeded           504: the item's deadline passed before it could run
@@ -46,6 +47,10 @@ class InvalidInput(EdgeserveError):
 
 class ModelNotFound(EdgeserveError):
     status = 404
+
+
+class RequestTimeout(EdgeserveError):
+    status = 408
 
 
 class PayloadTooLarge(EdgeserveError):

@@ -31,11 +31,10 @@ from edgeserve.http import metadata
 from edgeserve.http.errors import ErrorMiddleware, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
 from edgeserve.http.repository import RepositoryRoutes
+from edgeserve.http.timeouts import Timeouts
 from edgeserve.manifest import Manifest
 from edgeserve.stats import ModelStats
 from edgeserve.types import Signature, TensorDict
-
-DRAIN_TIMEOUT_S = 30.0
 
 
 class ServedFunction(Protocol):
@@ -59,6 +58,7 @@ class ServedFunction(Protocol):
     def stats(self) -> ModelStats: ...
 
     async def start(self) -> None: ...
+    def begin_drain(self) -> None: ...
     async def stop(self, drain_timeout_s: float = ...) -> None: ...
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
@@ -71,9 +71,10 @@ class ServedFunction(Protocol):
 class FunctionApp:
     """The ASGI app: inference routes go straight to their handlers, the rest to Starlette."""
 
-    def __init__(self, inference: InferenceRoutes, rest: Starlette) -> None:
+    def __init__(self, inference: InferenceRoutes, rest: Starlette, timeouts: Timeouts) -> None:
         self.inference = inference
         self.rest = rest
+        self.timeouts = timeouts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -83,10 +84,24 @@ class FunctionApp:
                 return
         await self.rest(scope, receive, send)
 
+    def begin_drain(self) -> None:
+        """The server's shutdown has started (SIGTERM): drain within timeouts.drain_s (drain.py).
 
-def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) -> FunctionApp:
-    """The app serving `runtime`; its lifespan starts the runtime and stops it (draining)."""
-    limit = max_body_bytes or int(runtime.manifest.resources.max_body_mb * 2**20)
+        Readiness turns 503 and new requests are refused; requests already in flight go on
+        (their items still reach the batcher) until the bound, when the rest is answered 503."""
+        self.inference.runtime.begin_drain()
+        self.inference.drain.begin(self.timeouts.drain_s)
+
+
+def create_app(
+    runtime: ServedFunction, *, max_body_bytes: int | None = None, timeouts: Timeouts | None = None
+) -> FunctionApp:
+    """The app serving `runtime`; its lifespan starts the runtime and stops it (draining).
+
+    Defaults: the manifest's [resources] max_body_mb and timeouts."""
+    resources = runtime.manifest.resources
+    limit = max_body_bytes or int(resources.max_body_mb * 2**20)
+    timeouts = timeouts or Timeouts.from_resources(resources)
     endpoints = _Endpoints(runtime)
 
     @asynccontextmanager
@@ -95,7 +110,7 @@ def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) ->
         try:
             yield
         finally:
-            await runtime.stop(DRAIN_TIMEOUT_S)
+            await runtime.stop(timeouts.drain_s)
 
     rest = Starlette(
         routes=endpoints.routes(),
@@ -103,7 +118,7 @@ def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) ->
         exception_handlers={HTTPException: http_exception_handler},
         lifespan=lifespan,
     )
-    return FunctionApp(InferenceRoutes(runtime, limit), rest)
+    return FunctionApp(InferenceRoutes(runtime, limit), rest, timeouts)
 
 
 class _Endpoints:
