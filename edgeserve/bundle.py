@@ -203,7 +203,7 @@ def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
     """
     if not _is_source(path):
         return Bundle.open(path)
-    from edgeserve.build import plan_build, write_bundle  # build imports this module
+    from edgeserve.builder import plan_build, write_bundle  # build imports this module
 
     plan = plan_build(path, targets=targets)
     cached = bundles_dir() / f"{plan.manifest.function.name}-{plan.fingerprint()[:16]}"

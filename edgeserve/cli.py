@@ -8,22 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.text import Text
 
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
-from edgeserve.errors import ConfigError, EdgeserveError
+from edgeserve.errors import EdgeserveError
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from edgeserve.bench import Level
-    from edgeserve.targets import TargetProfile
     from edgeserve.tune import TuneResult
 
 console = Console()
@@ -33,14 +34,14 @@ err_console = Console(stderr=True)
 def _cmd_init(args: argparse.Namespace) -> int:
     from edgeserve.scaffold import init_function
 
-    path = init_function(Path(args.path))
+    path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
     console.print(f"[green]created[/] {path}  (next: edgeserve build {path})")
     return 0
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from edgeserve.build import build
-    from edgeserve.deploy import package_targets
+    from edgeserve.builder import build
+    from edgeserve.targets import package_targets
 
     source = Path(args.source)
     out = Path(args.out) if args.out else Path("build") / source.resolve().name
@@ -64,14 +65,16 @@ def _cmd_build(args: argparse.Namespace) -> int:
         )
     for written in package_targets(bundle, args.target, out.parent / "dist", source):
         console.print(f"[green]packaged[/] {written}")
+        if (report := written.parent / "image.txt").is_file():  # an image's size per layer
+            console.print(report.read_text(encoding="utf-8"), markup=False, end="", soft_wrap=True)
     return 0
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from edgeserve.serve import serve
+    from edgeserve.server import serve
 
     if args.emulate == "aws-lambda":
-        from edgeserve.emulate.aws_lambda import serve_lambda_emulator
+        from edgeserve.aws_lambda.emulator import serve_lambda_emulator
 
         serve_lambda_emulator(
             Path(args.path), args.host, 8080 if args.port is None else args.port, args.event,
@@ -79,12 +82,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             target=args.target or "aws-lambda", log_level=args.log_level,
         )  # fmt: skip
         return 0
+    from edgeserve.http.auth import TOKEN_FILE_ENV
+    from edgeserve.http.tls import TlsFiles
+
+    if args.auth_token_file:
+        os.environ[TOKEN_FILE_ENV] = args.auth_token_file  # read where the app is made
+    tls = TlsFiles.resolve(args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certs, os.environ)
     serve(
         Path(args.path),
         host=args.host,
         port=args.port,
         backend=args.backend,
         log_level=args.log_level,
+        tls=tls,
         timeouts={f"{name}_s": getattr(args, f"{name}_timeout") for name in TIMEOUTS},
     )
     return 0
@@ -103,14 +113,10 @@ def _invoke_body(args: argparse.Namespace) -> tuple[bytes, str]:
     if args.json is not None:
         return args.json.encode(), "application/json"
     if args.file is not None:
+        from edgeserve.samples import content_type
+
         path = Path(args.file)
-        kinds = {
-            ".png": "image/png",
-            ".jpg": "image/jpeg",
-            ".jpeg": "image/jpeg",
-            ".json": "application/json",
-        }
-        return path.read_bytes(), kinds.get(path.suffix.lower(), "application/octet-stream")
+        return path.read_bytes(), content_type(path)
     raise EdgeserveError("invoke needs --json TEXT or --file PATH")
 
 
@@ -125,6 +131,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     choice = choose(platform, prefer=BACKEND_NAMES, override=args.backend)
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in describe(platform, choice):
+        table.add_row(key, value)
+    from edgeserve.image.tools import describe_tools
+
+    for key, value in describe_tools():  # which tool builds images (Kubernetes, Lambda), why
         table.add_row(key, value)
     console.print(table)
     return 0
@@ -177,47 +187,29 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_deploy(args: argparse.Namespace) -> int:
-    from edgeserve.bundle import open_or_build
-    from edgeserve.deploy import driver_for
+    from edgeserve.targets import deploy
 
-    profile = _target_profile(args)
-    bundle = open_or_build(Path(args.path), targets=(profile.name,))
-    result = driver_for(profile).deploy(bundle, profile)
+    result = deploy(Path(args.path), args.target, hosts=args.host)
     where = f" at {result.url}" if result.url else ""
     console.print(f"[green]deployed[/] {result.name} {result.version} to {result.target}{where}")
     return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from edgeserve.deploy import driver_for
+    from edgeserve.targets import driver_for, target_profile
 
-    profile = _target_profile(args)
+    profile = target_profile(args.target, Path(args.path), args.host)
     console.print_json(json.dumps(driver_for(profile).status(_function_name(args.path), profile)))
     return 0
 
 
 def _cmd_rollback(args: argparse.Namespace) -> int:
-    from edgeserve.deploy import driver_for
+    from edgeserve.targets import driver_for, target_profile
 
-    profile = _target_profile(args)
+    profile = target_profile(args.target, Path(args.path), args.host)
     result = driver_for(profile).rollback(_function_name(args.path), profile)
     console.print(f"[green]rolled back[/] {result.name} on {result.target} to {result.version}")
     return 0
-
-
-def _target_profile(args: argparse.Namespace) -> TargetProfile:
-    """The `--target` profile, narrowed to the `--host` devices (jetson) when given."""
-    from edgeserve.targets import load_target
-
-    path = Path(args.path)
-    profile = load_target(args.target, path if path.is_dir() else path.parent)
-    if not args.host:
-        return profile
-    if profile.driver != "jetson":
-        raise ConfigError(f"--host applies to jetson targets; {args.target} is {profile.driver}")
-    from edgeserve.deploy.jetson import with_hosts
-
-    return with_hosts(profile, tuple(args.host))
 
 
 def _function_name(path: str) -> str:
@@ -486,6 +478,14 @@ def _parser() -> argparse.ArgumentParser:
         "--instances", type=int, default=1, help="--emulate: execution environments (default 1)"
     )
     p.add_argument("--target", help="--emulate: target profile giving memory and timeout")
+    p.add_argument("--ssl-certfile", help="serve HTTPS with this PEM certificate (chain)")
+    p.add_argument("--ssl-keyfile", help="the PEM private key of --ssl-certfile")
+    p.add_argument("--ssl-ca-certs", help="require client certificates signed by this CA (mTLS)")
+    p.add_argument(
+        "--auth-token-file",
+        help="require `Authorization: Bearer <token>` with a token from this file (one a line; "
+        "default: $EDGESERVE_AUTH_TOKEN[_FILE], else no auth)",
+    )
 
     p = add("invoke", _cmd_invoke, "send one request to a function's /invoke and print the answer")
     p.add_argument(
@@ -631,7 +631,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except EdgeserveError as exc:
-        err_console.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+        # plain text: brackets in a message (`[model.inputs.x]`) are not rich markup
+        err_console.print(Text.assemble(("error:", "red"), " ", exc.message), soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.machinery
-import importlib.util
 import logging
 import time
 from collections.abc import Awaitable, Iterable, Sequence
 from pathlib import Path
-from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -26,9 +23,11 @@ from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
 from edgeserve.backends.tensors import shape_profile
 from edgeserve.batching import Batcher, BatchPolicy
-from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput
+from edgeserve.errors import EdgeserveError, InvalidInput
+from edgeserve.handler import import_handler
 from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
+from edgeserve.samples import example_inputs
 from edgeserve.signature import check_inputs, check_names
 from edgeserve.stats import ModelStats
 from edgeserve.types import Backend, Context, TensorDict, TensorSpec
@@ -41,9 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgeserve")
 T = TypeVar("T")
 
-WARMUP_DYNAMIC_DIM = 32
-"""Size given to dynamic non-batch dims during warm-up: large enough for conv and pooling stacks."""
-
 
 class Runtime:
     """One function, ready to serve requests from any number of concurrent callers."""
@@ -53,7 +49,7 @@ class Runtime:
         self.backend = backend
         self.stats = ModelStats(bundle.manifest.function.name, self.model_version)
         self.batcher = Batcher(backend.infer, bundle.signature, policy, self.stats)
-        self.handler = _import_handler(bundle.handler_path)
+        self.handler = None if bundle.handler_path is None else import_handler(bundle.handler_path)
         self.ready = False
         self.timings: dict[str, float] = {}
         self._housekeeping: asyncio.Task[None] | None = None
@@ -130,7 +126,7 @@ class Runtime:
         # a backend holding state per batch size (ONNX Runtime's CUDA buckets) warms each one
         preferred = (*preferred, *getattr(self.backend, "buckets", ()))
         for rows in _warmup_sizes(preferred, self.batcher.policy):
-            await asyncio.to_thread(self.backend.infer, _zeros(self.signature, rows))
+            await asyncio.to_thread(self.backend.infer, example_inputs(self.signature, rows))
         self.timings["warmup_s"] = time.perf_counter() - started
         self._housekeeping = asyncio.create_task(trim_when_idle(self._requests_seen))
         self.ready = True
@@ -270,48 +266,10 @@ def _planned_backends(bundle: Bundle) -> tuple[str, ...]:
     return tuple(dict.fromkeys(planned))
 
 
-def _import_handler(path: Path | None) -> ModuleType | None:
-    """Import the function's handler module from the bundle, with a clear error if it breaks."""
-    if path is None:
-        return None
-    name = f"edgeserve_handler_{path.stem}"
-    spec = importlib.util.spec_from_file_location(name, path, loader=_SourceOnly(name, str(path)))
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"{path}: cannot be imported as a Python module ([handler] module)")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise ConfigError(
-            f"{path}: the handler failed to import: {type(exc).__name__}: {exc}"
-        ) from exc
-    return module
-
-
-class _SourceOnly(importlib.machinery.SourceFileLoader):
-    """Compiles the verified source on every import and reads or writes no bytecode cache: a
-    .pyc beside the handler is not covered by the bundle's content hash."""
-
-    def get_code(self, fullname: str) -> CodeType:
-        path = self.get_filename(fullname)
-        return self.source_to_code(self.get_data(path), path)
-
-
 def _warmup_sizes(preferred: Sequence[int], policy: BatchPolicy) -> list[int]:
     if policy.max_batch_size == 0:
         return [0]
     return sorted(set(preferred) | {1})
-
-
-def _zeros(signature: Signature, rows: int) -> TensorDict:
-    """Warm-up inputs: zeros of each input's shape, dynamic dims given a friendly size."""
-    tensors = {}
-    for spec in signature.inputs:
-        dims = [WARMUP_DYNAMIC_DIM if dim == -1 else dim for dim in spec.dims]
-        if signature.batched:
-            dims[0] = rows
-        tensors[spec.name] = np.zeros(dims, dtype=datatypes.DATATYPES[spec.datatype].numpy)
-    return tensors
 
 
 def _tensor(spec: TensorSpec, value: Any) -> np.ndarray:

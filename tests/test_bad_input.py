@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.http import create_app
 from edgeserve.http.invoke import NDARRAY_EXT
 from edgeserve.runtime import Runtime

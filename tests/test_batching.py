@@ -16,8 +16,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from edgeserve.batchcost import Outlook
 from edgeserve.batching import Batcher, BatchPolicy, plan_batch
+from edgeserve.batching.cost import Outlook
 from edgeserve.errors import (
     BackendError,
     DeadlineExceeded,

@@ -19,7 +19,7 @@ import onnxruntime as ort
 import orjson
 import pytest
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from edgeserve.http import create_app
 from edgeserve.http.invoke import pack_array
@@ -119,6 +119,7 @@ def test_health_and_server_metadata(client: httpx.Client) -> None:
         "model_configuration",
         "model_repository",
         "statistics",
+        "system_shared_memory",
     ]
 
 

@@ -17,7 +17,7 @@ import tritonclient.http as triton
 import tritonclient.http.aio as triton_aio
 from tritonclient.utils import InferenceServerException
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.datatypes import DATATYPES
 from edgeserve.http import create_app
 from edgeserve.runtime import Runtime

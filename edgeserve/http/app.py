@@ -6,12 +6,14 @@ follow Triton except where noted at the route.
 
 Not served (Triton has them): response compression by Accept-Encoding (request bodies may be
 gzip or deflate), raw binary requests (Inference-Header-Content-Length: 0), classification,
-trace and logging extensions. The repository extension lists the one function and answers
-model control as `repository.py` explains.
+trace and logging extensions. System shared memory is served (`sharedmemory.py`); the
+repository extension lists the one function and answers model control as `repository.py`
+explains.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -26,13 +28,16 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from edgeserve import __version__
-from edgeserve.errors import Unavailable
+from edgeserve.errors import Unauthorized, Unavailable
 from edgeserve.http import metadata
-from edgeserve.http.errors import ErrorMiddleware, http_exception_handler
+from edgeserve.http.auth import Credentials, load_credentials
+from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
 from edgeserve.http.repository import RepositoryRoutes
+from edgeserve.http.sharedmemory import SystemSharedMemoryRoutes
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.manifest import Manifest
+from edgeserve.sharedmemory import Regions
 from edgeserve.stats import ModelStats
 from edgeserve.types import Signature, TensorDict
 
@@ -71,14 +76,28 @@ class ServedFunction(Protocol):
 class FunctionApp:
     """The ASGI app: inference routes go straight to their handlers, the rest to Starlette."""
 
-    def __init__(self, inference: InferenceRoutes, rest: Starlette, timeouts: Timeouts) -> None:
+    def __init__(
+        self,
+        inference: InferenceRoutes,
+        rest: Starlette,
+        timeouts: Timeouts,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.inference = inference
         self.rest = rest
         self.timeouts = timeouts
+        self.credentials = credentials
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            app = self.inference.app_for(route_path(scope))
+            path = route_path(scope)
+            if self.credentials is not None:
+                try:
+                    self.credentials.check(path, scope["headers"])
+                except Unauthorized as refused:
+                    await error_response(refused)(scope, receive, send)
+                    return
+            app = self.inference.app_for(path)
             if app is not None:
                 await app(scope, receive, send)
                 return
@@ -102,7 +121,8 @@ def create_app(
     resources = runtime.manifest.resources
     limit = max_body_bytes or int(resources.max_body_mb * 2**20)
     timeouts = timeouts or Timeouts.from_resources(resources)
-    endpoints = _Endpoints(runtime)
+    regions = Regions()
+    endpoints = _Endpoints(runtime, regions)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -118,12 +138,14 @@ def create_app(
         exception_handlers={HTTPException: http_exception_handler},
         lifespan=lifespan,
     )
-    return FunctionApp(InferenceRoutes(runtime, limit), rest, timeouts)
+    credentials = load_credentials(runtime.manifest.auth, os.environ)
+    return FunctionApp(InferenceRoutes(runtime, limit, regions), rest, timeouts, credentials)
 
 
 class _Endpoints:
-    def __init__(self, runtime: ServedFunction) -> None:
+    def __init__(self, runtime: ServedFunction, regions: Regions) -> None:
         self.runtime = runtime
+        self.regions = regions
 
     def routes(self) -> list[Route]:
         model = "/v2/models/{model}"
@@ -134,6 +156,7 @@ class _Endpoints:
             Route("/v2/models/stats", self.stats),
             Route("/metrics", self.metrics),
             *RepositoryRoutes(self.runtime).routes(),
+            *SystemSharedMemoryRoutes(self.regions).routes(),
         ]
         for base in (model, model + "/versions/{version}"):
             routes += [
