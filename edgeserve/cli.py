@@ -50,7 +50,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         out,
         targets=tuple(args.target),
         archive=args.archive,
-        report=lambda check: console.print(check.describe(), markup=False, soft_wrap=True),
+        report=lambda step: console.print(step.describe(), markup=False, soft_wrap=True),
     )
     console.print(
         f"[green]built[/] {bundle.manifest.function.name} -> {bundle.root}  "

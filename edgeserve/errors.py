@@ -4,6 +4,7 @@
     ├── ConfigError                a bad function.toml, target profile or CLI argument (exit 2)
     ├── BundleError                a bundle that is missing, altered or unsafe (exit 2)
     ├── BackendError               no usable backend, or one failed to load or run
+    ├── HandlerError               the function's handler broke its contract (500; exit 2)
     ├── InvalidInput               400: what was wrong, where, what was expected
     ├── Unauthorized               401, with WWW-Authenticate: missing or rejected credentials
     ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
@@ -43,6 +44,18 @@ class BundleError(EdgeserveError):
 
 class BackendError(EdgeserveError):
     status = 500
+
+
+class HandlerError(EdgeserveError):
+    """The function author's bug, not the client's: what the handler returned, what was
+    expected. 500 at serve time (with that message: types and tensor names, nothing private;
+    `origin`, the handler's file, goes to the log only), refused by build."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, origin: str = "") -> None:
+        super().__init__(message)
+        self.origin = origin
 
 
 class InvalidInput(EdgeserveError):

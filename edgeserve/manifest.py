@@ -52,6 +52,8 @@ class TensorOverride(_Strict):
     dims: tuple[int, ...] | None = None
     pad_axis: int | None = Field(default=None, ge=1)
     pad_value: float = 0.0
+    follows: str | None = None  # outputs only: the padded input their pad_axis follows
+    ratio: float = Field(default=1.0, gt=0)  # outputs only: length = floor(input length x ratio)
 
 
 class ModelSection(_Strict):

@@ -109,6 +109,29 @@ def varlen_model(path: Path, doubled: bool = True) -> Path:
     return _save(graph, path)
 
 
+def tokens_model(path: Path, vocab: int = 50, width: int = 16, seed: int = 0) -> Path:
+    """tokens [N, L] INT64 -> embedded [N, L, width], pooled [N, L // 2, width] (max over
+    pairs of neighbours: a sequence model that downsamples by 2, as a CRNN does by 4)."""
+    table = np.random.default_rng(seed).normal(0, 1, (vocab, width)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "tokens"], ["embedded"]),
+        helper.make_node("Transpose", ["embedded"], ["channels"], perm=[0, 2, 1]),
+        helper.make_node("MaxPool", ["channels"], ["pooled_t"], kernel_shape=[2], strides=[2]),
+        helper.make_node("Transpose", ["pooled_t"], ["pooled"], perm=[0, 2, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tokens",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["N", "L"])],
+        [
+            helper.make_tensor_value_info("embedded", TensorProto.FLOAT, ["N", "L", width]),
+            helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["N", "H", width]),
+        ],
+        [numpy_helper.from_array(table, "table")],
+    )
+    return _save(graph, path)
+
+
 def write_function(folder: Path, model_builder, manifest: str, handler: str | None = None) -> Path:
     """A function source folder: function.toml, model.onnx and optionally handler.py."""
     folder.mkdir(parents=True, exist_ok=True)
