@@ -9,6 +9,7 @@
     ├── Unauthorized               401, with WWW-Authenticate: missing or rejected credentials
     ├── Forbidden                  403: allowed to no one calling from where this caller is
     ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
+    ├── RequestTimeout             408: a client too slow to send its request
     ├── PayloadTooLarge            413
     ├── Unavailable                503, with Retry-After: queue full, not ready, draining
     ├── DeadlineExceeded           504: the item's deadline passed before it could run
@@ -76,6 +77,10 @@ class Forbidden(EdgeserveError):
 
 class ModelNotFound(EdgeserveError):
     status = 404
+
+
+class RequestTimeout(EdgeserveError):
+    status = 408
 
 
 class PayloadTooLarge(EdgeserveError):
