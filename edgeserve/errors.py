@@ -7,7 +7,9 @@
     ├── HandlerError               the function's handler broke its contract (500; exit 2)
     ├── InvalidInput               400: what was wrong, where, what was expected
     ├── Unauthorized               401, with WWW-Authenticate: missing or rejected credentials
+    ├── Forbidden                  403: allowed to no one calling from where this caller is
     ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
+    ├── RequestTimeout             408: a client too slow to send its request
     ├── PayloadTooLarge            413
     ├── Unavailable                503, with Retry-After: queue full, not ready, draining
     ├── DeadlineExceeded           504: the item's deadline passed before it could run
@@ -69,8 +71,16 @@ class Unauthorized(EdgeserveError):
         self.invalid = invalid  # a token was sent and refused (RFC 6750's invalid_token)
 
 
+class Forbidden(EdgeserveError):
+    status = 403
+
+
 class ModelNotFound(EdgeserveError):
     status = 404
+
+
+class RequestTimeout(EdgeserveError):
+    status = 408
 
 
 class PayloadTooLarge(EdgeserveError):

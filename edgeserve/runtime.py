@@ -143,7 +143,13 @@ class Runtime:
             self.timings["warmup_s"],
         )
 
+    def begin_drain(self) -> None:
+        """Shutdown has begun: report not ready, and run what is queued without waiting."""
+        self.ready = False
+        self.batcher.hurry()
+
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
+        """Refuse new work, run what is queued within the bound, fail the rest (503), close."""
         self.ready = False
         if self._housekeeping is not None:
             self._housekeeping.cancel()

@@ -38,12 +38,11 @@ from edgeserve.http.inference import InferenceRoutes, check_model, route_path
 from edgeserve.http.openapi import DocsRoutes, openapi_document
 from edgeserve.http.repository import RepositoryRoutes
 from edgeserve.http.sharedmemory import SystemSharedMemoryRoutes
+from edgeserve.http.timeouts import Timeouts
 from edgeserve.manifest import Manifest
 from edgeserve.sharedmemory import Regions
 from edgeserve.stats import ModelStats
 from edgeserve.types import Signature, TensorDict
-
-DRAIN_TIMEOUT_S = 30.0
 
 
 class ServedFunction(Protocol):
@@ -69,6 +68,7 @@ class ServedFunction(Protocol):
     def root(self) -> Path: ...
 
     async def start(self) -> None: ...
+    def begin_drain(self) -> None: ...
     async def stop(self, drain_timeout_s: float = ...) -> None: ...
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
@@ -82,10 +82,15 @@ class FunctionApp:
     """The ASGI app: inference routes go straight to their handlers, the rest to Starlette."""
 
     def __init__(
-        self, inference: InferenceRoutes, rest: Starlette, credentials: Credentials | None = None
+        self,
+        inference: InferenceRoutes,
+        rest: Starlette,
+        timeouts: Timeouts,
+        credentials: Credentials | None = None,
     ) -> None:
         self.inference = inference
         self.rest = rest
+        self.timeouts = timeouts
         self.credentials = credentials
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -103,10 +108,24 @@ class FunctionApp:
                 return
         await self.rest(scope, receive, send)
 
+    def begin_drain(self) -> None:
+        """The server's shutdown has started (SIGTERM): drain within timeouts.drain_s (drain.py).
 
-def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) -> FunctionApp:
-    """The app serving `runtime`; its lifespan starts the runtime and stops it (draining)."""
-    limit = max_body_bytes or int(runtime.manifest.resources.max_body_mb * 2**20)
+        Readiness turns 503 and new requests are refused; requests already in flight go on
+        (their items still reach the batcher) until the bound, when the rest is answered 503."""
+        self.inference.runtime.begin_drain()
+        self.inference.drain.begin(self.timeouts.drain_s)
+
+
+def create_app(
+    runtime: ServedFunction, *, max_body_bytes: int | None = None, timeouts: Timeouts | None = None
+) -> FunctionApp:
+    """The app serving `runtime`; its lifespan starts the runtime and stops it (draining).
+
+    Defaults: the manifest's [resources] max_body_mb and timeouts."""
+    resources = runtime.manifest.resources
+    limit = max_body_bytes or int(resources.max_body_mb * 2**20)
+    timeouts = timeouts or Timeouts.from_resources(resources)
     regions = Regions()
     endpoints = _Endpoints(runtime, regions)
 
@@ -116,7 +135,7 @@ def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) ->
         try:
             yield
         finally:
-            await runtime.stop(DRAIN_TIMEOUT_S)
+            await runtime.stop(timeouts.drain_s)
 
     rest = Starlette(
         routes=endpoints.routes(),
@@ -125,7 +144,7 @@ def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) ->
         lifespan=lifespan,
     )
     credentials = load_credentials(runtime.manifest.auth, os.environ)
-    return FunctionApp(InferenceRoutes(runtime, limit, regions), rest, credentials)
+    return FunctionApp(InferenceRoutes(runtime, limit, regions), rest, timeouts, credentials)
 
 
 class _Endpoints:

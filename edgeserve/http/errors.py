@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import math
+from http import HTTPStatus
 
+import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -49,6 +51,18 @@ def error_response(exc: Exception, where: str = "") -> Response:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
     logger.error("unexpected error in %s", where, exc_info=exc)
     return JSONResponse({"error": INTERNAL_ERROR}, status_code=500)
+
+
+def raw_response(error: EdgeserveError) -> bytes:
+    """`error` as HTTP/1.1 bytes that close the connection: for the protocol layer, which answers
+    (a slow client's 408) where no ASGI response can be sent."""
+    body = orjson.dumps({"error": error.message})
+    head = (
+        f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
 
 
 async def http_exception_handler(request: Request, exc: Exception) -> Response:
