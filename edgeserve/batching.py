@@ -105,6 +105,18 @@ class Batcher:
         """The policy as configured (while draining, batches form with no delay)."""
         return self._policy
 
+    @property
+    def queued_rows(self) -> int:
+        """Rows waiting to run (what max_queue_size bounds)."""
+        return self._rows
+
+    def check_room(self) -> None:
+        """Refuse now (Unavailable) what `submit` would refuse for want of room: the server
+        calls this before reading a request's body, so a full queue costs no decoding."""
+        if self._stopping:
+            raise Unavailable("batcher is draining: not accepting requests")
+        self._check_room(1)
+
     async def start(self) -> None:
         """Start the worker tasks and their threads."""
         count = self._policy.instances

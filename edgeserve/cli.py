@@ -75,14 +75,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             target=args.target or "aws-lambda", log_level=args.log_level,
         )  # fmt: skip
         return 0
-    serve(
+    return serve(
         Path(args.path),
         host=args.host,
         port=args.port,
         backend=args.backend,
         log_level=args.log_level,
+        workers=args.workers,
     )
-    return 0
 
 
 def _cmd_invoke(args: argparse.Namespace) -> int:
@@ -302,6 +302,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--backend", choices=["tensorrt", "openvino", "onnxruntime"])
     p.add_argument("--log-level", default="info")
+    p.add_argument(
+        "--workers",
+        help="front processes: a count or `auto` (default: EDGESERVE_WORKERS, else the "
+        "manifest's [resources] workers); 1 serves in one process",
+    )
     p.add_argument("--emulate", choices=["aws-lambda"], help="run it the way this target runs it")
     p.add_argument(
         "--event",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -76,6 +76,8 @@ class ResourcesSection(_Strict):
     memory_mb: int = Field(default=1024, ge=128)
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_mb: float = Field(default=64, gt=0)
+    # front processes of `serve` (edgeserve/workers): a count, or chosen from cores and devices
+    workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = "auto"
 
 
 class Manifest(_Strict):

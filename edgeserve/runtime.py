@@ -1,10 +1,12 @@
-"""A loaded function: bundle + backend + batcher + handler, and its lifecycle.
+"""A loaded function: bundle + engine (backend + batcher) + handler, and its lifecycle.
 
     load (backend, handler) -> start (batcher workers, warm-up per preferred size) -> ready
     stop: refuse new work -> drain the queue (bounded) -> close the backend
 
-The wiring batcher -> backend is written out here: the batcher calls `backend.infer` on its
-worker threads, and every request (v2 or /invoke) ends in `Batcher.submit`.
+The wiring batcher -> backend is written out here (`LocalEngine`): the batcher calls
+`backend.infer` on its worker threads, and every request (v2 or /invoke) ends in
+`Engine.submit`. With front processes (edgeserve.workers) a front's Runtime holds a
+`RemoteEngine` instead: the same handler and checks, the batches in the inference process.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -25,7 +27,7 @@ from edgeserve import datatypes
 from edgeserve.backends import choose, default_device, load_backend
 from edgeserve.backends.tensors import shape_profile
 from edgeserve.batching import Batcher, BatchPolicy
-from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput
+from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput, Unavailable
 from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
 from edgeserve.signature import check_inputs
@@ -43,22 +45,75 @@ WARMUP_DYNAMIC_DIM = 32
 """Size given to dynamic non-batch dims during warm-up: large enough for conv and pooling stacks."""
 
 
+class Engine(Protocol):
+    """What runs a function's batches: `LocalEngine` here, or `workers.RemoteEngine` (the
+    inference process shared by every front)."""
+
+    @property
+    def backend_name(self) -> str: ...
+    @property
+    def ready(self) -> bool:
+        """Whether batches can run (a RemoteEngine is not while the inference process restarts)."""
+
+    async def start(self) -> None: ...
+    async def stop(self, drain_timeout_s: float) -> None: ...
+    async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict: ...
+    def check_room(self) -> None:
+        """Raise Unavailable when the queue is full: called before a request's body is read."""
+
+
+class LocalEngine:
+    """The backend and its batcher in this process; starting warms up every batch size."""
+
+    ready = True
+
+    def __init__(
+        self, backend: Backend, signature: Signature, policy: BatchPolicy, stats: ModelStats
+    ) -> None:
+        self.backend = backend
+        self.signature = signature
+        self.batcher = Batcher(backend.infer, signature, policy, stats)
+        self.submit = self.batcher.submit
+        self.check_room = self.batcher.check_room
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    async def start(self) -> None:
+        """Start the batcher, then run one batch per preferred size (and backend bucket)."""
+        await self.batcher.start()
+        preferred = self.batcher.policy.preferred_batch_sizes
+        # a backend holding state per batch size (ONNX Runtime's CUDA buckets) warms each one
+        preferred = (*preferred, *getattr(self.backend, "buckets", ()))
+        for rows in _warmup_sizes(preferred, self.batcher.policy):
+            await asyncio.to_thread(self.backend.infer, _zeros(self.signature, rows))
+
+    async def stop(self, drain_timeout_s: float) -> None:
+        await self.batcher.stop(drain_timeout_s)
+        self.backend.close()
+
+
 class Runtime:
     """One function, ready to serve requests from any number of concurrent callers."""
 
-    def __init__(self, bundle: Bundle, backend: Backend, policy: BatchPolicy) -> None:
+    def __init__(self, bundle: Bundle, engine: Engine, stats: ModelStats | None = None) -> None:
         self.bundle = bundle
-        self.backend = backend
-        self.stats = ModelStats(bundle.manifest.function.name, bundle.manifest.function.version)
-        self.batcher = Batcher(backend.infer, bundle.signature, policy, self.stats)
+        self.engine = engine
+        self.stats = stats or ModelStats(bundle.name, bundle.version)
         self.handler = _import_handler(bundle.handler_path)
-        self.ready = False
+        self.started = False
         self.timings: dict[str, float] = {}
         self._housekeeping: asyncio.Task[None] | None = None
 
     @classmethod
     def load(
-        cls, bundle: Bundle, *, backend: str | None = None, lambda_mode: bool = False
+        cls,
+        bundle: Bundle,
+        *,
+        backend: str | None = None,
+        lambda_mode: bool = False,
+        stats: ModelStats | None = None,
     ) -> Runtime:
         """Load the model on the backend that fits this machine (or the one asked for).
 
@@ -72,7 +127,7 @@ class Runtime:
         policy = BatchPolicy.from_manifest(manifest.batching, batched=bundle.signature.batched)
         if lambda_mode:
             policy = dataclasses.replace(policy, max_queue_delay_s=0.0, instances=1)
-        engine = load_backend(
+        loaded = load_backend(
             choice.name,
             bundle.model_path,
             ir_path=bundle.ir_path,
@@ -84,7 +139,8 @@ class Runtime:
                 bundle.signature, policy.max_batch_size, policy.preferred_batch_sizes
             ),
         )
-        runtime = cls(bundle, engine, policy)
+        stats = stats or ModelStats(bundle.name, bundle.version)
+        runtime = cls(bundle, LocalEngine(loaded, bundle.signature, policy, stats), stats)
         runtime.timings["load_s"] = time.perf_counter() - started
         log.info("loaded %s on %s (%s)", manifest.function.name, choice.name, choice.reason)
         return runtime
@@ -107,26 +163,26 @@ class Runtime:
 
     @property
     def backend_name(self) -> str:
-        return self.backend.name
+        return self.engine.backend_name
+
+    @property
+    def ready(self) -> bool:
+        """Started, not draining, and its engine can run batches."""
+        return self.started and self.engine.ready
 
     @property
     def root(self) -> Path:
         return self.bundle.root
 
     async def start(self) -> None:
-        """Start the batcher, run one batch per preferred size, then report ready."""
-        if self.ready:
+        """Start the engine (warm-up included), then report ready."""
+        if self.started:
             return
         started = time.perf_counter()
-        await self.batcher.start()
-        preferred = self.manifest.batching.preferred_batch_sizes
-        # a backend holding state per batch size (ONNX Runtime's CUDA buckets) warms each one
-        preferred = (*preferred, *getattr(self.backend, "buckets", ()))
-        for rows in _warmup_sizes(preferred, self.batcher.policy):
-            await asyncio.to_thread(self.backend.infer, _zeros(self.signature, rows))
+        await self.engine.start()
         self.timings["warmup_s"] = time.perf_counter() - started
         self._housekeeping = asyncio.create_task(trim_when_idle(self._requests_seen))
-        self.ready = True
+        self.started = True
         log.info(
             "%s v%s ready on %s (load %.2f s, warm-up %.2f s)",
             self.name,
@@ -137,11 +193,16 @@ class Runtime:
         )
 
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
-        self.ready = False
+        self.started = False
         if self._housekeeping is not None:
             self._housekeeping.cancel()
-        await self.batcher.stop(drain_timeout_s)
-        self.backend.close()
+        await self.engine.stop(drain_timeout_s)
+
+    def check_room(self) -> None:
+        """Refuse (Unavailable) while not ready or while the queue is full: before any decoding."""
+        if not self.ready:
+            raise Unavailable(f"`{self.name}` is not ready (loading, warming up or draining)")
+        self.engine.check_room()
 
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
@@ -180,7 +241,7 @@ class Runtime:
 
     async def _run(self, inputs: TensorDict, when: _Arrival) -> TensorDict:
         check_inputs(self.signature, inputs)
-        return await self.batcher.submit(inputs, when.deadline, when.arrived)
+        return await self.engine.submit(inputs, when.deadline, when.arrived)
 
     async def _run_item(self, item: Any, position: int, when: _Arrival) -> TensorDict:
         if not isinstance(item, dict):
@@ -245,6 +306,7 @@ class _Counted:
     def __init__(self, stats: ModelStats) -> None:
         self._stats = stats
         self._started = time.perf_counter_ns()
+        stats.request_started()
 
     def __enter__(self) -> None:
         return None

@@ -83,6 +83,9 @@ class ModelStats:
                 by_size = counters.batches[size] = Duration()
             by_size.add(1, compute_ns)
 
+    def request_started(self) -> None:
+        """A request reached the runtime (counted only where requests in flight are shown)."""
+
     def request_done(self, ok: bool, duration_ns: int) -> None:
         """One request answered (`ok`) or failed, `duration_ns` after it arrived."""
         with self._lock:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-LISTENING = re.compile(r"Uvicorn running on (http://[\d.]+:\d+)")
+LISTENING = re.compile(r"(?:Uvicorn running on|serving on) (http://[\d.]+:\d+)")
 
 
 class Server:

@@ -39,8 +39,8 @@ DRAIN_TIMEOUT_S = 30.0
 class ServedFunction(Protocol):
     """What the HTTP layer needs of a runtime (edgeserve.runtime.Runtime is the real one)."""
 
-    ready: bool
-
+    @property
+    def ready(self) -> bool: ...
     @property
     def name(self) -> str: ...
     @property
@@ -56,6 +56,9 @@ class ServedFunction(Protocol):
 
     async def start(self) -> None: ...
     async def stop(self, drain_timeout_s: float = ...) -> None: ...
+    def check_room(self) -> None:
+        """Raise Unavailable when a request would be refused anyway (not ready, queue full)."""
+
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
     ) -> TensorDict: ...

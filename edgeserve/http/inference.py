@@ -95,7 +95,7 @@ class InferenceRoutes:
         return Reply(content, media_type)
 
     def _asgi(self, handler: Handler) -> ASGIApp:
-        limit = self.limit
+        limit, runtime = self.limit, self.runtime
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             arrived = time.monotonic()
@@ -103,6 +103,7 @@ class InferenceRoutes:
             try:
                 if scope["method"] != "POST":
                     raise HTTPException(405, headers={"Allow": "POST"})
+                runtime.check_room()  # a request that would be refused costs no decoding
                 body = await read_body(receive, headers, limit)
                 call = Call(route_path(scope), headers, body, arrived)
                 reply = await until_disconnected(receive, handler(call))
