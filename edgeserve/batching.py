@@ -21,6 +21,7 @@ from typing import Protocol
 
 from edgeserve.batchcost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
 from edgeserve.batchplan import BatchPolicy, Plan, plan_batch
+from edgeserve.door import Door
 from edgeserve.errors import (
     BackendError,
     DeadlineExceeded,
@@ -93,6 +94,7 @@ class Batcher:
         self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
         self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
         self._idle = 0  # workers asleep on an empty queue
+        self.door = Door(lambda: self._policy.max_queue_size - self._rows, policy.max_queue_size)
 
     def _outlook(self) -> Outlook:
         """What the batcher has learned so far: batch cost by size, arrival rate, waiting
@@ -110,12 +112,10 @@ class Batcher:
         """Rows waiting to run (what max_queue_size bounds)."""
         return self._rows
 
-    def check_room(self) -> None:
-        """Refuse now (Unavailable) what `submit` would refuse for want of room: the server
-        calls this before reading a request's body, so a full queue costs no decoding."""
-        if self._stopping:
-            raise Unavailable("batcher is draining: not accepting requests")
-        self._check_room(1)
+    async def admit(self, deadline: float) -> None:
+        """Wait (bounded) until the queue has room for a request whose body is still unread:
+        the server calls this first, so a full queue costs no reading nor decoding (door.py)."""
+        await self.door.enter(deadline)
 
     async def start(self) -> None:
         """Start the worker tasks and their threads."""
@@ -147,6 +147,7 @@ class Batcher:
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         """Refuse new work, run what is queued within the timeout, fail the rest."""
         self._stopping = True
+        self.door.close("batcher is draining: not accepting requests")
         self._planning = replace(self._policy, max_queue_delay_s=0.0)
         self._changed.set()
         if self._workers:
@@ -260,6 +261,8 @@ class Batcher:
         if item in self._queue:
             del self._queue[item]
             self._rows -= item.rows
+            if self.door.waiting:
+                self.door.open()
 
     def _fail(self, items: Sequence[_Item], error: Exception) -> None:
         for item in items:

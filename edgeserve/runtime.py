@@ -58,8 +58,8 @@ class Engine(Protocol):
     async def start(self) -> None: ...
     async def stop(self, drain_timeout_s: float) -> None: ...
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict: ...
-    def check_room(self) -> None:
-        """Raise Unavailable when the queue is full: called before a request's body is read."""
+    async def admit(self, deadline: float) -> None:
+        """Wait (bounded) for room in the queue, or raise Unavailable: before a body is read."""
 
 
 class LocalEngine:
@@ -74,7 +74,7 @@ class LocalEngine:
         self.signature = signature
         self.batcher = Batcher(backend.infer, signature, policy, stats)
         self.submit = self.batcher.submit
-        self.check_room = self.batcher.check_room
+        self.admit = self.batcher.admit
 
     @property
     def backend_name(self) -> str:
@@ -198,11 +198,12 @@ class Runtime:
             self._housekeeping.cancel()
         await self.engine.stop(drain_timeout_s)
 
-    def check_room(self) -> None:
-        """Refuse (Unavailable) while not ready or while the queue is full: before any decoding."""
+    async def admit(self, arrived: float) -> None:
+        """Let a request in once the queue has room (edgeserve.door), before its body is read;
+        Unavailable while not ready, or when no room came in time."""
         if not self.ready:
             raise Unavailable(f"`{self.name}` is not ready (loading, warming up or draining)")
-        self.engine.check_room()
+        await self.engine.admit(self._arrival(arrived).deadline)
 
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None

@@ -206,9 +206,9 @@ def test_sigterm_answers_the_requests_of_every_front_then_exits(tmp_path: Path) 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_full_queue_refuses_before_the_body_is_read(tmp_path: Path, workers: str) -> None:
-    """The queue (2 rows) is full of requests waiting 2 s for company: a body that is not even
-    JSON is refused 503 (not 400), which it could only be if it was never decoded."""
-    folder = function(tmp_path / "mlp", delay_ms=2000, batch=4, queue=2)
+    """The queue (2 rows) is full of requests waiting 4 s for company: a body that is not even
+    JSON waits its 1 s at the door and is refused 503 (not 400): it was never decoded."""
+    folder = function(tmp_path / "mlp", delay_ms=4000, batch=4, queue=2)
     with running(folder, "--workers", workers) as (url, _), ThreadPoolExecutor(2) as pool:
         held = post_in_background(pool, url, 2)
         wait_until(lambda: _queued(url))

@@ -56,8 +56,8 @@ class ServedFunction(Protocol):
 
     async def start(self) -> None: ...
     async def stop(self, drain_timeout_s: float = ...) -> None: ...
-    def check_room(self) -> None:
-        """Raise Unavailable when a request would be refused anyway (not ready, queue full)."""
+    async def admit(self, arrived: float) -> None:
+        """Return once a request may be read; Unavailable when it would be refused anyway."""
 
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None

@@ -103,7 +103,7 @@ class InferenceRoutes:
             try:
                 if scope["method"] != "POST":
                     raise HTTPException(405, headers={"Allow": "POST"})
-                runtime.check_room()  # a request that would be refused costs no decoding
+                await runtime.admit(arrived)  # a full queue costs no reading nor decoding
                 body = await read_body(receive, headers, limit)
                 call = Call(route_path(scope), headers, body, arrived)
                 reply = await until_disconnected(receive, handler(call))

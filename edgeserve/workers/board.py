@@ -2,6 +2,7 @@
 
     [0]                      rows queued in the inference process's batcher (admission)
     [1]                      restarts of the inference process
+    [2]                      requests waiting at the door for room in the queue (admission)
     [STATS, STATS + n)       the batch statistics, behind a sequence lock (one writer: the
                              inference process of the moment, which adds to what it finds)
     one slot per front       its requests: success count and ns, failure count and ns,
@@ -24,7 +25,7 @@ from prometheus_client.metrics_core import Metric
 
 from edgeserve.stats import Counters, Duration, ModelStats
 
-QUEUED, RESTARTS, STATS = 0, 1, 2
+QUEUED, RESTARTS, WAITING, STATS = 0, 1, 2, 3
 IN_FLIGHT, PID = 4, 5  # in a front's slot, after its success and failure durations
 _FIXED = 8  # seq, inference_count, execution_count, last_ms, queue count/ns, compute count/ns
 _SLOT = 6
@@ -54,8 +55,13 @@ class Board:
     def queued_rows(self) -> int:
         return int(self.cells[QUEUED])
 
-    def publish_queued(self, rows: int) -> None:
+    @property
+    def waiting(self) -> int:
+        return int(self.cells[WAITING])
+
+    def publish_queue(self, rows: int, waiting: int) -> None:
         self.cells[QUEUED] = rows
+        self.cells[WAITING] = waiting
 
     def slot(self, front: int) -> np.ndarray:
         start = self.slots_at + _SLOT * front

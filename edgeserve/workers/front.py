@@ -16,6 +16,7 @@ import itertools
 import logging
 import socket
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -73,27 +74,34 @@ class RemoteEngine:
         if self._writer is not None:
             self._writer.close()
 
-    def check_room(self) -> None:
-        queued, limit = self.board.queued_rows, self.policy.max_queue_size
-        if queued >= limit:
-            raise Unavailable(
-                f"queue full: {queued} of {limit} rows waiting",
-                retry_after_s=max(self.policy.max_queue_delay_s, 0.001),
-            )
+    async def admit(self, deadline: float) -> None:
+        """Straight in while the board shows room and nobody waiting; else wait in the inference
+        process's line (edgeserve.door), which is one for every front."""
+        if self.board.queued_rows < self.policy.max_queue_size and not self.board.waiting:
+            return
+        await self._ask((wire.WAIT, deadline), 0, 0)
 
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict:
-        writer = self._writer
-        if writer is None:
-            raise Unavailable("the inference process is restarting", RETRY_AFTER_S)
         size = block_size(inputs)
         offset = self._blocks.allocate(size)
         if offset is None:  # arena full: the tensors travel inline, slower but still answered
             offset, size = 0, 0
+        placed = self.arena.place(inputs, offset, size)
+        result: TensorDict = await self._ask(
+            (wire.SUBMIT, placed, (offset, size), deadline, arrived), offset, size
+        )
+        return result
+
+    async def _ask(self, message: tuple[Any, ...], offset: int, size: int) -> Any:
+        """Send (kind, key, *rest) and await its DONE; `offset`, `size`: the block it holds."""
+        writer = self._writer
+        if writer is None:
+            self._free(offset, size)
+            raise Unavailable("the inference process is restarting", RETRY_AFTER_S)
         key = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[key] = (future, offset, size)
-        placed = self.arena.place(inputs, offset, size)
-        wire.send(writer, (wire.SUBMIT, key, placed, (offset, size), deadline, arrived))
+        wire.send(writer, (message[0], key, *message[1:]))
         try:
             return await future
         except asyncio.CancelledError:
@@ -144,7 +152,7 @@ class RemoteEngine:
                     if isinstance(result, BaseException):
                         future.set_exception(result)
                     else:
-                        future.set_result(self.arena.copied(result))
+                        future.set_result(result and self.arena.copied(result))
                 self._free(offset, size)
 
     def _disconnected(self) -> None:

@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Coroutine
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,13 @@ class InferenceServer:
             while True:
                 message = await wire.receive(reader)
                 kind, key = message[0], message[1]
-                if kind == wire.SUBMIT:
-                    tasks[key] = asyncio.create_task(self._run(writer, arena, *message[1:]))
+                if kind in (wire.SUBMIT, wire.WAIT):
+                    work = (
+                        self._run(arena, *message[2:])
+                        if kind == wire.SUBMIT
+                        else (self.engine.admit(message[2]))
+                    )
+                    tasks[key] = asyncio.create_task(self._answer(writer, key, work))
                     tasks[key].add_done_callback(partial(_forget, tasks, key))
                     loop.call_soon(self._publish)  # after the task has queued its rows
                 elif kind == wire.CANCEL and key in tasks:
@@ -88,19 +94,12 @@ class InferenceServer:
             arena.close()
             self._publish()
 
-    async def _run(
-        self,
-        writer: asyncio.StreamWriter,
-        arena: Arena,
-        key: int,
-        placed: Any,
-        block: tuple[int, int],
-        deadline: float,
-        arrived: float,
+    async def _answer(
+        self, writer: asyncio.StreamWriter, key: int, work: Coroutine[Any, Any, Any]
     ) -> None:
+        """Await `work` and send its outcome: exactly one DONE per SUBMIT or WAIT."""
         try:
-            outputs = await self.engine.submit(arena.tensors(placed), deadline, arrived)
-            reply: Any = arena.place(outputs, *block)
+            reply = await work
         except asyncio.CancelledError:
             reply = Unavailable("cancelled: the client went away")
         except EdgeserveError as exc:
@@ -113,8 +112,15 @@ class InferenceServer:
         if not writer.is_closing():
             wire.send(writer, (wire.DONE, key, reply))
 
+    async def _run(
+        self, arena: Arena, placed: Any, block: tuple[int, int], deadline: float, arrived: float
+    ) -> Any:
+        """Inputs in place from the arena; outputs written back into the request's block."""
+        outputs = await self.engine.submit(arena.tensors(placed), deadline, arrived)
+        return arena.place(outputs, *block)
+
     def _publish(self) -> None:
-        self.board.publish_queued(self.engine.batcher.queued_rows)
+        self.board.publish_queue(self.engine.batcher.queued_rows, self.engine.batcher.door.waiting)
 
 
 def _forget(tasks: dict[int, asyncio.Task[None]], key: int, _: object) -> None:

@@ -92,7 +92,7 @@ class Supervisor:
     def _restart_inference(self) -> None:
         log.warning("the inference process exited (%s): starting it again", _how(self.inference))
         self.board.cells[RESTARTS] += 1
-        self.board.publish_queued(0)
+        self.board.publish_queue(0, 0)
         with_socket = Path(self.config.socket_path)
         with_socket.unlink(missing_ok=True)
         self.inference = self._spawn(self.inference.module, self.config)

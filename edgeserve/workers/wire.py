@@ -4,8 +4,9 @@ over one unix stream socket per front (the measured choice: benchmarks/channels.
     front -> inference    hello {front, arena_bytes} with the arena's fd (SCM_RIGHTS)
     inference -> front    (HELLO, backend name)
     front -> inference    (SUBMIT, id, placed inputs, block, deadline, arrived)
+                          (WAIT, id, deadline)    the board shows a full queue: wait in line
                           (CANCEL, id)            the client hung up: drop its items if queued
-    inference -> front    (DONE, id, placed outputs | error)   exactly one per SUBMIT
+    inference -> front    (DONE, id, placed outputs | None | error)   one per SUBMIT or WAIT
 
 `block` is the request's (offset, size) in the front's arena; `deadline` and `arrived` are
 time.monotonic() instants, which every process of the machine shares. Errors travel pickled
@@ -22,7 +23,7 @@ import socket
 import struct
 from typing import Any
 
-HELLO, SUBMIT, CANCEL, DONE = 0, 1, 2, 3
+HELLO, SUBMIT, WAIT, CANCEL, DONE = 0, 1, 2, 3, 4
 HELLO_BYTES = 4096
 _LENGTH = struct.Struct("<I")
 
