@@ -28,9 +28,10 @@ honours it comes back when the server said it would have waited anyway."""
 class Door:
     """The line in front of one queue; `room()` says how many rows the queue can take now."""
 
-    def __init__(self, room: Callable[[], int], limit: int) -> None:
+    def __init__(self, room: Callable[[], int], limit: int, wait_s: float = DOOR_WAIT_S) -> None:
         self._room = room
         self._limit = limit
+        self._wait_s = wait_s
         self._line: deque[asyncio.Future[None]] = deque()
         self._entering = 0  # let in, not yet queued (they read their body first)
         self._closed: str | None = None
@@ -47,7 +48,7 @@ class Door:
             return
         waiter = asyncio.get_running_loop().create_future()
         self._line.append(waiter)
-        wait_s = min(DOOR_WAIT_S, deadline - time.monotonic())
+        wait_s = min(self._wait_s, deadline - time.monotonic())
         try:
             await asyncio.wait_for(asyncio.shield(waiter), max(wait_s, 0.0))
         except TimeoutError:
@@ -55,7 +56,7 @@ class Door:
                 raise Unavailable(
                     f"queue full: {self._limit - self._room()} of {self._limit} rows waiting, "
                     f"and no room within {wait_s:.2f} s",
-                    retry_after_s=DOOR_WAIT_S,
+                    retry_after_s=self._wait_s,
                 ) from None
         finally:
             if waiter in self._line:
