@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from edgeserve.bench.loadgen import STOP_WAIT_S, Target, closed_loop, open_loop
+from edgeserve.bench.fleet import CpuMeter, Fleet, run_share, shares
+from edgeserve.bench.loadgen import STOP_WAIT_S, Target
 from edgeserve.bench.measure import (
     STABILITY_WINDOWS,
     ClientSummary,
@@ -44,6 +45,7 @@ class LevelResult:
     windows: int
     client: ClientSummary
     server: ServerSummary | None
+    client_cpu: float = 0.0  # the busiest load process, as a share of one core
 
     @property
     def items_per_s(self) -> float:
@@ -62,23 +64,40 @@ class Settings:
 
 
 async def measure_level(
-    target: Target, control: Control, model: str, level: Level, settings: Settings
+    target: Target,
+    control: Control,
+    model: str,
+    level: Level,
+    settings: Settings,
+    fleet: Fleet | None = None,
 ) -> LevelResult:
-    """Load the server at `level` and cut windows until the stability rule holds."""
+    """Load the server at `level` (from this process and the fleet's helpers, if any) and cut
+    windows until the stability rule holds."""
     target.records = []
     poisson = level.mode == "request_rate"
+    mine, *theirs = shares(level.mode, level.value, 1 + (fleet.size if fleet else 0), settings.seed)
+    if fleet is not None:
+        fleet.start(theirs)
     stop = asyncio.Event()
-    load = asyncio.create_task(_load(target, level, stop, settings.seed))
+    load = asyncio.create_task(run_share(target, mine, stop))
     start = time.monotonic()
-    log = WindowLog(target.records, start)
+    log, meter, busiest = WindowLog(target.records, start), CpuMeter(), []
     snapshots = [await control.stats(model)]
     while len(log.windows) < settings.max_windows and not load.done():
         await asyncio.sleep(start + settings.window_s * (len(log.windows) + 1) - time.monotonic())
-        log.cut(time.monotonic())
+        end, cpu = time.monotonic(), [meter.read()]
         snapshots.append(await control.stats(model))
+        if fleet is not None:
+            records, helpers_cpu = await fleet.cut(end)
+            log.merge(records)
+            cpu += helpers_cpu
+        log.cut(end)
+        busiest.append(max(cpu))
         if is_stable(log.windows, poisson=poisson):
             break
     stop.set()
+    if fleet is not None:
+        await fleet.stop()
     with contextlib.suppress(asyncio.TimeoutError):  # a hung server must not hang the bench
         await asyncio.wait_for(load, STOP_WAIT_S + settings.window_s)
     used = log.windows[-STABILITY_WINDOWS:]
@@ -88,14 +107,8 @@ async def measure_level(
         windows=len(log.windows),
         client=summarize(used),
         server=_server(snapshots[-len(used) - 1], snapshots[-1]),
+        client_cpu=max(busiest[-len(used) :], default=0.0),
     )
-
-
-async def _load(target: Target, level: Level, stop: asyncio.Event, seed: int) -> None:
-    if level.mode == "concurrency":
-        await closed_loop(target, int(level.value), stop)
-    else:
-        await open_loop(target, level.value, stop, seed)
 
 
 def _server(before: dict[str, Any] | None, after: dict[str, Any] | None) -> ServerSummary | None:
