@@ -188,7 +188,7 @@ def test_a_killed_inference_process_is_restarted_and_readiness_says_so(tmp_path:
 
 
 def test_sigterm_answers_the_requests_of_every_front_then_exits(tmp_path: Path) -> None:
-    folder = function(tmp_path / "mlp", delay_ms=1000, batch=16)
+    folder = function(tmp_path / "mlp", delay_ms=5000, batch=16)  # held until SIGTERM
     with running(folder, "--workers", "2") as (url, server), ThreadPoolExecutor(16) as pool:
         calls: list[Future] = []
         while len(calls) < 16 and not (calls and min(in_flight(url)) > 0):

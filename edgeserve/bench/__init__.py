@@ -10,7 +10,7 @@ as is. docs/bench.md says how the numbers are produced and what the load generat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,13 +47,16 @@ def bench(
     model: str | None = None,
     seed: int = 0,
     ready_timeout_s: float = 120.0,
+    on_level: Callable[[Level], None] | None = None,
     processes: int = 1,
 ) -> BenchReport:
     """Measure `target` at each concurrency, then each request rate (concurrency 1 if neither).
 
     `inputs`: None = the function's samples/ when it has some, else random tensors; "random";
-    or a folder of samples. `shapes` resolve dynamic dims (batch dim excluded). `processes`:
-    load-generator processes sharing each level (edgeserve.bench.fleet).
+    or a folder of samples. `shapes` resolve dynamic dims (batch dim excluded). `on_level` is
+    told each level as it starts (the CLI's progress display). A level where every request
+    fails ends the sweep early: its `first_failure` says what the server answered.
+    `processes`: load-generator processes sharing each level (edgeserve.bench.fleet).
     """
     if protocol not in ("binary", "json"):
         raise ConfigError(f"--protocol {protocol!r}: expected binary or json")
@@ -68,7 +71,9 @@ def bench(
     plan = _Plan(protocol, inputs, dict(shapes or {}), batch_size, model, processes)
     settings = Settings(window_s, max_windows, seed)
     return _run(
-        _bench(target, levels or [Level("concurrency", 1)], plan, settings, ready_timeout_s)
+        _bench(
+            target, levels or [Level("concurrency", 1)], plan, settings, ready_timeout_s, on_level
+        )
     )
 
 
@@ -119,7 +124,12 @@ class _Plan:
 
 
 async def _bench(
-    target: str, levels: list[Level], plan: _Plan, settings: Settings, ready_timeout_s: float
+    target: str,
+    levels: list[Level],
+    plan: _Plan,
+    settings: Settings,
+    ready_timeout_s: float,
+    on_level: Callable[[Level], None] | None,
 ) -> BenchReport:
     with serving(target, ready_timeout_s) as endpoint:
         control = Control(endpoint)
@@ -137,11 +147,14 @@ async def _bench(
             fleet = None
             if plan.processes > 1:
                 fleet = Fleet(endpoint.host, endpoint.port, requests, plan.processes - 1)
+            results = []
             try:
-                results = [
-                    await measure_level(load, control, name, level, settings, fleet)
-                    for level in levels
-                ]
+                for level in levels:
+                    if on_level is not None:
+                        on_level(level)
+                    results.append(await measure_level(load, control, name, level, settings, fleet))
+                    if results[-1].all_failed:
+                        break  # the next levels would send the same failing requests
             finally:
                 if fleet is not None:
                     fleet.close()

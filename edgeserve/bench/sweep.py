@@ -14,6 +14,7 @@ from edgeserve.bench.measure import (
     STABILITY_WINDOWS,
     ClientSummary,
     ServerSummary,
+    Window,
     WindowLog,
     is_stable,
     server_delta,
@@ -45,7 +46,12 @@ class LevelResult:
     windows: int
     client: ClientSummary
     server: ServerSummary | None
+    first_failure: str | None = None  # what the first failed request got ("HTTP 400: ...")
     client_cpu: float = 0.0  # the busiest load process, as a share of one core
+
+    @property
+    def all_failed(self) -> bool:
+        return self.client.errors > 0 and self.client.requests == 0
 
     @property
     def items_per_s(self) -> float:
@@ -74,6 +80,7 @@ async def measure_level(
     """Load the server at `level` (from this process and the fleet's helpers, if any) and cut
     windows until the stability rule holds."""
     target.records = []
+    target.first_failure = None
     poisson = level.mode == "request_rate"
     mine, *theirs = shares(level.mode, level.value, 1 + (fleet.size if fleet else 0), settings.seed)
     if fleet is not None:
@@ -93,7 +100,7 @@ async def measure_level(
             cpu += helpers_cpu
         log.cut(end)
         busiest.append(max(cpu))
-        if is_stable(log.windows, poisson=poisson):
+        if is_stable(log.windows, poisson=poisson) or _nothing_succeeded(log.windows):
             break
     stop.set()
     if fleet is not None:
@@ -107,8 +114,14 @@ async def measure_level(
         windows=len(log.windows),
         client=summarize(used),
         server=_server(snapshots[-len(used) - 1], snapshots[-1]),
+        first_failure=target.first_failure,
         client_cpu=max(busiest[-len(used) :], default=0.0),
     )
+
+
+def _nothing_succeeded(windows: list[Window]) -> bool:
+    """Every request so far failed: more windows would only repeat the failure."""
+    return any(w.records for w in windows) and not any(w.successes for w in windows)
 
 
 def _server(before: dict[str, Any] | None, after: dict[str, Any] | None) -> ServerSummary | None:

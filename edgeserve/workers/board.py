@@ -23,11 +23,14 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from prometheus_client.metrics_core import Metric
 
-from edgeserve.stats import Counters, Duration, ModelStats
+from edgeserve.stats import Counters, Duration, ModelStats, Phases
+from edgeserve.types import ComputeTimes
 
 QUEUED, RESTARTS, WAITING, STATS = 0, 1, 2, 3
 IN_FLIGHT, PID = 4, 5  # in a front's slot, after its success and failure durations
-_FIXED = 8  # seq, inference_count, execution_count, last_ms, queue count/ns, compute count/ns
+_FIXED = 12  # seq, inference_count, execution_count, last_ms, then count/ns of the queue and
+# of the three compute phases (input, infer, output)
+_PER_SIZE = 6  # per batch size: count/ns of each compute phase
 _SLOT = 6
 _SEQ_TRIES = 1000
 
@@ -39,7 +42,7 @@ class Board:
         self.fd = fd
         self.fronts = fronts
         self.sizes = max(max_batch_size, 1) + 1  # batch sizes 0..max
-        self.slots_at = STATS + _FIXED + 2 * self.sizes
+        self.slots_at = STATS + _FIXED + _PER_SIZE * self.sizes
         count = self.slots_at + _SLOT * fronts
         self._map = mmap.mmap(fd, count * 8)
         self.cells = np.frombuffer(self._map, np.int64, count)
@@ -48,7 +51,7 @@ class Board:
     def create(cls, fronts: int, max_batch_size: int) -> Board:
         fd = os.memfd_create("edgeserve-board", 0)  # inherited by the children (pass_fds)
         sizes = max(max_batch_size, 1) + 1
-        os.ftruncate(fd, 8 * (STATS + _FIXED + 2 * sizes + _SLOT * fronts))
+        os.ftruncate(fd, 8 * (STATS + _FIXED + _PER_SIZE * sizes + _SLOT * fronts))
         return cls(fd, fronts, max_batch_size)
 
     @property
@@ -85,21 +88,24 @@ class SharedStats(ModelStats):
             self._front[PID] = os.getpid()
         self.registry.register(_FrontCollector(board, {"model": model, "version": version}))
 
-    def batch_done(self, size: int, queue_ns: Sequence[int], compute_ns: int, ok: bool) -> None:
-        cells = self.board.cells
-        base = STATS
+    def batch_done(
+        self, size: int, queue_ns: Sequence[int], compute: ComputeTimes, ok: bool
+    ) -> None:
+        """As ModelStats.batch_done, on the board (called on the inference process's loop)."""
+        cells, base, items = self.board.cells, STATS, len(queue_ns)
         cells[base] += 1  # odd: writing
-        cells[base + 4] += len(queue_ns)
+        cells[base + 4] += items
         cells[base + 5] += sum(queue_ns)
         if ok:
             cells[base + 1] += size
             cells[base + 2] += 1
             cells[base + 3] = time.time_ns() // 1_000_000
-            cells[base + 6] += len(queue_ns)
-            cells[base + 7] += compute_ns * len(queue_ns)
-            index = base + _FIXED + 2 * min(size, self.board.sizes - 1)
-            cells[index] += 1
-            cells[index + 1] += compute_ns
+            by_size = base + _FIXED + _PER_SIZE * min(size, self.board.sizes - 1)
+            for phase, ns in enumerate(compute):
+                cells[base + 6 + 2 * phase] += items
+                cells[base + 7 + 2 * phase] += ns * items
+                cells[by_size + 2 * phase] += 1
+                cells[by_size + 2 * phase + 1] += ns
         cells[base] += 1  # even: consistent
 
     def request_started(self) -> None:
@@ -117,16 +123,20 @@ class SharedStats(ModelStats):
     def snapshot(self) -> Counters:
         batch = self._batch_cells()
         slots = self.board.slots().sum(0)
-        by_size = batch[_FIXED:].reshape(-1, 2)
+        pairs = [Duration(int(c), int(ns)) for c, ns in batch[4:].reshape(-1, 2)]
+        queue, compute_input, compute_infer, compute_output = pairs[:4]
+        by_size = [pairs[4 + 3 * size : 7 + 3 * size] for size in range(self.board.sizes)]
         return Counters(
             int(batch[1]),
             int(batch[2]),
             int(batch[3]),
             Duration(int(slots[0]), int(slots[1])),
             Duration(int(slots[2]), int(slots[3])),
-            Duration(int(batch[4]), int(batch[5])),
-            Duration(int(batch[6]), int(batch[7])),
-            {s: Duration(int(c), int(ns)) for s, (c, ns) in enumerate(by_size) if c},
+            queue,
+            compute_input,
+            compute_infer,
+            compute_output,
+            {size: Phases(*phases) for size, phases in enumerate(by_size) if phases[1].count},
         )
 
     def _batch_cells(self) -> np.ndarray:

@@ -20,10 +20,11 @@ from typing import Any
 
 import uvicorn
 
-from edgeserve.batchplan import BatchPolicy
+from edgeserve.batching import BatchPolicy
 from edgeserve.bundle import Bundle
-from edgeserve.errors import Unavailable
+from edgeserve.errors import PayloadTooLarge, Unavailable
 from edgeserve.http.app import create_app
+from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
 from edgeserve.types import TensorDict
 from edgeserve.workers import wire
@@ -80,6 +81,18 @@ class RemoteEngine:
         if self.board.queued_rows < self.policy.max_queue_size and not self.board.waiting:
             return
         await self._ask((wire.WAIT, deadline), 0, 0)
+
+    def check_room(self, rows: int) -> None:
+        """A request of several items (the handler's): refused at once if the board shows no
+        room for all of them (the inference process still checks each item)."""
+        queued, limit = self.board.queued_rows, self.policy.max_queue_size
+        if rows > limit:
+            raise PayloadTooLarge(
+                f"request of {rows} rows exceeds max_queue_size ({limit} rows), which the "
+                "queue can never hold. Hint: raise [batching] max_queue_size in function.toml"
+            )
+        if queued + rows > limit:
+            raise Unavailable(f"queue full: {queued} of {limit} rows waiting", RETRY_AFTER_S)
 
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict:
         size = block_size(inputs)
@@ -180,15 +193,17 @@ def run_front(config: ChildConfig) -> None:
     board = Board(config.board_fd, config.fronts, batching.max_batch_size)
     policy = BatchPolicy.from_manifest(batching, batched=bundle.signature.batched)
     engine = RemoteEngine(config.socket_path, config.front, board, policy)
-    stats = SharedStats(bundle.name, bundle.version, board, config.front)
+    stats = SharedStats(bundle.name, bundle.manifest.function.model_version, board, config.front)
     app = create_app(Runtime(bundle, engine, stats))
     listener = reuse_port_socket(config.host, config.port)
     listener.listen(LISTEN_BACKLOG)
+    tls = {} if config.tls is None else TlsFiles(**config.tls).uvicorn_options()
     settings = uvicorn.Config(
         app,
         log_level=config.log_level,
         timeout_graceful_shutdown=int(config.drain_s),
         access_log=False,
+        **tls,
     )
     uvicorn.Server(settings).run(sockets=[listener])
 

@@ -131,7 +131,7 @@ async def serve_inference(config: ChildConfig) -> None:
     """Load, warm up, then serve fronts on `config.socket_path` until SIGTERM."""
     bundle = Bundle.open(Path(config.bundle))
     board = Board(config.board_fd, config.fronts, bundle.manifest.batching.max_batch_size)
-    stats = SharedStats(bundle.name, bundle.version, board, None)
+    stats = SharedStats(bundle.name, bundle.manifest.function.model_version, board, None)
     runtime = Runtime.load(bundle, backend=config.backend, stats=stats)
     await runtime.start()
     assert isinstance(runtime.engine, LocalEngine)  # Runtime.load builds the local one

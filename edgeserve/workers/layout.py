@@ -95,6 +95,7 @@ class ChildConfig:
     front: int = 0
     host: str = "127.0.0.1"
     port: int = 0
+    tls: dict[str, Any] | None = None  # edgeserve.http.tls.TlsFiles' fields
 
     def argv(self, module: str) -> list[str]:
         return ["-m", module, json.dumps(asdict(self))]

@@ -4,7 +4,8 @@
         a front died        -> start it again (its requests died with it; the inference
                                process saw its connection close and dropped their items)
         inference died      -> start it again; meanwhile every front says not ready (503)
-        inference died before it was ever ready -> stop everything, fail (no restart loop)
+        inference died before it was ever ready, or a front kept dying within seconds of
+        its start -> stop everything, fail (a broken install must not restart forever)
     SIGTERM / SIGINT: stop the fronts (each drains its requests) -> stop the inference process
     -> exit; one bound (`drain_s`) for all of it, then whatever is left is killed.
 
@@ -26,17 +27,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgeserve.workers.board import RESTARTS, Board
 from edgeserve.workers.layout import ChildConfig
+
+if TYPE_CHECKING:
+    from edgeserve.bundle import Bundle
+    from edgeserve.http.tls import TlsFiles
 
 log = logging.getLogger("edgeserve")
 
 WATCH_S = 0.05
 """How often the supervisor looks at its children (it does nothing else)."""
 KILL_WAIT_S = 5.0
+QUICK_DEATH_S = 10.0
+QUICK_DEATHS = 3
+"""A front that dies this many times in a row, each within QUICK_DEATH_S of its start, fails
+the server: it will not come up (a bad handler import, a broken install)."""
 
 
 @dataclass
@@ -44,6 +54,8 @@ class _Child:
     module: str
     config: ChildConfig
     process: subprocess.Popen[bytes]
+    started: float = 0.0
+    quick_deaths: int = 0  # in a row, its predecessors included
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -77,7 +89,13 @@ class Supervisor:
             for index, front in enumerate(self.fronts):
                 if not front.alive():
                     log.warning("front %d exited (%s): starting it again", index, _how(front))
+                    quick = time.monotonic() - front.started < QUICK_DEATH_S
+                    if quick and front.quick_deaths + 1 >= QUICK_DEATHS:
+                        log.error("front %d keeps failing at start: stopping", index)
+                        self.stop()
+                        return 1
                     self.fronts[index] = self._spawn(front.module, front.config)
+                    self.fronts[index].quick_deaths = front.quick_deaths + 1 if quick else 0
             time.sleep(WATCH_S)
         self.stop()
         return 0
@@ -105,14 +123,14 @@ class Supervisor:
         process = subprocess.Popen(
             [sys.executable, *config.argv(module)], pass_fds=[config.board_fd], process_group=0
         )
-        return _Child(module, config, process)
+        return _Child(module, config, process, time.monotonic())
 
     def _stop_signal(self, signum: int, frame: object) -> None:
         self.stopping = True
 
 
 def serve_workers(
-    bundle_root: Path,
+    bundle: Bundle,
     *,
     host: str,
     port: int,
@@ -120,15 +138,15 @@ def serve_workers(
     backend: str | None,
     log_level: str,
     drain_s: float,
-    max_batch_size: int,
+    tls: TlsFiles | None = None,
 ) -> int:
     """Serve with `fronts` front processes and one inference process; the exit status."""
     port_holder = reuse_port_socket(host, port)
     host, port = port_holder.getsockname()[:2]
-    board = Board.create(fronts, max_batch_size)
+    board = Board.create(fronts, bundle.manifest.batching.max_batch_size)
     with tempfile.TemporaryDirectory(prefix="edgeserve-") as scratch:
         config = ChildConfig(
-            bundle=str(bundle_root),
+            bundle=str(bundle.root),
             socket_path=str(Path(scratch) / "inference.sock"),
             board_fd=board.fd,
             fronts=fronts,
@@ -137,11 +155,13 @@ def serve_workers(
             backend=backend,
             host=host,
             port=port,
+            tls=None if tls is None else asdict(tls),
         )
         supervisor = Supervisor(config, port_holder, board)
+        scheme = "http" if tls is None else "https"
         print(
             f"edgeserve: {fronts} front processes and 1 inference process "
-            f"serving on http://{host}:{port}",
+            f"serving on {scheme}://{host}:{port}",
             flush=True,
         )
         return supervisor.watch()
