@@ -31,6 +31,7 @@ from edgeserve.bundle import (
     sha256_file,
     signature_to_json,
 )
+from edgeserve.dryrun import DryRun, dry_run
 from edgeserve.errors import ConfigError, did_you_mean
 from edgeserve.manifest import BACKEND_NAMES, MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.precision import PrecisionCheck, check_precision
@@ -43,6 +44,7 @@ TARGET_PLATFORMS = {
     "aws-lambda": "lambda",
     "knative": "cpu",
     "kserve": "cpu",
+    "kubernetes": "cpu",
     "jetson": "jetson",
 }
 # Lambda runs ONNX Runtime alone: OpenVINO (180 MB installed) would push a zip past 250 MB.
@@ -62,10 +64,17 @@ RUNTIME_PACKAGES = (
     "pydantic",
     "starlette",
 )
-SERVER_PACKAGES = {"aws-lambda": ("mangum",)}  # every other target runs uvicorn
 # uvloop and httptools: uvicorn's fast loop and parser (about 1.25x the served items/s measured
 # with 600 KB binary tensors on an H200 host, against asyncio and h11)
 DEFAULT_SERVER = ("uvicorn", "uvloop", "httptools")
+# images start `edgeserve serve`, whose command line prints with rich
+_IMAGE_SERVER = (*DEFAULT_SERVER, "rich")
+SERVER_PACKAGES = {  # every other target runs uvicorn
+    "aws-lambda": ("mangum",),
+    "knative": _IMAGE_SERVER,
+    "kserve": _IMAGE_SERVER,
+    "kubernetes": _IMAGE_SERVER,
+}
 
 
 @dataclass(frozen=True)
@@ -168,20 +177,22 @@ def build(
     backend: str | None = None,
     archive: bool = False,
     dist: Path | None = None,
-    report: Callable[[PrecisionCheck], None] | None = None,
+    report: Callable[[PrecisionCheck | DryRun], None] | None = None,
 ) -> Bundle:
     """Build the function at `source` into the bundle folder `out`.
 
     With `archive`, also write `<name>-<version>-<target>.tar.gz` per target into `dist`
     (default: a `dist` folder beside `out`). When a target runs OpenVINO at a precision other
     than fp32, the drift against fp32 is measured (refused over max_abs_diff) and given to `report`.
+    The handler is imported and run on the samples first (`dryrun`): its mistakes fail the build.
     """
     plan = plan_build(source, targets=targets, backend=backend)
-    check = (
-        check_precision(source, load_manifest(source), plan.signature) if plan.export_ir else None
-    )
-    if check is not None and report is not None:
-        report(check)
+    manifest = load_manifest(source)
+    ran = dry_run(source, manifest, plan.signature)
+    check = check_precision(source, manifest, plan.signature) if plan.export_ir else None
+    for done in (ran, check):
+        if done is not None and report is not None:
+            report(done)
     return write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
 
 

@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -84,6 +84,8 @@ def signature_to_json(signature: Signature) -> dict[str, Any]:
             "dims": list(tensor.dims),
             "pad_axis": tensor.pad_axis,
             "pad_value": tensor.pad_value,
+            "follows": tensor.follows,
+            "ratio": tensor.ratio,
         }
 
     return {
@@ -101,6 +103,8 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
             tuple(tensor["dims"]),
             tensor["pad_axis"],
             tensor["pad_value"],
+            tensor.get("follows"),
+            tensor.get("ratio", 1.0),
         )
 
     return Signature(
@@ -119,6 +123,7 @@ class Bundle:
     signature: Signature
     content_hash: str
     metadata: Mapping[str, Any]
+    source: Path | None = None  # the function folder a cached bundle was built from
 
     @classmethod
     def open(cls, path: Path) -> Bundle:
@@ -163,6 +168,13 @@ class Bundle:
     def handler_path(self) -> Path | None:
         module = self.manifest.handler.module
         return self.root / "handler" / f"{module}.py" if module else None
+
+    @property
+    def handler_source(self) -> Path | None:
+        """The handler as its author knows it: in the source folder when built from one."""
+        if self.source is None or self.handler_path is None:
+            return self.handler_path
+        return self.source / self.handler_path.name
 
     @property
     def samples_dir(self) -> Path | None:
@@ -214,10 +226,10 @@ def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
             pass
         else:
             touch(cached)
-            return bundle
+            return replace(bundle, source=path)
     bundle = write_bundle(plan, cached)
     prune(keep=cached)
-    return bundle
+    return replace(bundle, source=path)
 
 
 def _is_source(path: Path) -> bool:

@@ -50,7 +50,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         out,
         targets=tuple(args.target),
         archive=args.archive,
-        report=lambda check: console.print(check.describe(), markup=False, soft_wrap=True),
+        report=lambda step: console.print(step.describe(), markup=False, soft_wrap=True),
     )
     console.print(
         f"[green]built[/] {bundle.manifest.function.name} -> {bundle.root}  "
@@ -65,6 +65,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         )
     for written in package_targets(bundle, args.target, out.parent / "dist", source):
         console.print(f"[green]packaged[/] {written}")
+        if (report := written.parent / "image.txt").is_file():  # an image's size per layer
+            console.print(report.read_text(encoding="utf-8"), markup=False, end="", soft_wrap=True)
     return 0
 
 
@@ -93,6 +95,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         backend=args.backend,
         log_level=args.log_level,
         tls=tls,
+        timeouts={f"{name}_s": getattr(args, f"{name}_timeout") for name in TIMEOUTS},
         workers=args.workers,
     )
 
@@ -128,6 +131,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     choice = choose(platform, prefer=BACKEND_NAMES, override=args.backend)
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in describe(platform, choice):
+        table.add_row(key, value)
+    from edgeserve.image.tools import describe_tools
+
+    for key, value in describe_tools():  # which tool builds images (Kubernetes, Lambda), why
         table.add_row(key, value)
     console.print(table)
     return 0
@@ -370,6 +377,23 @@ function.toml."""
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 BACKENDS = ("tensorrt", "openvino", "onnxruntime")
+TIMEOUTS = {
+    "header": "seconds a client has to send a request's headers (then 408)",
+    "body": "seconds a client has to send a request's body, from its headers (then 408)",
+    "idle": "seconds a kept-alive connection may wait for its next request",
+    "drain": "on SIGTERM, seconds to finish what is in flight; the rest gets 503, then exit",
+}
+
+
+def _seconds(text: str) -> float:
+    """An argparse type for a time bound: a positive number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
+    return seconds
 
 
 def _port(text: str) -> int:
@@ -442,6 +466,13 @@ def _parser() -> argparse.ArgumentParser:
         help="front processes: a count or `auto` (default: EDGESERVE_WORKERS, else the "
         "manifest's [resources] workers); 1 serves in one process",
     )
+    for name, what in TIMEOUTS.items():
+        p.add_argument(
+            f"--{name}-timeout",
+            type=_seconds,
+            metavar="S",
+            help=f"{what} (default: [resources] {name}_timeout_s)",
+        )
     p.add_argument("--emulate", choices=["aws-lambda"], help="run it the way this target runs it")
     p.add_argument(
         "--event",

@@ -25,8 +25,8 @@ from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
 from edgeserve.backends.tensors import shape_profile
 from edgeserve.batching import Batcher, BatchPolicy
-from edgeserve.errors import EdgeserveError, InvalidInput, Unavailable
-from edgeserve.handler import import_handler
+from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
+from edgeserve.handler import check_items, import_handler
 from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
 from edgeserve.samples import example_inputs
@@ -62,6 +62,9 @@ class Engine(Protocol):
     def check_room(self, rows: int) -> None:
         """Refuse `rows` now if the queue could never hold them (413) or cannot now (503)."""
 
+    def hurry(self) -> None:
+        """Draining: run what is queued without waiting for company."""
+
 
 class LocalEngine:
     """The backend and its batcher in this process; starting warms up every batch size."""
@@ -77,6 +80,7 @@ class LocalEngine:
         self.submit = self.batcher.submit
         self.admit = self.batcher.admit
         self.check_room = self.batcher.check_room
+        self.hurry = self.batcher.hurry
 
     @property
     def backend_name(self) -> str:
@@ -103,7 +107,11 @@ class Runtime:
         self.bundle = bundle
         self.engine = engine
         self.stats = stats or ModelStats(bundle.manifest.function.name, self.model_version)
-        self.handler = None if bundle.handler_path is None else import_handler(bundle.handler_path)
+        self.handler = (
+            None
+            if bundle.handler_path is None
+            else import_handler(bundle.handler_path, bundle.handler_source)
+        )
         self.started = False
         self.timings: dict[str, float] = {}
         self._housekeeping: asyncio.Task[None] | None = None
@@ -199,7 +207,13 @@ class Runtime:
             self.timings["warmup_s"],
         )
 
+    def begin_drain(self) -> None:
+        """Shutdown has begun: report not ready, and run what is queued without waiting."""
+        self.started = False
+        self.engine.hurry()
+
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
+        """Refuse new work, run what is queued within the bound, fail the rest (503), close."""
         self.started = False
         if self._housekeeping is not None:
             self._housekeeping.cancel()
@@ -237,10 +251,10 @@ class Runtime:
                 return _to_lists(await self._run(self._tensors_from(payload), when))
             ctx = Context(content_type, self.manifest.handler.options, self.root)
             items = await asyncio.to_thread(self._call_handler, "preprocess", payload, ctx)
+            if hasattr(self.handler, "preprocess"):
+                items = self._checked(items)
             self.engine.check_room(len(items))
-            results = await _all_or_none(
-                self._run_item(item, position, when) for position, item in enumerate(items)
-            )
+            results = await _all_or_none(self._run_item(item, when) for item in items)
             return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
 
     def _requests_seen(self) -> int:
@@ -254,12 +268,14 @@ class Runtime:
         check_inputs(self.signature, inputs)
         return await self.engine.submit(inputs, when.deadline, when.arrived)
 
-    async def _run_item(self, item: Any, position: int, when: _Arrival) -> TensorDict:
-        if not isinstance(item, dict):
-            raise EdgeserveError(
-                f"handler.preprocess: item {position} is {type(item).__name__}, "
-                "expected a dict of arrays"
-            )
+    def _checked(self, items: Any) -> list[TensorDict]:
+        """preprocess's items held to the contract; a violation names the handler's file."""
+        try:
+            return check_items(items, self.signature)
+        except HandlerError as exc:
+            raise HandlerError(exc.message, str(self.bundle.handler_source)) from None
+
+    async def _run_item(self, item: TensorDict, when: _Arrival) -> TensorDict:
         if not self.signature.batched:
             return await self._run(item, when)
         row = {name: np.asarray(value)[np.newaxis] for name, value in item.items()}

@@ -100,10 +100,26 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
     assert meta["signature"] == {
         "batched": True,
         "inputs": [
-            {"name": "x", "datatype": "FP32", "dims": [-1, 16], "pad_axis": None, "pad_value": 0.0}
+            {
+                "name": "x",
+                "datatype": "FP32",
+                "dims": [-1, 16],
+                "pad_axis": None,
+                "pad_value": 0.0,
+                "follows": None,
+                "ratio": 1.0,
+            }
         ],
         "outputs": [
-            {"name": "y", "datatype": "FP32", "dims": [-1, 4], "pad_axis": None, "pad_value": 0.0}
+            {
+                "name": "y",
+                "datatype": "FP32",
+                "dims": [-1, 4],
+                "pad_axis": None,
+                "pad_value": 0.0,
+                "follows": None,
+                "ratio": 1.0,
+            }
         ],
     }
     assert meta["targets"] == {
@@ -294,7 +310,7 @@ def test_rebuilding_replaces_a_bundle_but_never_a_foreign_folder(
 ) -> None:
     out = tmp_path / "out" / "hello"
     build(source, out)
-    (source / "samples" / "second.json").write_text('{"x": []}')
+    (source / "samples" / "second.json").write_text(json.dumps({"x": [1.0] * 16}))
     assert "samples/second.json" in build(source, out).metadata["files"]
 
     foreign = tmp_path / "project"

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
 from edgeserve.batching.door import Door
+from edgeserve.batching.padding import Padding
 from edgeserve.batching.plan import BatchPolicy, plan_batch
 from edgeserve.batching.rows import key_dims, part_sizes, split_rows, stack_rows
 from edgeserve.errors import (
@@ -72,7 +73,13 @@ class Batcher:
     ) -> None:
         self._run_batch, self._observer = run_batch, observer
         self._policy = self._planning = policy  # planning drops the delay while draining
-        self._pad_axes = {s.name: s.pad_axis for s in signature.inputs if s.pad_axis is not None}
+        self._padding = Padding.of(signature)
+        if self._padding.why_not:
+            logger.warning(
+                "padding is off: %s, so requests of different lengths never share a batch. "
+                "Hint: declare [model.outputs.<name>] pad_axis (and follows, ratio)",
+                self._padding.why_not,
+            )
         self._input_fills = {spec.name: spec.pad_value for spec in signature.inputs}
         self._output_fills = {spec.name: spec.pad_value for spec in signature.outputs}
         self._queue: dict[_Item, None] = {}  # insertion-ordered: FIFO with O(1) removal
@@ -141,8 +148,7 @@ class Batcher:
         """Refuse new work, run what is queued within the timeout, fail the rest."""
         self._stopping = True
         self.door.close("batcher is draining: not accepting requests")
-        self._planning = replace(self._policy, max_queue_delay_s=0.0)
-        self._changed.set()
+        self.hurry()
         if self._workers:
             _, late = await asyncio.wait(self._workers, timeout=drain_timeout_s)
             for task in late:
@@ -151,6 +157,11 @@ class Batcher:
         self._fail(list(self._queue), Unavailable("stopped before the request could run"))
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def hurry(self) -> None:
+        """Stop waiting for company (the server is draining: what is queued runs at once)."""
+        self._planning = replace(self._policy, max_queue_delay_s=0.0)
+        self._changed.set()
 
     def _admit(self, inputs: TensorDict, deadline: float, arrived: float | None) -> list[_Item]:
         if self._stopping or not self._workers:
@@ -244,7 +255,7 @@ class Batcher:
             return None
         return tuple(
             sorted(
-                (name, array.dtype.str, key_dims(array.shape, self._pad_axes.get(name)))
+                (name, array.dtype.str, key_dims(array.shape, self._padding.axes.get(name)))
                 for name, array in part.items()
             )
         )
@@ -355,7 +366,8 @@ class Batcher:
             wrong = {n: a.shape for n, a in outputs.items() if not a.ndim or len(a) != sum(rows)}
             if wrong:
                 raise BackendError(f"outputs {wrong}: expected {sum(rows)} rows for the batch")
-        return split_rows(outputs, rows)
+        parts = split_rows(outputs, rows)
+        return self._padding.cut_all(parts, [item.inputs for item in batch])
 
     def _report(
         self, batch: list[_Item], rows: int, start: float, compute: ComputeTimes, ok: bool

@@ -18,12 +18,12 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from edgeserve.batching import BatchPolicy
 from edgeserve.bundle import Bundle
 from edgeserve.errors import PayloadTooLarge, Unavailable
 from edgeserve.http.app import create_app
+from edgeserve.http.server import DrainingServer, uvicorn_config
+from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
 from edgeserve.types import TensorDict
@@ -81,6 +81,10 @@ class RemoteEngine:
         if self.board.queued_rows < self.policy.max_queue_size and not self.board.waiting:
             return
         await self._ask((wire.WAIT, deadline), 0, 0)
+
+    def hurry(self) -> None:
+        """Nothing to do here: the supervisor tells the inference process (SIGUSR1) as it
+        starts the drain, once for every front."""
 
     def check_room(self, rows: int) -> None:
         """A request of several items (the handler's): refused at once if the board shows no
@@ -187,25 +191,21 @@ class RemoteEngine:
 
 
 def run_front(config: ChildConfig) -> None:
-    """Serve HTTP on the inherited socket with a Runtime whose engine is remote."""
+    """Serve HTTP on this front's socket with a Runtime whose engine is remote, under the same
+    uvicorn settings, timeouts and drain as the one-process server (http/server.py)."""
     bundle = Bundle.open(Path(config.bundle))
     batching = bundle.manifest.batching
     board = Board(config.board_fd, config.fronts, batching.max_batch_size)
     policy = BatchPolicy.from_manifest(batching, batched=bundle.signature.batched)
     engine = RemoteEngine(config.socket_path, config.front, board, policy)
     stats = SharedStats(bundle.name, bundle.manifest.function.model_version, board, config.front)
-    app = create_app(Runtime(bundle, engine, stats))
+    limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
+    app = create_app(Runtime(bundle, engine, stats), timeouts=limits)
     listener = reuse_port_socket(config.host, config.port)
     listener.listen(LISTEN_BACKLOG)
     tls = {} if config.tls is None else TlsFiles(**config.tls).uvicorn_options()
-    settings = uvicorn.Config(
-        app,
-        log_level=config.log_level,
-        timeout_graceful_shutdown=int(config.drain_s),
-        access_log=False,
-        **tls,
-    )
-    uvicorn.Server(settings).run(sockets=[listener])
+    settings = uvicorn_config(app, log_level=config.log_level, **tls)
+    DrainingServer(settings).run(sockets=[listener])
 
 
 if __name__ == "__main__":

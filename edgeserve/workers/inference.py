@@ -1,6 +1,7 @@
 """The inference process: the backend and the one batcher, fed by every front.
 
     load -> warm up -> listen on the unix socket (its existence means ready) -> serve fronts
+    SIGUSR1 (the fronts begin to drain): run what is queued without waiting for company
     SIGTERM (the fronts have drained by then): stop accepting -> drain the batcher -> exit
 
 Each front connects once, handing over its arena with its hello. A SUBMIT becomes a task that
@@ -23,6 +24,7 @@ from typing import Any
 
 from edgeserve.bundle import Bundle
 from edgeserve.errors import BackendError, EdgeserveError, Unavailable
+from edgeserve.http.timeouts import Timeouts
 from edgeserve.runtime import LocalEngine, Runtime
 from edgeserve.workers import wire
 from edgeserve.workers.arena import Arena
@@ -140,6 +142,7 @@ async def serve_inference(config: ChildConfig) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, runtime.engine.hurry)  # the fronts are draining
     Path(config.socket_path).unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(config.socket_path)
@@ -151,7 +154,8 @@ async def serve_inference(config: ChildConfig) -> None:
     # the fronts have drained by now (the supervisor stops them first): what is left is bounded
     accepting.cancel()
     listener.close()
-    await runtime.stop(config.drain_s)
+    limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
+    await runtime.stop(limits.drain_s)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edgeserve.errors import ConfigError
@@ -96,6 +96,7 @@ class ChildConfig:
     host: str = "127.0.0.1"
     port: int = 0
     tls: dict[str, Any] | None = None  # edgeserve.http.tls.TlsFiles' fields
+    timeouts: dict[str, float | None] = field(default_factory=dict)  # serve's overrides
 
     def argv(self, module: str) -> list[str]:
         return ["-m", module, json.dumps(asdict(self))]

@@ -103,6 +103,8 @@ class Supervisor:
     def stop(self) -> None:
         """Fronts first (they drain their requests), then the inference process; one bound."""
         deadline = time.monotonic() + self.config.drain_s
+        if self.inference.alive():
+            self.inference.process.send_signal(signal.SIGUSR1)  # the fronts' items: no waiting
         _terminate(self.fronts, deadline)
         self.port_holder.close()
         _terminate([self.inference], deadline)
@@ -138,6 +140,7 @@ def serve_workers(
     backend: str | None,
     log_level: str,
     drain_s: float,
+    timeouts: dict[str, float | None],
     tls: TlsFiles | None = None,
 ) -> int:
     """Serve with `fronts` front processes and one inference process; the exit status."""
@@ -156,6 +159,7 @@ def serve_workers(
             host=host,
             port=port,
             tls=None if tls is None else asdict(tls),
+            timeouts=timeouts,
         )
         supervisor = Supervisor(config, port_holder, board)
         scheme = "http" if tls is None else "https"
