@@ -7,6 +7,7 @@
     ├── HandlerError               the function's handler broke its contract (500; exit 2)
     ├── InvalidInput               400: what was wrong, where, what was expected
     ├── Unauthorized               401, with WWW-Authenticate: missing or rejected credentials
+    ├── Forbidden                  403: allowed to no one calling from where this caller is
     ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
     ├── RequestTimeout             408: a client too slow to send its request
     ├── PayloadTooLarge            413
@@ -69,6 +70,10 @@ class Unauthorized(EdgeserveError):
     def __init__(self, message: str, *, invalid: bool = False) -> None:
         super().__init__(message)
         self.invalid = invalid  # a token was sent and refused (RFC 6750's invalid_token)
+
+
+class Forbidden(EdgeserveError):
+    status = 403
 
 
 class ModelNotFound(EdgeserveError):

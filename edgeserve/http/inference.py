@@ -29,6 +29,7 @@ from edgeserve.http import invoke, v2
 from edgeserve.http.body import read_body
 from edgeserve.http.drain import Drain
 from edgeserve.http.errors import error_response
+from edgeserve.http.sharedmemory import ClientRegions
 from edgeserve.sharedmemory import Regions
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class Call:
     headers: dict[str, str]
     body: bytes
     arrived: float  # time.monotonic() when the request reached the app
+    client: str = ""  # the client's host (after uvicorn's trusted proxy headers)
 
 
 @dataclass(frozen=True)
@@ -80,23 +82,14 @@ class InferenceRoutes:
         match = _V2_INFER.fullmatch(call.path)
         assert match is not None  # app_for routes only matching paths here
         check_model(runtime, match["model"], match["version"], infer=True)
-        decoded = v2.decode_request(
-            call.body, call.headers.get(v2.HEADER_LENGTH), self.regions.read
-        )
+        shared = ClientRegions(self.regions, call.client)
+        decoded = v2.decode_request(call.body, call.headers.get(v2.HEADER_LENGTH), shared.read)
         v2.check_outputs(decoded, runtime.signature)
-        for wanted in decoded.outputs or ():
-            if wanted.place is not None:
-                self.regions.check(f"output `{wanted.name}`", wanted.place)
+        shared.check_outputs(decoded.outputs or ())
         timeout_s = v2.request_timeout_s(decoded)
         results = await runtime.infer(decoded.inputs, timeout_s, arrived=call.arrived)
         outputs = v2.response_outputs(decoded, results, runtime.signature)
-        for output in outputs:
-            if output.place is not None:
-                self.regions.write(
-                    f"output `{output.name}`",
-                    output.place,
-                    v2.tensor_bytes(output.data, output.datatype),
-                )
+        shared.write_outputs(outputs)
         content, header_length = v2.encode_response(
             runtime.name, runtime.model_version, decoded.id, outputs
         )
@@ -146,7 +139,8 @@ class InferenceRoutes:
                 raise HTTPException(405, headers={"Allow": "POST"})
             self.drain.check_open()
             body = await read_body(receive, headers, self.limit)
-            call = Call(route_path(scope), headers, body, arrived)
+            client = (scope.get("client") or ("",))[0]
+            call = Call(route_path(scope), headers, body, arrived, client)
             return await until_disconnected(receive, handler(call))
         except asyncio.CancelledError as cancelled:
             raise self.drain.answer(cancelled) from None
