@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -113,10 +113,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     from edgeserve.backends import choose
     from edgeserve.hardware import describe, probe
-    from edgeserve.manifest import BACKEND_NAMES
 
     platform = probe()
-    choice = choose(platform, prefer=BACKEND_NAMES, override=args.backend)
+    choice = choose(platform, override=args.backend)
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in describe(platform, choice):
         table.add_row(key, value)
@@ -359,7 +358,22 @@ Jetson or on AWS Lambda. Start here:
 function.toml."""
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-BACKENDS = ("tensorrt", "openvino", "onnxruntime")
+
+
+class _BackendNames:
+    """argparse choices for --backend: the backend names of the function.toml schema, read only
+    when a command's help or its --backend value needs them (`edgeserve --help` stays light)."""
+
+    def __iter__(self) -> Iterator[str]:
+        from edgeserve.manifest import BACKEND_NAMES
+
+        return iter(BACKEND_NAMES)
+
+    def __contains__(self, name: object) -> bool:
+        return name in list(self)
+
+
+BACKENDS = _BackendNames()
 
 
 def _port(text: str) -> int:
