@@ -31,7 +31,7 @@ from edgeserve.bundle import (
     signature_to_json,
 )
 from edgeserve.cache import bundles_dir, prune, touch
-from edgeserve.errors import BundleError, ConfigError
+from edgeserve.errors import BundleError, ConfigError, did_you_mean
 from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.precision import PrecisionCheck, check_precision
@@ -117,8 +117,8 @@ def plan_build(
     if not source.is_dir():
         raise ConfigError(f"{source}: expected a function folder holding {MANIFEST_NAME}")
     manifest = load_manifest(source)
-    model = source / manifest.model.path
-    signature = read_signature(model, manifest.model)
+    model = _model_file(source, manifest)
+    signature = read_signature(model, manifest.model, source / MANIFEST_NAME)
     model_dest = f"model/{model.name}"
     copies = [(MANIFEST_NAME, source / MANIFEST_NAME), (model_dest, model)]
     copies += _external_data_copies(model) + _handler_copy(source, manifest)
@@ -255,6 +255,21 @@ def _swap_in(scratch: Path, out: Path) -> None:
     out.rename(old / "bundle")
     scratch.rename(out)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _model_file(source: Path, manifest: Manifest) -> Path:
+    """The model `[model] path` names, or an error that says which file was looked for."""
+    model = source / manifest.model.path
+    if model.is_file():
+        return model
+    present = sorted(path.relative_to(source).as_posix() for path in source.rglob("*.onnx"))
+    hint = did_you_mean(manifest.model.path, present) or (
+        f"; the folder holds {present}" if present else "; the folder holds no .onnx file"
+    )
+    raise ConfigError(
+        f"{source / MANIFEST_NAME}: field `model.path`: found {manifest.model.path!r}, but "
+        f"{model} does not exist; expected the ONNX model's path in the function folder{hint}"
+    )
 
 
 def _external_data_copies(model: Path) -> list[tuple[str, Path]]:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.text import Text
 
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
@@ -32,7 +34,7 @@ err_console = Console(stderr=True)
 def _cmd_init(args: argparse.Namespace) -> int:
     from edgeserve.scaffold import init_function
 
-    path = init_function(Path(args.path))
+    path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
     console.print(f"[green]created[/] {path}  (next: edgeserve build {path})")
     return 0
 
@@ -63,6 +65,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         )
     for written in package_targets(bundle, args.target, out.parent / "dist", source):
         console.print(f"[green]packaged[/] {written}")
+        if (report := written.parent / "image.txt").is_file():  # an image's size per layer
+            console.print(report.read_text(encoding="utf-8"), markup=False, end="", soft_wrap=True)
     return 0
 
 
@@ -78,12 +82,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             target=args.target or "aws-lambda", log_level=args.log_level,
         )  # fmt: skip
         return 0
+    from edgeserve.http.auth import TOKEN_FILE_ENV
+    from edgeserve.http.tls import TlsFiles
+
+    if args.auth_token_file:
+        os.environ[TOKEN_FILE_ENV] = args.auth_token_file  # read where the app is made
+    tls = TlsFiles.resolve(args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certs, os.environ)
     serve(
         Path(args.path),
         host=args.host,
         port=args.port,
         backend=args.backend,
         log_level=args.log_level,
+        tls=tls,
     )
     return 0
 
@@ -118,6 +129,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     choice = choose(platform, override=args.backend)
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in describe(platform, choice):
+        table.add_row(key, value)
+    from edgeserve.image.tools import describe_tools
+
+    for key, value in describe_tools():  # which tool builds images (Kubernetes, Lambda), why
         table.add_row(key, value)
     console.print(table)
     return 0
@@ -452,6 +467,14 @@ def _parser() -> argparse.ArgumentParser:
         "--instances", type=int, default=1, help="--emulate: execution environments (default 1)"
     )
     p.add_argument("--target", help="--emulate: target profile giving memory and timeout")
+    p.add_argument("--ssl-certfile", help="serve HTTPS with this PEM certificate (chain)")
+    p.add_argument("--ssl-keyfile", help="the PEM private key of --ssl-certfile")
+    p.add_argument("--ssl-ca-certs", help="require client certificates signed by this CA (mTLS)")
+    p.add_argument(
+        "--auth-token-file",
+        help="require `Authorization: Bearer <token>` with a token from this file (one a line; "
+        "default: $EDGESERVE_AUTH_TOKEN[_FILE], else no auth)",
+    )
 
     p = add("invoke", _cmd_invoke, "send one request to a function's /invoke and print the answer")
     p.add_argument(
@@ -597,7 +620,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except EdgeserveError as exc:
-        err_console.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+        # plain text: brackets in a message (`[model.inputs.x]`) are not rich markup
+        err_console.print(Text.assemble(("error:", "red"), " ", exc.message), soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -16,6 +16,8 @@ from edgeserve.errors import ConfigError
 UVICORN = ("uvicorn", "uvloop", "httptools")
 """The server of every kind that runs an HTTP process: uvloop and httptools are uvicorn's fast
 loop and parser (about 1.25x the served items/s with 600 KB binary tensors on an H200 host)."""
+IMAGE_SERVER = (*UVICORN, "rich")
+"""Images start `edgeserve serve`, whose command line prints with rich."""
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,9 @@ KINDS = {
         # Lambda runs ONNX Runtime alone: OpenVINO (180 MB installed) would push a zip past 250 MB
         TargetKind("aws-lambda", "lambda", ("mangum",), "edgeserve.aws_lambda.driver:DRIVER"),
         TargetKind("jetson", "jetson", driver="edgeserve.targets.jetson:DRIVER"),
-        TargetKind("knative", "cpu"),
-        TargetKind("kserve", "cpu"),
+        TargetKind("knative", "cpu", IMAGE_SERVER, "edgeserve.kubernetes.driver:KNATIVE"),
+        TargetKind("kserve", "cpu", IMAGE_SERVER, "edgeserve.kubernetes.driver:KSERVE"),
+        TargetKind("kubernetes", "cpu", IMAGE_SERVER, "edgeserve.kubernetes.driver:KUBERNETES"),
     )
 }
 

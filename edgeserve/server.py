@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 import time
 from pathlib import Path
@@ -14,6 +15,8 @@ from edgeserve.builder import open_or_build
 from edgeserve.bundle import Bundle
 from edgeserve.errors import ConfigError
 from edgeserve.http.app import FunctionApp, create_app
+from edgeserve.http.auth import load_credentials
+from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
 
 log = logging.getLogger("edgeserve")
@@ -30,6 +33,7 @@ def serve(
     backend: str | None = None,
     log_level: str = "info",
     fd: int | None = None,
+    tls: TlsFiles | None = None,
 ) -> None:
     """Open (or build) the bundle at `path`, load it once, and serve until SIGTERM/SIGINT.
 
@@ -42,6 +46,7 @@ def serve(
     port = bundle.manifest.resources.port if port is None else port
     if fd is None:
         check_port(host, port)
+    load_credentials(bundle.manifest.auth, os.environ)  # a missing token fails before loading
     app = _load(bundle, backend, started)
     uvicorn.run(
         app,
@@ -51,6 +56,7 @@ def serve(
         log_level=log_level,
         timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_S),
         access_log=False,
+        **(tls.uvicorn_options() if tls else {}),
     )
 
 

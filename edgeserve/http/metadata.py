@@ -13,7 +13,13 @@ from edgeserve.backends import BY_NAME, TritonNames
 from edgeserve.manifest import Manifest
 from edgeserve.types import Signature, TensorSpec
 
-EXTENSIONS = ("binary_tensor_data", "model_configuration", "model_repository", "statistics")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository",
+    "statistics",
+    "system_shared_memory",
+)
 
 
 def server_metadata(version: str) -> dict[str, Any]:

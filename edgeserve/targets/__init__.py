@@ -95,8 +95,8 @@ def package_targets(
 ) -> list[Path]:
     """What `build --target T` writes for each target whose driver packages: `<out>/<name>-<T>/`.
 
-    Only kinds with a driver (their shipped or overridden profiles) are packaged; the others
-    (local, knative, kserve) are planned by `build` alone."""
+    Only kinds with a driver (their shipped or overridden profiles) are packaged; `local` is
+    planned by `build` alone."""
     from edgeserve.profiles import load_target
 
     written = []
