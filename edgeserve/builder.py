@@ -31,6 +31,7 @@ from edgeserve.bundle import (
     signature_to_json,
 )
 from edgeserve.cache import bundles_dir, prune, touch
+from edgeserve.dryrun import DryRun, dry_run
 from edgeserve.errors import BundleError, ConfigError, did_you_mean
 from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
@@ -154,19 +155,23 @@ def build(
     backend: str | None = None,
     archive: bool = False,
     dist: Path | None = None,
-    report: Callable[[PrecisionCheck], None] | None = None,
+    report: Callable[[PrecisionCheck | DryRun], None] | None = None,
 ) -> Bundle:
     """Build the function at `source` into the bundle folder `out`.
 
     With `archive`, also write `<name>-<version>-<target>.tar.gz` per target into `dist`
     (default: a `dist` folder beside `out`). When a target runs OpenVINO at a precision other
     than fp32, the drift against fp32 is measured (refused over max_abs_diff) and given to `report`.
+    The handler is imported and run on the samples first (`dryrun`): its mistakes fail the build.
     """
     plan = plan_build(source, targets=targets, backend=backend)
+    manifest = load_manifest(source)
     planned = "openvino" in plan.backends  # the precision check measures OpenVINO's drift
-    check = check_precision(source, load_manifest(source), plan.signature) if planned else None
-    if check is not None and report is not None:
-        report(check)
+    ran = dry_run(source, manifest, plan.signature)
+    check = check_precision(source, manifest, plan.signature) if planned else None
+    for done in (ran, check):
+        if done is not None and report is not None:
+            report(done)
     return write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
 
 
@@ -187,10 +192,10 @@ def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
             pass
         else:
             touch(cached)
-            return bundle
+            return replace(bundle, source=path)
     bundle = write_bundle(plan, cached)
     prune(keep=cached)
-    return bundle
+    return replace(bundle, source=path)
 
 
 def _is_source(path: Path) -> bool:

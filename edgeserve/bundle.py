@@ -122,6 +122,7 @@ class Bundle:
     signature: Signature
     content_hash: str
     metadata: Mapping[str, Any]
+    source: Path | None = None  # the function folder a cached bundle was built from
 
     @classmethod
     def open(cls, path: Path) -> Bundle:
@@ -166,6 +167,13 @@ class Bundle:
     def handler_path(self) -> Path | None:
         module = self.manifest.handler.module
         return self.root / "handler" / f"{module}.py" if module else None
+
+    @property
+    def handler_source(self) -> Path | None:
+        """The handler as its author knows it: in the source folder when built from one."""
+        if self.source is None or self.handler_path is None:
+            return self.handler_path
+        return self.source / self.handler_path.name
 
     @property
     def samples_dir(self) -> Path | None:

@@ -50,7 +50,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         out,
         targets=tuple(args.target),
         archive=args.archive,
-        report=lambda check: console.print(check.describe(), markup=False, soft_wrap=True),
+        report=lambda step: console.print(step.describe(), markup=False, soft_wrap=True),
     )
     console.print(
         f"[green]built[/] {bundle.manifest.function.name} -> {bundle.root}  "
@@ -95,6 +95,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         backend=args.backend,
         log_level=args.log_level,
         tls=tls,
+        timeouts={f"{name}_s": getattr(args, f"{name}_timeout") for name in TIMEOUTS},
     )
     return 0
 
@@ -389,6 +390,23 @@ class _BackendNames:
 
 
 BACKENDS = _BackendNames()
+TIMEOUTS = {
+    "header": "seconds a client has to send a request's headers (then 408)",
+    "body": "seconds a client has to send a request's body, from its headers (then 408)",
+    "idle": "seconds a kept-alive connection may wait for its next request",
+    "drain": "on SIGTERM, seconds to finish what is in flight; the rest gets 503, then exit",
+}
+
+
+def _seconds(text: str) -> float:
+    """An argparse type for a time bound: a positive number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
+    return seconds
 
 
 def _port(text: str) -> int:
@@ -456,6 +474,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--log-level", default="info", choices=LOG_LEVELS, help="server log detail (default info)"
     )
+    for name, what in TIMEOUTS.items():
+        p.add_argument(
+            f"--{name}-timeout",
+            type=_seconds,
+            metavar="S",
+            help=f"{what} (default: [resources] {name}_timeout_s)",
+        )
     p.add_argument("--emulate", choices=["aws-lambda"], help="run it the way this target runs it")
     p.add_argument(
         "--event",

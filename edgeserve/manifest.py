@@ -100,6 +100,10 @@ class ResourcesSection(_Strict):
     memory_mb: int = Field(default=1024, ge=128)
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_mb: float = Field(default=64, gt=0)
+    header_timeout_s: float = Field(default=10, gt=0)  # connection or last response -> headers
+    body_timeout_s: float = Field(default=60, gt=0)  # headers -> the whole body
+    idle_timeout_s: float = Field(default=5, gt=0)  # a kept-alive connection with no request
+    drain_timeout_s: float = Field(default=30, ge=0)  # SIGTERM -> exit; what is left gets 503
 
 
 class AuthSection(_Strict):

@@ -23,8 +23,8 @@ from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
 from edgeserve.backends.tensors import shape_profile
 from edgeserve.batching import Batcher, BatchPolicy
-from edgeserve.errors import EdgeserveError, InvalidInput
-from edgeserve.handler import import_handler
+from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput
+from edgeserve.handler import check_items, import_handler
 from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
 from edgeserve.samples import example_inputs
@@ -49,7 +49,11 @@ class Runtime:
         self.backend = backend
         self.stats = ModelStats(bundle.manifest.function.name, self.model_version)
         self.batcher = Batcher(backend.infer, bundle.signature, policy, self.stats)
-        self.handler = None if bundle.handler_path is None else import_handler(bundle.handler_path)
+        self.handler = (
+            None
+            if bundle.handler_path is None
+            else import_handler(bundle.handler_path, bundle.handler_source)
+        )
         self.ready = False
         self.timings: dict[str, float] = {}
         self._housekeeping: asyncio.Task[None] | None = None
@@ -139,7 +143,13 @@ class Runtime:
             self.timings["warmup_s"],
         )
 
+    def begin_drain(self) -> None:
+        """Shutdown has begun: report not ready, and run what is queued without waiting."""
+        self.ready = False
+        self.batcher.hurry()
+
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
+        """Refuse new work, run what is queued within the bound, fail the rest (503), close."""
         self.ready = False
         if self._housekeeping is not None:
             self._housekeeping.cancel()
@@ -171,10 +181,10 @@ class Runtime:
                 return _to_lists(await self._run(self._tensors_from(payload), when))
             ctx = Context(content_type, self.manifest.handler.options, self.root)
             items = await asyncio.to_thread(self._call_handler, "preprocess", payload, ctx)
+            if hasattr(self.handler, "preprocess"):
+                items = self._checked(items)
             self.batcher.check_room(len(items))
-            results = await _all_or_none(
-                self._run_item(item, position, when) for position, item in enumerate(items)
-            )
+            results = await _all_or_none(self._run_item(item, when) for item in items)
             return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
 
     def _requests_seen(self) -> int:
@@ -188,12 +198,14 @@ class Runtime:
         check_inputs(self.signature, inputs)
         return await self.batcher.submit(inputs, when.deadline, when.arrived)
 
-    async def _run_item(self, item: Any, position: int, when: _Arrival) -> TensorDict:
-        if not isinstance(item, dict):
-            raise EdgeserveError(
-                f"handler.preprocess: item {position} is {type(item).__name__}, "
-                "expected a dict of arrays"
-            )
+    def _checked(self, items: Any) -> list[TensorDict]:
+        """preprocess's items held to the contract; a violation names the handler's file."""
+        try:
+            return check_items(items, self.signature)
+        except HandlerError as exc:
+            raise HandlerError(exc.message, str(self.bundle.handler_source)) from None
+
+    async def _run_item(self, item: TensorDict, when: _Arrival) -> TensorDict:
         if not self.signature.batched:
             return await self._run(item, when)
         row = {name: np.asarray(value)[np.newaxis] for name, value in item.items()}

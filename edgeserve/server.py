@@ -7,22 +7,20 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Mapping
 from pathlib import Path
-
-import uvicorn
 
 from edgeserve.builder import open_or_build
 from edgeserve.bundle import Bundle
 from edgeserve.errors import ConfigError
 from edgeserve.http.app import FunctionApp, create_app
 from edgeserve.http.auth import load_credentials
+from edgeserve.http.server import DrainingServer, uvicorn_config
+from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
 
 log = logging.getLogger("edgeserve")
-
-GRACEFUL_SHUTDOWN_S = 30.0
-"""SIGTERM: stop accepting, let in-flight requests finish for at most this long, then exit."""
 
 
 def serve(
@@ -34,11 +32,13 @@ def serve(
     log_level: str = "info",
     fd: int | None = None,
     tls: TlsFiles | None = None,
+    timeouts: Mapping[str, float | None] | None = None,
 ) -> None:
     """Open (or build) the bundle at `path`, load it once, and serve until SIGTERM/SIGINT.
 
     `port` None: the manifest's [resources] port. A port already taken is refused before the
-    model loads (loading may take a minute; the mistake should cost a second).
+    model loads (loading may take a minute; the mistake should cost a second). `timeouts`
+    override the manifest's (`Timeouts` field names; None keeps the manifest's).
     """
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
     started = time.perf_counter()
@@ -47,17 +47,11 @@ def serve(
     if fd is None:
         check_port(host, port)
     load_credentials(bundle.manifest.auth, os.environ)  # a missing token fails before loading
-    app = _load(bundle, backend, started)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        fd=fd,
-        log_level=log_level,
-        timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_S),
-        access_log=False,
-        **(tls.uvicorn_options() if tls else {}),
-    )
+    limits = Timeouts.from_resources(bundle.manifest.resources, **(timeouts or {}))
+    app = _load(bundle, backend, started, limits)
+    settings = tls.uvicorn_options() if tls else {}
+    config = uvicorn_config(app, host=host, port=port, fd=fd, log_level=log_level, **settings)
+    DrainingServer(config).run()
 
 
 def check_port(host: str, port: int) -> None:
@@ -92,7 +86,9 @@ def load_app(path: Path, backend: str | None = None) -> FunctionApp:
     return _load(open_or_build(path), backend, started)
 
 
-def _load(bundle: Bundle, backend: str | None, started: float) -> FunctionApp:
+def _load(
+    bundle: Bundle, backend: str | None, started: float, timeouts: Timeouts | None = None
+) -> FunctionApp:
     runtime = Runtime.load(bundle, backend=backend)
     runtime.timings["open_s"] = time.perf_counter() - started - runtime.timings["load_s"]
-    return create_app(runtime, max_body_bytes=int(bundle.manifest.resources.max_body_mb * 2**20))
+    return create_app(runtime, timeouts=timeouts)

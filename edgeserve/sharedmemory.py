@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,11 +74,14 @@ class SystemRegion:
         start, size = _count(where, "offset", offset), _count(where, "byte_size", byte_size)
         path = SHM_ROOT / key.lstrip("/")
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)  # a symlink could lead anywhere
         except OSError as exc:
             raise InvalidInput(f"{where}: cannot open key {key!r}: {exc.strerror}") from None
         try:
-            total = os.fstat(fd).st_size
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InvalidInput(f"{where}: key {key!r} is not a shared-memory object")
+            total = info.st_size
             if size == 0 or start + size > total:
                 raise InvalidInput(
                     f"{where}: offset {start} + byte_size {size} must lie within key {key!r} "

@@ -312,7 +312,7 @@ def test_rebuilding_replaces_a_bundle_but_never_a_foreign_folder(
 ) -> None:
     out = tmp_path / "out" / "hello"
     build(source, out)
-    (source / "samples" / "second.json").write_text('{"x": []}')
+    (source / "samples" / "second.json").write_text(json.dumps({"x": [1.0] * 16}))
     assert "samples/second.json" in build(source, out).metadata["files"]
 
     foreign = tmp_path / "project"

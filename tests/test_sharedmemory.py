@@ -208,3 +208,56 @@ def test_shared_memory_windows_are_checked_before_running(
         client.infer("identity", [tensor, *others], outputs=[small])
     assert error.value.status() == "400"
     assert "output `out_FP32`: needs 48 bytes" in error.value.message()
+
+
+def test_only_clients_on_this_machine_may_use_shared_memory(
+    url: str, region: tuple[str, str, object]
+) -> None:
+    """A remote client, as a reverse proxy on this machine forwards it (uvicorn trusts the
+    loopback proxy's X-Forwarded-For), could map any object in /dev/shm: refused."""
+    name, key, _ = region
+    body = {"key": key, "offset": 0, "byte_size": 16}
+    path = f"{url}/v2/systemsharedmemory/region/{name}/register"
+    remote = httpx.post(path, json=body, headers={"X-Forwarded-For": "203.0.113.7"})
+    assert remote.status_code == 403
+    assert "203.0.113.7 is not on a loopback address" in remote.json()["error"]
+    status = httpx.get(
+        f"{url}/v2/systemsharedmemory/status", headers={"X-Forwarded-For": "203.0.113.7"}
+    )
+    assert status.status_code == 403
+    assert httpx.post(path, json=body).status_code == 200
+    tensor = {"name": "in_FP32", "datatype": "FP32", "shape": [1, 3]}
+    others = [
+        {"name": "in_INT64", "datatype": "INT64", "shape": [1, 3], "data": [1, 2, 3]},
+        {"name": "in_BYTES", "datatype": "BYTES", "shape": [1, 3], "data": ["a", "b", "c"]},
+    ]
+    sneaky = {
+        "inputs": [
+            {**tensor, "parameters": {"shared_memory_region": name, "shared_memory_byte_size": 12}},
+            *others,
+        ]
+    }
+    infer = httpx.post(
+        f"{url}/v2/models/identity/infer",
+        json=sneaky,
+        headers={"X-Forwarded-For": "203.0.113.7"},
+    )
+    assert infer.status_code == 403  # a region registered locally is not readable remotely
+    local = httpx.post(f"{url}/v2/models/identity/infer", json=sneaky)
+    assert local.status_code == 200, local.text
+
+
+def test_a_symlink_in_dev_shm_is_not_followed(url: str, tmp_path: Path) -> None:
+    target = tmp_path / "secret"
+    target.write_bytes(b"x" * 64)
+    link = Path("/dev/shm") / f"i16-link-{uuid.uuid4().hex[:8]}"
+    link.symlink_to(target)
+    try:
+        response = httpx.post(
+            f"{url}/v2/systemsharedmemory/region/link/register",
+            json={"key": f"/{link.name}", "offset": 0, "byte_size": 16},
+        )
+    finally:
+        link.unlink()
+    assert response.status_code == 400
+    assert f"cannot open key '/{link.name}'" in response.json()["error"]

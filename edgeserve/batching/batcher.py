@@ -135,8 +135,7 @@ class Batcher:
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         """Refuse new work, run what is queued within the timeout, fail the rest."""
         self._stopping = True
-        self._planning = replace(self._policy, max_queue_delay_s=0.0)
-        self._changed.set()
+        self.hurry()
         if self._workers:
             _, late = await asyncio.wait(self._workers, timeout=drain_timeout_s)
             for task in late:
@@ -145,6 +144,11 @@ class Batcher:
         self._fail(list(self._queue), Unavailable("stopped before the request could run"))
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def hurry(self) -> None:
+        """Stop waiting for company (the server is draining: what is queued runs at once)."""
+        self._planning = replace(self._policy, max_queue_delay_s=0.0)
+        self._changed.set()
 
     def _admit(self, inputs: TensorDict, deadline: float, arrived: float | None) -> list[_Item]:
         if self._stopping or not self._workers:

@@ -20,7 +20,6 @@ from edgeserve.image import BuiltImage, build_image, find_tool, plan_image, push
 from edgeserve.kubernetes.manifests import Workload, render, to_yaml
 from edgeserve.kubernetes.scaling import concurrency_for
 from edgeserve.kubernetes.settings import KubernetesSettings
-from edgeserve.server import GRACEFUL_SHUTDOWN_S
 from edgeserve.targets import DeployResult
 
 if TYPE_CHECKING:
@@ -141,7 +140,7 @@ def workload(bundle: Bundle, settings: KubernetesSettings, image: str) -> Worklo
         ),
         memory_mb=settings.memory_mb or manifest.resources.memory_mb,
         request_timeout_s=manifest.batching.timeout_ms / 1000,
-        drain_s=GRACEFUL_SHUTDOWN_S,
+        drain_s=manifest.resources.drain_timeout_s,
     )
 
 

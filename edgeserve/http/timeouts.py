@@ -1,0 +1,124 @@
+"""Time bounds on slow clients, kept by uvicorn's own HTTP protocol (h11 or httptools).
+
+    header_timeout_s  from a connection's start, or the end of its previous response, until the
+                      next request's headers are complete; some bytes but not all by then: 408
+                      and close; nothing at all: close (there is no request to answer)
+    body_timeout_s    from a request's headers until its body is complete: 408 and close,
+                      unless the app has answered already
+    idle_timeout_s    a kept-alive connection with no new request is closed (uvicorn's
+                      timeout_keep_alive)
+
+uvicorn bounds only the idle time; a connection that sends nothing, or half its headers or half
+its body, would hold a slot for ever. The bounds live in the protocol rather than the app so that
+the inference path pays nothing for them: a request that arrives whole never arms a body timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from edgeserve.errors import RequestTimeout
+from edgeserve.http.errors import raw_response
+from edgeserve.manifest import ResourcesSection
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """The bounds a server keeps, in seconds (defaults: the manifest's [resources])."""
+
+    header_s: float
+    body_s: float
+    idle_s: float
+    drain_s: float
+
+    @classmethod
+    def from_resources(cls, resources: ResourcesSection, **overrides: float | None) -> Timeouts:
+        """The manifest's values, each replaced by an override that is not None (CLI flags)."""
+        chosen = {
+            "header_s": resources.header_timeout_s,
+            "body_s": resources.body_timeout_s,
+            "idle_s": resources.idle_timeout_s,
+            "drain_s": resources.drain_timeout_s,
+        }
+        chosen.update({name: value for name, value in overrides.items() if value is not None})
+        return cls(**chosen)
+
+
+def protocol_class(timeouts: Timeouts) -> type[asyncio.Protocol]:
+    """uvicorn's own choice of HTTP protocol (httptools, else h11) keeping the header and body
+    bounds."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol as base
+
+    attributes = {"header_timeout_s": timeouts.header_s, "body_timeout_s": timeouts.body_s}
+    return type(f"Bounded{base.__name__}", (_Bounded, base), attributes)
+
+
+class _Bounded:
+    """Mixed into a uvicorn protocol class: one timer per connection, re-armed per phase.
+
+    A request's headers are complete once uvicorn has made a new request cycle (`self.cycle`);
+    its body once that cycle has no `more_body`.
+    """
+
+    header_timeout_s: float
+    body_timeout_s: float
+    cycle: Any
+    transport: asyncio.Transport
+    loop: asyncio.AbstractEventLoop
+    _timer: asyncio.TimerHandle | None = None
+    _phase: str | None = None  # "header", "body" or None (nothing to wait for)
+    _watched: Any = None  # the cycle before the awaited headers, or the one whose body is awaited
+    _bytes: bool = False  # some bytes of the awaited headers arrived
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._await_headers()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)  # type: ignore[misc]
+        if self._phase == "header":
+            self._bytes = True
+            if self.cycle is not self._watched:  # the headers are complete
+                self._arm(None)
+                if self.cycle.more_body:
+                    self._watched = self.cycle
+                    self._arm("body", self.body_timeout_s)
+        elif self._phase == "body" and not self._watched.more_body:
+            self._arm(None)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]
+        if not self.transport.is_closing():
+            self._await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._arm(None)
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def _await_headers(self) -> None:
+        self._watched, self._bytes = self.cycle, False
+        self._arm("header", self.header_timeout_s)
+
+    def _arm(self, phase: str | None, delay_s: float = 0.0) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._phase = phase
+        self._timer = None if phase is None else self.loop.call_later(delay_s, self._expired)
+
+    def _expired(self) -> None:
+        phase, self._timer = self._phase, None
+        if self.transport.is_closing():
+            return
+        if phase == "header" and self._bytes:
+            self._refuse(f"the request's headers did not arrive within {self.header_timeout_s:g} s")
+        elif phase == "body" and not self._watched.response_started:
+            self._watched.disconnected = True  # the app's receive() sees a disconnect
+            self._watched.message_event.set()
+            self._refuse(f"the request's body did not arrive within {self.body_timeout_s:g} s")
+        self.transport.close()
+
+    def _refuse(self, why: str) -> None:
+        error = RequestTimeout(f"{why} ([resources] of the function); the connection is closed")
+        self.transport.write(raw_response(error))
