@@ -34,7 +34,7 @@ from edgeserve.http.auth import Credentials, load_credentials
 from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
 from edgeserve.http.repository import RepositoryRoutes
-from edgeserve.http.sharedmemory import SystemSharedMemoryRoutes
+from edgeserve.http.sharedmemory import SharedMemoryRoutes, no_cuda_regions, open_system_region
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.manifest import Manifest
 from edgeserve.sharedmemory import Regions
@@ -156,7 +156,8 @@ class _Endpoints:
             Route("/v2/models/stats", self.stats),
             Route("/metrics", self.metrics),
             *RepositoryRoutes(self.runtime).routes(),
-            *SystemSharedMemoryRoutes(self.regions).routes(),
+            *SharedMemoryRoutes(self.regions, "system", open_system_region).routes(),
+            *SharedMemoryRoutes(self.regions, "cuda", no_cuda_regions).routes(),
         ]
         for base in (model, model + "/versions/{version}"):
             routes += [
