@@ -1,7 +1,8 @@
 """The ASGI app of one function: KServe v2 as Triton speaks it, `/invoke` and `/metrics`.
 
 Inference requests take their own lean path (`inference.py`); everything else (health,
-metadata, config, statistics, metrics, and routing errors) is a Starlette app. Status codes
+metadata, config, statistics, metrics, the OpenAPI document and its /docs page, and routing
+errors) is a Starlette app. Status codes
 follow Triton except where noted at the route.
 
 Not served (Triton has them): response compression by Accept-Encoding (request bodies may be
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -33,6 +35,7 @@ from edgeserve.http import metadata
 from edgeserve.http.auth import Credentials, load_credentials
 from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
+from edgeserve.http.openapi import DocsRoutes, openapi_document
 from edgeserve.http.repository import RepositoryRoutes
 from edgeserve.http.sharedmemory import SharedMemoryRoutes, no_cuda_regions, open_system_region
 from edgeserve.http.timeouts import Timeouts
@@ -61,6 +64,8 @@ class ServedFunction(Protocol):
     def backend_name(self) -> str: ...
     @property
     def stats(self) -> ModelStats: ...
+    @property
+    def root(self) -> Path: ...
 
     async def start(self) -> None: ...
     def begin_drain(self) -> None: ...
@@ -158,6 +163,7 @@ class _Endpoints:
             *RepositoryRoutes(self.runtime).routes(),
             *SharedMemoryRoutes(self.regions, "system", open_system_region).routes(),
             *SharedMemoryRoutes(self.regions, "cuda", no_cuda_regions).routes(),
+            *DocsRoutes(self._document()).routes(),
         ]
         for base in (model, model + "/versions/{version}"):
             routes += [
@@ -167,6 +173,17 @@ class _Endpoints:
                 Route(base + "/stats", self.stats),
             ]
         return routes
+
+    def _document(self) -> dict[str, Any]:
+        runtime = self.runtime
+        samples = runtime.root / "samples"
+        return openapi_document(
+            runtime.name,
+            runtime.model_version,
+            runtime.signature,
+            runtime.manifest,
+            samples if samples.is_dir() else None,
+        )
 
     async def live(self, request: Request) -> Response:
         return Response()
