@@ -90,8 +90,7 @@ class LocalEngine:
         """Start the batcher, then run one batch per preferred size (and backend bucket)."""
         await self.batcher.start()
         preferred = self.batcher.policy.preferred_batch_sizes
-        # a backend holding state per batch size (ONNX Runtime's CUDA buckets) warms each one
-        preferred = (*preferred, *getattr(self.backend, "buckets", ()))
+        preferred = (*preferred, *self.backend.buckets)
         for rows in _warmup_sizes(preferred, self.batcher.policy):
             await asyncio.to_thread(self.backend.infer, example_inputs(self.signature, rows))
 
@@ -140,7 +139,8 @@ class Runtime:
         loaded = load_backend(
             choice.name,
             bundle.model_path,
-            ir_path=bundle.ir_path,
+            signature=bundle.signature,
+            prepared=bundle.root,
             precision=manifest.backend.precision,
             threads=manifest.backend.threads,
             instances=policy.instances,
