@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -128,10 +128,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     from edgeserve.backends import choose
     from edgeserve.hardware import describe, probe
-    from edgeserve.manifest import BACKEND_NAMES
 
     platform = probe()
-    choice = choose(platform, prefer=BACKEND_NAMES, override=args.backend)
+    choice = choose(platform, override=args.backend)
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in describe(platform, choice):
         table.add_row(key, value)
@@ -379,7 +378,22 @@ Jetson or on AWS Lambda. Start here:
 function.toml."""
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-BACKENDS = ("tensorrt", "openvino", "onnxruntime")
+
+
+class _BackendNames:
+    """argparse choices for --backend: the backend names of the function.toml schema, read only
+    when a command's help or its --backend value needs them (`edgeserve --help` stays light)."""
+
+    def __iter__(self) -> Iterator[str]:
+        from edgeserve.manifest import BACKEND_NAMES
+
+        return iter(BACKEND_NAMES)
+
+    def __contains__(self, name: object) -> bool:
+        return name in list(self)
+
+
+BACKENDS = _BackendNames()
 TIMEOUTS = {
     "header": "seconds a client has to send a request's headers (then 408)",
     "body": "seconds a client has to send a request's body, from its headers (then 408)",

@@ -13,7 +13,8 @@ from edgeserve.errors import ConfigError, did_you_mean
 
 MANIFEST_NAME = "function.toml"
 BackendName = Literal["tensorrt", "openvino", "onnxruntime"]
-BACKEND_NAMES: tuple[BackendName, ...] = ("tensorrt", "openvino", "onnxruntime")
+"""The schema's backend names: edgeserve.backends.BACKENDS, in its order (a test keeps them so)."""
+BACKEND_NAMES: tuple[BackendName, ...] = get_args(BackendName)
 _VERSION = re.compile(r"v?(?P<major>\d{1,9})(\.\d+){0,2}([-+][0-9A-Za-z.+-]+)?")
 
 

@@ -77,7 +77,8 @@ class Runtime:
         engine = load_backend(
             choice.name,
             bundle.model_path,
-            ir_path=bundle.ir_path,
+            signature=bundle.signature,
+            prepared=bundle.root,
             precision=manifest.backend.precision,
             threads=manifest.backend.threads,
             instances=policy.instances,
@@ -127,8 +128,7 @@ class Runtime:
         started = time.perf_counter()
         await self.batcher.start()
         preferred = self.manifest.batching.preferred_batch_sizes
-        # a backend holding state per batch size (ONNX Runtime's CUDA buckets) warms each one
-        preferred = (*preferred, *getattr(self.backend, "buckets", ()))
+        preferred = (*preferred, *self.backend.buckets)
         for rows in _warmup_sizes(preferred, self.batcher.policy):
             await asyncio.to_thread(self.backend.infer, example_inputs(self.signature, rows))
         self.timings["warmup_s"] = time.perf_counter() - started

@@ -10,7 +10,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from edgeserve.bundle import Bundle, open_or_build
+from edgeserve.builder import open_or_build
+from edgeserve.bundle import Bundle
 from edgeserve.errors import ConfigError
 from edgeserve.http.app import FunctionApp, create_app
 from edgeserve.http.auth import load_credentials

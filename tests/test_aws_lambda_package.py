@@ -19,8 +19,8 @@ from edgeserve.aws_lambda.sam import sam_template
 from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.bundle import Bundle
 from edgeserve.errors import DeployError
+from edgeserve.profiles import load_target
 from edgeserve.targets import package_targets
-from edgeserve.targets.profile import load_target
 from tests.aws_lambda_support import FUNCTION_TOML, small_bundle, wheelhouse, write_profile
 from tests.models import mlp_model
 from tests.terminal import in_terminal

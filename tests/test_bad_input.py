@@ -5,6 +5,7 @@ a 4xx with a JSON error that says what was wrong, never a 5xx, and the next requ
 
 from __future__ import annotations
 
+import asyncio
 import io
 import shutil
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from edgeserve.http import create_app
 from edgeserve.http.invoke import NDARRAY_EXT
 from edgeserve.runtime import Runtime
 from tests.bad_requests import CORPUS, GOOD_ROW, INFER, INPUTS, LIMIT, Bad, v2_body
-from tests.models import identity_model, write_function
+from tests.models import identity_model, sequence_model, write_function
 from tests.test_tritonclient import MANIFEST
 from tests.threaded_server import serving
 
@@ -264,3 +265,41 @@ def test_fuzz_damaged_pngs_into_the_ocr_handler(
     response = ocr.post("/invoke", content=bytes(body), headers={"content-type": "image/png"})
     if response.status_code != 200:
         assert_client_error(response, repr(flips))
+
+
+BATCHING = """
+[function]
+name = "tokens"
+[batching]
+max_batch_size = 8
+preferred_batch_sizes = [8]
+max_queue_delay_ms = 500
+[backend]
+prefer = ["onnxruntime"]
+"""
+
+
+def token_request(tokens: list[int]) -> dict[str, Any]:
+    entry = {"name": "tokens", "datatype": "INT64", "shape": [1, len(tokens)], "data": tokens}
+    return {"inputs": [entry]}
+
+
+def test_a_value_the_model_refuses_fails_its_own_request_not_its_batch(tmp_path: Path) -> None:
+    """Token 99 of a 32-token vocabulary passes every check at the door, and ONNX Runtime
+    refuses it while running the batch it shares with 7 good requests: only it gets the 400."""
+    source = write_function(tmp_path / "tokens", sequence_model, BATCHING)
+    app = create_app(Runtime.load(build(source, tmp_path / "bundle")))
+
+    async def send_all(url: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            bodies = [token_request([1, 2, 3])] * 7 + [token_request([1, 99, 3])]
+            sent = (client.post("/v2/models/tokens/infer", json=body) for body in bodies)
+            return await asyncio.gather(*sent)
+
+    with serving(app) as url:
+        *good, bad = asyncio.run(send_all(url))
+        batches = httpx.get(f"{url}/v2/models/tokens/stats").json()["model_stats"][0]
+    assert [response.status_code for response in good] == [200] * 7
+    assert bad.status_code == 400
+    assert "idx=99" in bad.json()["error"]
+    assert batches["execution_count"] >= 2  # they met in one batch, then ran alone

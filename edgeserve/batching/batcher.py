@@ -313,6 +313,7 @@ class Batcher:
         token = id(batch)
         self._busy_until[token] = start + Outlook(self._cost.table).cost_of(rows)
         clock = _PhaseClock()
+        alone: list[_Item] = []  # to run one by one: the batch failed on one item's values
         try:
             merged = stack_rows([item.inputs for item in batch], self._input_fills)
             clock.lap()
@@ -329,7 +330,10 @@ class Batcher:
             self._fail(batch, Unavailable("stopped while the request was running"))
             raise
         except Exception as exc:
-            self._fail(batch, _as_edgeserve_error(exc, rows))
+            if isinstance(exc, InvalidInput) and len(batch) > 1:
+                alone = [item for item in batch if not item.future.done()]
+            else:
+                self._fail(batch, _as_edgeserve_error(exc, rows))
             ok = False
         else:
             for item, part in zip(batch, parts, strict=True):
@@ -340,6 +344,9 @@ class Batcher:
             del self._busy_until[token]
         clock.lap()
         self._report(batch, rows, start, clock.times(), ok)
+        for item in alone:  # the backend refused a value: only its own request gets the 400
+            if not item.future.done():  # not withdrawn meanwhile
+                await self._run([item])
 
     def _timed(self, inputs: TensorDict) -> tuple[TensorDict, float]:
         start = time.perf_counter()
