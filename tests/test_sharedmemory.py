@@ -261,3 +261,16 @@ def test_a_symlink_in_dev_shm_is_not_followed(url: str, tmp_path: Path) -> None:
         link.unlink()
     assert response.status_code == 400
     assert f"cannot open key '/{link.name}'" in response.json()["error"]
+
+
+def test_cuda_shared_memory_without_cuda_region_support(
+    client: triton.InferenceServerClient,
+) -> None:
+    """Listed as empty and unregistered as a no-op (clients clean up both kinds); register
+    says what to use instead."""
+    assert client.get_cuda_shared_memory_status() == []
+    client.unregister_cuda_shared_memory()
+    with pytest.raises(InferenceServerException) as error:
+        client.register_cuda_shared_memory("gpu0", b"\0" * 64, 0, 1024)
+    assert error.value.status() == "400"
+    assert "Hint: use system shared memory" in error.value.message()

@@ -37,7 +37,7 @@ from edgeserve.http.errors import ErrorMiddleware, error_response, http_exceptio
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
 from edgeserve.http.openapi import DocsRoutes, openapi_document
 from edgeserve.http.repository import RepositoryRoutes
-from edgeserve.http.sharedmemory import SystemSharedMemoryRoutes
+from edgeserve.http.sharedmemory import SharedMemoryRoutes, no_cuda_regions, open_system_region
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.manifest import Manifest
 from edgeserve.sharedmemory import Regions
@@ -161,7 +161,8 @@ class _Endpoints:
             Route("/v2/models/stats", self.stats),
             Route("/metrics", self.metrics),
             *RepositoryRoutes(self.runtime).routes(),
-            *SystemSharedMemoryRoutes(self.regions).routes(),
+            *SharedMemoryRoutes(self.regions, "system", open_system_region).routes(),
+            *SharedMemoryRoutes(self.regions, "cuda", no_cuda_regions).routes(),
             *DocsRoutes(self._document()).routes(),
         ]
         for base in (model, model + "/versions/{version}"):

@@ -1,4 +1,4 @@
-"""Triton's system shared-memory extension over HTTP: register, unregister, status.
+"""Triton's shared-memory extensions over HTTP: register, unregister, status, per kind.
 
     POST /v2/systemsharedmemory/region/{name}/register   {"key", "offset", "byte_size"}
     POST /v2/systemsharedmemory[/region/{name}]/unregister
@@ -10,14 +10,17 @@ machine (a loopback address, after uvicorn's trusted proxy headers) may use thes
 (403 otherwise): shared memory is for local clients, and a remote one could otherwise map any
 object in /dev/shm and read it back through an identity-like model. The regions live in
 `edgeserve.sharedmemory.Regions`, which the v2 infer route reads inputs from and writes
-outputs to.
+outputs to. `/v2/cudasharedmemory/...` has the same routes; without CUDA region support its
+register answers 400 (its status lists none, its unregister succeeds: perf_analyzer and
+tritonclient clean up both kinds).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,49 +29,61 @@ from starlette.routing import Route
 from edgeserve.errors import Forbidden, InvalidInput
 from edgeserve.http import v2
 from edgeserve.http.body import json_object
-from edgeserve.sharedmemory import Regions, Slice, SystemRegion
+from edgeserve.sharedmemory import Region, Regions, Slice, SystemRegion
 
-PREFIX = "/v2/systemsharedmemory"
+Opener = Callable[[str, dict[str, Any]], Region]
+"""Maps a region from its name and register request (400 on a bad one)."""
 
 
-class SystemSharedMemoryRoutes:
-    """The routes that manage system shared-memory regions in `regions`."""
+class SharedMemoryRoutes:
+    """The register, unregister and status routes of one kind of region ("system", "cuda")."""
 
-    def __init__(self, regions: Regions) -> None:
-        self.regions = regions
+    def __init__(self, regions: Regions, kind: str, opener: Opener) -> None:
+        self.regions, self.kind, self.opener = regions, kind, opener
 
     def routes(self) -> list[Route]:
-        region = PREFIX + "/region/{name}"
+        prefix = f"/v2/{self.kind}sharedmemory"
+        region = prefix + "/region/{name}"
         return [
             Route(region + "/register", self.register, methods=["POST"]),
-            Route(PREFIX + "/unregister", self.unregister, methods=["POST"]),
+            Route(prefix + "/unregister", self.unregister, methods=["POST"]),
             Route(region + "/unregister", self.unregister, methods=["POST"]),
-            Route(PREFIX + "/status", self.status),
+            Route(prefix + "/status", self.status),
             Route(region + "/status", self.status),
         ]
 
     async def register(self, request: Request) -> Response:
-        name = request.path_params["name"]
-        check_local(request.client.host if request.client else "")
-        body = await json_object(request)
-        missing = sorted({"key", "byte_size"} - set(body))
-        if missing:
-            raise InvalidInput(
-                f"system shared memory region `{name}`: the register request lacks {missing}; "
-                'expected {"key": "/name", "offset": 0, "byte_size": N}'
-            )
-        region = SystemRegion.open(name, body["key"], body.get("offset", 0), body["byte_size"])
-        self.regions.register(region)
+        _check_caller(request)
+        self.regions.register(self.opener(request.path_params["name"], await json_object(request)))
         return Response()
 
     async def unregister(self, request: Request) -> Response:
-        check_local(request.client.host if request.client else "")
-        self.regions.unregister(SystemRegion.kind, request.path_params.get("name"))
+        _check_caller(request)
+        self.regions.unregister(self.kind, request.path_params.get("name"))
         return Response()
 
     async def status(self, request: Request) -> Response:
-        check_local(request.client.host if request.client else "")
-        return JSONResponse(self.regions.status(SystemRegion.kind, request.path_params.get("name")))
+        _check_caller(request)
+        return JSONResponse(self.regions.status(self.kind, request.path_params.get("name")))
+
+
+def open_system_region(name: str, body: dict[str, Any]) -> Region:
+    missing = sorted({"key", "byte_size"} - set(body))
+    if missing:
+        raise InvalidInput(
+            f"system shared memory region `{name}`: the register request lacks {missing}; "
+            'expected {"key": "/name", "offset": 0, "byte_size": N}'
+        )
+    return SystemRegion.open(name, body["key"], body.get("offset", 0), body["byte_size"])
+
+
+def no_cuda_regions(name: str, body: dict[str, Any]) -> Region:
+    """Where this server has no CUDA region support: register is refused, while status lists
+    none and unregister is a no-op, as clients that clean up every kind expect."""
+    raise InvalidInput(
+        f"CUDA shared memory region `{name}`: not served here (no GPU support in this server). "
+        "Hint: use system shared memory (/v2/systemsharedmemory)"
+    )
 
 
 @dataclass(frozen=True)
@@ -95,6 +110,10 @@ class ClientRegions:
             if output.place is not None:
                 data = v2.tensor_bytes(output.data, output.datatype)
                 self.regions.write(f"output `{output.name}`", output.place, data)
+
+
+def _check_caller(request: Request) -> None:
+    check_local(request.client.host if request.client else "")
 
 
 def check_local(host: str) -> None:
