@@ -20,6 +20,7 @@ from rich.text import Text
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
 from edgeserve.errors import EdgeserveError
+from edgeserve.progress import live_log
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -63,7 +64,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
             f"[yellow]batching off:[/] {', '.join(fixed)} has no dynamic first dim, so every "
             "request runs alone (export the model with a dynamic batch axis to batch)"
         )
-    for written in package_targets(bundle, args.target, out.parent / "dist", source):
+    with live_log(err_console, "packaging"):  # pip's downloads, live on a terminal
+        packaged = package_targets(bundle, args.target, out.parent / "dist", source)
+    for written in packaged:
         console.print(f"[green]packaged[/] {written}")
         if (report := written.parent / "image.txt").is_file():  # an image's size per layer
             console.print(report.read_text(encoding="utf-8"), markup=False, end="", soft_wrap=True)
@@ -188,7 +191,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_deploy(args: argparse.Namespace) -> int:
     from edgeserve.targets import deploy
 
-    result = deploy(Path(args.path), args.target, hosts=args.host)
+    with live_log(err_console, f"deploying to {args.target}"):
+        result = deploy(Path(args.path), args.target, hosts=args.host)
     where = f" at {result.url}" if result.url else ""
     console.print(f"[green]deployed[/] {result.name} {result.version} to {result.target}{where}")
     return 0

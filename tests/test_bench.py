@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import pty
 import socket
 import subprocess
 import sys
@@ -19,6 +17,7 @@ from edgeserve.cli import main
 from edgeserve.errors import ConfigError, EdgeserveError
 from edgeserve.scaffold import init_function
 from tests.bench_app import COMPUTE_S, MODEL, create_app, running
+from tests.terminal import in_terminal
 
 SHORT = {"window_s": 0.25, "max_windows": 4}
 
@@ -188,20 +187,13 @@ def _bench_output(url: str, terminal: bool) -> str:
     """`edgeserve bench URL` as a user runs it: in a terminal (a pty) or into a pipe."""
     command = [sys.executable, "-m", "edgeserve", "bench", url, "--model", MODEL]
     command += ["--concurrency", "1,2", "--window-s", "0.5", "--max-windows", "3", "--plot", ""]
-    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm"}
     if not terminal:
+        env = {**os.environ, "COLUMNS": "120"}
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
         return done.stdout + done.stderr
-    main_fd, child_fd = pty.openpty()
-    process = subprocess.Popen(command, stdout=child_fd, stderr=child_fd, env=env)
-    os.close(child_fd)
-    chunks = []
-    with contextlib.suppress(OSError):  # EIO once the child has exited and closed the pty
-        while chunk := os.read(main_fd, 4096):
-            chunks.append(chunk)
-    os.close(main_fd)
-    assert process.wait(timeout=60) == 0
-    return b"".join(chunks).decode("utf-8", "replace")
+    code, output = in_terminal(command)
+    assert code == 0, output
+    return output
 
 
 def test_progress_shows_on_a_terminal_only(url: str) -> None:

@@ -14,9 +14,14 @@ import httpx
 import orjson
 import pytest
 
+from edgeserve.builder import build
+from edgeserve.http import create_app
+from edgeserve.http.timeouts import Timeouts, protocol_class
+from edgeserve.runtime import Runtime
 from tests import rawhttp
 from tests.models import mlp_model, write_function
 from tests.server import running
+from tests.threaded_server import serving
 
 MANIFEST = """
 [function]
@@ -145,3 +150,19 @@ def test_bytes_that_are_not_a_request_get_a_json_4xx(
     assert (got, waited < HEADER_S) == (status, True), what
     assert error.startswith(words), what
     assert_served(url)
+
+
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+def test_both_of_uvicorn_s_http_implementations_keep_the_bounds(tmp_path: Path, http: str) -> None:
+    """uvicorn speaks h11 where httptools is not installed: the bounds hold with either."""
+    source = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    timeouts = Timeouts(header_s=0.5, body_s=0.5, idle_s=1, drain_s=1)
+    app = create_app(Runtime.load(build(source, tmp_path / "bundle")), timeouts=timeouts)
+    cases = [(REQUEST[:40], 408), (REQUEST + BODY[:20], 408), (b"\x00\x01 hi\r\n\r\n", 400)]
+    with serving(app, http=protocol_class(timeouts, http)) as url:
+        for sent, status in cases:
+            with rawhttp.connect(url) as sock:
+                sock.sendall(sent)
+                received, waited = read_until_closed(sock)
+            assert (json_error(received)[0], waited < 1.5) == (status, True), (http, sent[:20])
+        assert_served(url)

@@ -52,11 +52,13 @@ class Timeouts:
         return cls(**chosen)
 
 
-def protocol_class(timeouts: Timeouts) -> type[asyncio.Protocol]:
-    """uvicorn's own choice of HTTP protocol (httptools, else h11) keeping the header and body
+def protocol_class(timeouts: Timeouts, http: str = "auto") -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol `http` ("auto": httptools, else h11) keeping the header and body
     bounds."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol as base
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
 
+    base = import_from_string(HTTP_PROTOCOLS[http])
     attributes = {"header_timeout_s": timeouts.header_s, "body_timeout_s": timeouts.body_s}
     return type(f"Bounded{base.__name__}", (_Bounded, base), attributes)
 
