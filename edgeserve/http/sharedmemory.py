@@ -18,28 +18,24 @@ tritonclient clean up both kinds).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from edgeserve.errors import Forbidden, InvalidInput
+from edgeserve.errors import Forbidden
 from edgeserve.http import v2
 from edgeserve.http.body import json_object
-from edgeserve.sharedmemory import Region, Regions, Slice, SystemRegion
-
-Opener = Callable[[str, dict[str, Any]], Region]
-"""Maps a region from its name and register request (400 on a bad one)."""
+from edgeserve.sharedmemory import Regions, Slice
 
 
 class SharedMemoryRoutes:
     """The register, unregister and status routes of one kind of region ("system", "cuda")."""
 
-    def __init__(self, regions: Regions, kind: str, opener: Opener) -> None:
-        self.regions, self.kind, self.opener = regions, kind, opener
+    def __init__(self, regions: Regions, kind: str) -> None:
+        self.regions, self.kind = regions, kind
 
     def routes(self) -> list[Route]:
         prefix = f"/v2/{self.kind}sharedmemory"
@@ -54,7 +50,8 @@ class SharedMemoryRoutes:
 
     async def register(self, request: Request) -> Response:
         _check_caller(request)
-        self.regions.register(self.opener(request.path_params["name"], await json_object(request)))
+        body = await json_object(request)
+        self.regions.register(self.kind, request.path_params["name"], body)
         return Response()
 
     async def unregister(self, request: Request) -> Response:
@@ -65,25 +62,6 @@ class SharedMemoryRoutes:
     async def status(self, request: Request) -> Response:
         _check_caller(request)
         return JSONResponse(self.regions.status(self.kind, request.path_params.get("name")))
-
-
-def open_system_region(name: str, body: dict[str, Any]) -> Region:
-    missing = sorted({"key", "byte_size"} - set(body))
-    if missing:
-        raise InvalidInput(
-            f"system shared memory region `{name}`: the register request lacks {missing}; "
-            'expected {"key": "/name", "offset": 0, "byte_size": N}'
-        )
-    return SystemRegion.open(name, body["key"], body.get("offset", 0), body["byte_size"])
-
-
-def no_cuda_regions(name: str, body: dict[str, Any]) -> Region:
-    """Where this server has no CUDA region support: register is refused, while status lists
-    none and unregister is a no-op, as clients that clean up every kind expect."""
-    raise InvalidInput(
-        f"CUDA shared memory region `{name}`: not served here (no GPU support in this server). "
-        "Hint: use system shared memory (/v2/systemsharedmemory)"
-    )
 
 
 @dataclass(frozen=True)
