@@ -269,6 +269,24 @@ def test_a_page_with_more_lines_than_the_queue_holds_is_refused_at_once(ocr: htt
     assert ocr.get("/v2/models/ocr/stats").json()["model_stats"][0]["inference_count"] == before
 
 
+PIXELS = st.lists(
+    st.lists(
+        st.integers(-1, 256) | st.lists(st.integers(0, 255), max_size=5), min_size=7, max_size=9
+    ),
+    min_size=7,
+    max_size=9,
+)
+
+
+@FUZZ
+@given(image=PIXELS | JSON_VALUES | st.text(max_size=40), extra=JSON_VALUES)
+def test_fuzz_json_into_the_ocr_handler(ocr: httpx.Client, image: Any, extra: Any) -> None:
+    """{"image": pixels, base64 or anything}: the handler's own checks answer, never a 500."""
+    response = ocr.post("/invoke", json={"image": image, "extra": extra})
+    if response.status_code != 200:
+        assert_client_error(response, repr(image))
+
+
 @FUZZ
 @given(
     body=st.binary(max_size=64),
