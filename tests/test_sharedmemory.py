@@ -25,7 +25,6 @@ from edgeserve.http import create_app
 from edgeserve.runtime import Runtime
 from edgeserve.sharedmemory import Regions
 from tests.models import identity_model, write_function
-from tests.server import served
 from tests.threaded_server import serving
 
 MANIFEST = """
@@ -320,23 +319,3 @@ def test_processes_sharing_a_store_share_registrations(
             del first, second
             gc.collect()
 
-
-def test_regions_serve_every_front_of_workers_2(
-    bundle: Bundle, region: tuple[str, str, object]
-) -> None:
-    """`serve --workers 2`: connections land on either front (SO_REUSEPORT); a region
-    registered through one is read by requests on fresh connections, whichever front they
-    reach (20 connections all on one front: a chance of 2**-19)."""
-    name, key, handle = region
-    shm.set_shared_memory_region(handle, [X])
-    with served(bundle.root, "--workers", "2") as url:
-        host = url.removeprefix("http://")
-        registrar = triton.InferenceServerClient(host)
-        registrar.register_system_shared_memory(name, key, 1024)
-        for _ in range(20):
-            client = triton.InferenceServerClient(host)  # a new connection each time
-            result = client.infer("identity", x_from_region(name))
-            np.testing.assert_array_equal(result.as_numpy("out_FP32"), X)
-            client.close()
-        registrar.unregister_system_shared_memory()
-        registrar.close()

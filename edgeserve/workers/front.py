@@ -201,9 +201,7 @@ def run_front(config: ChildConfig) -> None:
     engine = RemoteEngine(config.socket_path, config.front, board, policy)
     stats = SharedStats(bundle.name, bundle.manifest.function.model_version, board, config.front)
     limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
-    # shared-memory registrations live in the children's scratch folder: a region registered
-    # through one front serves requests that reach another
-    regions = Regions(store=Path(config.socket_path).parent / "regions")
+    regions = Regions(store=Path(config.regions_dir))  # one registry for every front
     app = create_app(Runtime(bundle, engine, stats), timeouts=limits, regions=regions)
     listener = reuse_port_socket(config.host, config.port)
     listener.listen(LISTEN_BACKLOG)
