@@ -318,4 +318,3 @@ def test_processes_sharing_a_store_share_registrations(
                 client.close()
             del first, second
             gc.collect()
-
