@@ -87,6 +87,7 @@ class ChildConfig:
 
     bundle: str
     socket_path: str
+    regions_dir: str  # shared-memory registrations, seen by every front (sharedmemory.Regions)
     board_fd: int
     fronts: int
     drain_s: float
