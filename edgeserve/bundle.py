@@ -5,7 +5,8 @@ Layout of a bundle folder (written by build.py):
     edgeserve.json            resolved manifest, signature, per-target backend plan, file hashes,
                               edgeserve version, content hash
     function.toml             the source manifest, as written
-    model/<file>.onnx         the model; model/model.xml + .bin: OpenVINO IR for CPU targets
+    model/<file>.onnx         the model; beside it, what a planned backend `prepare`s (OpenVINO:
+                              model/model.xml + .bin, its IR), listed in backends.BACKENDS
     handler/<module>.py       the handler, when [handler] module is set
     samples/...               the function's samples, when it has some
     requirements/<target>.txt pinned runtime requirements per target
@@ -23,8 +24,8 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -36,8 +37,6 @@ from edgeserve.types import Signature, TensorSpec
 
 BUNDLE_FILE = "edgeserve.json"
 FORMAT = 1
-IR_PATH = "model/model.xml"
-IR_FILES = (IR_PATH, "model/model.bin")  # OpenVINO writes the weights beside the xml
 _INDEX_MAX_BYTES = 16 << 20
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 
@@ -160,9 +159,9 @@ class Bundle:
     def model_path(self) -> Path:
         return self.root / self.manifest.model.path
 
-    @property
-    def ir_path(self) -> Path | None:
-        return self.root / IR_PATH if IR_PATH in self.metadata["files"] else None
+    def file(self, name: str) -> Path | None:
+        """A file of the bundle by its relative path (`model/model.xml`), None when it has none."""
+        return self.root / name if name in self.metadata["files"] else None
 
     @property
     def handler_path(self) -> Path | None:
@@ -205,35 +204,6 @@ class Bundle:
                 f"not {target!r}; Hint: rebuild with `edgeserve build --target {target}`"
             ) from None
         return plan
-
-
-def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
-    """Open a bundle, or first build a function source into the cache (what `serve` does).
-
-    The cache entry is keyed by a hash of the source files and the build plan, so an edited
-    source builds again and an unchanged one opens at once.
-    """
-    if not _is_source(path):
-        return Bundle.open(path)
-    from edgeserve.builder import plan_build, write_bundle  # build imports this module
-
-    plan = plan_build(path, targets=targets)
-    cached = bundles_dir() / f"{plan.manifest.function.name}-{plan.fingerprint()[:16]}"
-    if (cached / BUNDLE_FILE).is_file():
-        try:
-            bundle = Bundle.open(cached)
-        except BundleError:  # a damaged cache entry is built again
-            pass
-        else:
-            touch(cached)
-            return replace(bundle, source=path)
-    bundle = write_bundle(plan, cached)
-    prune(keep=cached)
-    return replace(bundle, source=path)
-
-
-def _is_source(path: Path) -> bool:
-    return (path / MANIFEST_NAME).is_file() and not (path / BUNDLE_FILE).exists()
 
 
 def _not_a_bundle(path: Path) -> str:

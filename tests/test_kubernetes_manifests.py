@@ -17,7 +17,7 @@ from edgeserve.kubernetes.manifests import inference_service, knative_service, p
 from edgeserve.kubernetes.scaling import Concurrency, derive_concurrency
 from edgeserve.kubernetes.settings import KubernetesSettings
 from edgeserve.manifest import BatchingSection, ResourcesSection
-from edgeserve.targets.profile import load_target
+from edgeserve.profiles import load_target
 from tests.kube_schemas import knative_admission_errors, schema_errors
 from tests.models import mlp_model, write_function
 

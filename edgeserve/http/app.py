@@ -37,7 +37,7 @@ from edgeserve.http.errors import ErrorMiddleware, error_response, http_exceptio
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
 from edgeserve.http.openapi import DocsRoutes, openapi_document
 from edgeserve.http.repository import RepositoryRoutes
-from edgeserve.http.sharedmemory import SystemSharedMemoryRoutes
+from edgeserve.http.sharedmemory import SharedMemoryRoutes
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.manifest import Manifest
 from edgeserve.sharedmemory import Regions
@@ -48,8 +48,8 @@ from edgeserve.types import Signature, TensorDict
 class ServedFunction(Protocol):
     """What the HTTP layer needs of a runtime (edgeserve.runtime.Runtime is the real one)."""
 
-    ready: bool
-
+    @property
+    def ready(self) -> bool: ...
     @property
     def name(self) -> str: ...
     @property
@@ -70,6 +70,9 @@ class ServedFunction(Protocol):
     async def start(self) -> None: ...
     def begin_drain(self) -> None: ...
     async def stop(self, drain_timeout_s: float = ...) -> None: ...
+    async def admit(self, arrived: float) -> None:
+        """Return once a request may be read; Unavailable when it would be refused anyway."""
+
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
     ) -> TensorDict: ...
@@ -118,15 +121,20 @@ class FunctionApp:
 
 
 def create_app(
-    runtime: ServedFunction, *, max_body_bytes: int | None = None, timeouts: Timeouts | None = None
+    runtime: ServedFunction,
+    *,
+    max_body_bytes: int | None = None,
+    timeouts: Timeouts | None = None,
+    regions: Regions | None = None,
 ) -> FunctionApp:
     """The app serving `runtime`; its lifespan starts the runtime and stops it (draining).
 
-    Defaults: the manifest's [resources] max_body_mb and timeouts."""
+    Defaults: the manifest's [resources] max_body_mb and timeouts; shared-memory regions of
+    this process alone (processes serving one socket share `Regions(store=folder)`)."""
     resources = runtime.manifest.resources
     limit = max_body_bytes or int(resources.max_body_mb * 2**20)
     timeouts = timeouts or Timeouts.from_resources(resources)
-    regions = Regions()
+    regions = regions or Regions()
     endpoints = _Endpoints(runtime, regions)
 
     @asynccontextmanager
@@ -161,7 +169,8 @@ class _Endpoints:
             Route("/v2/models/stats", self.stats),
             Route("/metrics", self.metrics),
             *RepositoryRoutes(self.runtime).routes(),
-            *SystemSharedMemoryRoutes(self.regions).routes(),
+            *SharedMemoryRoutes(self.regions, "system").routes(),
+            *SharedMemoryRoutes(self.regions, "cuda").routes(),
             *DocsRoutes(self._document()).routes(),
         ]
         for base in (model, model + "/versions/{version}"):

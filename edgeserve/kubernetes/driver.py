@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeserve.backends import BACKENDS
 from edgeserve.errors import ConfigError
 from edgeserve.image import BuiltImage, build_image, find_tool, plan_image, push_image
 from edgeserve.kubernetes.manifests import Workload, render, to_yaml
@@ -24,9 +25,10 @@ from edgeserve.targets import DeployResult
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
     from edgeserve.image.plan import ImagePlan
-    from edgeserve.targets.profile import TargetProfile
+    from edgeserve.profiles import TargetProfile
 
-CPU_BACKEND_PACKAGES = re.compile(r"^(openvino|onnxruntime)([=<>!~ ].*)?$")
+_CPU_PACKAGES = [b.package for b in BACKENDS if "cpu" in b.platforms and b.package]
+CPU_BACKEND_PACKAGES = re.compile(rf"^({'|'.join(map(re.escape, _CPU_PACKAGES))})([=<>!~ ].*)?$")
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
