@@ -105,6 +105,16 @@ JSON_VALUES = st.recursive(
 DATATYPE_NAMES = st.sampled_from([*INPUTS, "FP64", "BF16", "INT4", ""]) | JSON_VALUES
 SHAPES = st.lists(st.integers(-2, 4), max_size=4) | JSON_VALUES
 NAMES = st.sampled_from([f"in_{dt}" for dt in INPUTS]) | JSON_VALUES
+COUNTS = st.integers(-1, 40) | JSON_VALUES
+SHARED_MEMORY = st.fixed_dictionaries(
+    {},
+    optional={
+        "shared_memory_region": st.sampled_from(["r", "/dev/shm/x", "../etc"]) | JSON_VALUES,
+        "shared_memory_offset": COUNTS,
+        "shared_memory_byte_size": COUNTS,
+        "binary_data": JSON_VALUES,
+    },
+)
 
 
 @st.composite
@@ -112,9 +122,10 @@ def v2_inputs(draw: st.DrawFn, binary: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": draw(NAMES), "datatype": draw(DATATYPE_NAMES)}
     entry["shape"] = draw(SHAPES)
     if binary:
-        entry["parameters"] = {"binary_data_size": draw(st.integers(-1, 40) | JSON_VALUES)}
+        entry["parameters"] = {"binary_data_size": draw(COUNTS)}
     else:
         entry["data"] = draw(JSON_VALUES)
+        entry["parameters"] = draw(SHARED_MEMORY)
     return entry
 
 
@@ -124,7 +135,11 @@ def requests(binary: bool) -> st.SearchStrategy[dict[str, Any]]:
         optional={
             "id": JSON_VALUES,
             "parameters": JSON_VALUES,
-            "outputs": st.lists(st.fixed_dictionaries({"name": NAMES}), max_size=2) | JSON_VALUES,
+            "outputs": st.lists(
+                st.fixed_dictionaries({"name": NAMES}, optional={"parameters": SHARED_MEMORY}),
+                max_size=2,
+            )
+            | JSON_VALUES,
         },
     )
 
@@ -153,6 +168,25 @@ def test_fuzz_v2_binary(
     )
     if response.status_code != 200:
         assert_client_error(response, f"{request!r} {tail!r} {length!r}")
+
+
+POSTS = [
+    "/v2/repository/index",
+    "/v2/repository/models/identity/load",
+    "/v2/repository/models/other/unload",
+    "/v2/systemsharedmemory/region/r/register",
+    "/v2/systemsharedmemory/region/r/unregister",
+    "/v2/systemsharedmemory/unregister",
+]
+
+
+@FUZZ
+@given(path=st.sampled_from(POSTS), body=JSON_VALUES | st.binary(max_size=16))
+def test_fuzz_the_other_routes_that_read_a_body(client: httpx.Client, path: str, body: Any) -> None:
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    response = client.post(path, content=content)
+    if response.status_code != 200:
+        assert_client_error(response, f"{path} {content!r}")
 
 
 MSGPACK_VALUES = st.recursive(
@@ -233,6 +267,24 @@ def test_a_page_with_more_lines_than_the_queue_holds_is_refused_at_once(ocr: htt
     assert response.status_code == 413, response.text
     assert "exceeds max_queue_size (4 rows)" in response.json()["error"]
     assert ocr.get("/v2/models/ocr/stats").json()["model_stats"][0]["inference_count"] == before
+
+
+PIXELS = st.lists(
+    st.lists(
+        st.integers(-1, 256) | st.lists(st.integers(0, 255), max_size=5), min_size=7, max_size=9
+    ),
+    min_size=7,
+    max_size=9,
+)
+
+
+@FUZZ
+@given(image=PIXELS | JSON_VALUES | st.text(max_size=40), extra=JSON_VALUES)
+def test_fuzz_json_into_the_ocr_handler(ocr: httpx.Client, image: Any, extra: Any) -> None:
+    """{"image": pixels, base64 or anything}: the handler's own checks answer, never a 500."""
+    response = ocr.post("/invoke", json={"image": image, "extra": extra})
+    if response.status_code != 200:
+        assert_client_error(response, repr(image))
 
 
 @FUZZ

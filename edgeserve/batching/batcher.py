@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
+from edgeserve.batching.door import Door
 from edgeserve.batching.padding import Padding
 from edgeserve.batching.plan import BatchPolicy, plan_batch
 from edgeserve.batching.rows import key_dims, part_sizes, split_rows, stack_rows
@@ -93,6 +94,7 @@ class Batcher:
         self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
         self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
         self._idle = 0  # workers asleep on an empty queue
+        self.door = Door(lambda: self._policy.max_queue_size - self._rows, policy.max_queue_size)
 
     def _outlook(self) -> Outlook:
         """What the batcher has learned so far: batch cost by size, arrival rate, waiting
@@ -104,6 +106,16 @@ class Batcher:
     def policy(self) -> BatchPolicy:
         """The policy as configured (while draining, batches form with no delay)."""
         return self._policy
+
+    @property
+    def queued_rows(self) -> int:
+        """Rows waiting to run (what max_queue_size bounds)."""
+        return self._rows
+
+    async def admit(self, deadline: float) -> None:
+        """Wait (bounded) until the queue has room for a request whose body is still unread:
+        the server calls this first, so a full queue costs no reading nor decoding (door.py)."""
+        await self.door.enter(deadline)
 
     async def start(self) -> None:
         """Start the worker tasks and their threads."""
@@ -135,6 +147,7 @@ class Batcher:
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         """Refuse new work, run what is queued within the timeout, fail the rest."""
         self._stopping = True
+        self.door.close("batcher is draining: not accepting requests")
         self.hurry()
         if self._workers:
             _, late = await asyncio.wait(self._workers, timeout=drain_timeout_s)
@@ -257,6 +270,8 @@ class Batcher:
         if item in self._queue:
             del self._queue[item]
             self._rows -= item.rows
+            if self.door.waiting:
+                self.door.open()
 
     def _fail(self, items: Sequence[_Item], error: Exception) -> None:
         for item in items:

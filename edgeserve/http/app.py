@@ -48,8 +48,8 @@ from edgeserve.types import Signature, TensorDict
 class ServedFunction(Protocol):
     """What the HTTP layer needs of a runtime (edgeserve.runtime.Runtime is the real one)."""
 
-    ready: bool
-
+    @property
+    def ready(self) -> bool: ...
     @property
     def name(self) -> str: ...
     @property
@@ -70,6 +70,9 @@ class ServedFunction(Protocol):
     async def start(self) -> None: ...
     def begin_drain(self) -> None: ...
     async def stop(self, drain_timeout_s: float = ...) -> None: ...
+    async def admit(self, arrived: float) -> None:
+        """Return once a request may be read; Unavailable when it would be refused anyway."""
+
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
     ) -> TensorDict: ...
