@@ -119,12 +119,13 @@ def test_build_says_when_a_sample_does_not_fit_the_handler(
     assert 'expected {"x": [16 numbers]}. Hint: make the sample a request the handler' in said
 
 
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one process", "front processes"])
 def test_serve_answers_a_contract_violation_clearly_and_logs_the_source_file(
-    tmp_path: Path,
+    tmp_path: Path, workers: str
 ) -> None:
     bad = GOOD.replace('return [{"x"', 'return {"x"').replace("float32)}]", "float32)}")
     folder = _function(tmp_path, bad, sample=False)  # no sample: nothing for build to catch
-    with running(folder) as (url, server):
+    with running(folder, "--workers", workers) as (url, server):
         answer = httpx.post(f"{url}/invoke", json=json.loads(SAMPLE), timeout=30)
         refused = httpx.post(f"{url}/invoke", json={"nothing": 1}, timeout=30)
         generic = httpx.get(f"{url}/v2/health/ready")
