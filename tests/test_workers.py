@@ -20,7 +20,8 @@ import tritonclient.utils.shared_memory as shm
 
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import Cpu, Gpu, Platform
-from edgeserve.workers import choose_layout
+from edgeserve.workers import choose_layout, usable_cores
+from edgeserve.workers.layout import quota_cores
 from tests.models import mlp_model, write_function
 from tests.server import Server, running
 
@@ -296,3 +297,16 @@ def test_a_bad_workers_setting_says_what_is_expected(setting: str | int) -> None
     platform = Platform("cpu", _cpu(2), (), None, frozenset())
     with pytest.raises(ConfigError, match="workers: expected `auto` or a count >= 1"):
         choose_layout(setting, platform, 2)
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "cores"), [("max 100000\n", None), ("200000 100000\n", 2), ("50000 100000", 1)]
+)
+def test_a_cgroup_quota_bounds_the_cores_auto_counts(cpu_max: str, cores: int | None) -> None:
+    assert quota_cores(cpu_max) == cores
+
+
+def test_usable_cores_reads_the_cgroup_quota(tmp_path: Path) -> None:
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    assert usable_cores(tmp_path / "cpu.max") == 1
+    assert usable_cores(tmp_path / "absent") == len(os.sched_getaffinity(0))
