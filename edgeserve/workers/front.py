@@ -100,8 +100,8 @@ class RemoteEngine:
 
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict:
         size = block_size(inputs)
-        offset = self._blocks.allocate(size)
-        if offset is None:  # arena full: the tensors travel inline, slower but still answered
+        offset = self._blocks.allocate(size) if size else None
+        if offset is None:  # arena full (or BYTES only): the tensors travel inline
             offset, size = 0, 0
         placed = self.arena.place(inputs, offset, size)
         result: TensorDict = await self._ask(
