@@ -25,7 +25,7 @@ import numpy as np
 from edgeserve import datatypes
 from edgeserve.backends import choose, default_device, load_backend
 from edgeserve.backends.tensors import shape_profile
-from edgeserve.batching import Batcher, BatchPolicy
+from edgeserve.batching import Batcher, BatchPolicy, stack_rows
 from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput
 from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
@@ -51,7 +51,9 @@ class Runtime:
         self.bundle = bundle
         self.backend = backend
         self.stats = ModelStats(bundle.manifest.function.name, bundle.manifest.function.version)
-        self.batcher = Batcher(backend.infer, bundle.signature, policy, self.stats)
+        # a backend with bound buffers (ONNX Runtime on CUDA) assembles each batch into them
+        assemble = getattr(backend, "assemble", stack_rows)
+        self.batcher = Batcher(backend.infer, bundle.signature, policy, self.stats, assemble)
         self.handler = _import_handler(bundle.handler_path)
         self.ready = False
         self.timings: dict[str, float] = {}
@@ -84,6 +86,7 @@ class Runtime:
             profile=shape_profile(
                 bundle.signature, policy.max_batch_size, policy.preferred_batch_sizes
             ),
+            pad_axes={s.name: s.pad_axis for s in bundle.signature.inputs if s.pad_axis},
         )
         runtime = cls(bundle, engine, policy)
         runtime.timings["load_s"] = time.perf_counter() - started
@@ -121,8 +124,6 @@ class Runtime:
         started = time.perf_counter()
         await self.batcher.start()
         preferred = self.manifest.batching.preferred_batch_sizes
-        # a backend holding state per batch size (ONNX Runtime's CUDA buckets) warms each one
-        preferred = (*preferred, *getattr(self.backend, "buckets", ()))
         for rows in _warmup_sizes(preferred, self.batcher.policy):
             await asyncio.to_thread(self.backend.infer, _zeros(self.signature, rows))
         self.timings["warmup_s"] = time.perf_counter() - started

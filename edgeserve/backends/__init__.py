@@ -10,7 +10,7 @@ Importing this package imports no engine: each backend imports its library when 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -120,9 +120,21 @@ def load_backend(
     device: str = "cpu",
     profile: ShapeProfile | None = None,
     cache_dir: Path | None = None,
+    buckets: bool | None = None,
+    pad_axes: Mapping[str, int] | None = None,
 ) -> Backend:
     """Load `model_path` (ONNX) into the named backend; OpenVINO reads `ir_path` when given."""
-    options = LoadOptions(precision, threads, instances, device, profile, ir_path, cache_dir)
+    options = LoadOptions(
+        precision,
+        threads,
+        instances,
+        device,
+        profile,
+        ir_path,
+        cache_dir,
+        buckets,
+        tuple(sorted((pad_axes or {}).items())),
+    )
     return _backend(name, "load_backend")(model_path, options)
 
 

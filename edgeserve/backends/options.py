@@ -23,6 +23,10 @@ class LoadOptions:
     profile: ShapeProfile | None = None
     ir_path: Path | None = None
     cache_dir: Path | None = None
+    buckets: bool | None = None
+    """Run batches at bucket shapes in bound buffers (None: where CUDA is used)."""
+    pad_axes: tuple[tuple[str, int], ...] = ()
+    """(input, axis) pairs the batcher pads (the manifest's pad_axis): buckets round them up."""
 
     @property
     def cuda_device(self) -> int | None:
