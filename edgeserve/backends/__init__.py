@@ -104,8 +104,15 @@ def _backend(name: str, source: str) -> BackendClass:
         ) from None
 
 
+DEVICE_VAR = "EDGESERVE_DEVICE"
+
+
 def default_device(platform: Platform) -> str:
-    """The device a backend should use here: the first CUDA device, or the CPU."""
+    """The device a backend should use here: `EDGESERVE_DEVICE` (cpu, cuda:N) when set, else the
+    first CUDA device, or the CPU (set it to `cpu` to measure the CPU provider on a GPU host)."""
+    if configured := os.environ.get(DEVICE_VAR, "").strip():
+        LoadOptions(device=configured).cuda_device  # noqa: B018 - refuses a malformed value
+        return configured
     return "cuda:0" if platform.has_cuda else "cpu"
 
 
