@@ -76,6 +76,7 @@ class OnnxRuntime:
             else Buckets()
         )
         self._memory = HostMemory(pin=cuda is not None and _has_cuda_python())
+        self._cuda = cuda
         self._sessions: dict[Key, Any] = {}
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -146,7 +147,7 @@ class OnnxRuntime:
             zeros = {name: np.zeros(shape, _dtype(self.signature, name)) for name, shape in key}
             values = session.run(self._output_names, zeros)  # the warm-up: cuDNN plans here
             outputs = dict(zip(self._output_names, values, strict=True))
-            bindings[key] = Binding(session, zeros, outputs, self._memory)
+            bindings[key] = Binding(session, zeros, outputs, self._memory, self._cuda)
         binding: Binding = bindings[key]
         return binding
 
