@@ -39,7 +39,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.models import BENCH_SHAPES, write_function
 from edgeserve.bench import bench
-from edgeserve.build import build
+from edgeserve.builder import build
 
 BATCHES = (1, 8, 16, 32)
 CONCURRENCY = (1, 16, 64, 128)

@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edgeserve.archive import Limits, SafeArchive, is_archive
+from edgeserve.cache import bundles_dir, prune, touch
 from edgeserve.errors import BundleError
 from edgeserve.manifest import MANIFEST_NAME, Manifest, parse_manifest
 from edgeserve.types import Signature, TensorSpec
@@ -39,12 +40,6 @@ IR_PATH = "model/model.xml"
 IR_FILES = (IR_PATH, "model/model.bin")  # OpenVINO writes the weights beside the xml
 _INDEX_MAX_BYTES = 16 << 20
 _HASH = re.compile(r"^[0-9a-f]{64}$")
-
-
-def cache_root() -> Path:
-    """Where built and extracted bundles are kept: $EDGESERVE_CACHE_DIR or ~/.cache/edgeserve."""
-    configured = os.environ.get("EDGESERVE_CACHE_DIR")
-    return Path(configured) if configured else Path.home() / ".cache" / "edgeserve"
 
 
 def sha256_file(path: Path) -> str:
@@ -208,16 +203,21 @@ def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
     """
     if not _is_source(path):
         return Bundle.open(path)
-    from edgeserve.build import plan_build, write_bundle  # build imports this module
+    from edgeserve.builder import plan_build, write_bundle  # build imports this module
 
     plan = plan_build(path, targets=targets)
-    cached = cache_root() / "bundles" / f"{plan.manifest.function.name}-{plan.fingerprint()[:16]}"
+    cached = bundles_dir() / f"{plan.manifest.function.name}-{plan.fingerprint()[:16]}"
     if (cached / BUNDLE_FILE).is_file():
         try:
-            return Bundle.open(cached)
+            bundle = Bundle.open(cached)
         except BundleError:  # a damaged cache entry is built again
             pass
-    return write_bundle(plan, cached)
+        else:
+            touch(cached)
+            return bundle
+    bundle = write_bundle(plan, cached)
+    prune(keep=cached)
+    return bundle
 
 
 def _is_source(path: Path) -> bool:
@@ -263,7 +263,7 @@ def _verified_metadata(root: Path) -> dict[str, Any]:
 
 def _open_archive(archive: Path) -> Bundle:
     """Extract into a scratch folder, verify, then keep it under the cache, keyed by its hash."""
-    bundles = cache_root() / "bundles"
+    bundles = bundles_dir()
     bundles.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".extract-", dir=bundles))
     try:
@@ -274,7 +274,10 @@ def _open_archive(archive: Path) -> Bundle:
         if not _HASH.match(bundle.content_hash):
             raise BundleError(f"{archive}: content hash {bundle.content_hash!r} is not a sha256")
         final = bundles / f"{bundle.name}-{bundle.content_hash}"
-        return _keep(scratch, final)
+        kept = _keep(scratch, final)
+        touch(final)
+        prune(keep=final)
+        return kept
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -5,6 +5,7 @@
     ├── BundleError                a bundle that is missing, altered or unsafe (exit 2)
     ├── BackendError               no usable backend, or one failed to load or run
     ├── InvalidInput               400: what was wrong, where, what was expected
+    ├── Unauthorized               401, with WWW-Authenticate: missing or rejected credentials
     ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
     ├── PayloadTooLarge            413
     ├── Unavailable                503, with Retry-After: queue full, not ready, draining
@@ -42,6 +43,14 @@ class BackendError(EdgeserveError):
 
 class InvalidInput(EdgeserveError):
     status = 400
+
+
+class Unauthorized(EdgeserveError):
+    status = 401
+
+    def __init__(self, message: str, *, invalid: bool = False) -> None:
+        super().__init__(message)
+        self.invalid = invalid  # a token was sent and refused (RFC 6750's invalid_token)
 
 
 class ModelNotFound(EdgeserveError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -13,6 +14,7 @@ from edgeserve.errors import ConfigError
 MANIFEST_NAME = "function.toml"
 BackendName = Literal["tensorrt", "openvino", "onnxruntime"]
 BACKEND_NAMES: tuple[BackendName, ...] = ("tensorrt", "openvino", "onnxruntime")
+_VERSION = re.compile(r"v?(?P<major>\d{1,9})(\.\d+){0,2}([-+][0-9A-Za-z.+-]+)?")
 
 
 class _Strict(BaseModel):
@@ -23,6 +25,25 @@ class FunctionInfo(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
     version: str = "1"
     description: str = ""
+
+    @field_validator("version")
+    @classmethod
+    def _version_maps_to_a_model_version(cls, version: str) -> str:
+        if not _VERSION.fullmatch(version):
+            raise ValueError(
+                'expected an integer ("3") or a semantic version ("1.2.0", "v2.0.1-rc1")'
+            )
+        return version
+
+    @property
+    def model_version(self) -> str:
+        """The KServe v2 / Triton model version: the version itself when it is an integer,
+        else its major number ("1.2.0" -> "1"). Triton's tools (perf_analyzer, Model Analyzer)
+        want integer versions; semver's major is the interface promise clients pin, while
+        deploy targets name releases by the full version (docs/ARCHITECTURE.md)."""
+        match = _VERSION.fullmatch(self.version)
+        assert match is not None  # the validator admitted it
+        return str(int(match["major"]))
 
 
 class TensorOverride(_Strict):
@@ -78,6 +99,13 @@ class ResourcesSection(_Strict):
     max_body_mb: float = Field(default=64, gt=0)
 
 
+class AuthSection(_Strict):
+    """Who may call the function; the tokens themselves come from the environment (http/auth)."""
+
+    required: bool = False  # refuse to start without a token (a device on a shared network)
+    open_paths: tuple[str, ...] = ("/v2/health/live", "/v2/health/ready", "/metrics")
+
+
 class Manifest(_Strict):
     function: FunctionInfo
     model: ModelSection = ModelSection()
@@ -85,6 +113,7 @@ class Manifest(_Strict):
     batching: BatchingSection = BatchingSection()
     backend: BackendSection = BackendSection()
     resources: ResourcesSection = ResourcesSection()
+    auth: AuthSection = AuthSection()
 
     @field_validator("model")
     @classmethod

@@ -6,6 +6,7 @@ dynamic first dimension; otherwise the function serves one request per run, unba
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -89,17 +90,23 @@ def _check_overrides_exist(
                 )
 
 
-def check_inputs(signature: Signature, inputs: dict[str, np.ndarray]) -> None:
-    """Refuse inputs that do not fit the signature, saying which tensor and what was expected."""
+def check_names(signature: Signature, names: Iterable[object]) -> None:
+    """Refuse a set of input names other than the model's (names may be anything a client sent)."""
     expected = {spec.name for spec in signature.inputs}
-    unknown = sorted(set(inputs) - expected)
-    missing = sorted(expected - set(inputs))
+    given = set(names)
+    unknown = sorted(map(str, given - expected))
+    missing = sorted(expected - given)
     if unknown or missing:
         raise InvalidInput(
             f"inputs: expected {sorted(expected)}"
             + (f"; unknown {unknown}" if unknown else "")
             + (f"; missing {missing}" if missing else "")
         )
+
+
+def check_inputs(signature: Signature, inputs: dict[str, np.ndarray]) -> None:
+    """Refuse inputs that do not fit the signature, saying which tensor and what was expected."""
+    check_names(signature, inputs)
     rows = {name: array.shape[0] if array.ndim else None for name, array in inputs.items()}
     for spec in signature.inputs:
         _check_tensor(spec, inputs[spec.name])

@@ -76,23 +76,22 @@ def conv_model(path: Path, seed: int = 0) -> Path:
     return _save(graph, path)
 
 
-def varlen_model(path: Path) -> Path:
-    """x [N, L] FP32 with L variable -> total [N] (sum over L), doubled [N, L].
+def varlen_model(path: Path, doubled: bool = True) -> Path:
+    """x [N, L] FP32 with L variable -> total [N] (sum over L), doubled [N, L] (unless not
+    `doubled`: an output whose shape varies is one perf_analyzer 2.41 cannot validate).
 
     Zero padding along L leaves `total` exact, which makes padded batching checkable.
     """
-    nodes = [
-        helper.make_node("ReduceSum", ["x", "axes"], ["total"], keepdims=0),
-        helper.make_node("Add", ["x", "x"], ["doubled"]),
-    ]
+    nodes = [helper.make_node("ReduceSum", ["x", "axes"], ["total"], keepdims=0)]
+    outputs = [helper.make_tensor_value_info("total", TensorProto.FLOAT, ["N"])]
+    if doubled:
+        nodes.append(helper.make_node("Add", ["x", "x"], ["doubled"]))
+        outputs.append(helper.make_tensor_value_info("doubled", TensorProto.FLOAT, ["N", "L"]))
     graph = helper.make_graph(
         nodes,
         "varlen",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "L"])],
-        [
-            helper.make_tensor_value_info("total", TensorProto.FLOAT, ["N"]),
-            helper.make_tensor_value_info("doubled", TensorProto.FLOAT, ["N", "L"]),
-        ],
+        outputs,
         [numpy_helper.from_array(np.array([1], np.int64), "axes")],
     )
     return _save(graph, path)

@@ -17,8 +17,8 @@ import pytest
 from edgeserve.backends import load_backend
 from edgeserve.backends.buckets import PAD_LADDER, Buckets, buckets_for, pad_buckets, row_buckets
 from edgeserve.backends.tensors import ShapeRange, shape_profile
+from edgeserve.batching.rows import stack_rows
 from edgeserve.manifest import ModelSection
-from edgeserve.rows import stack_rows
 from edgeserve.signature import read_signature
 from tests.models import conv_model, varlen_model
 

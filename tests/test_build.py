@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeserve.build import build, plan_build
+from edgeserve.builder import build, plan_build
 from edgeserve.bundle import Bundle, content_hash, open_or_build
 from edgeserve.errors import BackendError, ConfigError
 from edgeserve.scaffold import init_function

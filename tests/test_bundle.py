@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle, canonical_json, content_hash
 from edgeserve.errors import BundleError, ConfigError
 from edgeserve.runtime import Runtime

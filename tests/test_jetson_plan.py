@@ -8,17 +8,17 @@ import sys
 
 import pytest
 
-from edgeserve.deploy import releases as rel
-from edgeserve.deploy.jetson import rollout
-from edgeserve.deploy.jetson_settings import JetsonSettings
-from edgeserve.deploy.preflight import Device, parse_facts, parse_free_mb, problems
-from edgeserve.deploy.services import (
+from edgeserve.errors import ConfigError, DeployError
+from edgeserve.targets import releases as rel
+from edgeserve.targets.jetson import rollout
+from edgeserve.targets.jetson_settings import JetsonSettings
+from edgeserve.targets.preflight import Device, parse_facts, parse_free_mb, problems
+from edgeserve.targets.services import (
     ServiceSpec,
     check_image_l4t,
     docker_run_argv,
     render_unit,
 )
-from edgeserve.errors import ConfigError, DeployError
 
 LAYOUT = rel.Layout("/home/nvidia/edgeserve", "ocr")
 

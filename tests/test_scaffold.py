@@ -19,7 +19,7 @@ import openvino as ov
 import pytest
 from onnx import numpy_helper
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle, open_or_build
 from edgeserve.errors import ConfigError, InvalidInput
 from edgeserve.runtime import Runtime

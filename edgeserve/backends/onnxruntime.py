@@ -29,10 +29,10 @@ from edgeserve.backends.binding import Binding, HostMemory, Staged, batch_shapes
 from edgeserve.backends.buckets import Buckets, buckets_for
 from edgeserve.backends.options import LoadOptions
 from edgeserve.backends.tensors import Shape, check_inputs
+from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError, InvalidInput
 from edgeserve.hardware import Platform
 from edgeserve.manifest import ModelSection
-from edgeserve.rows import stack_rows
 from edgeserve.signature import read_signature
 from edgeserve.types import Signature, TensorDict
 

@@ -81,7 +81,7 @@ class InferenceRoutes:
         results = await runtime.infer(decoded.inputs, timeout_s, arrived=call.arrived)
         outputs = v2.response_outputs(decoded, results, runtime.signature)
         content, header_length = v2.encode_response(
-            runtime.name, runtime.version, decoded.id, outputs
+            runtime.name, runtime.model_version, decoded.id, outputs
         )
         if header_length is None:
             return Reply(content, "application/json")
@@ -130,15 +130,17 @@ def check_model(
     """Unknown model: 404, but 400 on infer; unknown version: 404 everywhere.
 
     These are Triton's answers (its infer path reports an unknown model as INVALID_ARG), kept
-    so that clients and retry policies written against Triton see the same codes.
+    so that clients and retry policies written against Triton see the same codes. A version
+    is the integer model version or, beside it, the function's own ("1.2.0").
     """
     name = runtime.name
     if model != name:
         error = InvalidInput if infer else ModelNotFound
         raise error(f"unknown model `{model}`: this server serves `{name}`")
-    if version is not None and version != runtime.version:
+    if version is not None and version not in (runtime.model_version, runtime.version):
         raise ModelNotFound(
-            f"model `{name}` has no version `{version}`; it serves version `{runtime.version}`"
+            f"model `{name}` has no version `{version}`; it serves version "
+            f"`{runtime.model_version}` (function version `{runtime.version}`)"
         )
 
 

@@ -19,13 +19,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+from edgeserve import values
 from edgeserve.datatypes import DATATYPES, Datatype, from_numpy
 from edgeserve.errors import InvalidInput
 from edgeserve.types import Signature, TensorDict
 
 HEADER_LENGTH = "inference-header-content-length"
-_JSON_KINDS = {"b": "b", "i": "iu", "u": "iu"}  # dtype kind -> JSON value kinds it accepts
-_KIND_NAMES = {"b": "booleans", "i": "integers", "u": "integers", "f": "fractions"}
 
 
 @dataclass(frozen=True)
@@ -139,13 +138,17 @@ def _decode_input(
         return name, _from_json(name, datatype, shape, entry["data"]), offset
     if "data" in entry:
         raise InvalidInput(f"tensor `{name}`: has both `data` and parameters.binary_data_size")
-    if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+    if not _is_count(size) or offset + size > len(binary):
         raise InvalidInput(
             f"tensor `{name}`: binary_data_size {size!r} runs past the body "
             f"({len(binary) - offset} binary bytes left)"
         )
     chunk = binary[offset : offset + size]
     return name, _from_binary(name, datatype, shape, chunk), offset + size
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _datatype(name: str, value: Any) -> Datatype:
@@ -158,9 +161,7 @@ def _datatype(name: str, value: Any) -> Datatype:
 
 
 def _shape(name: str, value: Any) -> tuple[int, ...]:
-    valid = isinstance(value, list) and all(
-        isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in value
-    )
+    valid = isinstance(value, list) and all(map(_is_count, value))
     if not valid:
         raise InvalidInput(
             f"tensor `{name}`: `shape` must be a list of non-negative ints, got {value!r}"
@@ -171,54 +172,10 @@ def _shape(name: str, value: Any) -> tuple[int, ...]:
 def _from_json(name: str, datatype: Datatype, shape: tuple[int, ...], data: Any) -> np.ndarray:
     """Flat or nested row-major JSON data, checked against the shape's element count."""
     where = f"tensor `{name}`: {datatype.name} {list(shape)}"
-    if datatype.name == "BF16":
-        raise InvalidInput(f"{where}: BF16 travels only as binary data (binary_data_size)")
-    if not isinstance(data, list):
-        data = [data]
-    try:
-        if datatype.name == "BYTES":
-            array = np.array([_utf8(item) for item in _flatten(data)], dtype=object)
-        else:
-            array = _json_numbers(data, datatype)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise InvalidInput(f"{where}: `data` does not fit: {exc}") from None
+    array = values.to_array(data, datatype, where, max_depth=len(shape))
     if array.size != math.prod(shape):
         raise InvalidInput(f"{where}: expected {math.prod(shape)} elements, got {array.size}")
     return array.reshape(shape)
-
-
-def _json_numbers(data: list[Any], datatype: Datatype) -> np.ndarray:
-    accepted = _JSON_KINDS.get(datatype.numpy.kind)
-    if accepted is not None:  # ints and bools must not silently truncate floats
-        found = np.asarray(data).dtype.kind
-        # numpy reads ints past int64 as floats: only real JSON floats are wrong there
-        if found == "f" and "i" in accepted and not _has_float(data):
-            found = "u"
-        if len(data) and found not in accepted + "O":
-            raise ValueError(
-                f"expected {datatype.name} values, found {_KIND_NAMES.get(found, found)}"
-            )
-    return np.array(data, dtype=datatype.numpy)
-
-
-def _has_float(data: list[Any]) -> bool:
-    return any(isinstance(value, float) for value in _flatten(data))
-
-
-def _flatten(data: list[Any]) -> list[Any]:
-    flat: list[Any] = []
-    for item in data:
-        if isinstance(item, list):
-            flat.extend(_flatten(item))
-        else:
-            flat.append(item)
-    return flat
-
-
-def _utf8(item: Any) -> bytes:
-    if not isinstance(item, str):
-        raise ValueError(f"BYTES elements in JSON must be strings, found {item!r}")
-    return item.encode("utf-8")
 
 
 def _from_binary(
@@ -329,7 +286,7 @@ def encode_response(
             "shape": list(output.data.shape),
         }
         if output.binary:
-            chunk = _to_binary(output)
+            chunk = tensor_bytes(output.data, output.datatype)
             entry["parameters"] = {"binary_data_size": len(chunk)}
             chunks.append(chunk)
         else:
@@ -342,16 +299,17 @@ def encode_response(
     return b"".join([encoded, *chunks]), len(encoded)
 
 
-def _to_binary(output: OutputTensor) -> bytes:
-    if output.datatype == "BYTES":
+def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
+    """A tensor in binary: little-endian numbers, or BYTES elements each after a 4-byte length."""
+    if datatype == "BYTES":
         parts = []
-        for item in output.data.reshape(-1):
-            raw = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        for item in array.reshape(-1):
+            raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
             parts.append(struct.pack("<I", len(raw)))
             parts.append(raw)
         return b"".join(parts)
-    dtype = DATATYPES[output.datatype].numpy.newbyteorder("<")
-    return np.ascontiguousarray(output.data, dtype=dtype).tobytes()
+    dtype = DATATYPES[datatype].numpy.newbyteorder("<")
+    return np.ascontiguousarray(array, dtype=dtype).tobytes()
 
 
 def _to_json(output: OutputTensor) -> Any:

@@ -1,6 +1,6 @@
 """Target profiles (targets/*.toml): which driver deploys a function, and that driver's settings.
 
-    driver = "aws-lambda"          # a name in edgeserve.deploy.DRIVERS
+    driver = "aws-lambda"          # a name in edgeserve.targets.DRIVERS
     description = "..."
     [settings]                     # validated by the driver's own model (extra keys are errors)
     region = "us-east-1"
@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import describe_validation_error
 
-SHIPPED_DIR = Path(__file__).parent / "templates" / "targets"
+SHIPPED_DIR = Path(__file__).parents[1] / "templates" / "targets"
 
 Settings = TypeVar("Settings", bound=BaseModel)
 
@@ -62,7 +62,7 @@ def load_target(name_or_path: str | Path, function_dir: Path | None = None) -> T
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, str(path))) from None
-    from edgeserve.deploy import DRIVERS
+    from edgeserve.targets import DRIVERS
 
     if head.driver not in DRIVERS:
         raise ConfigError(

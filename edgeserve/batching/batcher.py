@@ -2,8 +2,8 @@
 
 Requests queue as items (a request larger than max_batch_size becomes several); `instances`
 workers each take the next batch when they are free, so batches grow while workers are busy.
-What to run next is decided by `batchplan.plan_batch`, a pure function of the queue, the clock
-and what the batcher has learned (`batchcost`: batch cost by size, arrival rate, whether waits
+What to run next is decided by `plan.plan_batch`, a pure function of the queue, the clock
+and what the batcher has learned (`cost`: batch cost by size, arrival rate, whether waits
 gather company); stacking and slicing tensors are the pure `rows.stack_rows` and `split_rows`.
 Only the worker loop touches asyncio, and only the thread pool runs the model.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -19,8 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from edgeserve.batchcost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
-from edgeserve.batchplan import BatchPolicy, Plan, plan_batch
+from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
+from edgeserve.batching.plan import BatchPolicy, plan_batch
+from edgeserve.batching.rows import key_dims, part_sizes, split_rows, stack_rows
 from edgeserve.errors import (
     BackendError,
     DeadlineExceeded,
@@ -29,18 +31,7 @@ from edgeserve.errors import (
     PayloadTooLarge,
     Unavailable,
 )
-from edgeserve.rows import key_dims, part_sizes, split_rows, stack_rows
-from edgeserve.types import Signature, TensorDict
-
-__all__ = [
-    "BatchObserver",
-    "BatchPolicy",
-    "Batcher",
-    "Plan",
-    "plan_batch",
-    "split_rows",
-    "stack_rows",
-]
+from edgeserve.types import ComputeTimes, Signature, TensorDict
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +47,9 @@ Assemble = Callable[[Sequence[TensorDict], Mapping[str, float]], TensorDict]
 class BatchObserver(Protocol):
     """Told about every batch that ran: rows, each item's queue time, compute time, success."""
 
-    def batch_done(self, size: int, queue_ns: Sequence[int], compute_ns: int, ok: bool) -> None: ...
+    def batch_done(
+        self, size: int, queue_ns: Sequence[int], compute: ComputeTimes, ok: bool
+    ) -> None: ...
 
 
 @dataclass(eq=False)
@@ -160,7 +153,7 @@ class Batcher:
             raise DeadlineExceeded(f"deadline passed {now - deadline:.3f}s before queueing")
         arrived = now if arrived is None else min(arrived, now)
         rows = self._rows_of(inputs)
-        self._check_room(rows)
+        self.check_room(rows)
         self._check_slo(rows, now, arrived)
         self._arrivals.arrived(now, rows)
         sizes = part_sizes(rows, self._policy.max_batch_size)
@@ -196,10 +189,15 @@ class Batcher:
             )
         return next(iter(counts.values()))
 
-    def _check_room(self, rows: int) -> None:
+    def check_room(self, rows: int) -> None:
+        """Refuse `rows` now if the queue could never hold them (413) or cannot now (503)."""
         limit = self._policy.max_queue_size
         if rows > limit:
-            raise PayloadTooLarge(f"request of {rows} rows exceeds max_queue_size ({limit} rows)")
+            raise PayloadTooLarge(
+                f"request of {rows} rows exceeds max_queue_size ({limit} rows), which the "
+                "queue can never hold. Hint: send fewer rows at once, or raise [batching] "
+                "max_queue_size in function.toml"
+            )
         if self._rows + rows > limit:
             raise Unavailable(
                 f"queue full: {self._rows} of {limit} rows waiting",
@@ -308,13 +306,17 @@ class Batcher:
         rows = sum(item.rows for item in batch)
         token = id(batch)
         self._busy_until[token] = start + Outlook(self._cost.table).cost_of(rows)
+        clock = _PhaseClock()
         try:
-            merged = [item.inputs for item in batch]
+            parts = [item.inputs for item in batch]
             if self._run_s.get(rows, INLINE_S) < INLINE_S:
-                outputs, run_s = self._timed(merged)
+                outputs, run_s = self._timed(parts, clock)
             else:
                 loop = asyncio.get_running_loop()
-                outputs, run_s = await loop.run_in_executor(self._executor, self._timed, merged)
+                outputs, run_s = await loop.run_in_executor(
+                    self._executor, self._timed, parts, clock
+                )
+            clock.lap()
             old = self._run_s.get(rows, run_s)
             self._run_s[rows] = old + EWMA_WEIGHT * (run_s - old)
             parts = self._split(outputs, batch)
@@ -331,13 +333,15 @@ class Batcher:
             ok = True
         finally:
             del self._busy_until[token]
-        self._report(batch, rows, start, ok)
+        clock.lap()
+        self._report(batch, rows, start, clock.times(), ok)
 
-    def _timed(self, parts: list[TensorDict]) -> tuple[TensorDict, float]:
+    def _timed(self, parts: list[TensorDict], clock: _PhaseClock) -> tuple[TensorDict, float]:
         """Assemble and run a batch (on a worker thread: a large copy stays off the loop)."""
         start = time.perf_counter()
-        outputs = self._run_batch(self._assemble(parts, self._input_fills))
-        return outputs, time.perf_counter() - start
+        merged = self._assemble(parts, self._input_fills)
+        clock.lap()
+        return self._run_batch(merged), time.perf_counter() - start
 
     def _split(self, outputs: TensorDict, batch: list[_Item]) -> list[TensorDict]:
         rows = [item.rows for item in batch]
@@ -347,17 +351,35 @@ class Batcher:
                 raise BackendError(f"outputs {wrong}: expected {sum(rows)} rows for the batch")
         return split_rows(outputs, rows)
 
-    def _report(self, batch: list[_Item], rows: int, start: float, ok: bool) -> None:
-        compute_s = time.monotonic() - start
+    def _report(
+        self, batch: list[_Item], rows: int, start: float, compute: ComputeTimes, ok: bool
+    ) -> None:
         if ok:
-            self._cost.observe(rows, compute_s)
+            self._cost.observe(rows, sum(compute) / 1e9)
         if self._observer is None:
             return
         queue_ns = [int((start - item.enqueued) * 1e9) for item in batch]
         try:
-            self._observer.batch_done(rows, queue_ns, int(compute_s * 1e9), ok)
+            self._observer.batch_done(rows, queue_ns, compute, ok)
         except Exception:
             logger.exception("batch observer failed; batching goes on")
+
+
+class _PhaseClock:
+    """Laps of one execution: gathering inputs, running the model, handing out outputs."""
+
+    __slots__ = ("_laps",)
+
+    def __init__(self) -> None:
+        self._laps = [time.perf_counter_ns()]
+
+    def lap(self) -> None:
+        self._laps.append(time.perf_counter_ns())
+
+    def times(self) -> ComputeTimes:
+        """The three phases; a batch that failed early has the missing ones as 0."""
+        laps = self._laps + [self._laps[-1]] * (4 - len(self._laps))
+        return ComputeTimes(*(later - earlier for earlier, later in itertools.pairwise(laps)))
 
 
 def _as_edgeserve_error(exc: Exception, rows: int) -> EdgeserveError:

@@ -13,7 +13,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from edgeserve.batchcost import Outlook
+from edgeserve.batching.cost import Outlook
 from edgeserve.manifest import BatchingSection
 
 SLO_MARGIN = 0.25

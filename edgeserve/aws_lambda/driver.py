@@ -19,15 +19,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeserve.deploy import DeployResult
-from edgeserve.deploy.lambda_package import package_image, package_zip
-from edgeserve.deploy.lambda_settings import LambdaSettings
-from edgeserve.deploy.sam import sam_template
+from edgeserve.aws_lambda.package import needs_s3, package_image, package_zip
+from edgeserve.aws_lambda.sam import sam_template
+from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.errors import ConfigError, DeployError
+from edgeserve.targets import DeployResult
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
-    from edgeserve.targets import TargetProfile
+    from edgeserve.targets.profile import TargetProfile
 
 PREVIOUS = re.compile(r"previous=(\d+)")
 URL_STATEMENTS = (
@@ -53,11 +53,10 @@ class AwsLambda:
 
     def deploy(self, bundle: Bundle, profile: TargetProfile) -> DeployResult:
         settings = profile.settings_as(LambdaSettings)
+        deployment = Deployment(settings, settings.name_for(bundle.name))  # checks boto3 first
         with tempfile.TemporaryDirectory(prefix="edgeserve-deploy-") as scratch:
             code = self._code(bundle, settings, Path(scratch))
-            return Deployment(settings, settings.name_for(bundle.name)).run(
-                code, bundle.content_hash
-            )
+            return deployment.run(code, bundle.content_hash)
 
     def status(self, name: str, profile: TargetProfile) -> dict[str, Any]:
         settings = profile.settings_as(LambdaSettings)
@@ -70,13 +69,57 @@ class AwsLambda:
     @staticmethod
     def _code(bundle: Bundle, settings: LambdaSettings, scratch: Path) -> dict[str, Any]:
         if settings.package_type == "zip":
-            return {"ZipFile": package_zip(bundle, settings, scratch).read_bytes()}
+            archive = package_zip(bundle, settings, scratch)
+            if needs_s3(archive):
+                return upload_to_s3(archive, settings, f"{bundle.name}/{bundle.content_hash}.zip")
+            return {"ZipFile": archive.read_bytes()}
         if not settings.image_repository:
             raise ConfigError(
                 'package_type = "image" needs settings.image_repository (the ECR repository URI); '
                 "build and push the context from `edgeserve build --target aws-lambda` first"
             )
         return {"ImageUri": f"{settings.image_repository}:{bundle.content_hash[:12]}"}
+
+
+def upload_to_s3(archive: Path, settings: LambdaSettings, key: str) -> dict[str, Any]:
+    """Put a large zip in S3 (the profile's bucket, else one per account and region, created
+    when missing) and name it as the function's code."""
+    import boto3
+
+    endpoint, region = settings.resolved_endpoint(), settings.region
+    s3 = boto3.client("s3", region_name=region, endpoint_url=endpoint)
+    with translated(archive.name, settings, "upload to S3"):
+        bucket = settings.code_bucket or _default_bucket(region, endpoint)
+        if not _bucket_exists(s3, bucket):
+            s3.create_bucket(Bucket=bucket, **_location(region))
+        s3.upload_file(str(archive), bucket, key)
+    return {"S3Bucket": bucket, "S3Key": key}
+
+
+def _default_bucket(region: str, endpoint: str | None) -> str:
+    import boto3
+
+    sts = boto3.client("sts", region_name=region, endpoint_url=endpoint)
+    return f"edgeserve-code-{sts.get_caller_identity()['Account']}-{region}"
+
+
+def _location(region: str) -> dict[str, Any]:
+    """us-east-1 is S3's default and refuses to be named as a LocationConstraint."""
+    if region == "us-east-1":
+        return {}
+    return {"CreateBucketConfiguration": {"LocationConstraint": region}}
+
+
+def _bucket_exists(s3: Any, bucket: str) -> bool:
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchBucket", "NotFound"):
+            return False
+        raise
+    return True
 
 
 class Deployment:

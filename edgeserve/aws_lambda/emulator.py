@@ -37,9 +37,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from edgeserve.deploy.lambda_settings import PAYLOAD_LIMIT_BYTES
-from edgeserve.emulate.environment import Environment, Limits, Outcome, runtime_env
-from edgeserve.emulate.events import (
+from edgeserve.aws_lambda.environment import Environment, Limits, Outcome, runtime_env
+from edgeserve.aws_lambda.events import (
     EVENT_KINDS,
     EventKind,
     HttpRequest,
@@ -47,6 +46,7 @@ from edgeserve.emulate.events import (
     from_result,
     to_event,
 )
+from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES
 
 APP_TEMPLATE = Path(__file__).parent.parent / "templates" / "aws-lambda" / "app.py"
 GATEWAY_ERRORS: dict[EventKind, HttpResponse] = {
@@ -180,9 +180,9 @@ def serve_lambda_emulator(
 
     Memory size and timeout come from the target profile (`aws-lambda` by default).
     """
+    from edgeserve.aws_lambda.settings import LambdaSettings
     from edgeserve.bundle import open_or_build
-    from edgeserve.deploy.lambda_settings import LambdaSettings
-    from edgeserve.targets import load_target
+    from edgeserve.targets.profile import load_target
 
     bundle = open_or_build(path, targets=("aws-lambda",))
     profile = load_target(target, function_dir=path if path.is_dir() else None)

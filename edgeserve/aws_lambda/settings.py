@@ -14,6 +14,11 @@ UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
 PAYLOAD_LIMIT_BYTES = 6 * 1024 * 1024
 """Synchronous invocation limit, request and response each (6,291,456 bytes)."""
 
+GLIBC_MINOR = 34
+"""The python3.12 to 3.14 runtimes run on Amazon Linux 2023, glibc 2.34. (3.10 and 3.11, on
+Amazon Linux 2 and deprecated, are left out: its glibc 2.26 loads no wheel of numpy 2.3+ or
+onnxruntime 1.17+, and older onnxruntime breaks on the numpy 2 that pip would pair it with.)"""
+
 ENDPOINT_ENV = "EDGESERVE_AWS_ENDPOINT_URL"
 ROLE_ENV = "EDGESERVE_AWS_ROLE_ARN"
 
@@ -30,7 +35,7 @@ class LambdaSettings(BaseModel):
     timeout_s: int = Field(default=30, ge=1, le=900)
     ephemeral_storage_mb: int = Field(default=512, ge=512, le=10240)
     architecture: Literal["x86_64", "arm64"] = "x86_64"
-    python_version: Literal["3.10", "3.11", "3.12", "3.13"] = "3.12"
+    python_version: Literal["3.12", "3.13", "3.14"] = "3.12"
     package_type: Literal["zip", "image"] = "zip"
     image_repository: str = ""
     alias: str = Field(default="live", pattern=r"^[A-Za-z_-][A-Za-z0-9_-]{0,127}$")
@@ -43,6 +48,9 @@ class LambdaSettings(BaseModel):
     """Replaces the bundle's pinned requirements in the zip (e.g. a slimmer runtime set)."""
     wheelhouse: str | None = None
     """A folder of wheels to install from instead of PyPI (offline builds)."""
+    code_bucket: str = Field(default="", pattern=r"^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$")
+    """Where zips over 50 MB go (Lambda takes those only from S3); empty: a bucket named
+    edgeserve-code-<account>-<region>, created on first use."""
 
     def name_for(self, function: str) -> str:
         """The Lambda function name: the profile's, else the bundle's function name."""
@@ -60,9 +68,12 @@ class LambdaSettings(BaseModel):
         return f"python{self.python_version}"
 
     @property
-    def pip_platform(self) -> str:
+    def pip_platforms(self) -> list[str]:
+        """Every wheel platform tag the runtime's OS accepts, newest glibc first: pip matches
+        `--platform manylinux_2_N` exactly (numpy ships only manylinux_2_28 wheels since 2.3)."""
         machine = "x86_64" if self.architecture == "x86_64" else "aarch64"
-        return f"manylinux2014_{machine}"
+        tags = [f"manylinux_2_{minor}_{machine}" for minor in range(GLIBC_MINOR, 16, -1)]
+        return [*tags, f"manylinux2014_{machine}"]
 
     @property
     def docker_platform(self) -> str:

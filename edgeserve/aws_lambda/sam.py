@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edgeserve.deploy.lambda_settings import LambdaSettings
+from edgeserve.aws_lambda.settings import LambdaSettings
 
 LOGICAL_ID = "Function"
 

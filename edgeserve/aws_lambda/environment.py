@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeserve.emulate.runtime_api import RESPONSE_TOO_LARGE, Invocation, RuntimeApi
+from edgeserve.aws_lambda.runtime_api import RESPONSE_TOO_LARGE, Invocation, RuntimeApi
 
 INIT_TIMEOUT_S = 10.0
 """Lambda's limit on the init phase of on-demand functions."""

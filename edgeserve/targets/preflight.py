@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgeserve.deploy.jetson_settings import JetsonSettings
-from edgeserve.deploy.releases import resolve_root
-from edgeserve.deploy.ssh import Remote
 from edgeserve.errors import DeployError
 from edgeserve.hardware import jetpack_for, parse_l4t
+from edgeserve.targets.jetson_settings import JetsonSettings
+from edgeserve.targets.releases import resolve_root
+from edgeserve.targets.ssh import Remote
 
 FACTS_SCRIPT = """\
 echo "arch=$(uname -m)"

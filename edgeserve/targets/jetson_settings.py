@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edgeserve.deploy.ssh import Remote
+from edgeserve.targets.ssh import Remote
 
 
 class _Strict(BaseModel):

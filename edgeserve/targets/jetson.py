@@ -30,14 +30,14 @@ from rich.console import Console
 
 from edgeserve.archive import write_archive
 from edgeserve.bundle import Bundle
-from edgeserve.deploy import DeployResult
-from edgeserve.deploy import releases as rel
-from edgeserve.deploy.jetson_settings import JetsonSettings
-from edgeserve.deploy.preflight import Device, inspect, preflight
-from edgeserve.deploy.services import SERVICES, ServiceSpec, check_image_l4t, fetch
-from edgeserve.deploy.ssh import Remote
 from edgeserve.errors import ConfigError, DeployError
-from edgeserve.targets import TargetProfile
+from edgeserve.targets import DeployResult
+from edgeserve.targets import releases as rel
+from edgeserve.targets.jetson_settings import JetsonSettings
+from edgeserve.targets.preflight import Device, inspect, preflight
+from edgeserve.targets.profile import TargetProfile
+from edgeserve.targets.services import SERVICES, ServiceSpec, check_image_l4t, fetch
+from edgeserve.targets.ssh import Remote
 
 TARGET = "jetson"
 T = TypeVar("T")
@@ -240,7 +240,7 @@ def in_parallel(hosts: tuple[str, ...], limit: int, each: Callable[[str], T]) ->
 
 
 class JetsonDriver:
-    """The `Driver` of `driver = "jetson"` profiles (see edgeserve.deploy)."""
+    """The `Driver` of `driver = "jetson"` profiles (see edgeserve.targets)."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.log = StepLog(console)
@@ -275,6 +275,10 @@ class JetsonDriver:
         settings = profile.settings_as(JetsonSettings)
         on_host = self._on(settings, name, profile, HostRun.status)
         return {host: on_host(host) for host in settings.hosts}
+
+    def with_hosts(self, profile: TargetProfile, names: tuple[str, ...]) -> TargetProfile:
+        """`deploy --host`: the profile narrowed to these hosts or groups."""
+        return with_hosts(profile, names)
 
     def stop(self, name: str, profile: TargetProfile) -> None:
         """Stop the function's service on every host (its releases stay)."""

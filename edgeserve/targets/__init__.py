@@ -1,4 +1,5 @@
-"""Deploy drivers: one per target kind, behind one small protocol, found by name in `DRIVERS`.
+"""Target kinds and their deploy drivers: one driver per kind, behind one small protocol,
+found by name in `DRIVERS`; `deploy()` is what `edgeserve deploy` calls.
 
 A driver module is imported only when its target is used, so `boto3` (aws-lambda) or an SSH
 client (jetson) load only for the command that needs them.
@@ -16,11 +17,11 @@ from edgeserve.errors import ConfigError
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
-    from edgeserve.targets import TargetProfile
+    from edgeserve.targets.profile import TargetProfile
 
 DRIVERS: dict[str, str | None] = {
-    "aws-lambda": "edgeserve.deploy.aws_lambda:DRIVER",
-    "jetson": "edgeserve.deploy.jetson:DRIVER",
+    "aws-lambda": "edgeserve.aws_lambda.driver:DRIVER",
+    "jetson": "edgeserve.targets.jetson:DRIVER",
     "local": None,
 }
 """Driver name (a profile's `driver`) -> "module:attribute" of the driver object; None for a
@@ -49,6 +50,32 @@ class Driver(Protocol):
     def status(self, name: str, profile: TargetProfile) -> dict[str, Any]: ...
 
     def rollback(self, name: str, profile: TargetProfile) -> DeployResult: ...
+
+
+def deploy(path: Path, target: str | Path, *, hosts: Sequence[str] = ()) -> DeployResult:
+    """Ship the function at `path` (a bundle, or a source folder built here first) to `target`
+    (a profile name or .toml path), health-check it, and roll back if it fails."""
+    from edgeserve.bundle import open_or_build
+
+    profile = target_profile(target, path, hosts)
+    bundle = open_or_build(path, targets=(profile.name,))
+    return driver_for(profile).deploy(bundle, profile)
+
+
+def target_profile(target: str | Path, path: Path, hosts: Sequence[str] = ()) -> TargetProfile:
+    """The profile for a function at `path`, narrowed to `hosts` where the driver has several."""
+    from edgeserve.targets.profile import load_target
+
+    profile = load_target(target, path if path.is_dir() else path.parent)
+    if not hosts:
+        return profile
+    narrow = getattr(driver_for(profile), "with_hosts", None)
+    if narrow is None:
+        raise ConfigError(
+            f"--host applies to targets with several hosts (jetson); {target} is {profile.driver}"
+        )
+    narrowed: TargetProfile = narrow(profile, tuple(hosts))
+    return narrowed
 
 
 def driver_for(profile: TargetProfile) -> Driver:
@@ -81,7 +108,7 @@ def package_targets(
 
     Only names in `DRIVERS` (shipped or overridden profiles) are packaged; other build targets
     (knative, kserve) are planned by `build` alone."""
-    from edgeserve.targets import load_target
+    from edgeserve.targets.profile import load_target
 
     written = []
     for name in (name for name in targets if name in DRIVERS):  # build-only targets: no profile

@@ -35,7 +35,7 @@ from edgeserve.errors import ConfigError
 from edgeserve.manifest import BACKEND_NAMES, MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.precision import PrecisionCheck, check_precision
 from edgeserve.signature import read_signature
-from edgeserve.targets import load_target
+from edgeserve.targets.profile import load_target
 from edgeserve.types import Signature
 
 TARGET_PLATFORMS = {

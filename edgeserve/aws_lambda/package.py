@@ -7,6 +7,7 @@ package, the bundle under `bundle/`, and the runtime requirements. The zip is de
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -17,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import edgeserve
-from edgeserve.deploy.lambda_settings import (
+from edgeserve.aws_lambda.adapter import BUNDLE_DIR
+from edgeserve.aws_lambda.settings import (
     UNZIPPED_LIMIT_BYTES,
     ZIP_LIMIT_BYTES,
     LambdaSettings,
 )
 from edgeserve.errors import DeployError
-from edgeserve.lambda_app import BUNDLE_DIR
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
@@ -32,13 +33,16 @@ TARGET = "aws-lambda"
 APP_TEMPLATE = Path(edgeserve.__file__).parent / "templates" / "aws-lambda" / "app.py"
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _SKIPPED_PARTS = frozenset({"__pycache__"})
+_EXACT = re.compile(r"^[A-Za-z0-9._-]+==[^,;\s]+$")
 
 
 def package_zip(bundle: Bundle, settings: LambdaSettings, out: Path) -> Path:
     """Write `<out>/<name>-aws-lambda.zip` and check it against Lambda's zip limits.
 
     The requirements are the bundle's pinned aws-lambda ones unless the profile lists its own;
-    with a `wheelhouse`, pip installs from that folder only (no index).
+    with a `wheelhouse`, pip installs from that folder only (no index). A pinned version with no
+    wheel for the runtime's OS gives way to the newest older one that has one (numpy 2.3 and
+    later ship no wheel Amazon Linux 2's glibc loads, for instance).
     """
     with tempfile.TemporaryDirectory(prefix="edgeserve-lambda-") as scratch:
         staging = Path(scratch)
@@ -47,7 +51,7 @@ def package_zip(bundle: Bundle, settings: LambdaSettings, out: Path) -> Path:
         unzipped = sum(path.stat().st_size for _, path in members)
         out.mkdir(parents=True, exist_ok=True)
         archive = write_zip(out / f"{bundle.name}-{TARGET}.zip", members)
-    check_size(archive.stat().st_size, unzipped, archive)
+    check_size(unzipped, archive)
     return archive
 
 
@@ -88,19 +92,21 @@ def dockerfile(settings: LambdaSettings) -> str:
     )
 
 
-def check_size(zipped: int, unzipped: int, where: Path) -> None:
-    """Refuse a zip over 50 MB zipped or 250 MB unzipped, pointing at the image package type."""
+def check_size(unzipped: int, where: Path) -> None:
+    """Refuse a zip over 250 MB unzipped, pointing at the image package type. (Over 50 MB
+    zipped is fine: Lambda takes those from S3, which is how `deploy` sends them.)"""
     mb = 1024 * 1024
-    for size, limit, what in (
-        (zipped, ZIP_LIMIT_BYTES, "zipped"),
-        (unzipped, UNZIPPED_LIMIT_BYTES, "unzipped"),
-    ):
-        if size > limit:
-            raise DeployError(
-                f"{where}: {size / mb:.1f} MB {what}, over Lambda's {limit // mb} MB limit for zip "
-                f'packages. Hint: set package_type = "image" in the target profile\'s [settings] '
-                "(container images may be up to 10 GB)"
-            )
+    if unzipped > UNZIPPED_LIMIT_BYTES:
+        raise DeployError(
+            f"{where}: {unzipped / mb:.1f} MB unzipped, over Lambda's "
+            f"{UNZIPPED_LIMIT_BYTES // mb} MB limit for zip packages. Hint: set package_type = "
+            '"image" in the target profile\'s [settings] (container images may be up to 10 GB)'
+        )
+
+
+def needs_s3(archive: Path) -> bool:
+    """Lambda takes a zip inline up to 50 MB; a larger one must come from an S3 object."""
+    return archive.stat().st_size > ZIP_LIMIT_BYTES
 
 
 def write_zip(dest: Path, members: Iterable[tuple[str, Path]]) -> Path:
@@ -140,16 +146,23 @@ def _pip_install(requirements: Sequence[str], staging: Path, settings: LambdaSet
     source = ["--no-index", "--find-links", wheels] if wheels else []
     command = [
         sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-        "--no-compile", "--target", str(staging), "--platform", settings.pip_platform,
+        "--no-compile", "--target", str(staging),
+        *(option for tag in settings.pip_platforms for option in ("--platform", tag)),
         "--implementation", "cp", "--python-version", settings.python_version,
-        "--only-binary=:all:", *source, *requirements,
+        "--only-binary=:all:", *source, *(at_most(line) for line in requirements),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
         raise DeployError(
-            f"pip could not get {list(requirements)} as {settings.pip_platform} wheels for "
-            f"Python {settings.python_version}: {' '.join(errors) or done.stderr[-800:]}\n"
+            f"pip could not get {list(requirements)} as {settings.pip_platforms[-1]} to "
+            f"{settings.pip_platforms[0]} wheels for Python {settings.python_version}: "
+            f"{' '.join(errors) or done.stderr[-800:]}\n"
             "Hint: each pinned version needs a wheel for this platform and Python (match "
             'python_version to the build\'s Python), or set package_type = "image"'
         )
+
+
+def at_most(requirement: str) -> str:
+    """`name==1.2` -> `name<=1.2`: the pinned version where the platform has a wheel for it."""
+    return requirement.replace("==", "<=", 1) if _EXACT.match(requirement) else requirement

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Protocol
 
-from edgeserve.deploy.releases import Layout
-from edgeserve.deploy.ssh import Remote
 from edgeserve.errors import ConfigError, DeployError
+from edgeserve.targets.releases import Layout
+from edgeserve.targets.ssh import Remote
 
 HEALTH_SCRIPT = """\
 import sys, time, urllib.request
@@ -84,7 +84,7 @@ def fetch(remote: Remote, spec: ServiceSpec, path: str, timeout_s: float) -> str
 
 
 class ProcessService:
-    """`edgeserve.deploy.supervisor` started detached; a restart is a SIGHUP hand-over."""
+    """`edgeserve.targets.supervisor` started detached; a restart is a SIGHUP hand-over."""
 
     def restart(self, remote: Remote, spec: ServiceSpec) -> None:
         before = self.state(remote, spec)
@@ -112,7 +112,7 @@ class ProcessService:
 
     def _supervisor_argv(self, spec: ServiceSpec) -> list[str]:
         argv = ["env", f"EDGESERVE_ENGINE_CACHE={spec.layout.engines}", spec.python, "-m"]
-        argv += ["edgeserve.deploy.supervisor", "run", spec.layout.fn_dir, "--host", spec.bind]
+        argv += ["edgeserve.targets.supervisor", "run", spec.layout.fn_dir, "--host", spec.bind]
         argv += ["--port", str(spec.port), "--start-timeout", str(spec.start_timeout_s)]
         return [*argv, "--python", spec.python]
 

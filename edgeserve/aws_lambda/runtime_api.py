@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgeserve.deploy.lambda_settings import PAYLOAD_LIMIT_BYTES
+from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES
 
 PREFIX = "/2018-06-01/runtime"
 RESPONSE_TOO_LARGE = "Function.ResponseSizeTooLarge"

@@ -11,8 +11,8 @@ SO_REUSEPORT would each have their own queue, reset when the old one closes). A 
 exits or misses the deadline is killed and the old one keeps serving. `run/state.json` says
 which release is live, its generation, and the last failure; the deploy driver polls it.
 
-    python -m edgeserve.deploy.supervisor run FUNCTION_DIR --host H --port P [--python PY]
-    python -m edgeserve.deploy.supervisor child RELEASE --fd N --notify-fd W   (started by run)
+    python -m edgeserve.targets.supervisor run FUNCTION_DIR --host H --port P [--python PY]
+    python -m edgeserve.targets.supervisor child RELEASE --fd N --notify-fd W   (started by run)
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Supervisor:
     def _start(self, release: str) -> subprocess.Popen[bytes]:
         notify_r, notify_w = os.pipe()
         fd = self.sock.fileno()
-        argv = [child_python(release, self.python), "-m", "edgeserve.deploy.supervisor", "child"]
+        argv = [child_python(release, self.python), "-m", "edgeserve.targets.supervisor", "child"]
         argv += [release, "--fd", str(fd), "--notify-fd", str(notify_w)]
         with (self.fn_dir / LOG_FILE).open("ab") as log:
             child = subprocess.Popen(argv, pass_fds=(fd, notify_w), stdout=log, stderr=log)
@@ -180,7 +180,7 @@ class _HandoverServer(uvicorn.Server):
 
 def child(args: argparse.Namespace) -> None:
     """One release serving on the supervisor's socket (the app is built as `serve` builds it)."""
-    from edgeserve.serve import GRACEFUL_SHUTDOWN_S, load_app
+    from edgeserve.server import GRACEFUL_SHUTDOWN_S, load_app
 
     sock = socket.socket(fileno=args.fd)
     app = load_app(Path(args.release))
@@ -191,7 +191,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m edgeserve.deploy.supervisor")
+    parser = argparse.ArgumentParser(prog="python -m edgeserve.targets.supervisor")
     verbs = parser.add_subparsers(dest="verb", required=True)
     p = verbs.add_parser("run")
     p.add_argument("fn_dir")
