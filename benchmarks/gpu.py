@@ -192,6 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("work", type=Path)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--models", default="resnet,crnn", help="benchmark models to measure")
     parser.add_argument("--ocr", type=Path, default=Path(__file__).parents[1] / "functions/ocr")
     parser.add_argument(
         "--ocr-providers",
@@ -202,13 +203,13 @@ def main() -> None:
     if hasattr(ort, "preload_dlls"):
         ort.preload_dlls()
     results: dict[str, Any] = {}
-    for name in ("resnet", "crnn"):
+    for name in filter(None, args.models.split(",")):
         model = write_function(name, args.work / name) / "model.onnx"
         limits = {b: in_process(model, BENCH_SHAPES[name], b) for b in BATCHES}
         rows = served(name, args.work, limits)
         print_model(name, limits, rows)
         results[name] = {"in_process": limits, "served": rows}
-    results["ocr"] = ocr(args.ocr, args.work, args.ocr_providers.split(","))
+    results["ocr"] = ocr(args.ocr, args.work, list(filter(None, args.ocr_providers.split(","))))
     print("\n## functions/ocr (pages)\n| provider | c | pages/s | p50 ms | p99 ms | lines/batch |")
     print("|---|---|---|---|---|---|")
     for label, levels in results["ocr"].items():
