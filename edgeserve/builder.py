@@ -31,7 +31,7 @@ from edgeserve.bundle import (
     sha256_file,
     signature_to_json,
 )
-from edgeserve.errors import ConfigError
+from edgeserve.errors import ConfigError, did_you_mean
 from edgeserve.manifest import BACKEND_NAMES, MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.precision import PrecisionCheck, check_precision
 from edgeserve.signature import read_signature
@@ -43,6 +43,7 @@ TARGET_PLATFORMS = {
     "aws-lambda": "lambda",
     "knative": "cpu",
     "kserve": "cpu",
+    "kubernetes": "cpu",
     "jetson": "jetson",
 }
 # Lambda runs ONNX Runtime alone: OpenVINO (180 MB installed) would push a zip past 250 MB.
@@ -62,10 +63,17 @@ RUNTIME_PACKAGES = (
     "pydantic",
     "starlette",
 )
-SERVER_PACKAGES = {"aws-lambda": ("mangum",)}  # every other target runs uvicorn
 # uvloop and httptools: uvicorn's fast loop and parser (about 1.25x the served items/s measured
 # with 600 KB binary tensors on an H200 host, against asyncio and h11)
 DEFAULT_SERVER = ("uvicorn", "uvloop", "httptools")
+# images start `edgeserve serve`, whose command line prints with rich
+_IMAGE_SERVER = (*DEFAULT_SERVER, "rich")
+SERVER_PACKAGES = {  # every other target runs uvicorn
+    "aws-lambda": ("mangum",),
+    "knative": _IMAGE_SERVER,
+    "kserve": _IMAGE_SERVER,
+    "kubernetes": _IMAGE_SERVER,
+}
 
 
 @dataclass(frozen=True)
@@ -131,8 +139,8 @@ def plan_build(
     if not source.is_dir():
         raise ConfigError(f"{source}: expected a function folder holding {MANIFEST_NAME}")
     manifest = load_manifest(source)
-    model = source / manifest.model.path
-    signature = read_signature(model, manifest.model)
+    model = _model_file(source, manifest)
+    signature = read_signature(model, manifest.model, source / MANIFEST_NAME)
     model_dest = f"model/{model.name}"
     copies = [(MANIFEST_NAME, source / MANIFEST_NAME), (model_dest, model)]
     copies += _external_data_copies(model) + _handler_copy(source, manifest)
@@ -245,6 +253,21 @@ def _swap_in(scratch: Path, out: Path) -> None:
     out.rename(old / "bundle")
     scratch.rename(out)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _model_file(source: Path, manifest: Manifest) -> Path:
+    """The model `[model] path` names, or an error that says which file was looked for."""
+    model = source / manifest.model.path
+    if model.is_file():
+        return model
+    present = sorted(path.relative_to(source).as_posix() for path in source.rglob("*.onnx"))
+    hint = did_you_mean(manifest.model.path, present) or (
+        f"; the folder holds {present}" if present else "; the folder holds no .onnx file"
+    )
+    raise ConfigError(
+        f"{source / MANIFEST_NAME}: field `model.path`: found {manifest.model.path!r}, but "
+        f"{model} does not exist; expected the ONNX model's path in the function folder{hint}"
+    )
 
 
 def _external_data_copies(model: Path) -> list[tuple[str, Path]]:

@@ -84,6 +84,8 @@ def signature_to_json(signature: Signature) -> dict[str, Any]:
             "dims": list(tensor.dims),
             "pad_axis": tensor.pad_axis,
             "pad_value": tensor.pad_value,
+            "follows": tensor.follows,
+            "ratio": tensor.ratio,
         }
 
     return {
@@ -101,6 +103,8 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
             tuple(tensor["dims"]),
             tensor["pad_axis"],
             tensor["pad_value"],
+            tensor.get("follows"),
+            tensor.get("ratio", 1.0),
         )
 
     return Signature(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.text import Text
 
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
@@ -33,7 +34,7 @@ err_console = Console(stderr=True)
 def _cmd_init(args: argparse.Namespace) -> int:
     from edgeserve.scaffold import init_function
 
-    path = init_function(Path(args.path))
+    path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
     console.print(f"[green]created[/] {path}  (next: edgeserve build {path})")
     return 0
 
@@ -64,6 +65,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         )
     for written in package_targets(bundle, args.target, out.parent / "dist", source):
         console.print(f"[green]packaged[/] {written}")
+        if (report := written.parent / "image.txt").is_file():  # an image's size per layer
+            console.print(report.read_text(encoding="utf-8"), markup=False, end="", soft_wrap=True)
     return 0
 
 
@@ -127,6 +130,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     choice = choose(platform, prefer=BACKEND_NAMES, override=args.backend)
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in describe(platform, choice):
+        table.add_row(key, value)
+    from edgeserve.image.tools import describe_tools
+
+    for key, value in describe_tools():  # which tool builds images (Kubernetes, Lambda), why
         table.add_row(key, value)
     console.print(table)
     return 0
@@ -599,7 +606,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except EdgeserveError as exc:
-        err_console.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+        # plain text: brackets in a message (`[model.inputs.x]`) are not rich markup
+        err_console.print(Text.assemble(("error:", "red"), " ", exc.message), soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

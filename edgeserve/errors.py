@@ -17,6 +17,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class EdgeserveError(Exception):
     """Base class: carries its HTTP status and CLI exit code."""
@@ -75,3 +78,9 @@ class DeadlineExceeded(EdgeserveError):
 
 class DeployError(EdgeserveError):
     exit_code = 3
+
+
+def did_you_mean(found: str, known: Iterable[str]) -> str:
+    """`; did you mean `x`?` for the closest of `known` to a misspelling, else nothing."""
+    close = difflib.get_close_matches(found, list(known), n=1, cutoff=0.6)
+    return f"; did you mean `{close[0]}`?" if close else ""

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from edgeserve.errors import ConfigError
+from edgeserve.errors import ConfigError, did_you_mean
 
 MANIFEST_NAME = "function.toml"
 BackendName = Literal["tensorrt", "openvino", "onnxruntime"]
@@ -52,6 +52,8 @@ class TensorOverride(_Strict):
     dims: tuple[int, ...] | None = None
     pad_axis: int | None = Field(default=None, ge=1)
     pad_value: float = 0.0
+    follows: str | None = None  # outputs only: the padded input their pad_axis follows
+    ratio: float = Field(default=1.0, gt=0)  # outputs only: length = floor(input length x ratio)
 
 
 class ModelSection(_Strict):
@@ -131,8 +133,10 @@ def load_manifest(path: Path) -> Manifest:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
+        models = sorted(path.parent.glob("*.onnx"))
+        does = f"writes one for {models[0].name}" if len(models) == 1 else "makes one"
         raise ConfigError(
-            f"{path}: no {MANIFEST_NAME} here. Hint: `edgeserve init {path.parent}` makes one."
+            f"{path}: no {MANIFEST_NAME} here. Hint: `edgeserve init {path.parent}` {does}."
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
@@ -153,11 +157,28 @@ def describe_validation_error(exc: ValidationError, source: str) -> str:
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         found = error.get("input")
         if error["type"] == "extra_forbidden":
-            lines.append(
-                f"{source}: field `{where}`: unknown key (found {found!r}); check spelling"
-            )
+            known = _known_keys(error["loc"])
+            hint = did_you_mean(str(error["loc"][-1]), known) or f"; expected one of {known}"
+            lines.append(f"{source}: field `{where}`: unknown key (found {found!r}){hint}")
         elif error["type"] == "missing":
             lines.append(f"{source}: field `{where}`: required but missing")
         else:
             lines.append(f"{source}: field `{where}`: {error['msg']} (found {found!r})")
     return "\n".join(lines)
+
+
+def _known_keys(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the schema allows beside the last part of `loc` (for "did you mean")."""
+    schema: Any = Manifest
+    parts = list(loc[:-1])
+    while parts and isinstance(schema, type) and issubclass(schema, BaseModel):
+        field = schema.model_fields.get(str(parts.pop(0)))
+        if field is None:
+            return []
+        schema = field.annotation
+        if get_origin(schema) is dict:  # [model.inputs.<name>]: skip the tensor's name
+            schema = get_args(schema)[1]
+            parts = parts[1:]
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return list(schema.model_fields)
+    return []

@@ -151,7 +151,7 @@ def test_help_manifest_prints_the_reference_that_ships_with_the_package(tmp_path
     assert "pad_axis = 3" in text and "port = 8080" in text
     assert main(["init", str(tmp_path / "demo")]) == 0
     manifest = (tmp_path / "demo" / "function.toml").read_text()
-    assert "run `edgeserve help manifest`" in manifest  # what the generated manifest points at
+    assert "# Every key, explained: `edgeserve help manifest`" in manifest
     assert "docs/" not in manifest  # a pip-installed edgeserve has no docs/ folder
 
 

@@ -201,6 +201,8 @@ def test_padded_variable_length_items_batch_together(tmp_path: Path) -> None:
 name = "varlen"
 [model.inputs.x]
 pad_axis = 1
+[model.outputs.doubled]
+pad_axis = 1
 [handler]
 module = "handler"
 [batching]

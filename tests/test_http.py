@@ -119,6 +119,7 @@ def test_health_and_server_metadata(client: httpx.Client) -> None:
         "model_configuration",
         "model_repository",
         "statistics",
+        "system_shared_memory",
     ]
 
 

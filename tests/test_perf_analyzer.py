@@ -22,6 +22,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton
@@ -151,3 +152,17 @@ def test_a_semantic_version_is_served_as_its_major_number(url: str) -> None:
 def test_bench_finds_the_model_in_the_repository_index(url: str) -> None:
     argv = ["bench", url, "--inputs", "random", "--shape", "x:4", "--window-s", "0.2"]
     assert main([*argv, "--max-windows", "3", "--json", "--plot", ""]) == 0
+
+
+def test_system_shared_memory(url: str, tmp_path: Path) -> None:
+    """perf_analyzer creates, registers and names regions for every input and output."""
+    report = tmp_path / "shm.csv"
+    run_perf_analyzer(
+        url,
+        *("--shared-memory", "system", "--output-shared-memory-size", "4096"),
+        *("--concurrency-range", "2", "-b", "2", "--shape", "x:8", "-f", str(report)),
+    )
+    (row,) = read_csv(report)
+    assert float(row["Inferences/Second"]) > 0
+    status = httpx.get(f"{url}/v2/systemsharedmemory/status")
+    assert status.status_code == 200 and status.json() == []  # it unregistered them all

@@ -117,7 +117,7 @@ def test_tune_measures_real_servers_and_writes_the_best(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = mlp_source(tmp_path)
-    assert main(tune_argv(source, "0")) == 0
+    assert main([*tune_argv(source, "0"), "--preferred", "pow2"]) == 0
     out = capsys.readouterr().out
     assert "chosen" in out and "[2, 4]" in out
     batching = load_manifest(source).batching

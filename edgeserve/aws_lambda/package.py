@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -25,6 +23,7 @@ from edgeserve.aws_lambda.settings import (
     LambdaSettings,
 )
 from edgeserve.errors import DeployError
+from edgeserve.wheels import install_wheels
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
@@ -140,27 +139,15 @@ def _tree(prefix: str, root: Path) -> list[tuple[str, Path]]:
 
 
 def _pip_install(requirements: Sequence[str], staging: Path, settings: LambdaSettings) -> None:
-    if not requirements:
-        return
-    wheels = settings.wheelhouse
-    source = ["--no-index", "--find-links", wheels] if wheels else []
-    command = [
-        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-        "--no-compile", "--target", str(staging),
-        *(option for tag in settings.pip_platforms for option in ("--platform", tag)),
-        "--implementation", "cp", "--python-version", settings.python_version,
-        "--only-binary=:all:", *source, *(at_most(line) for line in requirements),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
-        raise DeployError(
-            f"pip could not get {list(requirements)} as {settings.pip_platforms[-1]} to "
-            f"{settings.pip_platforms[0]} wheels for Python {settings.python_version}: "
-            f"{' '.join(errors) or done.stderr[-800:]}\n"
-            "Hint: each pinned version needs a wheel for this platform and Python (match "
-            'python_version to the build\'s Python), or set package_type = "image"'
-        )
+    install_wheels(
+        [at_most(line) for line in requirements],
+        staging,
+        platforms=settings.pip_platforms,
+        python_version=settings.python_version,
+        find_links=settings.wheelhouse,
+        hint="each pinned version needs a wheel for this platform and Python (match "
+        'python_version to the build\'s Python), or set package_type = "image"',
+    )
 
 
 def at_most(requirement: str) -> str:

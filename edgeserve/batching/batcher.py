@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
+from edgeserve.batching.padding import Padding
 from edgeserve.batching.plan import BatchPolicy, plan_batch
 from edgeserve.batching.rows import key_dims, part_sizes, split_rows, stack_rows
 from edgeserve.errors import (
@@ -76,7 +77,13 @@ class Batcher:
     ) -> None:
         self._run_batch, self._observer, self._assemble = run_batch, observer, assemble
         self._policy = self._planning = policy  # planning drops the delay while draining
-        self._pad_axes = {s.name: s.pad_axis for s in signature.inputs if s.pad_axis is not None}
+        self._padding = Padding.of(signature)
+        if self._padding.why_not:
+            logger.warning(
+                "padding is off: %s, so requests of different lengths never share a batch. "
+                "Hint: declare [model.outputs.<name>] pad_axis (and follows, ratio)",
+                self._padding.why_not,
+            )
         self._input_fills = {spec.name: spec.pad_value for spec in signature.inputs}
         self._output_fills = {spec.name: spec.pad_value for spec in signature.outputs}
         self._queue: dict[_Item, None] = {}  # insertion-ordered: FIFO with O(1) removal
@@ -236,7 +243,7 @@ class Batcher:
             return None
         return tuple(
             sorted(
-                (name, array.dtype.str, key_dims(array.shape, self._pad_axes.get(name)))
+                (name, array.dtype.str, key_dims(array.shape, self._padding.axes.get(name)))
                 for name, array in part.items()
             )
         )
@@ -349,7 +356,8 @@ class Batcher:
             wrong = {n: a.shape for n, a in outputs.items() if not a.ndim or len(a) != sum(rows)}
             if wrong:
                 raise BackendError(f"outputs {wrong}: expected {sum(rows)} rows for the batch")
-        return split_rows(outputs, rows)
+        parts = split_rows(outputs, rows)
+        return self._padding.cut_all(parts, [item.inputs for item in batch])
 
     def _report(
         self, batch: list[_Item], rows: int, start: float, compute: ComputeTimes, ok: bool

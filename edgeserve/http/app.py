@@ -6,8 +6,9 @@ follow Triton except where noted at the route.
 
 Not served (Triton has them): response compression by Accept-Encoding (request bodies may be
 gzip or deflate), raw binary requests (Inference-Header-Content-Length: 0), classification,
-trace and logging extensions. The repository extension lists the one function and answers
-model control as `repository.py` explains.
+trace and logging extensions. System shared memory is served (`sharedmemory.py`); the
+repository extension lists the one function and answers model control as `repository.py`
+explains.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from edgeserve.http.auth import Credentials, load_credentials
 from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
 from edgeserve.http.repository import RepositoryRoutes
+from edgeserve.http.sharedmemory import SystemSharedMemoryRoutes
 from edgeserve.manifest import Manifest
+from edgeserve.sharedmemory import Regions
 from edgeserve.stats import ModelStats
 from edgeserve.types import Signature, TensorDict
 
@@ -99,7 +102,8 @@ class FunctionApp:
 def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) -> FunctionApp:
     """The app serving `runtime`; its lifespan starts the runtime and stops it (draining)."""
     limit = max_body_bytes or int(runtime.manifest.resources.max_body_mb * 2**20)
-    endpoints = _Endpoints(runtime)
+    regions = Regions()
+    endpoints = _Endpoints(runtime, regions)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -116,12 +120,13 @@ def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) ->
         lifespan=lifespan,
     )
     credentials = load_credentials(runtime.manifest.auth, os.environ)
-    return FunctionApp(InferenceRoutes(runtime, limit), rest, credentials)
+    return FunctionApp(InferenceRoutes(runtime, limit, regions), rest, credentials)
 
 
 class _Endpoints:
-    def __init__(self, runtime: ServedFunction) -> None:
+    def __init__(self, runtime: ServedFunction, regions: Regions) -> None:
         self.runtime = runtime
+        self.regions = regions
 
     def routes(self) -> list[Route]:
         model = "/v2/models/{model}"
@@ -132,6 +137,7 @@ class _Endpoints:
             Route("/v2/models/stats", self.stats),
             Route("/metrics", self.metrics),
             *RepositoryRoutes(self.runtime).routes(),
+            *SystemSharedMemoryRoutes(self.regions).routes(),
         ]
         for base in (model, model + "/versions/{version}"):
             routes += [

@@ -12,7 +12,13 @@ from typing import Any
 from edgeserve.manifest import Manifest
 from edgeserve.types import Signature, TensorSpec
 
-EXTENSIONS = ("binary_tensor_data", "model_configuration", "model_repository", "statistics")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository",
+    "statistics",
+    "system_shared_memory",
+)
 
 # backend name -> (Triton `platform`, Triton `backend`); metadata shows platform, else backend
 _TRITON_NAMES = {

@@ -15,14 +15,14 @@ anything, with one deliberate difference:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from edgeserve.errors import InvalidInput
+from edgeserve.http.body import json_object
 
 if TYPE_CHECKING:
     from edgeserve.http.app import ServedFunction
@@ -46,7 +46,7 @@ class RepositoryRoutes:
 
     async def index(self, request: Request) -> Response:
         """[{name, version, state, reason}]; `{"ready": true}` keeps only ready models."""
-        body = await _json_body(request)
+        body = await json_object(request)
         runtime = self.runtime
         if body.get("ready") and not runtime.ready:
             return JSONResponse([])
@@ -56,7 +56,7 @@ class RepositoryRoutes:
 
     async def load(self, request: Request) -> Response:
         model = request.path_params["model"]
-        body = await _json_body(request)
+        body = await json_object(request)
         one = ONE_FUNCTION.format(name=self.runtime.name)
         if model != self.runtime.name:
             raise InvalidInput(
@@ -72,23 +72,9 @@ class RepositoryRoutes:
 
     async def unload(self, request: Request) -> Response:
         model = request.path_params["model"]
-        await _json_body(request)
+        await json_object(request)
         one = ONE_FUNCTION.format(name=self.runtime.name)
         raise InvalidInput(
             f"cannot unload `{model}`: {one}. Hint: stop the server (SIGTERM drains it) "
             "or scale its deployment to zero"
         )
-
-
-async def _json_body(request: Request) -> dict[str, Any]:
-    """The optional JSON object these routes take; an empty body is {}."""
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"{request.url.path}: body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidInput(f"{request.url.path}: expected a JSON object, got {type(body).__name__}")
-    return body

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,11 @@ import orjson
 from edgeserve import values
 from edgeserve.datatypes import DATATYPES, Datatype, from_numpy
 from edgeserve.errors import InvalidInput
+from edgeserve.sharedmemory import Slice
 from edgeserve.types import Signature, TensorDict
+
+ReadSlice = Callable[[str, Slice], memoryview]
+"""Reads an input's bytes from a registered shared-memory region (`Regions.read`)."""
 
 HEADER_LENGTH = "inference-header-content-length"
 
@@ -31,6 +35,7 @@ HEADER_LENGTH = "inference-header-content-length"
 class RequestedOutput:
     name: str
     binary: bool
+    place: Slice | None = None  # written to shared memory, not sent
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,14 @@ class OutputTensor:
     data: np.ndarray
     datatype: str
     binary: bool
+    place: Slice | None = None
 
 
-def decode_request(body: bytes, header_length: str | None) -> InferRequest:
-    """Parse a v2 request body; `header_length` is the Inference-Header-Content-Length value."""
+def decode_request(
+    body: bytes, header_length: str | None, read_slice: ReadSlice | None = None
+) -> InferRequest:
+    """Parse a v2 request body; `header_length` is the Inference-Header-Content-Length value.
+    Inputs naming a shared-memory region are read through `read_slice` (None: not served)."""
     json_end = _json_length(body, header_length)
     header = _parse_json(body[:json_end])
     parameters = _mapping(header.get("parameters", {}), "request `parameters`")
@@ -61,7 +70,7 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     inputs: TensorDict = {}
     offset = 0
     for entry in _list(header.get("inputs"), "request `inputs`"):
-        name, array, offset = _decode_input(_mapping(entry, "an input"), binary, offset)
+        name, array, offset = _decode_input(_mapping(entry, "an input"), binary, offset, read_slice)
         if name in inputs:
             raise InvalidInput(f"tensor `{name}`: given twice in `inputs`")
         inputs[name] = array
@@ -121,7 +130,7 @@ def _list(value: Any, what: str) -> list[Any]:
 
 
 def _decode_input(
-    entry: dict[str, Any], binary: memoryview, offset: int
+    entry: dict[str, Any], binary: memoryview, offset: int, read_slice: ReadSlice | None
 ) -> tuple[str, np.ndarray, int]:
     name = entry.get("name")
     if not isinstance(name, str):
@@ -129,6 +138,14 @@ def _decode_input(
     datatype = _datatype(name, entry.get("datatype"))
     shape = _shape(name, entry.get("shape"))
     parameters = _mapping(entry.get("parameters", {}), f"tensor `{name}`: `parameters`")
+    where = f"tensor `{name}`"
+    place = shared_memory_slice(where, parameters)
+    if place is not None:
+        if "data" in entry or "binary_data_size" in parameters:
+            raise InvalidInput(f"{where}: names a shared memory region and also carries data")
+        if read_slice is None:
+            raise InvalidInput(f"{where}: shared memory is not served on this route")
+        return name, _from_binary(name, datatype, shape, read_slice(where, place)), offset
     size = parameters.get("binary_data_size")
     if size is None:
         if "data" not in entry:
@@ -188,7 +205,7 @@ def _from_binary(
     if len(chunk) != count * datatype.size:
         raise InvalidInput(
             f"tensor `{name}`: {datatype.name} {list(shape)} needs {count * datatype.size} bytes, "
-            f"binary_data_size is {len(chunk)}"
+            f"its data has {len(chunk)}"
         )
     return np.frombuffer(chunk, dtype=datatype.numpy.newbyteorder("<")).reshape(shape)
 
@@ -226,8 +243,27 @@ def _requested_outputs(
         params = _mapping(entry.get("parameters", {}), f"output `{name}`: `parameters`")
         if "classification" in params:
             raise InvalidInput(f"output `{name}`: the classification extension is not supported")
-        outputs.append(RequestedOutput(name, bool(params.get("binary_data", default))))
+        place = shared_memory_slice(f"output `{name}`", params)
+        outputs.append(RequestedOutput(name, bool(params.get("binary_data", default)), place))
     return tuple(outputs)
+
+
+def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | None:
+    """The region, offset and byte size a tensor's parameters name, or None (no region)."""
+    region = parameters.get("shared_memory_region")
+    if region is None:
+        return None
+    if not isinstance(region, str):
+        raise InvalidInput(f"{where}: shared_memory_region must be a string, got {region!r}")
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidInput(f"{where}: names shared_memory_region without shared_memory_byte_size")
+    counts = []
+    for key, default in (("shared_memory_offset", 0), ("shared_memory_byte_size", None)):
+        value = parameters.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInput(f"{where}: {key} must be a non-negative integer, got {value!r}")
+        counts.append(value)
+    return Slice(region, counts[0], counts[1])
 
 
 def check_outputs(request: InferRequest, signature: Signature) -> None:
@@ -241,7 +277,7 @@ def check_outputs(request: InferRequest, signature: Signature) -> None:
                 f"output `{output.name}`: the model has no such output; "
                 f"its outputs are {sorted(specs)}"
             )
-        if spec.datatype == "BF16" and not output.binary:
+        if spec.datatype == "BF16" and not output.binary and output.place is None:
             raise InvalidInput(
                 f"output `{output.name}`: BF16 travels only as binary data; "
                 "ask for it with parameters.binary_data = true"
@@ -265,6 +301,7 @@ def response_outputs(
             results[o.name],
             datatypes.get(o.name) or from_numpy(results[o.name].dtype).name,
             o.binary,
+            o.place,
         )
         for o in wanted
     ]
@@ -285,12 +322,13 @@ def encode_response(
             "datatype": output.datatype,
             "shape": list(output.data.shape),
         }
-        if output.binary:
+        if output.binary and output.place is None:
             chunk = tensor_bytes(output.data, output.datatype)
             entry["parameters"] = {"binary_data_size": len(chunk)}
             chunks.append(chunk)
-        else:
+        elif output.place is None:
             entry["data"] = _to_json(output)
+        # an output in shared memory is in its region already: shape and datatype, as Triton
         entries.append(entry)
     header["outputs"] = entries
     encoded = orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
@@ -300,7 +338,8 @@ def encode_response(
 
 
 def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
-    """A tensor in binary: little-endian numbers, or BYTES elements each after a 4-byte length."""
+    """A tensor in binary (Triton's binary extension and shared memory): little-endian numbers,
+    or BYTES elements each after a 4-byte length."""
     if datatype == "BYTES":
         parts = []
         for item in array.reshape(-1):

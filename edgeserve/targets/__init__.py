@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 DRIVERS: dict[str, str | None] = {
     "aws-lambda": "edgeserve.aws_lambda.driver:DRIVER",
     "jetson": "edgeserve.targets.jetson:DRIVER",
+    "knative": "edgeserve.kubernetes.driver:KNATIVE",
+    "kserve": "edgeserve.kubernetes.driver:KSERVE",
+    "kubernetes": "edgeserve.kubernetes.driver:KUBERNETES",
     "local": None,
 }
 """Driver name (a profile's `driver`) -> "module:attribute" of the driver object; None for a
@@ -106,8 +109,7 @@ def package_targets(
 ) -> list[Path]:
     """What `build --target T` writes for each target whose driver packages: `<out>/<name>-<T>/`.
 
-    Only names in `DRIVERS` (shipped or overridden profiles) are packaged; other build targets
-    (knative, kserve) are planned by `build` alone."""
+    Only names in `DRIVERS` (shipped or overridden profiles) are packaged."""
     from edgeserve.targets.profile import load_target
 
     written = []
