@@ -8,8 +8,8 @@ Runtime has no switch for it, so an fp16 or int8 model must be converted before 
 On CUDA every batch runs at a bucket shape (`buckets`: rows and padded axes rounded up), in a
 session opened and warmed for that shape alone, so no request makes cuDNN plan again; the batch
 is assembled straight into that session's pinned, bound buffers (`binding`), and outputs are cut
-back to the batch's rows. Padded axes stay padded to the bucket: outputs along them are as long
-as the bucket, as they are as long as the batch's widest item without buckets.
+back to the batch's rows. A padded axis is padded to its bucket rather than to the batch's widest
+item; the batcher cuts outputs that follow it back to each request's own length as before.
 """
 
 from __future__ import annotations
