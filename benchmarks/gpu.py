@@ -122,6 +122,7 @@ def served(model_name: str, work: Path, limits: dict[int, dict[str, float]]) -> 
             {
                 "c": level["value"],
                 "items_per_s": level["items_per_s"],
+                "errors": level["errors"],
                 "p50_ms": level["latency_ms"]["p50"],
                 "p99_ms": level["latency_ms"]["p99"],
                 "mean_batch": mean,
@@ -157,6 +158,7 @@ def ocr(source: Path, work: Path, providers: list[str]) -> dict[str, list[dict]]
             {
                 "c": level["value"],
                 "pages_per_s": level["throughput_rps"],
+                "errors": level["errors"],
                 "p50_ms": level["latency_ms"]["p50"],
                 "p99_ms": level["latency_ms"]["p99"],
                 "lines_per_batch": (level["server"] or {}).get("mean_batch"),

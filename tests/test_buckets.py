@@ -7,6 +7,7 @@ a GPU; the GPU tests at the end run the same on CUDA, with pinned buffers, where
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -17,10 +18,11 @@ import pytest
 from edgeserve.backends import load_backend
 from edgeserve.backends.buckets import PAD_LADDER, Buckets, buckets_for, pad_buckets, row_buckets
 from edgeserve.backends.tensors import ShapeRange, shape_profile
+from edgeserve.batching import Batcher, BatchPolicy
 from edgeserve.batching.rows import stack_rows
 from edgeserve.manifest import ModelSection
 from edgeserve.signature import read_signature
-from tests.models import conv_model, varlen_model
+from tests.models import conv_model, tokens_model, varlen_model
 
 NO_CUDA = "CUDAExecutionProvider" not in ort.get_available_providers()
 
@@ -167,4 +169,47 @@ def test_cuda_buckets_pad_and_cut_back_every_batch_size(tmp_path: Path) -> None:
         got = backend.infer({"image": x})["logits"]
         np.testing.assert_allclose(got, reference.run(None, {"image": x})[0], rtol=1e-4, atol=1e-5)
     assert backend.plans == 4  # rows 1, 2, 4, 8
+    backend.close()
+
+
+def test_a_bucketed_batch_answers_each_request_at_its_own_length(tmp_path: Path) -> None:
+    """Requests of many lengths share batches padded to a bucket (past the widest of them):
+    each answer equals the model run on that request alone, shape included."""
+    model = tokens_model(tmp_path / "tokens.onnx")
+    section = ModelSection.model_validate(
+        {
+            "inputs": {"tokens": {"pad_axis": 1}},
+            "outputs": {
+                "embedded": {"pad_axis": 1},
+                "pooled": {"pad_axis": 1, "follows": "tokens", "ratio": 0.5},
+            },
+        }
+    )
+    signature = read_signature(model, section)
+    profile = shape_profile(signature, 8)
+    profile["tokens"] = ShapeRange((1, 1), (8, 64), (8, 100))
+    backend = load_backend(
+        "onnxruntime", model, profile=profile, buckets=True, pad_axes={"tokens": 1}
+    )
+    opened = backend.plans
+    policy = BatchPolicy(8, max_queue_delay_s=0.02)
+    batcher = Batcher(backend.infer, signature, policy, None, backend.assemble)
+    rng = np.random.default_rng(11)
+    requests = [rng.integers(0, 50, (1, length), dtype=np.int64) for length in range(2, 40, 3)]
+
+    async def all_at_once() -> list[dict[str, np.ndarray]]:
+        await batcher.start()
+        deadline = time.monotonic() + 30
+        answers = await asyncio.gather(
+            *(batcher.submit({"tokens": tokens}, deadline) for tokens in requests)
+        )
+        await batcher.stop()
+        return answers
+
+    reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    for tokens, answer in zip(requests, asyncio.run(all_at_once()), strict=True):
+        embedded, pooled = reference.run(None, {"tokens": tokens})
+        np.testing.assert_array_equal(answer["embedded"], embedded)
+        np.testing.assert_array_equal(answer["pooled"], pooled)
+    assert backend.plans == opened
     backend.close()

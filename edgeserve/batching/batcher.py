@@ -317,16 +317,16 @@ class Batcher:
         try:
             parts = [item.inputs for item in batch]
             if self._run_s.get(rows, INLINE_S) < INLINE_S:
-                outputs, run_s = self._timed(parts, clock)
+                outputs, run_s, padded = self._timed(parts, clock)
             else:
                 loop = asyncio.get_running_loop()
-                outputs, run_s = await loop.run_in_executor(
+                outputs, run_s, padded = await loop.run_in_executor(
                     self._executor, self._timed, parts, clock
                 )
             clock.lap()
             old = self._run_s.get(rows, run_s)
             self._run_s[rows] = old + EWMA_WEIGHT * (run_s - old)
-            parts = self._split(outputs, batch)
+            parts = self._split(outputs, batch, padded)
         except asyncio.CancelledError:
             self._fail(batch, Unavailable("stopped while the request was running"))
             raise
@@ -343,21 +343,27 @@ class Batcher:
         clock.lap()
         self._report(batch, rows, start, clock.times(), ok)
 
-    def _timed(self, parts: list[TensorDict], clock: _PhaseClock) -> tuple[TensorDict, float]:
-        """Assemble and run a batch (on a worker thread: a large copy stays off the loop)."""
+    def _timed(
+        self, parts: list[TensorDict], clock: _PhaseClock
+    ) -> tuple[TensorDict, float, dict[str, int]]:
+        """Assemble and run a batch (on a worker thread: a large copy stays off the loop);
+        also the lengths the batch was padded to (a backend's bucket may pad past its widest)."""
         start = time.perf_counter()
         merged = self._assemble(parts, self._input_fills)
         clock.lap()
-        return self._run_batch(merged), time.perf_counter() - start
+        outputs = self._run_batch(merged)
+        return outputs, time.perf_counter() - start, self._padding.lengths(merged)
 
-    def _split(self, outputs: TensorDict, batch: list[_Item]) -> list[TensorDict]:
+    def _split(
+        self, outputs: TensorDict, batch: list[_Item], padded: dict[str, int]
+    ) -> list[TensorDict]:
         rows = [item.rows for item in batch]
         if self._policy.max_batch_size:
             wrong = {n: a.shape for n, a in outputs.items() if not a.ndim or len(a) != sum(rows)}
             if wrong:
                 raise BackendError(f"outputs {wrong}: expected {sum(rows)} rows for the batch")
         parts = split_rows(outputs, rows)
-        return self._padding.cut_all(parts, [item.inputs for item in batch])
+        return self._padding.cut_all(parts, [item.inputs for item in batch], padded)
 
     def _report(
         self, batch: list[_Item], rows: int, start: float, compute: ComputeTimes, ok: bool
