@@ -178,14 +178,14 @@ def print_model(name: str, limits: dict[int, dict[str, float]], rows: list[dict]
     print(f"\n## {name}: served, HTTP binary, one item per request")
     print(
         "| c | items/s | vs in-process best | p50 ms | p99 ms | mean batch | server compute ms "
-        "| in-process ms (bucket) | compute ratio |\n|---|---|---|---|---|---|---|---|---|"
+        "| in-process ms (bucket) | compute ratio | errors |\n" + "|---" * 10 + "|"
     )
     for r in rows:
         ratio = r["server_compute_ms"] / r["in_process_ms_at_bucket"]
         print(
             f"| {r['c']} | {r['items_per_s']:.0f} | {r['items_per_s'] / best:.2f} "
             f"| {r['p50_ms']} | {r['p99_ms']} | {r['mean_batch']} | {r['server_compute_ms']} "
-            f"| {r['in_process_ms_at_bucket']} ({r['bucket']}) | {ratio:.2f} |"
+            f"| {r['in_process_ms_at_bucket']} ({r['bucket']}) | {ratio:.2f} | {r['errors']} |"
         )
     print(f"in-process best batch: {best:.0f} items/s plain, {bound:.0f} bound")
 
@@ -212,14 +212,24 @@ def main() -> None:
         print_model(name, limits, rows)
         results[name] = {"in_process": limits, "served": rows}
     results["ocr"] = ocr(args.ocr, args.work, list(filter(None, args.ocr_providers.split(","))))
-    print("\n## functions/ocr (pages)\n| provider | c | pages/s | p50 ms | p99 ms | lines/batch |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "\n## functions/ocr (pages)\n"
+        "| provider | c | pages/s | p50 ms | p99 ms | lines/batch | errors |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for label, levels in results["ocr"].items():
         for r in levels:
             print(
                 f"| {label} | {r['c']} | {r['pages_per_s']:.1f} | {r['p50_ms']} | {r['p99_ms']} "
-                f"| {r['lines_per_batch']} |"
+                f"| {r['lines_per_batch']} | {r['errors']} |"
             )
+    if {"cuda", "cpu"} <= results["ocr"].keys():
+        cuda, cpu = (results["ocr"][k] for k in ("cuda", "cpu"))
+        print(
+            f"OCR CUDA / CPU pages/s at c={cuda[-1]['c']}: "
+            f"{cuda[-1]['pages_per_s'] / cpu[-1]['pages_per_s']:.2f}; p50 at c={cuda[0]['c']}: "
+            f"{cuda[0]['p50_ms']} ms CUDA, {cpu[0]['p50_ms']} ms CPU"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))
 
