@@ -61,9 +61,13 @@ class Context:
 
 
 class Backend(Protocol):
-    """An inference engine holding one loaded model: runs one batch at a time per call."""
+    """An inference engine holding one loaded model: runs one batch at a time per call.
+
+    `buckets`: batch sizes it keeps state for (ONNX Runtime's CUDA sessions), warmed at start
+    besides the preferred sizes; empty for most."""
 
     name: str
+    buckets: tuple[int, ...]
 
     def infer(self, inputs: TensorDict) -> TensorDict: ...
 

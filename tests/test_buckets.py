@@ -65,19 +65,25 @@ def test_every_bucket_combination_is_listed_once_for_warm_up() -> None:
 
 def test_buckets_come_from_the_profile_and_the_pad_axes(tmp_path: Path) -> None:
     model = varlen_model(tmp_path / "varlen.onnx")
-    signature = read_signature(model, ModelSection())
-    buckets = buckets_for(signature, shape_profile(signature, 8), {"x": 1})
+    signature = read_signature(model, _padded("x", 1))
+    buckets = buckets_for(signature, shape_profile(signature, 8))
     assert buckets == Buckets((1, 2, 4, 8), {"x": {1: PAD_LADDER}})
-    assert buckets_for(signature, None, {"x": 1}) == Buckets()
-    assert buckets_for(signature, shape_profile(signature, 8), {}).padded == {}
+    assert buckets_for(signature, None) == Buckets()
+    plain = read_signature(model, ModelSection())
+    assert buckets_for(plain, shape_profile(plain, 8)).padded == {}
+
+
+def _padded(name: str, axis: int) -> ModelSection:
+    return ModelSection.model_validate({"inputs": {name: {"pad_axis": axis}}})
 
 
 def _varlen_backend(tmp_path: Path, device: str = "cpu", max_len: int = 300):
     model = varlen_model(tmp_path / "varlen.onnx")
-    profile = shape_profile(read_signature(model, ModelSection()), 8)
+    signature = read_signature(model, _padded("x", 1))
+    profile = shape_profile(signature, 8)
     profile["x"] = ShapeRange((1, 1), (8, 64), (8, max_len))
     return load_backend(
-        "onnxruntime", model, device=device, profile=profile, buckets=True, pad_axes={"x": 1}
+        "onnxruntime", model, signature=signature, device=device, profile=profile, buckets=True
     )
 
 
@@ -138,10 +144,11 @@ def test_no_width_is_slow_once_warm_on_cuda(tmp_path: Path) -> None:
     from benchmarks.models import crnn
 
     model = crnn(tmp_path / "crnn.onnx")
-    profile = shape_profile(read_signature(model, ModelSection()), 8)
+    signature = read_signature(model, _padded("image", 3))
+    profile = shape_profile(signature, 8)
     profile["image"] = ShapeRange((1, 1, 32, 16), (8, 1, 32, 256), (8, 1, 32, 1024))
     backend = load_backend(
-        "onnxruntime", model, device="cuda:0", profile=profile, pad_axes={"image": 3}
+        "onnxruntime", model, signature=signature, device="cuda:0", profile=profile
     )
     opened = backend.plans
     slowest = 0.0
@@ -188,9 +195,7 @@ def test_a_bucketed_batch_answers_each_request_at_its_own_length(tmp_path: Path)
     signature = read_signature(model, section)
     profile = shape_profile(signature, 8)
     profile["tokens"] = ShapeRange((1, 1), (8, 64), (8, 100))
-    backend = load_backend(
-        "onnxruntime", model, profile=profile, buckets=True, pad_axes={"tokens": 1}
-    )
+    backend = load_backend("onnxruntime", model, signature=signature, profile=profile, buckets=True)
     opened = backend.plans
     policy = BatchPolicy(8, max_queue_delay_s=0.02)
     batcher = Batcher(backend.infer, signature, policy, None, backend.assemble)

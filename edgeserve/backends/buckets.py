@@ -83,16 +83,17 @@ class Buckets:
             yield {name: tuple(shape) for name, shape in shapes.items()}
 
 
-def buckets_for(
-    signature: Signature, profile: ShapeProfile | None, pad_axes: Mapping[str, int]
-) -> Buckets:
-    """Buckets from the shape profile: rows up to its max batch, padded axes over their range."""
+def buckets_for(signature: Signature, profile: ShapeProfile | None) -> Buckets:
+    """Buckets from the shape profile: rows up to its max batch, padded axes (the manifest's
+    `pad_axis`, in the bundle's signature) over their range."""
     if not profile or not signature.batched:
         return Buckets()
     rows = row_buckets(max(r.max[0] for r in profile.values() if r.max))
     padded = {
-        name: {axis: pad_buckets(profile[name].min[axis], profile[name].max[axis])}
-        for name, axis in pad_axes.items()
-        if name in profile
+        spec.name: {
+            spec.pad_axis: pad_buckets(ranges.min[spec.pad_axis], ranges.max[spec.pad_axis])
+        }
+        for spec in signature.inputs
+        if spec.pad_axis is not None and (ranges := profile.get(spec.name)) is not None
     }
     return Buckets(rows, padded)

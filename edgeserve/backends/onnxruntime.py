@@ -19,7 +19,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -27,13 +27,11 @@ from edgeserve import datatypes
 from edgeserve.backends import cuda
 from edgeserve.backends.binding import Binding, HostMemory, Staged, batch_shapes
 from edgeserve.backends.buckets import Buckets, buckets_for
-from edgeserve.backends.options import LoadOptions
+from edgeserve.backends.options import LoadOptions, TritonNames
 from edgeserve.backends.tensors import Shape, check_inputs
 from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError, InvalidInput
 from edgeserve.hardware import Platform
-from edgeserve.manifest import ModelSection
-from edgeserve.signature import read_signature
 from edgeserve.types import Signature, TensorDict
 
 log = logging.getLogger(__name__)
@@ -43,6 +41,14 @@ class OnnxRuntime:
     """One InferenceSession shared by every worker thread; with buckets, one per bucket shape."""
 
     name = "onnxruntime"
+    package: ClassVar[str | None] = "onnxruntime"
+    platforms: ClassVar[tuple[str, ...]] = ("jetson", "nvidia-gpu", "cpu", "lambda")
+    triton: ClassVar[TritonNames] = TritonNames("onnxruntime_onnx", "onnxruntime")
+    prepared: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def prepare(cls, model_path: Path, bundle: Path) -> None:
+        """Nothing: ONNX Runtime reads the ONNX model as it is."""
 
     @classmethod
     def available(cls, platform: Platform) -> str | None:
@@ -54,7 +60,7 @@ class OnnxRuntime:
         import onnxruntime as ort
         from onnxruntime.capi import onnxruntime_pybind11_state as pybind_state
 
-        self.signature = read_signature(model_path, ModelSection())
+        self.signature = options.signature
         self._profile = options.profile
         cuda = (
             options.cuda_device
@@ -70,11 +76,12 @@ class OnnxRuntime:
         self._fills = {spec.name: spec.pad_value for spec in self.signature.inputs}
         bucketed = cuda is not None if options.buckets is None else options.buckets
         numeric = all(spec.datatype != "BYTES" for spec in self.signature.inputs)
-        self.buckets = (
-            buckets_for(self.signature, self._profile, dict(options.pad_axes))
+        self.shapes = (
+            buckets_for(self.signature, self._profile)
             if bucketed and numeric  # text cannot sit in a bound buffer
             else Buckets()
         )
+        self.buckets = self.shapes.rows  # already warm at load: warming them again is cheap
         self._memory = HostMemory(pin=cuda is not None and _has_cuda_python())
         self._cuda = cuda
         self._sessions: dict[Key, Any] = {}
@@ -92,14 +99,14 @@ class OnnxRuntime:
 
     def assemble(self, parts: Sequence[TensorDict], fills: Mapping[str, float]) -> TensorDict:
         """A batch of `parts`, written straight into its bucket's bound buffers when it has one."""
-        bucket = self.buckets.shapes(batch_shapes(parts)) if self.buckets.rows else None
+        bucket = self.shapes.shapes(batch_shapes(parts)) if self.shapes.rows else None
         if bucket is None:
             return stack_rows(parts, fills)
         return self._binding(bucket).stage(parts, fills)
 
     def infer(self, inputs: TensorDict) -> TensorDict:
         check_inputs(inputs, self.signature.inputs, self._profile)
-        if not isinstance(inputs, Staged) and self.buckets.rows:
+        if not isinstance(inputs, Staged) and self.shapes.rows:
             inputs = self.assemble([inputs], self._fills)
         try:
             if isinstance(inputs, Staged):
@@ -120,14 +127,14 @@ class OnnxRuntime:
     def _open_buckets(self) -> None:
         """Open and warm a session per bucket shape (none without buckets: one for any shape)."""
         dims = {spec.name: spec.dims for spec in self.signature.inputs}
-        if not self.buckets.rows or any(
-            dim < 0 and axis not in (0, *self.buckets.padded.get(name, {}))
+        if not self.shapes.rows or any(
+            dim < 0 and axis not in (0, *self.shapes.padded.get(name, {}))
             for name, shape in dims.items()
             for axis, dim in enumerate(shape)
         ):  # a dynamic axis no bucket decides: its shapes cannot be known ahead
             self._session(())
             return
-        for shapes in self.buckets.every(dims):
+        for shapes in self.shapes.every(dims):
             self._binding(shapes)
 
     def _session(self, key: Key) -> Any:

@@ -8,32 +8,49 @@ from typing import Literal
 
 from edgeserve.backends.tensors import ShapeProfile
 from edgeserve.errors import ConfigError
+from edgeserve.types import Signature
 
 Precision = Literal["fp32", "fp16", "int8", "auto"]
 
 
 @dataclass(frozen=True)
-class LoadOptions:
-    """`device` is "cpu" or "cuda:N"; `profile` bounds the input shapes (TensorRT needs one)."""
+class TritonNames:
+    """How Triton names a backend in model metadata and config (`platform`, `backend`) and the
+    kind of its instance group."""
 
+    platform: str
+    backend: str
+    instance_kind: str = "KIND_CPU"
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """`signature` is the one the bundle holds (backends never read the model for it); `device`
+    is "cpu" or "cuda:N"; `profile` bounds the input shapes (TensorRT needs one); `prepared` is
+    the folder where the backend's `prepare` wrote its files (the bundle), if it did."""
+
+    signature: Signature
     precision: Precision = "fp32"
     threads: int = 0
     instances: int = 1
     device: str = "cpu"
     profile: ShapeProfile | None = None
-    ir_path: Path | None = None
+    prepared: Path | None = None
     cache_dir: Path | None = None
     buckets: bool | None = None
     """Run batches at bucket shapes in bound buffers (None: where CUDA is used)."""
-    pad_axes: tuple[tuple[str, int], ...] = ()
-    """(input, axis) pairs the batcher pads (the manifest's pad_axis): buckets round them up."""
 
     @property
     def cuda_device(self) -> int | None:
         """The CUDA device index, or None when the device is the CPU."""
-        if self.device == "cpu":
-            return None
-        kind, _, index = self.device.partition(":")
-        if kind != "cuda" or not (index or "0").isdigit():
-            raise ConfigError(f"device {self.device!r}: expected 'cpu' or 'cuda:<index>'")
-        return int(index or "0")
+        return cuda_index(self.device)
+
+
+def cuda_index(device: str) -> int | None:
+    """The CUDA device index of "cuda:N" ("cuda": 0), None for "cpu"; ConfigError otherwise."""
+    if device == "cpu":
+        return None
+    kind, _, index = device.partition(":")
+    if kind != "cuda" or not (index or "0").isdigit():
+        raise ConfigError(f"device {device!r}: expected 'cpu' or 'cuda:<index>'")
+    return int(index or "0")

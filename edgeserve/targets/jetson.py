@@ -31,11 +31,11 @@ from rich.console import Console
 from edgeserve.archive import write_archive
 from edgeserve.bundle import Bundle
 from edgeserve.errors import ConfigError, DeployError
+from edgeserve.profiles import TargetProfile
 from edgeserve.targets import DeployResult
 from edgeserve.targets import releases as rel
 from edgeserve.targets.jetson_settings import JetsonSettings
 from edgeserve.targets.preflight import Device, inspect, preflight
-from edgeserve.targets.profile import TargetProfile
 from edgeserve.targets.services import SERVICES, ServiceSpec, check_image_l4t, fetch
 from edgeserve.targets.ssh import Remote
 
