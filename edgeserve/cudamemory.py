@@ -79,19 +79,22 @@ def open_cuda_region(name: str, body: Mapping[str, Any]) -> CudaRegion:
     return CudaRegion(name, device_id, byte_size, pointer)
 
 
+def available() -> bool:
+    """Whether this process can open CUDA regions: cuda-python imports and sees a GPU."""
+    try:
+        return bool(cuda.check(cuda.runtime().cudaGetDeviceCount(), "cudaGetDeviceCount"))
+    except BackendError:
+        return False
+
+
 def _runtime(where: str) -> Any:
     """cuda-python's runtime when this machine has a GPU for it; else 400 saying what to use."""
-    try:
-        cudart = cuda.runtime()
-        count = cuda.check(cudart.cudaGetDeviceCount(), "cudaGetDeviceCount")
-    except BackendError:
-        count = 0
-    if not count:
+    if not available():
         raise InvalidInput(
             f"{where}: not served here (no GPU, or no cuda-python, in this server). "
             "Hint: use system shared memory (/v2/systemsharedmemory)"
         )
-    return cudart
+    return cuda.runtime()
 
 
 def _parse(where: str, body: Mapping[str, Any]) -> tuple[bytes, int, int]:
