@@ -12,6 +12,7 @@ that answers the rest: the target (issue 12) is good answers per second at 256 c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 from pathlib import Path
@@ -57,6 +58,14 @@ def run(
             finally:
                 server.stop()
     return rows
+
+
+def as_json(rows: list[tuple[str, int, Sample]]) -> dict[str, dict[str, dict[str, float]]]:
+    """{workers: {"c=N": sample}} for benchmarks/results.json."""
+    found: dict[str, dict[str, dict[str, float]]] = {}
+    for setting, connections, sample in rows:
+        found.setdefault(setting, {})[f"c={connections}"] = dataclasses.asdict(sample)
+    return found
 
 
 def table(model: str, rows: list[tuple[str, int, Sample]]) -> str:

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,7 +58,8 @@ def perf_analyzer_env() -> dict[str, str]:
 
 def perf_analyzer(url: str, *args: str) -> tuple[int, str]:
     """Run perf_analyzer against the `varlen` model at `url`: its exit code and output."""
-    binary = shutil.which("perf_analyzer")
+    beside = Path(sys.executable).parent / "perf_analyzer"  # the venv's bin, on PATH or not
+    binary = str(beside) if beside.exists() else shutil.which("perf_analyzer")
     assert binary, "perf_analyzer is missing: it ships in tritonclient==2.41.0 (the dev extra)"
     command = [binary, "-m", "varlen", "-u", url.removeprefix("http://"), *SHORT, *args]
     done = subprocess.run(

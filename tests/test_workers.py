@@ -16,10 +16,12 @@ import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
+import tritonclient.utils.shared_memory as shm
 
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import Cpu, Gpu, Platform
-from edgeserve.workers import choose_layout
+from edgeserve.workers import choose_layout, usable_cores
+from edgeserve.workers.layout import quota_cores
 from tests.models import mlp_model, write_function
 from tests.server import Server, running
 
@@ -204,6 +206,40 @@ def test_sigterm_answers_the_requests_of_every_front_then_exits(tmp_path: Path) 
         assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
 
 
+def test_a_region_registered_through_one_front_serves_every_front(tmp_path: Path) -> None:
+    """tritonclient's own shm utilities make the region; each infer (its own connection) may
+    land on either front, and every one finds the region."""
+    folder = function(tmp_path / "mlp")
+    x = np.random.default_rng(2).normal(size=(1, 16)).astype(np.float32)
+    key = f"/i12-workers-{os.getpid()}"
+    handle = shm.create_shared_memory_region("x_region", key, x.nbytes)
+    try:
+        shm.set_shared_memory_region(handle, [x])
+        with running(folder, "--workers", "2") as (url, _):
+            registered = httpx.post(
+                f"{url}/v2/systemsharedmemory/region/x_region/register",
+                json={"key": key, "offset": 0, "byte_size": x.nbytes},
+            )
+            assert registered.status_code == 200, registered.text
+            tensor = {"name": "x", "datatype": "FP32", "shape": [1, 16]}
+            tensor["parameters"] = {
+                "shared_memory_region": "x_region",
+                "shared_memory_byte_size": x.nbytes,
+            }
+            before, served = fronts(url), [0.0]
+            for _ in range(32):  # until both fronts have answered some (connections hash apart)
+                answer = httpx.post(f"{url}/v2/models/mlp/infer", json={"inputs": [tensor]})
+                assert answer.status_code == 200, answer.text
+                y = np.asarray(answer.json()["outputs"][0]["data"], np.float32).reshape(1, 4)
+                np.testing.assert_allclose(y, reference(folder, x), rtol=1e-5, atol=1e-5)
+                served = [fronts(url)[front][0] - before[front][0] for front in before]
+                if min(served) > 0:
+                    break
+            assert min(served) > 0, served  # both fronts found the region
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_full_queue_refuses_before_the_body_is_read(tmp_path: Path, workers: str) -> None:
     """The queue (2 rows) is full of requests waiting 4 s for company: a body that is not even
@@ -261,3 +297,16 @@ def test_a_bad_workers_setting_says_what_is_expected(setting: str | int) -> None
     platform = Platform("cpu", _cpu(2), (), None, frozenset())
     with pytest.raises(ConfigError, match="workers: expected `auto` or a count >= 1"):
         choose_layout(setting, platform, 2)
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "cores"), [("max 100000\n", None), ("200000 100000\n", 2), ("50000 100000", 1)]
+)
+def test_a_cgroup_quota_bounds_the_cores_auto_counts(cpu_max: str, cores: int | None) -> None:
+    assert quota_cores(cpu_max) == cores
+
+
+def test_usable_cores_reads_the_cgroup_quota(tmp_path: Path) -> None:
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    assert usable_cores(tmp_path / "cpu.max") == 1
+    assert usable_cores(tmp_path / "absent") == len(os.sched_getaffinity(0))

@@ -26,6 +26,7 @@ from edgeserve.http.server import DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
+from edgeserve.sharedmemory import Regions
 from edgeserve.types import TensorDict
 from edgeserve.workers import wire
 from edgeserve.workers.arena import Arena, Blocks, block_size
@@ -200,7 +201,8 @@ def run_front(config: ChildConfig) -> None:
     engine = RemoteEngine(config.socket_path, config.front, board, policy)
     stats = SharedStats(bundle.name, bundle.manifest.function.model_version, board, config.front)
     limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
-    app = create_app(Runtime(bundle, engine, stats), timeouts=limits)
+    regions = Regions(store=Path(config.regions_dir))  # one registry for every front
+    app = create_app(Runtime(bundle, engine, stats), timeouts=limits, regions=regions)
     listener = reuse_port_socket(config.host, config.port)
     listener.listen(LISTEN_BACKLOG)
     tls = {} if config.tls is None else TlsFiles(**config.tls).uvicorn_options()

@@ -103,6 +103,7 @@ class InferenceServer:
         try:
             reply = await work
         except asyncio.CancelledError:
+            work.close()  # cancelled before it started: no "never awaited" warning
             reply = Unavailable("cancelled: the client went away")
         except EdgeserveError as exc:
             reply = exc

@@ -151,6 +151,7 @@ def serve_workers(
         config = ChildConfig(
             bundle=str(bundle.root),
             socket_path=str(Path(scratch) / "inference.sock"),
+            regions_dir=str(Path(scratch) / "regions"),
             board_fd=board.fd,
             fronts=fronts,
             drain_s=drain_s,
