@@ -21,6 +21,7 @@ from edgeserve.bundle import Bundle
 from edgeserve.hardware import probe_gpus
 from tests.models import identity_model, write_function
 from tests.server import served
+from tests.test_sharedmemory import MANIFEST, X  # the same identity function, the same input
 
 try:
     import tritonclient.utils.cuda_shared_memory as cudashm
@@ -30,17 +31,6 @@ if not probe_gpus():
     pytest.skip("needs an NVIDIA GPU", allow_module_level=True)
 
 pytestmark = pytest.mark.gpu
-
-MANIFEST = """
-[function]
-name = "identity"
-[batching]
-max_batch_size = 8
-max_queue_delay_ms = 1
-[backend]
-prefer = ["onnxruntime"]
-"""
-X = np.arange(12, dtype=np.float32).reshape(4, 3) / 4
 
 
 @pytest.fixture(scope="module")
