@@ -95,14 +95,3 @@ class Staged(dict[str, np.ndarray]):
     def __init__(self, views: TensorDict, binding: Binding) -> None:
         super().__init__(views)
         self.binding = binding
-
-
-def batch_shapes(parts: Sequence[TensorDict]) -> dict[str, Shape]:
-    """The shape of each stacked input: rows added up, other dims the largest of any part."""
-    return {
-        name: (
-            sum(len(part[name]) for part in parts),
-            *(max(dims) for dims in zip(*(part[name].shape[1:] for part in parts), strict=True)),
-        )
-        for name in parts[0]
-    }

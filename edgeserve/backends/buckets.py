@@ -65,6 +65,14 @@ class Buckets:
             return None
         return {name: shape for name, shape in fitted.items() if shape is not None}
 
+    def decides(self, dims: Mapping[str, Shape]) -> bool:
+        """Whether every dynamic dim of inputs of `dims` (-1) is a bucket's to choose."""
+        return bool(self.rows) and all(
+            dim >= 0 or axis == 0 or axis in self.padded.get(name, {})
+            for name, shape in dims.items()
+            for axis, dim in enumerate(shape)
+        )
+
     def every(self, dims: Mapping[str, Shape]) -> Iterator[dict[str, Shape]]:
         """Every bucket combination for inputs of `dims` (-1 where a bucket decides), to warm."""
         choices: list[tuple[str, int, tuple[int, ...]]] = [
@@ -118,3 +126,14 @@ def write_parts(
             np.copyto(region, array, casting="no")
             rows += len(array)
     return rows
+
+
+def batch_shapes(parts: Sequence[TensorDict]) -> dict[str, Shape]:
+    """The shape of each stacked input: rows added up, other dims the largest of any part."""
+    return {
+        name: (
+            sum(len(part[name]) for part in parts),
+            *(max(dims) for dims in zip(*(part[name].shape[1:] for part in parts), strict=True)),
+        )
+        for name in parts[0]
+    }
