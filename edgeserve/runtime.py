@@ -21,14 +21,14 @@ import numpy as np
 
 from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
-from edgeserve.backends.tensors import shape_profile
 from edgeserve.batching import Batcher, BatchPolicy
+from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput
 from edgeserve.handler import check_items, import_handler
 from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
 from edgeserve.samples import example_inputs
-from edgeserve.signature import check_inputs, check_names
+from edgeserve.shapes import shape_profile
 from edgeserve.stats import ModelStats
 from edgeserve.types import Backend, Context, TensorDict, TensorSpec
 
@@ -49,6 +49,7 @@ class Runtime:
         self.backend = backend
         self.stats = ModelStats(bundle.manifest.function.name, self.model_version)
         self.batcher = Batcher(backend.infer, bundle.signature, policy, self.stats)
+        self.checks = InputChecks(bundle.signature, backend.profile, policy.max_batch_size > 0)
         self.handler = (
             None
             if bundle.handler_path is None
@@ -195,8 +196,8 @@ class Runtime:
         return _Counted(self.stats)
 
     async def _run(self, inputs: TensorDict, when: _Arrival) -> TensorDict:
-        check_inputs(self.signature, inputs)
-        return await self.batcher.submit(inputs, when.deadline, when.arrived)
+        checked = self.checks(inputs)  # the one check: the batcher and backend trust it
+        return await self.batcher.submit(checked, when.deadline, when.arrived)
 
     def _checked(self, items: Any) -> list[TensorDict]:
         """preprocess's items held to the contract; a violation names the handler's file."""

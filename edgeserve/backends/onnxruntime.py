@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from edgeserve.backends.options import LoadOptions, TritonNames
-from edgeserve.backends.tensors import ShapeProfile, check_inputs
 from edgeserve.errors import BackendError, InvalidInput
 from edgeserve.hardware import Platform
+from edgeserve.shapes import ShapeProfile
 from edgeserve.types import TensorDict
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class OnnxRuntime:
         from onnxruntime.capi import onnxruntime_pybind11_state as pybind_state
 
         self.signature = options.signature
-        self._profile = options.profile
+        self.profile = options.profile
         cuda = (
             options.cuda_device
             if "CUDAExecutionProvider" in ort.get_available_providers()
@@ -57,7 +57,7 @@ class OnnxRuntime:
             ort.preload_dlls()  # the pip nvidia-* CUDA / cuDNN libraries, before the session
         self.providers_requested = providers(cuda, tf32=options.precision != "fp32")
         self.buckets: tuple[int, ...] = (
-            batch_buckets(self._profile) if cuda is not None and self.signature.batched else ()
+            batch_buckets(self.profile) if cuda is not None and self.signature.batched else ()
         )
         self._sessions = {
             bucket: self._open(ort, model_path, options) for bucket in self.buckets or (0,)
@@ -77,7 +77,6 @@ class OnnxRuntime:
             raise BackendError(f"onnxruntime: cannot load {model_path}: {exc}") from None
 
     def infer(self, inputs: TensorDict) -> TensorDict:
-        check_inputs(inputs, self.signature.inputs, self._profile)
         feeds = {name: _text(name, array) for name, array in inputs.items()}
         rows = next(iter(feeds.values())).shape[0] if self.buckets else 0
         bucket = next((b for b in self.buckets if b >= rows), 0)

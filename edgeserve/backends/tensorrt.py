@@ -28,9 +28,9 @@ import numpy as np
 
 from edgeserve.backends import cuda
 from edgeserve.backends.options import LoadOptions, Precision, TritonNames
-from edgeserve.backends.tensors import ShapeProfile, check_inputs, shape_profile
 from edgeserve.errors import BackendError
 from edgeserve.hardware import Platform
+from edgeserve.shapes import ShapeProfile, shape_profile
 from edgeserve.types import TensorDict
 
 log = logging.getLogger(__name__)
@@ -70,10 +70,10 @@ class TensorRT:
         self.signature = options.signature
         self.buckets: tuple[int, ...] = ()
         profile = options.profile or shape_profile(self.signature, max_batch_size=1)
-        self._profile = {name: r.bounded(DYNAMIC_MAX) for name, r in profile.items()}
+        self.profile: ShapeProfile = {n: r.bounded(DYNAMIC_MAX) for n, r in profile.items()}
         self.device = cuda.use_device(options.cuda_device or 0)
         plan = build_engine(
-            model_path, options.precision, self._profile, self.device, options.cache_dir
+            model_path, options.precision, self.profile, self.device, options.cache_dir
         )
         self._runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))  # must outlive the engine
         self._engine = self._runtime.deserialize_cuda_engine(plan.read_bytes())
@@ -87,7 +87,6 @@ class TensorRT:
         self._lock = threading.Lock()
 
     def infer(self, inputs: TensorDict) -> TensorDict:
-        check_inputs(inputs, self.signature.inputs, self._profile)
         return self._context().run(inputs)
 
     def close(self) -> None:
@@ -104,7 +103,7 @@ class TensorRT:
         context = getattr(self._local, "context", None)
         if context is None:
             cuda.use_device(self.device.index)  # the device is current per thread
-            context = _Context(self._engine, self._profile, self._dtypes, self.signature.outputs)
+            context = _Context(self._engine, self.profile, self._dtypes, self.signature.outputs)
             self._local.context = context
             with self._lock:
                 self._contexts.append(context)
