@@ -20,6 +20,7 @@ from rich.text import Text
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
 from edgeserve.errors import EdgeserveError
+from edgeserve.progress import live_log
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -63,7 +64,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
             f"[yellow]batching off:[/] {', '.join(fixed)} has no dynamic first dim, so every "
             "request runs alone (export the model with a dynamic batch axis to batch)"
         )
-    for written in package_targets(bundle, args.target, out.parent / "dist", source):
+    with live_log(err_console, "packaging"):  # pip's downloads, live on a terminal
+        packaged = package_targets(bundle, args.target, out.parent / "dist", source)
+    for written in packaged:
         console.print(f"[green]packaged[/] {written}")
         if (report := written.parent / "image.txt").is_file():  # an image's size per layer
             console.print(report.read_text(encoding="utf-8"), markup=False, end="", soft_wrap=True)
@@ -88,7 +91,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.auth_token_file:
         os.environ[TOKEN_FILE_ENV] = args.auth_token_file  # read where the app is made
     tls = TlsFiles.resolve(args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certs, os.environ)
-    serve(
+    return serve(
         Path(args.path),
         host=args.host,
         port=args.port,
@@ -96,8 +99,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         tls=tls,
         timeouts={f"{name}_s": getattr(args, f"{name}_timeout") for name in TIMEOUTS},
+        workers=args.workers,
     )
-    return 0
 
 
 def _cmd_invoke(args: argparse.Namespace) -> int:
@@ -166,6 +169,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             model=args.model,
             ready_timeout_s=args.ready_timeout,
             on_level=on_level,
+            processes=args.processes,
         )
     out = err_console if args.json == "-" else console
     out.print(render_table(report))
@@ -188,7 +192,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_deploy(args: argparse.Namespace) -> int:
     from edgeserve.targets import deploy
 
-    result = deploy(Path(args.path), args.target, hosts=args.host)
+    with live_log(err_console, f"deploying to {args.target}"):
+        result = deploy(Path(args.path), args.target, hosts=args.host)
     where = f" at {result.url}" if result.url else ""
     console.print(f"[green]deployed[/] {result.name} {result.version} to {result.target}{where}")
     return 0
@@ -474,6 +479,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--log-level", default="info", choices=LOG_LEVELS, help="server log detail (default info)"
     )
+    p.add_argument(
+        "--workers",
+        help="front processes: a count or `auto` (default: EDGESERVE_WORKERS, else the "
+        "manifest's [resources] workers); 1 serves in one process",
+    )
     for name, what in TIMEOUTS.items():
         p.add_argument(
             f"--{name}-timeout",
@@ -562,6 +572,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=120.0,
         help="seconds to wait for the server to be ready (default 120)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="load-generator processes (one drives ~20,000 requests/s per core)",
     )
 
     for verb, func, help_ in (

@@ -11,6 +11,7 @@
     ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
     ├── RequestTimeout             408: a client too slow to send its request
     ├── PayloadTooLarge            413
+    ├── HeadersTooLarge            431
     ├── Unavailable                503, with Retry-After: queue full, not ready, draining
     ├── DeadlineExceeded           504: the item's deadline passed before it could run
     └── DeployError                a deploy step failed (exit 3)
@@ -85,6 +86,10 @@ class RequestTimeout(EdgeserveError):
 
 class PayloadTooLarge(EdgeserveError):
     status = 413
+
+
+class HeadersTooLarge(EdgeserveError):
+    status = 431
 
 
 class Unavailable(EdgeserveError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -104,6 +104,8 @@ class ResourcesSection(_Strict):
     body_timeout_s: float = Field(default=60, gt=0)  # headers -> the whole body
     idle_timeout_s: float = Field(default=5, gt=0)  # a kept-alive connection with no request
     drain_timeout_s: float = Field(default=30, ge=0)  # SIGTERM -> exit; what is left gets 503
+    # front processes of `serve` (edgeserve/workers): a count, or chosen from cores and devices
+    workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = "auto"
 
 
 class AuthSection(_Strict):

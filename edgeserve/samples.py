@@ -63,7 +63,9 @@ def example_inputs(
         dims = [EXAMPLE_DYNAMIC_DIM if dim < 0 else dim for dim in spec.dims]
         if signature.batched:
             dims[0] = rows
-        if rng is None:
+        if rng is None and spec.datatype == "BYTES":  # zeros of object dtype are ints, not bytes
+            tensors[spec.name] = np.full(dims, b"", dtype=np.object_)
+        elif rng is None:
             tensors[spec.name] = np.zeros(dims, dtype=DATATYPES[spec.datatype].numpy)
         else:
             tensors[spec.name] = random_array(rng, spec.datatype, tuple(dims))

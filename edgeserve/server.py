@@ -13,12 +13,14 @@ from pathlib import Path
 from edgeserve.builder import open_or_build
 from edgeserve.bundle import Bundle
 from edgeserve.errors import ConfigError
+from edgeserve.hardware import probe
 from edgeserve.http.app import FunctionApp, create_app
 from edgeserve.http.auth import load_credentials
-from edgeserve.http.server import DrainingServer, uvicorn_config
+from edgeserve.http.server import BACKSTOP_S, DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
+from edgeserve.workers import choose_layout, serve_workers, usable_cores, workers_setting
 
 log = logging.getLogger("edgeserve")
 
@@ -33,12 +35,16 @@ def serve(
     fd: int | None = None,
     tls: TlsFiles | None = None,
     timeouts: Mapping[str, float | None] | None = None,
-) -> None:
-    """Open (or build) the bundle at `path`, load it once, and serve until SIGTERM/SIGINT.
+    workers: str | None = None,
+) -> int:
+    """Open (or build) the bundle at `path`, load it once, and serve until SIGTERM/SIGINT;
+    the exit status.
 
     `port` None: the manifest's [resources] port. A port already taken is refused before the
     model loads (loading may take a minute; the mistake should cost a second). `timeouts`
-    override the manifest's (`Timeouts` field names; None keeps the manifest's).
+    override the manifest's (`Timeouts` field names; None keeps the manifest's). `workers`
+    (else EDGESERVE_WORKERS, else the manifest's [resources] workers) picks the process
+    layout: one process, or front processes and an inference process (edgeserve.workers).
     """
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
     started = time.perf_counter()
@@ -48,10 +54,26 @@ def serve(
         check_port(host, port)
     load_credentials(bundle.manifest.auth, os.environ)  # a missing token fails before loading
     limits = Timeouts.from_resources(bundle.manifest.resources, **(timeouts or {}))
+    setting = workers_setting(workers, bundle.manifest.resources.workers)
+    layout = choose_layout(setting, probe(), usable_cores())
+    log.info("process layout: %s", layout.reason)
+    if not layout.single and fd is None:
+        return serve_workers(
+            bundle,
+            host=host,
+            port=port,
+            fronts=layout.fronts,
+            backend=backend,
+            log_level=log_level,
+            timeouts=dict(timeouts or {}),
+            drain_s=limits.drain_s + BACKSTOP_S,
+            tls=tls,
+        )
     app = _load(bundle, backend, started, limits)
     settings = tls.uvicorn_options() if tls else {}
     config = uvicorn_config(app, host=host, port=port, fd=fd, log_level=log_level, **settings)
     DrainingServer(config).run()
+    return 0
 
 
 def check_port(host: str, port: int) -> None:

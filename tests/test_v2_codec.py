@@ -56,9 +56,7 @@ def client_request(
     return v2.decode_request(body, None if json_size is None else str(json_size))
 
 
-def client_result(
-    outputs: list[OutputTensor], request_id: str | None = None
-) -> triton.InferResult:
+def client_result(outputs: list[OutputTensor], request_id: str | None = None) -> triton.InferResult:
     """Encode with ours, then parse with tritonclient exactly as it reads a response."""
     body, header_length = v2.encode_response("m", "1", request_id, outputs)
     return triton.InferResult.from_response_body(body, header_length=header_length)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
+from edgeserve.batching.door import Door
 from edgeserve.batching.padding import Padding
 from edgeserve.batching.plan import BatchPolicy, plan_batch
 from edgeserve.batching.rows import key_dims, part_sizes, split_rows, stack_rows
@@ -28,6 +29,7 @@ from edgeserve.errors import (
     BackendError,
     DeadlineExceeded,
     EdgeserveError,
+    InvalidInput,
     PayloadTooLarge,
     Unavailable,
 )
@@ -92,6 +94,7 @@ class Batcher:
         self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
         self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
         self._idle = 0  # workers asleep on an empty queue
+        self.door = Door(lambda: self._policy.max_queue_size - self._rows, policy.max_queue_size)
 
     def _outlook(self) -> Outlook:
         """What the batcher has learned so far: batch cost by size, arrival rate, waiting
@@ -103,6 +106,16 @@ class Batcher:
     def policy(self) -> BatchPolicy:
         """The policy as configured (while draining, batches form with no delay)."""
         return self._policy
+
+    @property
+    def queued_rows(self) -> int:
+        """Rows waiting to run (what max_queue_size bounds)."""
+        return self._rows
+
+    async def admit(self, deadline: float) -> None:
+        """Wait (bounded) until the queue has room for a request whose body is still unread:
+        the server calls this first, so a full queue costs no reading nor decoding (door.py)."""
+        await self.door.enter(deadline)
 
     async def start(self) -> None:
         """Start the worker tasks and their threads."""
@@ -134,6 +147,7 @@ class Batcher:
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         """Refuse new work, run what is queued within the timeout, fail the rest."""
         self._stopping = True
+        self.door.close("batcher is draining: not accepting requests")
         self.hurry()
         if self._workers:
             _, late = await asyncio.wait(self._workers, timeout=drain_timeout_s)
@@ -251,6 +265,8 @@ class Batcher:
         if item in self._queue:
             del self._queue[item]
             self._rows -= item.rows
+            if self.door.waiting:
+                self.door.open()
 
     def _fail(self, items: Sequence[_Item], error: Exception) -> None:
         for item in items:
@@ -307,6 +323,7 @@ class Batcher:
         token = id(batch)
         self._busy_until[token] = start + Outlook(self._cost.table).cost_of(rows)
         clock = _PhaseClock()
+        alone: list[_Item] = []  # to run one by one: the batch failed on one item's values
         try:
             merged = stack_rows([item.inputs for item in batch], self._input_fills)
             clock.lap()
@@ -323,7 +340,10 @@ class Batcher:
             self._fail(batch, Unavailable("stopped while the request was running"))
             raise
         except Exception as exc:
-            self._fail(batch, _as_edgeserve_error(exc, rows))
+            if isinstance(exc, InvalidInput) and len(batch) > 1:
+                alone = [item for item in batch if not item.future.done()]
+            else:
+                self._fail(batch, _as_edgeserve_error(exc, rows))
             ok = False
         else:
             for item, part in zip(batch, parts, strict=True):
@@ -334,6 +354,9 @@ class Batcher:
             del self._busy_until[token]
         clock.lap()
         self._report(batch, rows, start, clock.times(), ok)
+        for item in alone:  # the backend refused a value: only its own request gets the 400
+            if not item.future.done():  # not withdrawn meanwhile
+                await self._run([item])
 
     def _timed(self, inputs: TensorDict) -> tuple[TensorDict, float]:
         start = time.perf_counter()

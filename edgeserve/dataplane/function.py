@@ -23,8 +23,8 @@ class ServedFunction(Protocol):
     """What a front needs of a runtime: edgeserve.runtime.Runtime, or a proxy that forwards to
     an inference process. Fronts use only this, never the runtime's insides."""
 
-    ready: bool
-
+    @property
+    def ready(self) -> bool: ...
     @property
     def name(self) -> str: ...
     @property
@@ -45,6 +45,9 @@ class ServedFunction(Protocol):
     async def start(self) -> None: ...
     def begin_drain(self) -> None: ...
     async def stop(self, drain_timeout_s: float = ...) -> None: ...
+    async def admit(self, arrived: float) -> None:
+        """Return once a request may be read; Unavailable when it would be refused anyway."""
+
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
     ) -> TensorDict: ...

@@ -37,7 +37,7 @@ from edgeserve.http.errors import ErrorMiddleware, error_response, http_exceptio
 from edgeserve.http.inference import InferenceRoutes, route_path
 from edgeserve.http.openapi import DocsRoutes, openapi_document
 from edgeserve.http.repository import RepositoryRoutes
-from edgeserve.http.sharedmemory import SystemSharedMemoryRoutes
+from edgeserve.http.sharedmemory import SharedMemoryRoutes
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.sharedmemory import Regions
 
@@ -82,15 +82,20 @@ class FunctionApp:
 
 
 def create_app(
-    runtime: ServedFunction, *, max_body_bytes: int | None = None, timeouts: Timeouts | None = None
+    runtime: ServedFunction,
+    *,
+    max_body_bytes: int | None = None,
+    timeouts: Timeouts | None = None,
+    regions: Regions | None = None,
 ) -> FunctionApp:
     """The app serving `runtime`; its lifespan starts the runtime and stops it (draining).
 
-    Defaults: the manifest's [resources] max_body_mb and timeouts."""
+    Defaults: the manifest's [resources] max_body_mb and timeouts; shared-memory regions of
+    this process alone (processes serving one socket share `Regions(store=folder)`)."""
     resources = runtime.manifest.resources
     limit = max_body_bytes or int(resources.max_body_mb * 2**20)
     timeouts = timeouts or Timeouts.from_resources(resources)
-    regions = Regions()
+    regions = regions or Regions()
     endpoints = _Endpoints(runtime, regions)
 
     @asynccontextmanager
@@ -123,7 +128,8 @@ class _Endpoints:
             Route("/v2/models/stats", self.stats),
             Route("/metrics", self.metrics),
             *RepositoryRoutes(self.runtime).routes(),
-            *SystemSharedMemoryRoutes(self.regions).routes(),
+            *SharedMemoryRoutes(self.regions, "system").routes(),
+            *SharedMemoryRoutes(self.regions, "cuda").routes(),
             *DocsRoutes(self._document()).routes(),
         ]
         for base in (model, model + "/versions/{version}"):

@@ -136,6 +136,7 @@ class InferenceRoutes:
             if scope["method"] != "POST":
                 raise HTTPException(405, headers={"Allow": "POST"})
             self.drain.check_open()
+            await self.runtime.admit(arrived)  # a full queue costs no reading nor decoding
             body = await read_body(receive, headers, self.limit)
             client = (scope.get("client") or ("",))[0]
             call = Call(route_path(scope), headers, body, arrived, client)

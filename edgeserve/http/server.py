@@ -19,12 +19,13 @@ the bound itself (drain.py), so uvicorn's cancelling, and its plain-text 500, is
 for a request stuck where nothing awaits."""
 
 
-def uvicorn_config(app: FunctionApp, **settings: Any) -> uvicorn.Config:
-    """uvicorn's settings for `app`: its timeouts kept, no access log; `settings` add to them."""
+def uvicorn_config(app: FunctionApp, http: str = "auto", **settings: Any) -> uvicorn.Config:
+    """uvicorn's settings for `app`: its timeouts kept, no access log; `settings` add to them
+    (`http`: uvicorn's name of the HTTP implementation)."""
     timeouts = app.timeouts
     return uvicorn.Config(
         app,
-        http=protocol_class(timeouts),
+        http=protocol_class(timeouts, http),
         timeout_keep_alive=max(1, math.ceil(timeouts.idle_s)),
         timeout_graceful_shutdown=math.ceil(timeouts.drain_s + BACKSTOP_S),
         access_log=False,
