@@ -17,7 +17,9 @@ from edgeserve.batching import BatchPolicy
 from edgeserve.dataplane import InputChecks, Parameters, serving
 from edgeserve.errors import InvalidInput
 from edgeserve.http.app import create_app
+from edgeserve.runtime import LocalEngine
 from edgeserve.shapes import shape_profile
+from edgeserve.stats import ModelStats
 from edgeserve.types import Backend, Signature, TensorDict, TensorSpec
 from tests.models import mlp_model, varlen_model, write_function
 from tests.threaded_server import serving as served_over_http
@@ -159,7 +161,8 @@ def bounded_runtime(bundle: Bundle) -> tuple[Runtime, Recorded]:
         "openvino", bundle.model_path, signature=bundle.signature, profile=profile
     )
     recorded = Recorded(backend)
-    return Runtime(bundle, recorded, policy), recorded
+    stats = ModelStats(bundle.name, bundle.manifest.function.model_version)
+    return Runtime(bundle, LocalEngine(recorded, bundle.signature, policy, stats), stats), recorded
 
 
 def rows(width: int, seed: int) -> np.ndarray:
