@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Iterable, Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ import numpy as np
 
 from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
-from edgeserve.batching import Batcher, BatchPolicy
+from edgeserve.batching import Batcher, BatchPolicy, stack_rows
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
 from edgeserve.handler import check_items, import_handler
@@ -41,6 +42,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edgeserve")
 T = TypeVar("T")
+
+
+GPU_SWITCH_INTERVAL_S = 0.0005
+"""With a GPU, a batch thread that finishes a copy or a run must get the GIL back from the
+event loop at once: at Python's default 5 ms, a ResNet-18 batch of 32 took 2.1x its in-process
+time inside the server on an H100, at 0.5 ms 1.4x (benchmarks/RESULTS-gpu.md)."""
 
 
 class Engine(Protocol):
@@ -80,7 +87,9 @@ class LocalEngine:
     ) -> None:
         self.backend = backend
         self.signature = signature
-        self.batcher = Batcher(backend.infer, signature, policy, stats)
+        # a backend with bound buffers (ONNX Runtime on CUDA) assembles each batch into them
+        assemble = getattr(backend, "assemble", stack_rows)
+        self.batcher = Batcher(backend.infer, signature, policy, stats, assemble)
         self.submit = self.batcher.submit
         self.admit = self.batcher.admit
         self.check_room = self.batcher.check_room
@@ -145,6 +154,9 @@ class Runtime:
         policy = BatchPolicy.from_manifest(manifest.batching, batched=bundle.signature.batched)
         if lambda_mode:
             policy = dataclasses.replace(policy, max_queue_delay_s=0.0, instances=1)
+        device = default_device(platform)
+        if device != "cpu":
+            sys.setswitchinterval(GPU_SWITCH_INTERVAL_S)
         loaded = load_backend(
             choice.name,
             bundle.model_path,
@@ -153,7 +165,7 @@ class Runtime:
             precision=manifest.backend.precision,
             threads=manifest.backend.threads,
             instances=policy.instances,
-            device=default_device(platform),
+            device=device,
             profile=shape_profile(
                 bundle.signature, policy.max_batch_size, policy.preferred_batch_sizes
             ),

@@ -362,33 +362,3 @@ def test_onnxruntime_runs_on_the_cuda_execution_provider(models: dict[str, Path]
     inputs = _inputs("conv")
     got = backend.infer(inputs)["logits"]
     np.testing.assert_allclose(got, _direct(models["conv"], inputs)["logits"], rtol=1e-3, atol=1e-4)
-
-
-@pytest.mark.parametrize(
-    ("max_batch", "buckets"),
-    [(1, (1,)), (8, (1, 2, 4, 8)), (32, (1, 2, 4, 8, 16, 32)), (24, (1, 2, 4, 8, 16, 24))],
-)
-def test_cuda_batch_buckets_cover_every_size_up_to_the_max(max_batch: int, buckets: tuple) -> None:
-    from edgeserve.backends.onnxruntime import batch_buckets
-
-    profile = {"x": ShapeRange((1, 16), (max_batch, 16), (max_batch, 16))}
-    assert batch_buckets(profile) == buckets
-    assert batch_buckets(None) == ()
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(
-    "CUDAExecutionProvider" not in ort.get_available_providers(),
-    reason="needs onnxruntime-gpu with CUDA and an NVIDIA GPU",
-)
-def test_cuda_buckets_pad_and_cut_back_every_batch_size(tmp_path: Path) -> None:
-    model = conv_model(tmp_path / "conv.onnx")
-    signature = read_signature(model, ModelSection())
-    backend = load_backend(
-        "onnxruntime", model, device="cuda:0", profile=shape_profile(signature, 8)
-    )
-    reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    for rows in (1, 3, 5, 8):
-        x = np.random.default_rng(rows).normal(size=(rows, 3, 16, 16)).astype(np.float32)
-        got = backend.infer({"image": x})["logits"]
-        np.testing.assert_allclose(got, reference.run(None, {"image": x})[0], rtol=1e-4, atol=1e-5)

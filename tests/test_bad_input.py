@@ -6,8 +6,10 @@ a 4xx with a JSON error that says what was wrong, never a 5xx, and the next requ
 from __future__ import annotations
 
 import asyncio
+import gzip
 import io
 import shutil
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,6 +170,22 @@ def test_fuzz_v2_binary(
     )
     if response.status_code != 200:
         assert_client_error(response, f"{request!r} {tail!r} {length!r}")
+
+
+@FUZZ
+@given(
+    body=st.binary(max_size=64),
+    encoding=st.sampled_from(["gzip", "deflate", "x-gzip", "br", "gzip, gzip", ""]),
+    compress=st.sampled_from([None, gzip.compress, zlib.compress]),
+    cut=st.integers(0, 8),
+)
+def test_fuzz_content_encodings(
+    client: httpx.Client, body: bytes, encoding: str, compress: Any, cut: int
+) -> None:
+    content = compress(body) if compress else body
+    content = content[: max(0, len(content) - cut)]
+    response = client.post(INFER, content=content, headers={"content-encoding": encoding})
+    assert_client_error(response, f"{encoding} {content!r}")
 
 
 POSTS = [

@@ -20,8 +20,9 @@ import tritonclient.utils.shared_memory as shm
 
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import Cpu, Gpu, Platform
-from edgeserve.workers import choose_layout
-from tests.models import mlp_model, write_function
+from edgeserve.workers import choose_layout, usable_cores
+from edgeserve.workers.layout import quota_cores
+from tests.models import identity_model, mlp_model, write_function
 from tests.server import Server, running
 
 MANIFEST = """
@@ -122,6 +123,23 @@ def test_two_fronts_compute_what_onnxruntime_computes(tmp_path: Path) -> None:
         np.testing.assert_allclose(invoked["y"], reference(folder, x), rtol=1e-5, atol=1e-5)
         assert stats(url)["inference_count"] >= 6  # 3 rows each way (warm-up is not counted)
         assert sum(answered for answered, _ in fronts(url).values()) >= 2
+
+
+def test_bytes_and_numbers_cross_between_the_processes_unchanged(tmp_path: Path) -> None:
+    """BYTES tensors travel inline in the control message, numbers through the arena."""
+    manifest = '[function]\nname = "identity"\n[backend]\nprefer = ["onnxruntime"]\n'
+    folder = write_function(
+        tmp_path / "identity", partial(identity_model, datatypes=("FP32", "BYTES")), manifest
+    )
+    inputs = [
+        {"name": "in_FP32", "datatype": "FP32", "shape": [2, 3], "data": [0.5, 1, 2, 3, 4, 5]},
+        {"name": "in_BYTES", "datatype": "BYTES", "shape": [2, 3], "data": list("abcdef")},
+    ]
+    with running(folder, "--workers", "2") as (url, _):
+        answer = httpx.post(f"{url}/v2/models/identity/infer", json={"inputs": inputs})
+        assert answer.status_code == 200, answer.text
+        outputs = {output["name"]: output["data"] for output in answer.json()["outputs"]}
+    assert outputs == {"out_FP32": [0.5, 1, 2, 3, 4, 5], "out_BYTES": list("abcdef")}
 
 
 def test_items_from_both_fronts_meet_in_one_batch(tmp_path: Path) -> None:
@@ -296,3 +314,16 @@ def test_a_bad_workers_setting_says_what_is_expected(setting: str | int) -> None
     platform = Platform("cpu", _cpu(2), (), None, frozenset())
     with pytest.raises(ConfigError, match="workers: expected `auto` or a count >= 1"):
         choose_layout(setting, platform, 2)
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "cores"), [("max 100000\n", None), ("200000 100000\n", 2), ("50000 100000", 1)]
+)
+def test_a_cgroup_quota_bounds_the_cores_auto_counts(cpu_max: str, cores: int | None) -> None:
+    assert quota_cores(cpu_max) == cores
+
+
+def test_usable_cores_reads_the_cgroup_quota(tmp_path: Path) -> None:
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    assert usable_cores(tmp_path / "cpu.max") == 1
+    assert usable_cores(tmp_path / "absent") == len(os.sched_getaffinity(0))

@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -40,6 +40,10 @@ logger = logging.getLogger(__name__)
 INLINE_S = 0.0005
 """A batch learned to take less than this runs on the event loop itself: handing it to a worker
 thread and back would cost more than the batch (and, on few cores, wait for a free core)."""
+
+
+Assemble = Callable[[Sequence[TensorDict], Mapping[str, float]], TensorDict]
+"""Parts (one per queued item) -> the batch: `stack_rows`, or a backend's own into bound buffers."""
 
 
 class BatchObserver(Protocol):
@@ -70,8 +74,9 @@ class Batcher:
         signature: Signature,
         policy: BatchPolicy,
         observer: BatchObserver | None = None,
+        assemble: Assemble = stack_rows,
     ) -> None:
-        self._run_batch, self._observer = run_batch, observer
+        self._run_batch, self._observer, self._assemble = run_batch, observer, assemble
         self._policy = self._planning = policy  # planning drops the delay while draining
         self._padding = Padding.of(signature)
         if self._padding.why_not:
@@ -325,17 +330,18 @@ class Batcher:
         clock = _PhaseClock()
         alone: list[_Item] = []  # to run one by one: the batch failed on one item's values
         try:
-            merged = stack_rows([item.inputs for item in batch], self._input_fills)
-            clock.lap()
+            parts = [item.inputs for item in batch]
             if self._run_s.get(rows, INLINE_S) < INLINE_S:
-                outputs, run_s = self._timed(merged)
+                outputs, run_s, padded = self._timed(parts, clock)
             else:
                 loop = asyncio.get_running_loop()
-                outputs, run_s = await loop.run_in_executor(self._executor, self._timed, merged)
+                outputs, run_s, padded = await loop.run_in_executor(
+                    self._executor, self._timed, parts, clock
+                )
             clock.lap()
             old = self._run_s.get(rows, run_s)
             self._run_s[rows] = old + EWMA_WEIGHT * (run_s - old)
-            parts = self._split(outputs, batch)
+            parts = self._split(outputs, batch, padded)
         except asyncio.CancelledError:
             self._fail(batch, Unavailable("stopped while the request was running"))
             raise
@@ -358,18 +364,27 @@ class Batcher:
             if not item.future.done():  # not withdrawn meanwhile
                 await self._run([item])
 
-    def _timed(self, inputs: TensorDict) -> tuple[TensorDict, float]:
+    def _timed(
+        self, parts: list[TensorDict], clock: _PhaseClock
+    ) -> tuple[TensorDict, float, dict[str, int]]:
+        """Assemble and run a batch (on a worker thread: a large copy stays off the loop);
+        also the lengths the batch was padded to (a backend's bucket may pad past its widest)."""
         start = time.perf_counter()
-        return self._run_batch(inputs), time.perf_counter() - start
+        merged = self._assemble(parts, self._input_fills)
+        clock.lap()
+        outputs = self._run_batch(merged)
+        return outputs, time.perf_counter() - start, self._padding.lengths(merged)
 
-    def _split(self, outputs: TensorDict, batch: list[_Item]) -> list[TensorDict]:
+    def _split(
+        self, outputs: TensorDict, batch: list[_Item], padded: dict[str, int]
+    ) -> list[TensorDict]:
         rows = [item.rows for item in batch]
         if self._policy.max_batch_size:
             wrong = {n: a.shape for n, a in outputs.items() if not a.ndim or len(a) != sum(rows)}
             if wrong:
                 raise BackendError(f"outputs {wrong}: expected {sum(rows)} rows for the batch")
         parts = split_rows(outputs, rows)
-        return self._padding.cut_all(parts, [item.inputs for item in batch])
+        return self._padding.cut_all(parts, [item.inputs for item in batch], padded)
 
     def _report(
         self, batch: list[_Item], rows: int, start: float, compute: ComputeTimes, ok: bool

@@ -2,7 +2,8 @@
 
 `workers` counts front processes. 1 is today's single process (HTTP, handler and batcher on
 one event loop, inference on its threads); N > 1 is N fronts sharing the listening socket and
-one inference process owning the backend and the batcher. `auto` decides from the machine:
+one inference process owning the backend and the batcher. `auto` decides from the machine
+(cores: this process's CPU affinity, cut to its cgroup's CPU quota):
 
 - up to 2 usable cores: 1. Measured on 2 cores (docs/performance.md, "Process layout"): the
   fronts and the inference process then fight over the same two cores that inference itself
@@ -24,9 +25,11 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+from edgeserve.bundle import Bundle
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import Platform
 
@@ -64,8 +67,23 @@ def workers_setting(cli: str | None, manifest: int | str) -> int | str:
     return cli or os.environ.get(ENV) or manifest
 
 
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0))
+def usable_cores(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """Cores this process may use: its CPU affinity, cut to its cgroup's CPU quota (a container
+    limited to 2 CPUs on a 64-core node sees 64 in its affinity)."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota = quota_cores(cgroup.read_text())
+    except OSError:
+        return cores
+    return min(cores, quota) if quota else cores
+
+
+def quota_cores(cpu_max: str) -> int | None:
+    """Whole cores of a cgroup v2 `cpu.max` ("200000 100000": 2; "max 100000": no limit)."""
+    quota, _, period = cpu_max.strip().partition(" ")
+    if quota == "max" or not period:
+        return None
+    return max(1, int(quota) // int(period))
 
 
 def _count(setting: int | str) -> int:
@@ -98,6 +116,13 @@ class ChildConfig:
     port: int = 0
     tls: dict[str, Any] | None = None  # edgeserve.http.tls.TlsFiles' fields
     timeouts: dict[str, float | None] = field(default_factory=dict)  # serve's overrides
+    source: str | None = None  # the function folder a cached bundle came from (for messages)
+
+    def open_bundle(self) -> Bundle:
+        """The bundle, knowing its source folder: the handler's errors name the user's file."""
+        return replace(
+            Bundle.open(Path(self.bundle)), source=Path(self.source) if self.source else None
+        )
 
     def argv(self, module: str) -> list[str]:
         return ["-m", module, json.dumps(asdict(self))]
