@@ -24,7 +24,7 @@ import numpy as np
 
 from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
-from edgeserve.batching import Batcher, BatchPolicy, stack_rows
+from edgeserve.batching import ONE_REQUEST, Batcher, BatchPolicy, stack_rows
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
 from edgeserve.handler import check_items, import_handler
@@ -386,13 +386,16 @@ def _tensor(spec: TensorSpec, value: Any) -> np.ndarray:
 
 
 async def _all_or_none(work: Iterable[Awaitable[T]]) -> list[T]:
-    """Await all; on the first failure cancel the rest (their queued items leave the queue)
-    and raise that failure itself, not an exception group."""
+    """Await all as one request (ONE_REQUEST: the batcher fails its waiting items together);
+    on the first failure cancel the rest and raise that failure, not an exception group."""
+    token = ONE_REQUEST.set(object())  # the tasks copy this context
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(_awaited(one)) for one in work]
     except BaseExceptionGroup as failed:
         raise failed.exceptions[0] from None
+    finally:
+        ONE_REQUEST.reset(token)
     return [task.result() for task in tasks]
 
 
