@@ -148,9 +148,16 @@ def check_names(signature: Signature, names: Iterable[object]) -> None:
     if unknown or missing:
         raise InvalidInput(
             f"inputs: expected {sorted(expected)}"
-            + (f"; unknown {unknown}" if unknown else "")
-            + (f"; missing {missing}" if missing else "")
+            + (f"; unknown {_first(unknown)}" if unknown else "")
+            + (f"; missing {_first(missing)}" if missing else "")
         )
+
+
+def _first(names: list[str], shown: int = 10) -> str:
+    """At most `shown` names: a request may carry thousands, the error stays readable."""
+    if len(names) <= shown:
+        return str(names)
+    return f"{names[:shown]} and {len(names) - shown} more"
 
 
 def check_inputs(signature: Signature, inputs: dict[str, np.ndarray]) -> None:

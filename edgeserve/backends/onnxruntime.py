@@ -25,8 +25,8 @@ import numpy as np
 
 from edgeserve import datatypes
 from edgeserve.backends import cuda
-from edgeserve.backends.binding import Binding, HostMemory, Staged, batch_shapes
-from edgeserve.backends.buckets import Buckets, buckets_for
+from edgeserve.backends.binding import Binding, HostMemory, Staged
+from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for
 from edgeserve.backends.options import LoadOptions, TritonNames
 from edgeserve.backends.tensors import Shape, check_inputs
 from edgeserve.batching.rows import stack_rows
@@ -127,11 +127,7 @@ class OnnxRuntime:
     def _open_buckets(self) -> None:
         """Open and warm a session per bucket shape (none without buckets: one for any shape)."""
         dims = {spec.name: spec.dims for spec in self.signature.inputs}
-        if not self.shapes.rows or any(
-            dim < 0 and axis not in (0, *self.shapes.padded.get(name, {}))
-            for name, shape in dims.items()
-            for axis, dim in enumerate(shape)
-        ):  # a dynamic axis no bucket decides: its shapes cannot be known ahead
+        if not self.shapes.decides(dims):  # a dynamic axis no bucket decides: shapes unknown
             self._session(())
             return
         for shapes in self.shapes.every(dims):

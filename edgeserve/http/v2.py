@@ -85,7 +85,7 @@ def decode_request(
         parameters=parameters,
         inputs=inputs,
         outputs=_requested_outputs(header, parameters),
-        binary_output=bool(parameters.get("binary_data_output", False)),
+        binary_output=_flag(parameters, "binary_data_output", False, "request `parameters`"),
     )
 
 
@@ -136,7 +136,7 @@ def _decode_input(
     if not isinstance(name, str):
         raise InvalidInput(f"an input: expected a string `name`, got {name!r}")
     datatype = _datatype(name, entry.get("datatype"))
-    shape = _shape(name, entry.get("shape"))
+    shape = values.to_shape(entry.get("shape"), f"tensor `{name}`")
     parameters = _mapping(entry.get("parameters", {}), f"tensor `{name}`: `parameters`")
     where = f"tensor `{name}`"
     place = shared_memory_slice(where, parameters)
@@ -155,17 +155,18 @@ def _decode_input(
         return name, _from_json(name, datatype, shape, entry["data"]), offset
     if "data" in entry:
         raise InvalidInput(f"tensor `{name}`: has both `data` and parameters.binary_data_size")
-    if not _is_count(size) or offset + size > len(binary):
+    if not values.is_count(size):
         raise InvalidInput(
-            f"tensor `{name}`: binary_data_size {size!r} runs past the body "
+            f"tensor `{name}`: parameters.binary_data_size: expected a non-negative integer "
+            f"byte count, got {size!r}"
+        )
+    if offset + size > len(binary):
+        raise InvalidInput(
+            f"tensor `{name}`: binary_data_size {size} runs past the body "
             f"({len(binary) - offset} binary bytes left)"
         )
     chunk = binary[offset : offset + size]
     return name, _from_binary(name, datatype, shape, chunk), offset + size
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _datatype(name: str, value: Any) -> Datatype:
@@ -175,15 +176,6 @@ def _datatype(name: str, value: Any) -> Datatype:
             f"tensor `{name}`: unknown datatype {value!r}; expected one of {sorted(DATATYPES)}"
         )
     return datatype
-
-
-def _shape(name: str, value: Any) -> tuple[int, ...]:
-    valid = isinstance(value, list) and all(map(_is_count, value))
-    if not valid:
-        raise InvalidInput(
-            f"tensor `{name}`: `shape` must be a list of non-negative ints, got {value!r}"
-        )
-    return tuple(value)
 
 
 def _from_json(name: str, datatype: Datatype, shape: tuple[int, ...], data: Any) -> np.ndarray:
@@ -233,8 +225,8 @@ def _requested_outputs(
     entries = header.get("outputs")
     if entries is None or entries == []:
         return None
-    default = bool(parameters.get("binary_data_output", False))
-    outputs = []
+    default = _flag(parameters, "binary_data_output", False, "request `parameters`")
+    outputs: list[RequestedOutput] = []
     for entry in _list(entries, "request `outputs`"):
         entry = _mapping(entry, "a requested output")
         name = entry.get("name")
@@ -243,9 +235,20 @@ def _requested_outputs(
         params = _mapping(entry.get("parameters", {}), f"output `{name}`: `parameters`")
         if "classification" in params:
             raise InvalidInput(f"output `{name}`: the classification extension is not supported")
+        if any(output.name == name for output in outputs):
+            raise InvalidInput(f"output `{name}`: requested twice in `outputs`")
         place = shared_memory_slice(f"output `{name}`", params)
-        outputs.append(RequestedOutput(name, bool(params.get("binary_data", default)), place))
+        binary = _flag(params, "binary_data", default, f"output `{name}`: `parameters`")
+        outputs.append(RequestedOutput(name, binary, place))
     return tuple(outputs)
+
+
+def _flag(parameters: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    """A boolean parameter; any other JSON type is refused rather than read as truthy."""
+    value = parameters.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{where}: {key}: expected true or false, got {value!r}")
+    return value
 
 
 def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | None:
