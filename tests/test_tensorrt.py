@@ -17,9 +17,10 @@ import pytest
 from edgeserve.backends import load_backend
 from edgeserve.backends.cuda import Buffers, Device, use_device
 from edgeserve.backends.tensorrt import build_engine, engine_cache_dir
-from edgeserve.backends.tensors import ShapeRange, shape_profile
+from edgeserve.dataplane import InputChecks
 from edgeserve.errors import BackendError, InvalidInput
 from edgeserve.manifest import ModelSection
+from edgeserve.shapes import ShapeRange, shape_profile
 from edgeserve.signature import read_signature
 from tests import tensorrt_double
 from tests.models import mlp_model, varlen_model
@@ -162,8 +163,9 @@ def test_variable_length_axis_uses_the_profile_with_tensorrt_double(
         got = backend.infer({"x": x})
         for output in ("total", "doubled"):
             np.testing.assert_array_equal(got[output], _expected(model, x, output))
+    door = InputChecks(read_signature(model, ModelSection()), backend.profile, batching=True)
     with pytest.raises(InvalidInput, match=r"tensor `x`: shape \[2, 65\] is outside the range"):
-        backend.infer({"x": np.zeros((2, 65), np.float32)})
+        door({"x": np.zeros((2, 65), np.float32)})  # the data plane refuses what it cannot run
     backend.close()
 
 

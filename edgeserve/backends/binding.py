@@ -17,7 +17,7 @@ import numpy as np
 
 from edgeserve.backends import cuda
 from edgeserve.backends.buckets import write_parts
-from edgeserve.backends.tensors import Shape
+from edgeserve.shapes import Shape
 from edgeserve.types import TensorDict
 
 

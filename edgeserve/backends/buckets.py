@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeserve.backends.tensors import UNBOUNDED, Shape, ShapeProfile
+from edgeserve.shapes import UNBOUNDED, Shape, ShapeProfile
 from edgeserve.types import Signature, TensorDict
 
 PAD_LADDER = (64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)

@@ -35,10 +35,10 @@ import numpy as np
 from edgeserve.backends import cuda
 from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for, write_parts
 from edgeserve.backends.options import LoadOptions, Precision, TritonNames
-from edgeserve.backends.tensors import Shape, ShapeProfile, ShapeRange, check_inputs, shape_profile
 from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError
 from edgeserve.hardware import Platform
+from edgeserve.shapes import Shape, ShapeProfile, ShapeRange, shape_profile
 from edgeserve.types import TensorDict
 
 log = logging.getLogger(__name__)
@@ -77,9 +77,9 @@ class TensorRT:
 
         self.signature = options.signature
         profile = options.profile or shape_profile(self.signature, max_batch_size=1)
-        self._profile = {name: r.bounded(DYNAMIC_MAX) for name, r in profile.items()}
+        self.profile: ShapeProfile = {n: r.bounded(DYNAMIC_MAX) for n, r in profile.items()}
         dims = {spec.name: spec.dims for spec in self.signature.inputs}
-        shapes = buckets_for(self.signature, self._profile)
+        shapes = buckets_for(self.signature, self.profile)
         self.shapes = shapes if shapes.decides(dims) else Buckets()
         self.buckets = self.shapes.rows
         buckets = list(self.shapes.every(dims)) if self.shapes.rows else []
@@ -87,7 +87,7 @@ class TensorRT:
         self._profiles = [
             {name: ShapeRange(shape, shape, shape) for name, shape in bucket.items()}
             for bucket in buckets
-        ] or [self._profile]
+        ] or [self.profile]
         self._fills = {spec.name: spec.pad_value for spec in self.signature.inputs}
         self.device = cuda.use_device(options.cuda_device or 0)
         plan = build_engine(
@@ -119,7 +119,6 @@ class TensorRT:
         return batch
 
     def infer(self, inputs: TensorDict) -> TensorDict:
-        check_inputs(inputs, self.signature.inputs, self._profile)
         shapes = {name: tuple(array.shape) for name, array in inputs.items()}
         bucket = self.shapes.shapes(shapes) if self.shapes.rows else None
         index = self._index[_key(bucket)] if bucket is not None else 0

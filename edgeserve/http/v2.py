@@ -6,6 +6,9 @@ Inputs carry `parameters.binary_data_size`; outputs ask for binary with `paramet
 or all at once with the request's `parameters.binary_data_output`. Numbers are little-endian,
 row-major; a BYTES element is a 4-byte little-endian length and its bytes; BF16 (raw bits in
 uint16, see datatypes.py) travels only in binary. BYTES elements decode to `bytes` objects.
+
+A decoded body is the data plane's `InferRequest`; the data plane's `OutputTensor`s become the
+response body. Nothing here checks a request against the model: the data plane does.
 """
 
 from __future__ import annotations
@@ -13,49 +16,22 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
 
 from edgeserve import values
-from edgeserve.datatypes import DATATYPES, Datatype, from_numpy
+from edgeserve.dataplane.requests import InferRequest, OutputTensor, RequestedOutput
+from edgeserve.datatypes import DATATYPES, Datatype
 from edgeserve.errors import InvalidInput
 from edgeserve.sharedmemory import Slice
-from edgeserve.types import Signature, TensorDict
+from edgeserve.types import TensorDict
 
 ReadSlice = Callable[[str, Slice], memoryview]
 """Reads an input's bytes from a registered shared-memory region (`Regions.read`)."""
 
 HEADER_LENGTH = "inference-header-content-length"
-
-
-@dataclass(frozen=True)
-class RequestedOutput:
-    name: str
-    binary: bool
-    place: Slice | None = None  # written to shared memory, not sent
-
-
-@dataclass(frozen=True)
-class InferRequest:
-    """A decoded request; `outputs` is None when the client asked for all of them."""
-
-    id: str | None
-    parameters: Mapping[str, Any]
-    inputs: TensorDict
-    outputs: tuple[RequestedOutput, ...] | None
-    binary_output: bool
-
-
-@dataclass(frozen=True)
-class OutputTensor:
-    name: str
-    data: np.ndarray
-    datatype: str
-    binary: bool
-    place: Slice | None = None
 
 
 def decode_request(
@@ -269,47 +245,6 @@ def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | No
     return Slice(region, counts[0], counts[1])
 
 
-def check_outputs(request: InferRequest, signature: Signature) -> None:
-    """Refuse, before running the model, outputs it lacks and BF16 outputs asked for as JSON."""
-    specs = {spec.name: spec for spec in signature.outputs}
-    wanted = request.outputs or tuple(RequestedOutput(n, request.binary_output) for n in specs)
-    for output in wanted:
-        spec = specs.get(output.name)
-        if spec is None:
-            raise InvalidInput(
-                f"output `{output.name}`: the model has no such output; "
-                f"its outputs are {sorted(specs)}"
-            )
-        if spec.datatype == "BF16" and not output.binary and output.place is None:
-            raise InvalidInput(
-                f"output `{output.name}`: BF16 travels only as binary data; "
-                "ask for it with parameters.binary_data = true"
-            )
-
-
-def response_outputs(
-    request: InferRequest, results: TensorDict, signature: Signature
-) -> list[OutputTensor]:
-    """The tensors to send, in the order asked (all outputs in model order when none were named)."""
-    datatypes = {spec.name: spec.datatype for spec in signature.outputs}
-    if request.outputs is None:
-        wanted = [
-            RequestedOutput(name, request.binary_output) for name in datatypes if name in results
-        ]
-    else:
-        wanted = list(request.outputs)
-    return [
-        OutputTensor(
-            o.name,
-            results[o.name],
-            datatypes.get(o.name) or from_numpy(results[o.name].dtype).name,
-            o.binary,
-            o.place,
-        )
-        for o in wanted
-    ]
-
-
 def encode_response(
     model_name: str, model_version: str, request_id: str | None, outputs: Sequence[OutputTensor]
 ) -> tuple[bytes, int | None]:
@@ -366,15 +301,3 @@ def _to_json(output: OutputTensor) -> Any:
             f"output `{output.name}`: holds bytes that are not UTF-8, which JSON cannot carry; "
             "ask for it with parameters.binary_data = true"
         ) from None
-
-
-def request_timeout_s(request: InferRequest) -> float | None:
-    """Triton's `timeout` request parameter, in microseconds; a bad value is the client's error."""
-    value = request.parameters.get("timeout")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(
-            f"parameters.timeout: expected a positive integer of microseconds, got {value!r}"
-        )
-    return value / 1e6
