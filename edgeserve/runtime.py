@@ -295,7 +295,7 @@ class Runtime:
     def _checked(self, items: Any) -> list[TensorDict]:
         """preprocess's items held to the contract; a violation names the handler's file."""
         try:
-            return check_items(items, self.signature)
+            return check_items(items, self.signature, sizes=False)
         except HandlerError as exc:
             raise HandlerError(exc.message, str(self.bundle.handler_source)) from None
 
