@@ -12,7 +12,8 @@ model. For the ResNet-18-shaped and the CRNN benchmark models (benchmarks/models
 - functions/ocr: pages/s and p50 at c=1 and c=32 on CUDA, and on the same host's CPU provider
   (`EDGESERVE_DEVICE=cpu`).
 
-    python benchmarks/gpu.py WORK_DIR [--json FILE]    # ~4 min on an H100 host
+    python benchmarks/gpu.py WORK_DIR [--json FILE] [--processes 4]   # ~4 min on an H100 host
+    EDGESERVE_WORKERS=1 python benchmarks/gpu.py ...     # the served layout: 1 process, N fronts
 
 The edgeserve that runs is the one first on PYTHONPATH (this script appends its own checkout
 last), so one script measures two trees: before and after a change.
@@ -104,11 +105,20 @@ def bucket(rows: float) -> int:
     return next(b for b in (1, 2, 4, 8, 16, 32) if b >= round(rows))
 
 
-def served(model_name: str, work: Path, limits: dict[int, dict[str, float]]) -> list[dict]:
+def served(
+    model_name: str, work: Path, limits: dict[int, dict[str, float]], processes: int
+) -> list[dict]:
     source = write_function(model_name, work / model_name)
     shapes = {"image": BENCH_SHAPES[model_name]}
     target = gpu_bundle(source, work)
-    report = bench(target, concurrency=CONCURRENCY, window_s=1.0, max_windows=5, shapes=shapes)
+    report = bench(
+        target,
+        concurrency=CONCURRENCY,
+        window_s=1.0,
+        max_windows=5,
+        shapes=shapes,
+        processes=processes,
+    )
     rows = []
     for level in report.to_json()["levels"]:
         server = level["server"] or {}
@@ -147,13 +157,19 @@ def device(value: str | None) -> Iterator[None]:
             os.environ["EDGESERVE_DEVICE"] = old
 
 
-def ocr(source: Path, work: Path, providers: list[str]) -> dict[str, list[dict]]:
+def ocr(source: Path, work: Path, providers: list[str], processes: int) -> dict[str, list[dict]]:
     """Pages/s and latency of functions/ocr on CUDA and on the CPU provider."""
     target, results = gpu_bundle(source, work), {}
     for label in providers:
         value = "cpu" if label == "cpu" else None
         with device(value):
-            report = bench(target, concurrency=OCR_CONCURRENCY, window_s=2.0, max_windows=5)
+            report = bench(
+                target,
+                concurrency=OCR_CONCURRENCY,
+                window_s=2.0,
+                max_windows=5,
+                processes=processes,
+            )
         results[label] = [
             {
                 "c": level["value"],
@@ -195,6 +211,7 @@ def main() -> None:
     parser.add_argument("work", type=Path)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--models", default="resnet,crnn", help="benchmark models to measure")
+    parser.add_argument("--processes", type=int, default=1, help="load-generator processes")
     parser.add_argument("--ocr", type=Path, default=Path(__file__).parents[1] / "functions/ocr")
     parser.add_argument(
         "--ocr-providers",
@@ -204,14 +221,17 @@ def main() -> None:
     args = parser.parse_args()
     if hasattr(ort, "preload_dlls"):
         ort.preload_dlls()
-    results: dict[str, Any] = {}
+    workers = os.environ.get("EDGESERVE_WORKERS", "the manifest's (auto)")
+    print(f"# served with workers = {workers}, {args.processes} load-generator process(es)")
+    results: dict[str, Any] = {"workers": workers, "processes": args.processes}
     for name in filter(None, args.models.split(",")):
         model = write_function(name, args.work / name) / "model.onnx"
         limits = {b: in_process(model, BENCH_SHAPES[name], b) for b in BATCHES}
-        rows = served(name, args.work, limits)
+        rows = served(name, args.work, limits, args.processes)
         print_model(name, limits, rows)
         results[name] = {"in_process": limits, "served": rows}
-    results["ocr"] = ocr(args.ocr, args.work, list(filter(None, args.ocr_providers.split(","))))
+    providers = list(filter(None, args.ocr_providers.split(",")))
+    results["ocr"] = ocr(args.ocr, args.work, providers, args.processes)
     print(
         "\n## functions/ocr (pages)\n"
         "| provider | c | pages/s | p50 ms | p99 ms | lines/batch | errors |"

@@ -24,14 +24,14 @@ import numpy as np
 
 from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
-from edgeserve.backends.tensors import shape_profile
-from edgeserve.batching import Batcher, BatchPolicy, stack_rows
+from edgeserve.batching import ONE_REQUEST, Batcher, BatchPolicy, stack_rows
+from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
 from edgeserve.handler import check_items, import_handler
 from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
 from edgeserve.samples import example_inputs
-from edgeserve.signature import check_inputs, check_names
+from edgeserve.shapes import ShapeProfile, shape_profile
 from edgeserve.stats import ModelStats
 from edgeserve.types import Backend, Context, TensorDict, TensorSpec
 
@@ -56,6 +56,10 @@ class Engine(Protocol):
 
     @property
     def backend_name(self) -> str: ...
+    @property
+    def profile(self) -> ShapeProfile | None:
+        """The shapes its backend was loaded for: the data plane refuses others at the door."""
+
     @property
     def ready(self) -> bool:
         """Whether batches can run (a RemoteEngine is not while the inference process restarts)."""
@@ -95,6 +99,10 @@ class LocalEngine:
     def backend_name(self) -> str:
         return self.backend.name
 
+    @property
+    def profile(self) -> ShapeProfile | None:
+        return self.backend.profile
+
     async def start(self) -> None:
         """Start the batcher, then run one batch per preferred size (and backend bucket)."""
         await self.batcher.start()
@@ -115,6 +123,7 @@ class Runtime:
         self.bundle = bundle
         self.engine = engine
         self.stats = stats or ModelStats(bundle.manifest.function.name, self.model_version)
+        self.checks = self._door()
         self.handler = (
             None
             if bundle.handler_path is None
@@ -207,6 +216,7 @@ class Runtime:
             return
         started = time.perf_counter()
         await self.engine.start()
+        self.checks = self._door()  # a remote engine says its shapes once connected
         self.timings["warmup_s"] = time.perf_counter() - started
         self._housekeeping = asyncio.create_task(trim_when_idle(self._requests_seen))
         self.started = True
@@ -269,6 +279,11 @@ class Runtime:
             results = await _all_or_none(self._run_item(item, when) for item in items)
             return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
 
+    def _door(self) -> InputChecks:
+        """The checks every request passes, against the shapes the engine's backend takes."""
+        batching = self.signature.batched and self.manifest.batching.max_batch_size > 0
+        return InputChecks(self.signature, self.engine.profile, batching)
+
     def _requests_seen(self) -> int:
         counters = self.stats.snapshot()
         return counters.success.count + counters.fail.count
@@ -277,8 +292,8 @@ class Runtime:
         return _Counted(self.stats)
 
     async def _run(self, inputs: TensorDict, when: _Arrival) -> TensorDict:
-        check_inputs(self.signature, inputs)
-        return await self.engine.submit(inputs, when.deadline, when.arrived)
+        checked = self.checks(inputs)  # the one check: the engine and backend trust it
+        return await self.engine.submit(checked, when.deadline, when.arrived)
 
     def _checked(self, items: Any) -> list[TensorDict]:
         """preprocess's items held to the contract; a violation names the handler's file."""
@@ -371,13 +386,16 @@ def _tensor(spec: TensorSpec, value: Any) -> np.ndarray:
 
 
 async def _all_or_none(work: Iterable[Awaitable[T]]) -> list[T]:
-    """Await all; on the first failure cancel the rest (their queued items leave the queue)
-    and raise that failure itself, not an exception group."""
+    """Await all as one request (ONE_REQUEST: the batcher fails its waiting items together);
+    on the first failure cancel the rest and raise that failure, not an exception group."""
+    token = ONE_REQUEST.set(object())  # the tasks copy this context
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(_awaited(one)) for one in work]
     except BaseExceptionGroup as failed:
         raise failed.exceptions[0] from None
+    finally:
+        ONE_REQUEST.reset(token)
     return [task.result() for task in tasks]
 
 

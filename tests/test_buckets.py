@@ -17,10 +17,12 @@ import pytest
 
 from edgeserve.backends import load_backend
 from edgeserve.backends.buckets import PAD_LADDER, Buckets, buckets_for, pad_buckets, row_buckets
-from edgeserve.backends.tensors import ShapeRange, shape_profile
 from edgeserve.batching import Batcher, BatchPolicy
 from edgeserve.batching.rows import stack_rows
+from edgeserve.dataplane import InputChecks
+from edgeserve.errors import InvalidInput
 from edgeserve.manifest import ModelSection
+from edgeserve.shapes import ShapeRange, shape_profile
 from edgeserve.signature import read_signature
 from tests.models import conv_model, tokens_model, varlen_model
 
@@ -114,8 +116,9 @@ def test_width_buckets_never_open_a_session_after_load(tmp_path: Path) -> None:
 def test_a_batch_beyond_the_buckets_runs_in_one_shared_session(tmp_path: Path) -> None:
     backend = _varlen_backend(tmp_path, max_len=100)  # widths 64, 96, 100
     x = np.ones((1, 400), np.float32)  # wider than the profile allows: refused at the door
-    with pytest.raises(Exception, match="outside the range"):
-        backend.infer({"x": x})
+    door = InputChecks(backend.signature, backend.profile, batching=True)
+    with pytest.raises(InvalidInput, match="outside the range"):
+        door({"x": x})
     assert backend.plans == 4 * 3
     backend.close()
 

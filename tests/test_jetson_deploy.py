@@ -37,7 +37,14 @@ pytestmark = [
 
 DEVICE_PYTHON = str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "python")
 POLL_LIMIT_S = 120.0
-BROKEN_HANDLER = 'raise RuntimeError("this handler is broken on purpose")\n'
+# Broken where it is served (a bundle keeps it in handler/), not at build time: `edgeserve build`
+# imports the handler and would refuse a bundle whose handler does not import.
+BROKEN_HANDLER = """\
+from pathlib import Path
+
+if Path(__file__).parent.name == "handler":
+    raise RuntimeError("this handler is broken on purpose")
+"""
 
 
 def _build(source: Path, out: Path, version: str) -> Bundle:

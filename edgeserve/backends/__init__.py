@@ -24,10 +24,10 @@ from edgeserve.backends.onnxruntime import OnnxRuntime
 from edgeserve.backends.openvino import OpenVINO
 from edgeserve.backends.options import LoadOptions, Precision, TritonNames, cuda_index
 from edgeserve.backends.tensorrt import TensorRT
-from edgeserve.backends.tensors import ShapeProfile
 from edgeserve.errors import BackendError, ConfigError
 from edgeserve.hardware import Platform
 from edgeserve.manifest import ModelSection
+from edgeserve.shapes import ShapeProfile
 from edgeserve.types import Backend, Signature
 
 

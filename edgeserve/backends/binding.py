@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from edgeserve.backends import cuda
-from edgeserve.backends.tensors import Shape
+from edgeserve.backends.buckets import write_parts
+from edgeserve.shapes import Shape
 from edgeserve.types import TensorDict
 
 
@@ -76,17 +77,7 @@ class Binding:
 
     def stage(self, parts: Sequence[TensorDict], fills: Mapping[str, float]) -> Staged:
         """Write the parts' rows one after another; what a part lacks on a padded axis is fill."""
-        rows = 0
-        for name, buffer in self.inputs.items():
-            rows = 0
-            for part in parts:
-                array = part[name]
-                region = buffer[rows : rows + len(array)]
-                if array.shape[1:] != buffer.shape[1:]:
-                    region.fill(fills.get(name, 0.0))
-                    region = region[(slice(None), *(slice(0, dim) for dim in array.shape[1:]))]
-                np.copyto(region, array, casting="no")
-                rows += len(array)
+        rows = write_parts(self.inputs, parts, fills)
         return Staged({name: buffer[:rows] for name, buffer in self.inputs.items()}, self)
 
     def run(self, rows: int) -> TensorDict:
@@ -104,14 +95,3 @@ class Staged(dict[str, np.ndarray]):
     def __init__(self, views: TensorDict, binding: Binding) -> None:
         super().__init__(views)
         self.binding = binding
-
-
-def batch_shapes(parts: Sequence[TensorDict]) -> dict[str, Shape]:
-    """The shape of each stacked input: rows added up, other dims the largest of any part."""
-    return {
-        name: (
-            sum(len(part[name]) for part in parts),
-            *(max(dims) for dims in zip(*(part[name].shape[1:] for part in parts), strict=True)),
-        )
-        for name in parts[0]
-    }

@@ -7,17 +7,19 @@ session is opened per bucket shape and only ever sees that shape: the batch axis
 to a power of two (or max_batch_size), each padded axis (`pad_axis` in the manifest, e.g. OCR
 line widths) to the next of a short geometric ladder, and every bucket is warmed at load.
 
-Pure: no engine is imported here, so the choice of shape is tested without a GPU.
+Pure (numpy only): no engine is imported here, so the choice of shape is tested without a GPU.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from edgeserve.backends.tensors import UNBOUNDED, Shape, ShapeProfile
-from edgeserve.types import Signature
+import numpy as np
+
+from edgeserve.shapes import UNBOUNDED, Shape, ShapeProfile
+from edgeserve.types import Signature, TensorDict
 
 PAD_LADDER = (64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 """Sizes a padded axis is rounded up to (at most 1.5x wasted): OCR lines run 16-2048 columns."""
@@ -63,6 +65,14 @@ class Buckets:
             return None
         return {name: shape for name, shape in fitted.items() if shape is not None}
 
+    def decides(self, dims: Mapping[str, Shape]) -> bool:
+        """Whether every dynamic dim of inputs of `dims` (-1) is a bucket's to choose."""
+        return bool(self.rows) and all(
+            dim >= 0 or axis == 0 or axis in self.padded.get(name, {})
+            for name, shape in dims.items()
+            for axis, dim in enumerate(shape)
+        )
+
     def every(self, dims: Mapping[str, Shape]) -> Iterator[dict[str, Shape]]:
         """Every bucket combination for inputs of `dims` (-1 where a bucket decides), to warm."""
         choices: list[tuple[str, int, tuple[int, ...]]] = [
@@ -97,3 +107,33 @@ def buckets_for(signature: Signature, profile: ShapeProfile | None) -> Buckets:
         if spec.pad_axis is not None and (ranges := profile.get(spec.name)) is not None
     }
     return Buckets(rows, padded)
+
+
+def write_parts(
+    buffers: Mapping[str, np.ndarray], parts: Sequence[TensorDict], fills: Mapping[str, float]
+) -> int:
+    """Write the parts' rows one after another into `buffers` (a bucket's shapes; what a part
+    lacks on a padded axis is its fill); the number of rows written."""
+    rows = 0
+    for name, buffer in buffers.items():
+        rows = 0
+        for part in parts:
+            array = part[name]
+            region = buffer[rows : rows + len(array)]
+            if array.shape[1:] != buffer.shape[1:]:
+                region.fill(fills.get(name, 0.0))
+                region = region[(slice(None), *(slice(0, dim) for dim in array.shape[1:]))]
+            np.copyto(region, array, casting="no")
+            rows += len(array)
+    return rows
+
+
+def batch_shapes(parts: Sequence[TensorDict]) -> dict[str, Shape]:
+    """The shape of each stacked input: rows added up, other dims the largest of any part."""
+    return {
+        name: (
+            sum(len(part[name]) for part in parts),
+            *(max(dims) for dims in zip(*(part[name].shape[1:] for part in parts), strict=True)),
+        )
+        for name in parts[0]
+    }

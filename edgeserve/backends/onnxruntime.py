@@ -25,13 +25,13 @@ import numpy as np
 
 from edgeserve import datatypes
 from edgeserve.backends import cuda
-from edgeserve.backends.binding import Binding, HostMemory, Staged, batch_shapes
-from edgeserve.backends.buckets import Buckets, buckets_for
+from edgeserve.backends.binding import Binding, HostMemory, Staged
+from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for
 from edgeserve.backends.options import LoadOptions, TritonNames
-from edgeserve.backends.tensors import Shape, check_inputs
 from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError, InvalidInput
 from edgeserve.hardware import Platform
+from edgeserve.shapes import Shape
 from edgeserve.types import Signature, TensorDict
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class OnnxRuntime:
         from onnxruntime.capi import onnxruntime_pybind11_state as pybind_state
 
         self.signature = options.signature
-        self._profile = options.profile
+        self.profile = options.profile
         cuda = (
             options.cuda_device
             if "CUDAExecutionProvider" in ort.get_available_providers()
@@ -77,7 +77,7 @@ class OnnxRuntime:
         bucketed = cuda is not None if options.buckets is None else options.buckets
         numeric = all(spec.datatype != "BYTES" for spec in self.signature.inputs)
         self.shapes = (
-            buckets_for(self.signature, self._profile)
+            buckets_for(self.signature, self.profile)
             if bucketed and numeric  # text cannot sit in a bound buffer
             else Buckets()
         )
@@ -105,7 +105,6 @@ class OnnxRuntime:
         return self._binding(bucket).stage(parts, fills)
 
     def infer(self, inputs: TensorDict) -> TensorDict:
-        check_inputs(inputs, self.signature.inputs, self._profile)
         if not isinstance(inputs, Staged) and self.shapes.rows:
             inputs = self.assemble([inputs], self._fills)
         try:
@@ -127,11 +126,7 @@ class OnnxRuntime:
     def _open_buckets(self) -> None:
         """Open and warm a session per bucket shape (none without buckets: one for any shape)."""
         dims = {spec.name: spec.dims for spec in self.signature.inputs}
-        if not self.shapes.rows or any(
-            dim < 0 and axis not in (0, *self.shapes.padded.get(name, {}))
-            for name, shape in dims.items()
-            for axis, dim in enumerate(shape)
-        ):  # a dynamic axis no bucket decides: its shapes cannot be known ahead
+        if not self.shapes.decides(dims):  # a dynamic axis no bucket decides: shapes unknown
             self._session(())
             return
         for shapes in self.shapes.every(dims):

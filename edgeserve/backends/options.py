@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from edgeserve.backends.tensors import ShapeProfile
 from edgeserve.errors import ConfigError
+from edgeserve.shapes import ShapeProfile
 from edgeserve.types import Signature
 
 Precision = Literal["fp32", "fp16", "int8", "auto"]

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -63,6 +64,12 @@ class _Item:
     arrived: float
     deadline: float
     future: asyncio.Future[TensorDict]
+    request: object | None = None  # items of one request (ONE_REQUEST) share one outcome
+
+
+ONE_REQUEST: ContextVar[object | None] = ContextVar("edgeserve_request", default=None)
+"""Set to a token around the submits of one request that became several items (a handler's):
+when one of them fails, those still waiting fail with it instead of running for nothing."""
 
 
 class Batcher:
@@ -98,6 +105,7 @@ class Batcher:
         self._waits = WaitMeter()
         self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
         self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
+        self._reruns: set[_Item] = set()  # items of a refused batch waiting to run one by one
         self._idle = 0  # workers asleep on an empty queue
         self.door = Door(lambda: self._policy.max_queue_size - self._rows, policy.max_queue_size)
 
@@ -181,9 +189,11 @@ class Batcher:
         self._check_slo(rows, now, arrived)
         self._arrivals.arrived(now, rows)
         sizes = part_sizes(rows, self._policy.max_batch_size)
-        loop = asyncio.get_running_loop()
+        loop, request = asyncio.get_running_loop(), ONE_REQUEST.get()
         items = [
-            _Item(part, size, self._key(part), now, arrived, deadline, loop.create_future())
+            _Item(
+                part, size, self._key(part), now, arrived, deadline, loop.create_future(), request
+            )
             for part, size in zip(split_rows(inputs, sizes), sizes, strict=True)
         ]
         self._queue.update(dict.fromkeys(items))
@@ -202,16 +212,11 @@ class Batcher:
         return True
 
     def _rows_of(self, inputs: TensorDict) -> int:
-        """Rows of a request: 1 for an unbatched model, else the shared length of axis 0."""
+        """Rows of a request: 1 for an unbatched model, else the length of axis 0 (the same
+        for every input, and at least 1: the data plane's checks saw to it)."""
         if not self._policy.max_batch_size:
             return 1
-        counts = {name: array.shape[0] if array.ndim else 0 for name, array in inputs.items()}
-        if len(set(counts.values())) != 1 or 0 in counts.values():
-            raise InvalidInput(
-                f"inputs {counts}: expected every input to have the same number (>= 1) "
-                "of rows on axis 0 (the batch axis)"
-            )
-        return next(iter(counts.values()))
+        return int(next(iter(inputs.values())).shape[0])
 
     def check_room(self, rows: int) -> None:
         """Refuse `rows` now if the queue could never hold them (413) or cannot now (503)."""
@@ -279,7 +284,10 @@ class Batcher:
                 self.door.open()
 
     def _fail(self, items: Sequence[_Item], error: Exception) -> None:
-        for item in items:
+        """Fail `items`, and every item still waiting that belongs to one of their requests."""
+        failed = {item.request for item in items} - {None}
+        waiting = [*self._queue, *self._reruns] if failed else []
+        for item in (*items, *(item for item in waiting if item.request in failed)):
             self._dequeue(item)
             if not item.future.done():
                 item.future.set_exception(error)
@@ -365,7 +373,9 @@ class Batcher:
             del self._busy_until[token]
         clock.lap()
         self._report(batch, rows, start, clock.times(), ok)
+        self._reruns.update(alone)
         for item in alone:  # the backend refused a value: only its own request gets the 400
+            self._reruns.discard(item)
             if not item.future.done():  # not withdrawn meanwhile
                 await self._run([item])
 

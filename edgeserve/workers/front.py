@@ -25,6 +25,7 @@ from edgeserve.http.server import DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
+from edgeserve.shapes import ShapeProfile
 from edgeserve.sharedmemory import Regions
 from edgeserve.types import TensorDict
 from edgeserve.workers import wire
@@ -58,6 +59,7 @@ class RemoteEngine:
         self._connected = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
         self.backend_name = "?"
+        self.profile: ShapeProfile | None = None  # told by the inference process (HELLO)
 
     @property
     def ready(self) -> bool:
@@ -153,7 +155,7 @@ class RemoteEngine:
         sock.setblocking(False)
         reader, writer = await asyncio.open_unix_connection(sock=sock)
         try:
-            _, self.backend_name = await wire.receive(reader)
+            _, self.backend_name, self.profile = await wire.receive(reader)
         except BaseException:
             writer.close()
             raise

@@ -55,7 +55,7 @@ class InferenceServer:
                 continue
             conn.setblocking(False)
             reader, writer = await asyncio.open_unix_connection(sock=conn)
-            wire.send(writer, (wire.HELLO, self.engine.backend_name))
+            wire.send(writer, (wire.HELLO, self.engine.backend_name, self.engine.profile))
             arena = Arena(fds[0], hello["arena_bytes"])
             task = asyncio.create_task(self.serve_front(reader, writer, arena, hello["front"]))
             self.fronts.add(task)
