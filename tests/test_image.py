@@ -137,6 +137,19 @@ def test_the_image_serves_v2_as_a_non_root_user(built: Built) -> None:
     assert uid.strip() == "65532"
 
 
+def readiness_flips_off(url: str, within_s: float) -> bool:
+    """True once readiness stops answering 200 (podman kill returns before the signal lands)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code != 200:
+                return True
+        except httpx.HTTPError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def test_sigterm_drains_the_requests_in_flight_within_the_grace_period(built: Built) -> None:
     replies: list[int] = []
 
@@ -153,8 +166,7 @@ def test_sigterm_drains_the_requests_in_flight_within_the_grace_period(built: Bu
         subprocess.run(
             ["podman", "kill", "--signal", "TERM", name], check=True, capture_output=True
         )
-        with pytest.raises((TimeoutError, httpx.HTTPError)):  # readiness flips off at once
-            wait_http(f"{url}/v2/health/ready", 0.3)
+        assert readiness_flips_off(f"{url}/v2/health/ready", within_s=5)
         for caller in callers:
             caller.join(timeout=30)
         subprocess.run(["podman", "wait", name], check=True, capture_output=True, timeout=60)
