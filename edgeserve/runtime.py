@@ -12,7 +12,6 @@ The wiring batcher -> backend is written out here (`LocalEngine`): the batcher c
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import sys
 import time
@@ -37,7 +36,7 @@ from edgeserve.types import Backend, Context, TensorDict, TensorSpec
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
-    from edgeserve.manifest import Manifest
+    from edgeserve.manifest import BatchingSection, Manifest
     from edgeserve.types import Signature
 
 log = logging.getLogger("edgeserve")
@@ -139,21 +138,19 @@ class Runtime:
         bundle: Bundle,
         *,
         backend: str | None = None,
-        lambda_mode: bool = False,
+        batching: BatchingSection | None = None,
         stats: ModelStats | None = None,
     ) -> Runtime:
         """Load the model on the backend that fits this machine (or the one asked for).
 
-        On Lambda one invocation runs at a time per instance, so waiting for company is pure
-        latency: the batcher adds no delay and runs one batch at a time.
-        """
+        `batching` replaces the manifest's [batching] where a front knows better (Lambda runs
+        one invocation at a time: aws_lambda/adapter.py)."""
         manifest = bundle.manifest
         started = time.perf_counter()
         platform = probe()
         choice = choose(platform, prefer=_planned_backends(bundle), override=backend)
-        policy = BatchPolicy.from_manifest(manifest.batching, batched=bundle.signature.batched)
-        if lambda_mode:
-            policy = dataclasses.replace(policy, max_queue_delay_s=0.0, instances=1)
+        section = batching or manifest.batching
+        policy = BatchPolicy.from_manifest(section, batched=bundle.signature.batched)
         device = default_device(platform)
         if device != "cpu":
             sys.setswitchinterval(GPU_SWITCH_INTERVAL_S)
@@ -298,7 +295,7 @@ class Runtime:
     def _checked(self, items: Any) -> list[TensorDict]:
         """preprocess's items held to the contract; a violation names the handler's file."""
         try:
-            return check_items(items, self.signature)
+            return check_items(items, self.signature, sizes=False)
         except HandlerError as exc:
             raise HandlerError(exc.message, str(self.bundle.handler_source)) from None
 

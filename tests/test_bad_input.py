@@ -274,6 +274,18 @@ def test_an_image_mode_the_handler_cannot_convert_is_a_400_that_says_so(ocr: htt
     assert "mode LAB cannot be converted to grey" in response.json()["error"]
 
 
+def test_a_decompression_bomb_names_one_limit_the_handler_s(ocr: httpx.Client) -> None:
+    """30000x30000 one-bit pixels compress to a small PNG; Pillow refuses its header with its own
+    limit, which must not appear beside the handler's as a second, contradicting one."""
+    bomb = image_bytes(Image.new("1", (30_000, 30_000), 1), "PNG")
+    response = ocr.post("/invoke", content=bomb, headers={"content-type": "image/png"})
+    assert response.status_code == 413
+    error = response.json()["error"]
+    assert error.startswith("image too large: its header declares more than ")
+    assert error.endswith("pixels; the limit is 25000000")
+    assert "DOS attack" not in error
+
+
 def test_a_page_with_more_lines_than_the_queue_holds_is_refused_at_once(ocr: httpx.Client) -> None:
     page = Image.new("L", (400, 40 * 6), 255)
     draw = ImageDraw.Draw(page)

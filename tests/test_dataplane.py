@@ -18,7 +18,7 @@ from edgeserve.dataplane import InputChecks, Parameters, serving
 from edgeserve.errors import InvalidInput
 from edgeserve.http.app import create_app
 from edgeserve.runtime import LocalEngine
-from edgeserve.shapes import shape_profile
+from edgeserve.shapes import ShapeProfile, shape_profile
 from edgeserve.stats import ModelStats
 from edgeserve.types import Backend, Signature, TensorDict, TensorSpec
 from tests.models import mlp_model, varlen_model, write_function
@@ -136,7 +136,7 @@ class Recorded:
         self.batches: list[tuple[int, ...]] = []
 
     @property
-    def profile(self):  # type: ignore[no-untyped-def]
+    def profile(self) -> ShapeProfile | None:
         return self.backend.profile
 
     def infer(self, inputs: TensorDict) -> TensorDict:

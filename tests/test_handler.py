@@ -149,6 +149,21 @@ def test_serve_answers_400_when_the_handler_refuses_its_input(tmp_path: Path) ->
     assert refused.json() == {"error": 'expected {"x": [16 numbers]}'}
 
 
+def test_serve_blames_the_client_for_sizes_and_the_handler_for_types(tmp_path: Path) -> None:
+    """GOOD passes the client's `x` along: a wrong length is the client's (400, the tensor
+    named), a float64 array is the handler's own doing (500 that says so)."""
+    sloppy = GOOD.replace("dtype=np.float32", "dtype=payload.get('dtype', 'float32')")
+    with running(_function(tmp_path, sloppy, sample=False)) as (url, _):
+        short = httpx.post(f"{url}/invoke", json={"x": [0.5] * 3}, timeout=30)
+        wide = httpx.post(f"{url}/invoke", json={"x": [0.5] * 16, "dtype": "float64"}, timeout=30)
+    assert short.status_code == 400
+    assert short.json() == {"error": "tensor `x`: expected [-1, 16] FP32, got [1, 3] FP32"}
+    assert wide.status_code == 500
+    assert wide.json()["error"].startswith(
+        "handler.preprocess item 0, `x`: got FP64 [16]; expected FP32 [16]"
+    )
+
+
 def test_serve_names_the_source_file_when_the_handler_does_not_import(tmp_path: Path) -> None:
     folder = _function(tmp_path, "import tokenizerz\n" + GOOD, sample=False)
     with (

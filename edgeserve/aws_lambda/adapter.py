@@ -45,7 +45,13 @@ def create_handler(path: Path | None = None) -> LambdaHandler:
     # the backend Lambda ships (ONNX Runtime alone): the emulator computes the same numbers, not
     # OpenVINO's (bf16 under precision "auto") where OpenVINO happens to be installed
     backend = KINDS[TARGET].backends[0]
-    runtime = Runtime.load(Bundle.open(path or bundle_path()), backend=backend, lambda_mode=True)
+    bundle = Bundle.open(path or bundle_path())
+    # one invocation at a time per instance: waiting for company is pure latency, so the batcher
+    # adds no delay and runs one batch at a time
+    batching = bundle.manifest.batching.model_copy(
+        update={"max_queue_delay_ms": 0.0, "instances": 1}
+    )
+    runtime = Runtime.load(bundle, backend=backend, batching=batching)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     lifetime = AsyncExitStack()  # held by the handler: never left while the container lives

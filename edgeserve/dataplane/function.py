@@ -89,25 +89,18 @@ class DataPlane:
         return metadata.model_config(f.name, f.backend_name, f.manifest, f.signature)
 
     def check_model(self, model: str, version: str | None, *, infer: bool = False) -> None:
-        """Unknown model: 404, but 400 on infer; unknown version: 404 everywhere (see below)."""
-        check_model(self.function, model, version, infer=infer)
+        """Unknown model: 404, but 400 on infer; unknown version: 404 everywhere.
 
-
-def check_model(
-    function: ServedFunction, model: str, version: str | None, *, infer: bool = False
-) -> None:
-    """Unknown model: 404, but 400 on infer; unknown version: 404 everywhere.
-
-    These are Triton's answers (its infer path reports an unknown model as INVALID_ARG), kept
-    so that clients and retry policies written against Triton see the same codes. A version
-    is the integer model version or, beside it, the function's own ("1.2.0").
-    """
-    name = function.name
-    if model != name:
-        error = InvalidInput if infer else ModelNotFound
-        raise error(f"unknown model `{model}`: this server serves `{name}`")
-    if version is not None and version not in (function.model_version, function.version):
-        raise ModelNotFound(
-            f"model `{name}` has no version `{version}`; it serves version "
-            f"`{function.model_version}` (function version `{function.version}`)"
-        )
+        These are Triton's answers (its infer path reports an unknown model as INVALID_ARG), kept
+        so that clients and retry policies written against Triton see the same codes. A version
+        is the integer model version or, beside it, the function's own ("1.2.0").
+        """
+        f = self.function
+        if model != f.name:
+            error = InvalidInput if infer else ModelNotFound
+            raise error(f"unknown model `{model}`: this server serves `{f.name}`")
+        if version is not None and version not in (f.model_version, f.version):
+            raise ModelNotFound(
+                f"model `{f.name}` has no version `{version}`; it serves version "
+                f"`{f.model_version}` (function version `{f.version}`)"
+            )
