@@ -213,6 +213,11 @@ class Bundle:
         return plan
 
 
+def is_function_source(path: Path) -> bool:
+    """A function source folder, not a bundle (reading a bundle never builds)."""
+    return (path / MANIFEST_NAME).is_file() and not (path / BUNDLE_FILE).exists()
+
+
 def _not_a_bundle(path: Path) -> str:
     if (path / MANIFEST_NAME).is_file():
         return (

@@ -154,7 +154,6 @@ requirements = ["pillow>=10", "regex"]
     common = [
         "msgpack",
         "numpy",
-        "onnx",
         "onnxruntime",
         "orjson",
         "prometheus-client",
