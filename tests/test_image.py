@@ -87,8 +87,15 @@ def built(tmp_path_factory: pytest.TempPathFactory, registry_host: str) -> Itera
     reference = f"{registry_host}/edgeserve-test/mlp:2-{bundle.content_hash[:12]}"
     try:
         yield Built(source, bundle, reference, report.read_text())
-    finally:
-        subprocess.run(["podman", "rmi", "-f", reference], capture_output=True, check=False)
+    finally:  # every name this module tagged for its registry (builds, deploy, Lambda)
+        names = subprocess.run(
+            ["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split()
+        ours = [n for n in names if n.startswith(f"{registry_host}/edgeserve-test/")]
+        subprocess.run(["podman", "rmi", "-f", *ours], capture_output=True, check=False)
         if saved is None:
             os.environ.pop("CONTAINERS_CONF", None)
         else:
