@@ -35,7 +35,7 @@ from edgeserve.errors import ConfigError
 from edgeserve.manifest import BACKEND_NAMES, MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.precision import PrecisionCheck, check_precision
 from edgeserve.signature import read_signature
-from edgeserve.targets import load_target
+from edgeserve.targets import load_target, target_name
 from edgeserve.types import Signature
 
 TARGET_PLATFORMS = {
@@ -308,7 +308,8 @@ def _target_plan(target: str, manifest: Manifest, backend: str | None, source: P
             f"{'the backend override' if backend else where}: {list(wanted)} has no backend that "
             f"runs on target {target!r} (platform {platform}: {list(fits)})"
         )
-    return TargetPlan(target, platform, backends, _requirements(kind, backends, manifest))
+    requirements = _requirements(kind, backends, manifest)
+    return TargetPlan(target_name(target), platform, backends, requirements)
 
 
 def _target_kind(target: str, source: Path) -> str:
