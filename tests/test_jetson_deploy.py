@@ -7,6 +7,7 @@ installs packages; `allow_arch = ["x86_64"]` lets this machine stand in for an a
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import socket
@@ -37,7 +38,7 @@ pytestmark = [
 
 DEVICE_PYTHON = str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "python")
 POLL_LIMIT_S = 120.0
-BROKEN_HANDLER = 'raise RuntimeError("this handler is broken on purpose")\n'
+BROKEN_HANDLER = 'raise RuntimeError("this handler is broken on purpose [/etc/model.conf]")\n'
 
 
 def _build(source: Path, out: Path, version: str) -> Bundle:
@@ -274,7 +275,7 @@ def _profile_toml(settings: dict[str, Any]) -> str:
     def value(item: Any) -> str:
         if isinstance(item, list):
             return "[" + ", ".join(value(part) for part in item) + "]"
-        return f'"{item}"' if isinstance(item, str) else str(item)
+        return json.dumps(item) if isinstance(item, str) else str(item)
 
     lines = ['driver = "jetson"', "[settings]"]
     lines += [f"{k} = {value(v)}" for k, v in settings.items() if k != "overrides"]

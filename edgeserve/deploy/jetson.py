@@ -217,13 +217,15 @@ class HostRun:
             self.remote.run(["rm", "-f", spec.layout.current])
             self.finish(spec, [])
 
-    def finish(self, spec: ServiceSpec, history: list[str]) -> None:
-        """Write the live record, then keep `keep_releases` of it; what never went live goes."""
-        with self.log.step(self.host, "record + prune") as note:
+    def finish(self, spec: ServiceSpec, history: list[str], prune: bool = True) -> None:
+        """Write the live record, then keep `keep_releases` of it; what never went live goes.
+
+        A rollback does not prune: the release it left stays for inspection until a deploy."""
+        with self.log.step(self.host, "record + prune" if prune else "record") as note:
             self.record(spec, history)
             current = history[-1] if history else None
             kept = rel.keep_set(history, self.settings.keep_releases, current)
-            doomed = rel.prunable(self.releases(spec), kept)
+            doomed = rel.prunable(self.releases(spec), kept) if prune else []
             if doomed:
                 self.remote.sh(rel.PRUNE_SCRIPT, spec.layout.releases, *doomed)
             note(f"live now {current}; removed {len(doomed)}, kept {len(kept)}")
@@ -240,7 +242,7 @@ class HostRun:
                     f"(live record: {history})"
                 )
             self.go_live(spec, target, current, history)
-            self.finish(spec, below)
+            self.finish(spec, below, prune=False)
         return {"release": target, "previous": current, "url": f"http://{self.host}:{self.port}"}
 
     def status(self) -> dict[str, Any]:

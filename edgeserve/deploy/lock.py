@@ -22,9 +22,9 @@ from edgeserve.errors import DeployError
 
 HOLD_SCRIPT = (
     'exec flock -w "$2" "$1" sh -c \'printf "%s\\n" "$0" > "$1.owner" && echo locked && '
-    'exec cat >/dev/null\' "$3" "$1"'
+    'cat >/dev/null; rm -f "$1.owner"\' "$3" "$1"'
 )
-"""Take the lock $1 within $2 seconds, write the owner $3 beside it, say so, hold until EOF."""
+"""Take the lock $1 within $2 s, write the owner $3 beside it, say so, hold until EOF."""
 OWNER_SCRIPT = 'cat "$1.owner" 2>/dev/null || echo unknown'
 MARGIN_S = 30.0
 """Beyond the lock's own wait: the ssh round trips around it."""

@@ -49,7 +49,14 @@ LIVENESS_SCRIPT = (
     'kill -0 "$pid" 2>/dev/null && echo running || echo "dead $pid"'
 )
 """`running`, `stopped` (no pid file: stopped on purpose) or `dead PID` (killed, never stopped)."""
+STOP_SCRIPT = (
+    'kill -TERM "$1" && i=0 && while kill -0 "$1" 2>/dev/null && [ $i -lt "$2" ]; '
+    "do sleep 1; i=$((i + 1)); done"
+)
+"""SIGTERM the pid $1, then wait up to $2 s for it to exit."""
 POLL_S = 0.3
+DRAIN_S = 35.0
+"""How long a supervisor may take to drain its release (supervisor.DRAIN_S)."""
 
 
 @dataclass(frozen=True)
@@ -168,9 +175,10 @@ class ProcessService(Supervised):
         self.await_generation(remote, spec, pid, seen)
 
     def stop(self, remote: Remote, spec: ServiceSpec) -> None:
+        """SIGTERM the supervisor and wait until it has drained its release and exited."""
         state = self.supervisor_state(remote, spec)
         if state is not None:
-            remote.run(["kill", "-TERM", str(state["pid"])])
+            remote.sh(STOP_SCRIPT, str(state["pid"]), str(int(DRAIN_S + 5)))
 
 
 class SystemdService(Supervised):
