@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.models import write_function
 from edgeserve.bench import bench
-from edgeserve.build import build
+from edgeserve.builder import build
 
 BATCHES = (1, 8, 32)
 CONCURRENCY = (1, 8, 32, 64)

@@ -25,10 +25,11 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from edgeserve.archive import extract_archive, is_archive
+from edgeserve.archive import Limits, SafeArchive, is_archive
+from edgeserve.cache import bundles_dir, prune, touch
 from edgeserve.errors import BundleError
 from edgeserve.manifest import MANIFEST_NAME, Manifest, parse_manifest
 from edgeserve.types import Signature, TensorSpec
@@ -37,14 +38,8 @@ BUNDLE_FILE = "edgeserve.json"
 FORMAT = 1
 IR_PATH = "model/model.xml"
 IR_FILES = (IR_PATH, "model/model.bin")  # OpenVINO writes the weights beside the xml
-_IGNORED_DIRS = frozenset({"__pycache__"})  # Python may write these next to an imported handler
+_INDEX_MAX_BYTES = 16 << 20
 _HASH = re.compile(r"^[0-9a-f]{64}$")
-
-
-def cache_root() -> Path:
-    """Where built and extracted bundles are kept: $EDGESERVE_CACHE_DIR or ~/.cache/edgeserve."""
-    configured = os.environ.get("EDGESERVE_CACHE_DIR")
-    return Path(configured) if configured else Path.home() / ".cache" / "edgeserve"
 
 
 def sha256_file(path: Path) -> str:
@@ -66,10 +61,14 @@ def content_hash(metadata: Mapping[str, Any]) -> str:
 
 
 def list_files(root: Path) -> list[str]:
-    """Every file under `root` as a sorted POSIX relative path, edgeserve.json excepted."""
+    """Every file under `root` as a sorted POSIX relative path, edgeserve.json excepted.
+
+    Nothing is skipped (not even __pycache__): a file the content hash does not cover must make
+    the bundle fail verification, or a smuggled .pyc would run with the handler.
+    """
     found = []
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _IGNORED_DIRS)
+        dirs.sort()
         for name in names:
             relative = (Path(folder) / name).relative_to(root).as_posix()
             if relative != BUNDLE_FILE:
@@ -204,16 +203,21 @@ def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
     """
     if not _is_source(path):
         return Bundle.open(path)
-    from edgeserve.build import plan_build, write_bundle  # build imports this module
+    from edgeserve.builder import plan_build, write_bundle  # build imports this module
 
     plan = plan_build(path, targets=targets)
-    cached = cache_root() / "bundles" / f"{plan.manifest.function.name}-{plan.fingerprint()[:16]}"
+    cached = bundles_dir() / f"{plan.manifest.function.name}-{plan.fingerprint()[:16]}"
     if (cached / BUNDLE_FILE).is_file():
         try:
-            return Bundle.open(cached)
+            bundle = Bundle.open(cached)
         except BundleError:  # a damaged cache entry is built again
             pass
-    return write_bundle(plan, cached)
+        else:
+            touch(cached)
+            return bundle
+    bundle = write_bundle(plan, cached)
+    prune(keep=cached)
+    return bundle
 
 
 def _is_source(path: Path) -> bool:
@@ -259,18 +263,40 @@ def _verified_metadata(root: Path) -> dict[str, Any]:
 
 def _open_archive(archive: Path) -> Bundle:
     """Extract into a scratch folder, verify, then keep it under the cache, keyed by its hash."""
-    bundles = cache_root() / "bundles"
+    bundles = bundles_dir()
     bundles.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".extract-", dir=bundles))
     try:
-        extract_archive(archive, scratch)
+        with SafeArchive.open(archive, Limits.from_env()) as members:
+            _check_covered(members)
+            members.extract_to(scratch)
         bundle = Bundle.open(scratch)
         if not _HASH.match(bundle.content_hash):
             raise BundleError(f"{archive}: content hash {bundle.content_hash!r} is not a sha256")
         final = bundles / f"{bundle.name}-{bundle.content_hash}"
-        return _keep(scratch, final)
+        kept = _keep(scratch, final)
+        touch(final)
+        prune(keep=final)
+        return kept
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _check_covered(archive: SafeArchive) -> None:
+    """Refuse, before extracting, any member the archive's own content hash does not cover."""
+    try:
+        listed = set(json.loads(archive.read(BUNDLE_FILE, _INDEX_MAX_BYTES))["files"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BundleError(f"{archive.path}: {BUNDLE_FILE} is unreadable ({exc})") from None
+    folders = {str(parent) for name in listed for parent in PurePosixPath(name).parents}
+    for member in archive.members:
+        name = member.name.rstrip("/")
+        covered = name in folders if member.isdir() else name in listed | {BUNDLE_FILE}
+        if not covered:
+            raise BundleError(
+                f"{archive.path}: member {member.name!r} is not covered by the bundle's content "
+                "hash; refusing to extract. Hint: only open archives made by `edgeserve build`"
+            )
 
 
 def _keep(scratch: Path, final: Path) -> Bundle:

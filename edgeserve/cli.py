@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,12 +17,14 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
+from edgeserve import __version__
+from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
 from edgeserve.errors import ConfigError, DeployError, EdgeserveError
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from edgeserve.targets import TargetProfile
+    from edgeserve.bench import Level
     from edgeserve.tune import TuneResult
 
 console = Console()
@@ -31,14 +34,14 @@ err_console = Console(stderr=True)
 def _cmd_init(args: argparse.Namespace) -> int:
     from edgeserve.scaffold import init_function
 
-    path = init_function(Path(args.path))
+    path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
     _say("created", "green", f"{path}  (next: edgeserve build {path})")
     return 0
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from edgeserve.build import build
-    from edgeserve.deploy import package_targets
+    from edgeserve.builder import build
+    from edgeserve.targets import package_targets
 
     source = Path(args.source)
     out = Path(args.out) if args.out else Path("build") / source.resolve().name
@@ -60,26 +63,36 @@ def _cmd_build(args: argparse.Namespace) -> int:
         )  # fmt: skip
     for written in package_targets(bundle, args.target, out.parent / "dist", source):
         _say("packaged", "green", str(written))
+        if (report := written.parent / "image.txt").is_file():  # an image's size per layer
+            console.print(report.read_text(encoding="utf-8"), markup=False, end="", soft_wrap=True)
     return 0
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from edgeserve.serve import serve
+    from edgeserve.server import serve
 
     if args.emulate == "aws-lambda":
-        from edgeserve.emulate.aws_lambda import serve_lambda_emulator
+        from edgeserve.aws_lambda.emulator import serve_lambda_emulator
 
         serve_lambda_emulator(
-            Path(args.path), args.host, args.port, args.event, args.instances,
+            Path(args.path), args.host, 8080 if args.port is None else args.port, args.event,
+            args.instances,
             target=args.target or "aws-lambda", log_level=args.log_level,
         )  # fmt: skip
         return 0
+    from edgeserve.http.auth import TOKEN_FILE_ENV
+    from edgeserve.http.tls import TlsFiles
+
+    if args.auth_token_file:
+        os.environ[TOKEN_FILE_ENV] = args.auth_token_file  # read where the app is made
+    tls = TlsFiles.resolve(args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certs, os.environ)
     serve(
         Path(args.path),
         host=args.host,
         port=args.port,
         backend=args.backend,
         log_level=args.log_level,
+        tls=tls,
     )
     return 0
 
@@ -97,14 +110,10 @@ def _invoke_body(args: argparse.Namespace) -> tuple[bytes, str]:
     if args.json is not None:
         return args.json.encode(), "application/json"
     if args.file is not None:
+        from edgeserve.samples import content_type
+
         path = Path(args.file)
-        kinds = {
-            ".png": "image/png",
-            ".jpg": "image/jpeg",
-            ".jpeg": "image/jpeg",
-            ".json": "application/json",
-        }
-        return path.read_bytes(), kinds.get(path.suffix.lower(), "application/octet-stream")
+        return path.read_bytes(), content_type(path)
     raise EdgeserveError("invoke needs --json TEXT or --file PATH")
 
 
@@ -120,6 +129,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in describe(platform, choice):
         table.add_row(Text(key), Text(value))
+    from edgeserve.image.tools import describe_tools
+
+    for key, value in describe_tools():  # which tool builds images (Kubernetes, Lambda), why
+        table.add_row(Text(key), Text(value))
     console.print(table)
     return 0
 
@@ -127,20 +140,31 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from edgeserve.bench import bench, render_table, write_plot
     from edgeserve.bench.inputs import parse_shapes
+    from edgeserve.progress import progress_display
 
-    report = bench(
-        args.target,
-        concurrency=args.concurrency,
-        request_rate=args.request_rate,
-        window_s=args.window_s,
-        max_windows=args.max_windows,
-        protocol=args.protocol,
-        inputs=args.inputs,
-        shapes=parse_shapes(args.shape),
-        batch_size=args.batch_size,
-        model=args.model,
-        ready_timeout_s=args.ready_timeout,
-    )
+    levels = len(args.concurrency) + len(args.request_rate) or 1
+    with progress_display(err_console) as progress:
+        task = progress.add_task("bench: starting the server", total=levels)
+        started: list[str] = []
+
+        def on_level(level: Level) -> None:
+            started.append(level.label)
+            progress.update(task, completed=len(started) - 1, description=f"bench {level.label}")
+
+        report = bench(
+            args.target,
+            concurrency=args.concurrency,
+            request_rate=args.request_rate,
+            window_s=args.window_s,
+            max_windows=args.max_windows,
+            protocol=args.protocol,
+            inputs=args.inputs,
+            shapes=parse_shapes(args.shape),
+            batch_size=args.batch_size,
+            model=args.model,
+            ready_timeout_s=args.ready_timeout,
+            on_level=on_level,
+        )
     out = err_console if args.json == "-" else console
     out.print(render_table(report))
     for note in report.warnings:
@@ -154,25 +178,24 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.plot != "":
         plot = write_plot(report, Path(args.plot or f"bench-{report.model}.png"))
         _say("plot:", "", str(plot), out)
+    if report.failures:
+        raise EdgeserveError("bench: requests failed\n" + "\n".join(report.failures))
     return 0
 
 
 def _cmd_deploy(args: argparse.Namespace) -> int:
-    from edgeserve.bundle import open_or_build
-    from edgeserve.deploy import driver_for
+    from edgeserve.targets import deploy
 
-    profile = _target_profile(args)
-    bundle = open_or_build(Path(args.path), targets=(args.target,))  # the profile as given
-    result = driver_for(profile).deploy(bundle, profile)
+    result = deploy(Path(args.path), args.target, hosts=args.host)
     where = f" at {result.url}" if result.url else ""
     _say("deployed", "green", f"{result.name} {result.version} to {result.target}{where}")
     return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from edgeserve.deploy import driver_for
+    from edgeserve.targets import driver_for, target_profile
 
-    profile = _target_profile(args)
+    profile = target_profile(args.target, Path(args.path), args.host)
     report = driver_for(profile).status(_function_name(args.path), profile)
     console.print_json(json.dumps(report))
     unreachable = [
@@ -185,39 +208,24 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_rollback(args: argparse.Namespace) -> int:
-    from edgeserve.deploy import driver_for
+    from edgeserve.targets import driver_for, target_profile
 
-    profile = _target_profile(args)
+    profile = target_profile(args.target, Path(args.path), args.host)
     result = driver_for(profile).rollback(_function_name(args.path), profile)
     _say("rolled back", "green", f"{result.name} on {result.target} to {result.version}")
     return 0
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
-    from edgeserve.deploy import driver_for
+    from edgeserve.targets import driver_for, target_profile
 
-    profile = _target_profile(args)
+    profile = target_profile(args.target, Path(args.path), args.host)
     stop = getattr(driver_for(profile), "stop", None)
     if stop is None:
         raise ConfigError(f"target {profile.name!r} (driver {profile.driver}) has no `stop`")
     stop(_function_name(args.path), profile)
     _say("stopped", "green", f"{_function_name(args.path)} on {profile.name}")
     return 0
-
-
-def _target_profile(args: argparse.Namespace) -> TargetProfile:
-    """The `--target` profile, narrowed to the `--host` devices (jetson) when given."""
-    from edgeserve.targets import load_target
-
-    path = Path(args.path)
-    profile = load_target(args.target, path if path.is_dir() else path.parent)
-    if not args.host:
-        return profile
-    if profile.driver != "jetson":
-        raise ConfigError(f"--host applies to jetson targets; {args.target} is {profile.driver}")
-    from edgeserve.deploy.jetson import with_hosts
-
-    return with_hosts(profile, tuple(args.host))
 
 
 def _function_name(path: str) -> str:
@@ -247,23 +255,49 @@ def _cmd_engine(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from edgeserve.tune import candidates, tune
+    from edgeserve.progress import progress_display
+    from edgeserve.tune import Candidate, candidates, tune
 
     grid = candidates(args.max_batch, args.delay_ms, args.instances, args.preferred.split(","))
-    result = tune(
-        Path(args.source),
-        budget_ms=args.latency_budget_ms,
-        grid=grid,
-        concurrency=args.concurrency,
-        window_s=args.window_s,
-        write=not args.dry_run,
-    )
+    with progress_display(err_console) as progress:
+        task = progress.add_task("tune", total=len(grid))
+
+        def on_trial(index: int, candidate: Candidate) -> None:
+            settings = (
+                f"max_batch {candidate.max_batch_size}, delay {candidate.max_queue_delay_ms:g} ms"
+            )
+            progress.update(task, completed=index, description=f"tune: {settings}")
+
+        result = tune(
+            Path(args.source),
+            budget_ms=args.latency_budget_ms,
+            grid=grid,
+            concurrency=args.concurrency,
+            window_s=args.window_s,
+            write=not args.dry_run,
+            on_trial=on_trial,
+        )
     console.print(_tune_table(result, args.concurrency))
+    for trial in result.trials:
+        if trial.errors:
+            settings = ", ".join(f"{k}={v}" for k, v in trial.candidate.settings().items())
+            console.print(f"failed: {settings}: {trial.failure}", markup=False, soft_wrap=True)
     if result.best is None:
-        raise EdgeserveError("tune: no candidate kept p99 within the budget; raise it or lower c")
+        raise EdgeserveError(_tune_failure(result))
     where = f"written to {result.written}" if result.written else "not written (--dry-run)"
     _say("best:", "", f"{result.best.candidate.settings()}  {where}")
     return 0
+
+
+def _tune_failure(result: TuneResult) -> str:
+    """Why no candidate won: every one failed (say why), or none kept p99 within the budget."""
+    failed = [trial for trial in result.trials if trial.errors]
+    if len(failed) == len(result.trials):
+        return f"tune: every candidate failed; the first: {failed[0].failure}"
+    return (
+        f"tune: no candidate kept p99 within {result.budget_ms:g} ms without failures; "
+        "raise --latency-budget-ms or lower --concurrency"
+    )
 
 
 def _tune_table(result: TuneResult, concurrency: int) -> Table:
@@ -276,14 +310,62 @@ def _tune_table(result: TuneResult, concurrency: int) -> Table:
     for trial in result.trials:
         c = trial.candidate
         over = "over" if trial.p99_ms > result.budget_ms else ""
-        mark = "failed" if trial.errors else "chosen" if trial is result.best else over
+        mark = "chosen" if trial is result.best else over
         table.add_row(
             str(c.max_batch_size), str(list(c.preferred_batch_sizes) or "-"),
             f"{c.max_queue_delay_ms:g}", str(c.instances),
             f"{trial.items_per_s:.0f}", f"{trial.p99_ms:.1f}",
-            Text(mark, style="green" if mark == "chosen" else ""),
+            Text("failed (below)") if trial.errors else Text(mark, style="green" if mark else ""),
         )  # fmt: skip
     return table
+
+
+def _cmd_help(args: argparse.Namespace) -> int:
+    from importlib.resources import files
+
+    from rich.markdown import Markdown
+
+    page = files("edgeserve").joinpath("reference", f"{args.topic}.md").read_text(encoding="utf-8")
+    if console.is_terminal:
+        console.print(Markdown(page))
+    else:
+        sys.stdout.write(page)  # as written: for a pager, grep or a file
+    return 0
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from edgeserve import cache
+
+    if args.action == "prune":
+        bounds = cache.Bounds.from_env()
+        keep = bounds.max_bundles if args.keep is None else args.keep
+        limit = bounds.max_mb if args.max_mb is None else args.max_mb
+        removed = cache.prune(cache.Bounds(keep, limit))
+        freed = sum(entry.size_bytes for entry in removed) / 2**20
+        _say("removed", "", f"{len(removed)} bundles ({freed:.1f} MB) from {cache.bundles_dir()}")
+        return 0
+    found = cache.entries()
+    _say("", "", f"{len(found)} bundles in {cache.bundles_dir()}")
+    table = Table()
+    for column in ("bundle", "MB", "last used"):
+        table.add_column(column, justify="left" if column == "bundle" else "right")
+    for entry in found:
+        used = _ago(entry.last_used)
+        table.add_row(entry.name, f"{entry.size_bytes / 2**20:.1f}", used)
+    console.print(table)
+    return 0
+
+
+def _ago(when: float) -> str:
+    import time
+
+    seconds = max(0.0, time.time() - when)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
 
 
 def _numbers(kind: Callable[[str], float]) -> Callable[[str], list[float]]:
@@ -295,8 +377,41 @@ def _numbers(kind: Callable[[str], float]) -> Callable[[str], list[float]]:
     return parse
 
 
+DESCRIPTION = """\
+edgeserve puts one ONNX model into production as a self-contained HTTP function: a micro-batcher
+and the backend that fits the machine (OpenVINO, ONNX Runtime, TensorRT), served locally, on a
+Jetson or on AWS Lambda. Start here:
+
+  edgeserve init myfunc --model model.onnx   adopt a model (or `edgeserve init myfunc` for a demo)
+  edgeserve serve myfunc                     build it and serve it on 127.0.0.1:8080
+  edgeserve invoke 127.0.0.1:8080 --file myfunc/samples/request.json
+  open http://127.0.0.1:8080/docs            the function's API, with its tensors
+
+`edgeserve COMMAND --help` describes each command; `edgeserve help manifest` explains
+function.toml."""
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+BACKENDS = ("tensorrt", "openvino", "onnxruntime")
+
+
+def _port(text: str) -> int:
+    """An argparse type for TCP ports: 1-65535, or 0 for any free port."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a TCP port: expected 1-65535, or 0 for any free port"
+        )
+    return port
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="edgeserve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="edgeserve", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"edgeserve {__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
 
     def add(
@@ -306,62 +421,125 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=func)
         return sub
 
-    p = add("init", _cmd_init, "scaffold a working function from templates")
-    p.add_argument("path")
+    p = add("init", _cmd_init, "start a function: adopt your ONNX model, or scaffold a demo MLP")
+    p.add_argument("path", help="the new function folder (empty, new, or holding only a model)")
+    p.add_argument(
+        "--model",
+        help="an ONNX model to adopt: copied in, with a manifest and a sample request that "
+        "fit its inputs (default: the demo MLP, or the one .onnx already in PATH)",
+    )
 
     p = add("build", _cmd_build, "build a function source folder into a bundle")
-    p.add_argument("source")
-    p.add_argument("--out", help="bundle folder (default build/<name>)")
-    p.add_argument("--target", action="append", default=[], help="target profile(s) to plan for")
+    p.add_argument("source", help="function source folder (holding function.toml)")
+    p.add_argument("--out", help="bundle folder (default: build/<folder name>)")
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        help="target profile to plan for, repeatable: local, aws-lambda, jetson or a .toml "
+        "(default: local)",
+    )
     p.add_argument("--archive", action="store_true", help="also write dist/ archives per target")
 
     p = add("serve", _cmd_serve, "serve a bundle or a function source folder over HTTP")
-    p.add_argument("path")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--backend", choices=["tensorrt", "openvino", "onnxruntime"])
-    p.add_argument("--log-level", default="info")
+    p.add_argument("path", help="bundle folder or archive, or function source folder")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0: all)"
+    )
+    p.add_argument(
+        "--port",
+        type=_port,
+        help="TCP port, 1-65535, 0 for any free one (default: [resources] port, else 8080)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="force a backend (default: the best one this machine has; see `edgeserve doctor`)",
+    )
+    p.add_argument(
+        "--log-level", default="info", choices=LOG_LEVELS, help="server log detail (default info)"
+    )
     p.add_argument("--emulate", choices=["aws-lambda"], help="run it the way this target runs it")
     p.add_argument(
         "--event",
         default="url",
         choices=["url", "http", "rest", "alb"],
-        help="--emulate aws-lambda: the event source (Function URL by default)",
+        help="--emulate aws-lambda: the event source (default url: a Function URL)",
     )
-    p.add_argument("--instances", type=int, default=1, help="--emulate: execution environments")
+    p.add_argument(
+        "--instances", type=int, default=1, help="--emulate: execution environments (default 1)"
+    )
     p.add_argument("--target", help="--emulate: target profile giving memory and timeout")
+    p.add_argument("--ssl-certfile", help="serve HTTPS with this PEM certificate (chain)")
+    p.add_argument("--ssl-keyfile", help="the PEM private key of --ssl-certfile")
+    p.add_argument("--ssl-ca-certs", help="require client certificates signed by this CA (mTLS)")
+    p.add_argument(
+        "--auth-token-file",
+        help="require `Authorization: Bearer <token>` with a token from this file (one a line; "
+        "default: $EDGESERVE_AUTH_TOKEN[_FILE], else no auth)",
+    )
 
-    p = add("invoke", _cmd_invoke, "send one request to a function's /invoke")
-    p.add_argument("url")
-    p.add_argument("--json", help="a JSON payload")
-    p.add_argument("--file", help="a file to send (PNG/JPEG/JSON/bytes)")
-    p.add_argument("--timeout", type=float, default=60.0)
+    p = add("invoke", _cmd_invoke, "send one request to a function's /invoke and print the answer")
+    p.add_argument(
+        "url", help="where the function runs: http://HOST:PORT, or HOST:PORT (http is assumed)"
+    )
+    p.add_argument("--json", help="a JSON payload, as text")
+    p.add_argument("--file", help="a file to send (PNG/JPEG/JSON by extension, else raw bytes)")
+    p.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the answer (default 60)"
+    )
 
     p = add(
         "bench", _cmd_bench, "measure a function's latency and throughput (perf_analyzer-style)"
     )
     p.add_argument("target", help="function source folder, bundle, or http:// URL")
     p.add_argument(
-        "--concurrency", type=_numbers(int), default=[], help="closed-loop levels: 1,4,16"
+        "--concurrency",
+        type=_numbers(int),
+        default=[],
+        help="closed-loop levels, comma-separated: 1,4,16 (default 1 when no --request-rate)",
     )
     p.add_argument(
-        "--request-rate", type=_numbers(float), default=[], help="Poisson rates/s: 100,200"
+        "--request-rate",
+        type=_numbers(float),
+        default=[],
+        help="open-loop Poisson rates, requests/s: 100,200",
     )
-    p.add_argument("--window-s", type=float, default=2.0, help="measurement window (default 2 s)")
-    p.add_argument("--max-windows", type=int, default=10, help="windows before a level is unstable")
-    p.add_argument("--protocol", choices=["binary", "json"], default="binary")
     p.add_argument(
-        "--inputs", help="a samples folder, or 'random' (default: the function's samples)"
+        "--window-s", type=float, default=2.0, help="measurement window, seconds (default 2)"
     )
-    p.add_argument("--shape", action="append", default=[], help="NAME:D1,D2 for dynamic dims")
-    p.add_argument("--batch-size", type=int, default=1, help="rows per synthesized request")
+    p.add_argument(
+        "--max-windows",
+        type=int,
+        default=10,
+        help="windows before a level counts as unstable (default 10)",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=["binary", "json"],
+        default="binary",
+        help="v2 tensors as Triton's binary extension or JSON (default binary)",
+    )
+    p.add_argument(
+        "--inputs", help="a samples folder, or 'random' (default: the function's samples/)"
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        help="NAME:D1,D2 for a random input's dynamic dims, batch excluded (default 16 each)",
+    )
+    p.add_argument("--batch-size", type=int, default=1, help="rows per random request (default 1)")
     p.add_argument("--model", help="model name (default: the function's, or the server's only one)")
     p.add_argument(
-        "--json", nargs="?", const="-", help="write the report as JSON to FILE (or stdout)"
+        "--json", nargs="?", const="-", help="write the report as JSON to FILE (or to stdout)"
     )
     p.add_argument("--plot", help="PNG path (default bench-<model>.png; '' for none)")
     p.add_argument(
-        "--ready-timeout", type=float, default=120.0, help="seconds to wait for the server"
+        "--ready-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for the server to be ready (default 120)",
     )
 
     for verb, func, help_ in (
@@ -373,25 +551,71 @@ def _parser() -> argparse.ArgumentParser:
         p = add(verb, func, help_)
         p.add_argument("path", help="function source folder or bundle (status/rollback: or name)")
         p.add_argument("--target", required=True, help="target profile name or .toml path")
-        p.add_argument("--host", action="append", default=[], help="jetson: only this host/group")
+        p.add_argument(
+            "--host",
+            action="append",
+            default=[],
+            help="jetson: only this host or group, repeatable (default: all)",
+        )
 
     p = add("engine", _cmd_engine, "on a device: build and cache a bundle's TensorRT engine")
-    p.add_argument("action", choices=["build"])
-    p.add_argument("bundle")
+    p.add_argument("action", choices=["build"], help="what to do (build)")
+    p.add_argument("bundle", help="bundle folder")
 
     p = add("tune", _cmd_tune, "sweep batching settings against a p99 budget; write the best")
     p.add_argument("source", help="function source folder (its function.toml is updated)")
-    p.add_argument("--latency-budget-ms", type=float, required=True, help="p99 to stay within")
+    p.add_argument(
+        "--latency-budget-ms", type=float, required=True, help="p99 latency to stay within, ms"
+    )
     p.add_argument("--concurrency", type=int, default=8, help="closed-loop clients (default 8)")
-    p.add_argument("--max-batch", type=_numbers(int), default=[8, 32], help="e.g. 8,32")
-    p.add_argument("--delay-ms", type=_numbers(float), default=[0, 2, 8], help="e.g. 0,2,8")
-    p.add_argument("--instances", type=_numbers(int), default=[1, 2], help="e.g. 1,2")
-    p.add_argument("--preferred", default="none,pow2", help="preferred sizes: none, pow2")
-    p.add_argument("--window-s", type=float, default=1.0, help="measurement window (default 1 s)")
+    p.add_argument(
+        "--max-batch", type=_numbers(int), default=[8, 32], help="sizes to try (default 8,32)"
+    )
+    p.add_argument(
+        "--delay-ms",
+        type=_numbers(float),
+        default=[0, 2, 8],
+        help="max queue delays to try, ms (default 0,2,8)",
+    )
+    p.add_argument(
+        "--instances", type=_numbers(int), default=[1, 2], help="instances to try (default 1,2)"
+    )
+    p.add_argument(
+        "--preferred",
+        default="none,pow2",
+        help="preferred sizes to try: none, pow2 (default none,pow2)",
+    )
+    p.add_argument(
+        "--window-s", type=float, default=1.0, help="measurement window, seconds (default 1)"
+    )
     p.add_argument("--dry-run", action="store_true", help="show the table, leave the manifest")
 
+    p = add("help", _cmd_help, "reference pages that ship with edgeserve: manifest")
+    p.add_argument("topic", choices=["manifest"], help="manifest: every key of function.toml")
+
+    p = add(
+        "cache",
+        _cmd_cache,
+        "list or prune the bundles `serve`, `bench` and `deploy` build from source folders",
+    )
+    p.add_argument(
+        "action", choices=["list", "prune"], help="list the cached bundles, or prune them"
+    )
+    p.add_argument(
+        "--keep",
+        type=int,
+        help="prune: bundles to keep, most recently used first "
+        f"(default $EDGESERVE_CACHE_MAX_BUNDLES, else {DEFAULT_MAX_BUNDLES}; 0 empties it)",
+    )
+    p.add_argument(
+        "--max-mb",
+        type=float,
+        help="prune: megabytes to keep in all "
+        f"(default $EDGESERVE_CACHE_MAX_MB, else {DEFAULT_MAX_MB:g})",
+    )
+
     p = add("doctor", _cmd_doctor, "show the hardware, the backends found, and the choice")
-    p.add_argument("--backend", choices=["tensorrt", "openvino", "onnxruntime"])
+    p.add_argument("--backend", choices=BACKENDS, help="see what forcing this backend would do")
     return parser
 
 
@@ -407,7 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except EdgeserveError as exc:
-        _say("error:", "red", exc.message, err_console)
+        _say("error:", "red", exc.message, err_console)  # plain text, brackets and all
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -5,6 +5,7 @@
     ├── BundleError                a bundle that is missing, altered or unsafe (exit 2)
     ├── BackendError               no usable backend, or one failed to load or run
     ├── InvalidInput               400: what was wrong, where, what was expected
+    ├── Unauthorized               401, with WWW-Authenticate: missing or rejected credentials
     ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
     ├── PayloadTooLarge            413
     ├── Unavailable                503, with Retry-After: queue full, not ready, draining
@@ -15,6 +16,9 @@
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class EdgeserveError(Exception):
@@ -44,6 +48,14 @@ class InvalidInput(EdgeserveError):
     status = 400
 
 
+class Unauthorized(EdgeserveError):
+    status = 401
+
+    def __init__(self, message: str, *, invalid: bool = False) -> None:
+        super().__init__(message)
+        self.invalid = invalid  # a token was sent and refused (RFC 6750's invalid_token)
+
+
 class ModelNotFound(EdgeserveError):
     status = 404
 
@@ -66,3 +78,9 @@ class DeadlineExceeded(EdgeserveError):
 
 class DeployError(EdgeserveError):
     exit_code = 3
+
+
+def did_you_mean(found: str, known: Iterable[str]) -> str:
+    """`; did you mean `x`?` for the closest of `known` to a misspelling, else nothing."""
+    close = difflib.get_close_matches(found, list(known), n=1, cutoff=0.6)
+    return f"; did you mean `{close[0]}`?" if close else ""

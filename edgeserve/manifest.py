@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from edgeserve.errors import ConfigError
+from edgeserve.errors import ConfigError, did_you_mean
 
 MANIFEST_NAME = "function.toml"
 BackendName = Literal["tensorrt", "openvino", "onnxruntime"]
 BACKEND_NAMES: tuple[BackendName, ...] = ("tensorrt", "openvino", "onnxruntime")
+_VERSION = re.compile(r"v?(?P<major>\d{1,9})(\.\d+){0,2}([-+][0-9A-Za-z.+-]+)?")
 
 
 class _Strict(BaseModel):
@@ -23,6 +25,25 @@ class FunctionInfo(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
     version: str = "1"
     description: str = ""
+
+    @field_validator("version")
+    @classmethod
+    def _version_maps_to_a_model_version(cls, version: str) -> str:
+        if not _VERSION.fullmatch(version):
+            raise ValueError(
+                'expected an integer ("3") or a semantic version ("1.2.0", "v2.0.1-rc1")'
+            )
+        return version
+
+    @property
+    def model_version(self) -> str:
+        """The KServe v2 / Triton model version: the version itself when it is an integer,
+        else its major number ("1.2.0" -> "1"). Triton's tools (perf_analyzer, Model Analyzer)
+        want integer versions; semver's major is the interface promise clients pin, while
+        deploy targets name releases by the full version (docs/ARCHITECTURE.md)."""
+        match = _VERSION.fullmatch(self.version)
+        assert match is not None  # the validator admitted it
+        return str(int(match["major"]))
 
 
 class TensorOverride(_Strict):
@@ -78,6 +99,13 @@ class ResourcesSection(_Strict):
     max_body_mb: float = Field(default=64, gt=0)
 
 
+class AuthSection(_Strict):
+    """Who may call the function; the tokens themselves come from the environment (http/auth)."""
+
+    required: bool = False  # refuse to start without a token (a device on a shared network)
+    open_paths: tuple[str, ...] = ("/v2/health/live", "/v2/health/ready", "/metrics")
+
+
 class Manifest(_Strict):
     function: FunctionInfo
     model: ModelSection = ModelSection()
@@ -85,6 +113,7 @@ class Manifest(_Strict):
     batching: BatchingSection = BatchingSection()
     backend: BackendSection = BackendSection()
     resources: ResourcesSection = ResourcesSection()
+    auth: AuthSection = AuthSection()
 
     @field_validator("model")
     @classmethod
@@ -102,8 +131,10 @@ def load_manifest(path: Path) -> Manifest:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
+        models = sorted(path.parent.glob("*.onnx"))
+        does = f"writes one for {models[0].name}" if len(models) == 1 else "makes one"
         raise ConfigError(
-            f"{path}: no {MANIFEST_NAME} here. Hint: `edgeserve init {path.parent}` makes one."
+            f"{path}: no {MANIFEST_NAME} here. Hint: `edgeserve init {path.parent}` {does}."
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
@@ -124,11 +155,28 @@ def describe_validation_error(exc: ValidationError, source: str) -> str:
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         found = error.get("input")
         if error["type"] == "extra_forbidden":
-            lines.append(
-                f"{source}: field `{where}`: unknown key (found {found!r}); check spelling"
-            )
+            known = _known_keys(error["loc"])
+            hint = did_you_mean(str(error["loc"][-1]), known) or f"; expected one of {known}"
+            lines.append(f"{source}: field `{where}`: unknown key (found {found!r}){hint}")
         elif error["type"] == "missing":
             lines.append(f"{source}: field `{where}`: required but missing")
         else:
             lines.append(f"{source}: field `{where}`: {error['msg']} (found {found!r})")
     return "\n".join(lines)
+
+
+def _known_keys(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the schema allows beside the last part of `loc` (for "did you mean")."""
+    schema: Any = Manifest
+    parts = list(loc[:-1])
+    while parts and isinstance(schema, type) and issubclass(schema, BaseModel):
+        field = schema.model_fields.get(str(parts.pop(0)))
+        if field is None:
+            return []
+        schema = field.annotation
+        if get_origin(schema) is dict:  # [model.inputs.<name>]: skip the tensor's name
+            schema = get_args(schema)[1]
+            parts = parts[1:]
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return list(schema.model_fields)
+    return []

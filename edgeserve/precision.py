@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 import orjson
 
-from edgeserve.datatypes import DATATYPES
 from edgeserve.errors import ConfigError, EdgeserveError
+from edgeserve.handler import import_handler
 from edgeserve.manifest import Manifest
+from edgeserve.samples import IMAGE_TYPES, example_inputs, v2_inputs
 from edgeserve.types import Context, Signature, TensorDict
 
 log = logging.getLogger("edgeserve")
 
-RANDOM_DYNAMIC_DIM = 32
-IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
+RANDOM_ROWS = 4
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,8 @@ def _inputs(source: Path, manifest: Manifest, signature: Signature) -> tuple[lis
     batches = _sample_batches(samples, manifest, signature, source) if samples.is_dir() else []
     if batches:
         return batches, f"{len(batches)} samples"
-    return [_random(signature)], "random inputs (no usable samples/)"
+    random = example_inputs(signature, RANDOM_ROWS, np.random.default_rng(0))
+    return [random], "random inputs (no usable samples/)"
 
 
 def _sample_batches(
@@ -117,11 +118,7 @@ def _sample_batches(
 
 def _v2_request(path: Path) -> TensorDict | None:
     try:
-        request = orjson.loads(path.read_bytes())
-        return {
-            t["name"]: np.asarray(t["data"], DATATYPES[t["datatype"]].numpy).reshape(t["shape"])
-            for t in request["inputs"]
-        }
+        return v2_inputs(orjson.loads(path.read_bytes()))[0]
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None  # an /invoke payload or something else: not a tensor sample
 
@@ -130,7 +127,7 @@ def _preprocessed(
     path: Path, manifest: Manifest, signature: Signature, source: Path
 ) -> TensorDict | None:
     """One image through handler.preprocess; items of one shape stacked into one batch."""
-    handler = _import(source / f"{manifest.handler.module}.py")
+    handler = import_handler(source / f"{manifest.handler.module}.py")
     ctx = Context(IMAGE_TYPES[path.suffix.lower()], manifest.handler.options, source)
     try:
         items: list[dict[str, Any]] = handler.preprocess(path.read_bytes(), ctx)
@@ -144,26 +141,3 @@ def _preprocessed(
     return (
         {name: value[np.newaxis] for name, value in first.items()} if signature.batched else first
     )
-
-
-def _import(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"edgeserve_precision_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"{path}: cannot be imported as a Python module ([handler] module)")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _random(signature: Signature) -> TensorDict:
-    rng = np.random.default_rng(0)
-    tensors = {}
-    for spec in signature.inputs:
-        dims = [RANDOM_DYNAMIC_DIM if d < 0 else d for d in spec.dims]
-        if signature.batched:
-            dims[0] = 4
-        dtype = DATATYPES[spec.datatype].numpy
-        tensors[spec.name] = (
-            rng.random(dims).astype(dtype) if dtype.kind == "f" else np.zeros(dims, dtype)
-        )
-    return tensors

@@ -11,26 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from edgeserve import datatypes
+from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
 from edgeserve.backends.tensors import shape_profile
 from edgeserve.batching import Batcher, BatchPolicy
-from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput
+from edgeserve.errors import EdgeserveError, InvalidInput
+from edgeserve.handler import import_handler
 from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
-from edgeserve.signature import check_inputs
+from edgeserve.samples import example_inputs
+from edgeserve.signature import check_inputs, check_names
 from edgeserve.stats import ModelStats
-from edgeserve.types import Backend, Context, TensorDict
+from edgeserve.types import Backend, Context, TensorDict, TensorSpec
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
@@ -38,9 +38,7 @@ if TYPE_CHECKING:
     from edgeserve.types import Signature
 
 log = logging.getLogger("edgeserve")
-
-WARMUP_DYNAMIC_DIM = 32
-"""Size given to dynamic non-batch dims during warm-up: large enough for conv and pooling stacks."""
+T = TypeVar("T")
 
 
 class Runtime:
@@ -49,9 +47,9 @@ class Runtime:
     def __init__(self, bundle: Bundle, backend: Backend, policy: BatchPolicy) -> None:
         self.bundle = bundle
         self.backend = backend
-        self.stats = ModelStats(bundle.manifest.function.name, bundle.manifest.function.version)
+        self.stats = ModelStats(bundle.manifest.function.name, self.model_version)
         self.batcher = Batcher(backend.infer, bundle.signature, policy, self.stats)
-        self.handler = _import_handler(bundle.handler_path)
+        self.handler = None if bundle.handler_path is None else import_handler(bundle.handler_path)
         self.ready = False
         self.timings: dict[str, float] = {}
         self._housekeeping: asyncio.Task[None] | None = None
@@ -106,6 +104,11 @@ class Runtime:
         return self.bundle.version
 
     @property
+    def model_version(self) -> str:
+        """The integer v2 model version the HTTP API reports (FunctionInfo.model_version)."""
+        return self.manifest.function.model_version
+
+    @property
     def backend_name(self) -> str:
         return self.backend.name
 
@@ -123,7 +126,7 @@ class Runtime:
         # a backend holding state per batch size (ONNX Runtime's CUDA buckets) warms each one
         preferred = (*preferred, *getattr(self.backend, "buckets", ()))
         for rows in _warmup_sizes(preferred, self.batcher.policy):
-            await asyncio.to_thread(self.backend.infer, _zeros(self.signature, rows))
+            await asyncio.to_thread(self.backend.infer, example_inputs(self.signature, rows))
         self.timings["warmup_s"] = time.perf_counter() - started
         self._housekeeping = asyncio.create_task(trim_when_idle(self._requests_seen))
         self.ready = True
@@ -158,7 +161,9 @@ class Runtime:
     async def invoke(self, payload: Any, content_type: str, *, arrived: float | None = None) -> Any:
         """The function's own interface: handler.preprocess -> batcher -> handler.postprocess.
 
-        One request however many items it became: one deadline, one count in the statistics.
+        One request however many items it became: one deadline, one count in the statistics,
+        and one outcome: items the queue cannot take refuse it before any runs, and when one
+        item fails the others are withdrawn.
         """
         with self._counted():
             when = self._arrival(arrived)
@@ -166,8 +171,9 @@ class Runtime:
                 return _to_lists(await self._run(self._tensors_from(payload), when))
             ctx = Context(content_type, self.manifest.handler.options, self.root)
             items = await asyncio.to_thread(self._call_handler, "preprocess", payload, ctx)
-            results = await asyncio.gather(
-                *(self._run_item(item, position, when) for position, item in enumerate(items))
+            self.batcher.check_room(len(items))
+            results = await _all_or_none(
+                self._run_item(item, position, when) for position, item in enumerate(items)
             )
             return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
 
@@ -202,33 +208,19 @@ class Runtime:
             return func(*args)
         except EdgeserveError:
             raise
-        except Exception as exc:
-            log.exception("handler.%s failed", hook)
-            raise EdgeserveError(f"handler.{hook} failed: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # the details go to the log, not to the client
+            raise EdgeserveError(f"handler.{hook} failed") from exc
 
     def _tensors_from(self, payload: Any) -> TensorDict:
-        """{"<input name>": nested list} per model input, typed by the signature."""
+        """{"<input name>": nested list or array} per model input, typed by the signature."""
         if not isinstance(payload, dict):
             names = [spec.name for spec in self.signature.inputs]
             raise InvalidInput(
                 f"/invoke: expected a JSON object with the inputs {names}, "
                 f"got {type(payload).__name__}"
             )
-        tensors = {}
-        for spec in self.signature.inputs:
-            if spec.name in payload:
-                try:
-                    tensors[spec.name] = np.asarray(
-                        payload[spec.name], dtype=datatypes.DATATYPES[spec.datatype].numpy
-                    )
-                except (TypeError, ValueError) as exc:
-                    raise InvalidInput(
-                        f"tensor `{spec.name}`: expected {spec.datatype} values: {exc}"
-                    ) from None
-        tensors.update(
-            {name: np.asarray(value) for name, value in payload.items() if name not in tensors}
-        )
-        return tensors
+        check_names(self.signature, payload)
+        return {spec.name: _tensor(spec, payload[spec.name]) for spec in self.signature.inputs}
 
     def _arrival(self, arrived: float | None, timeout_s: float | None = None) -> _Arrival:
         arrived = time.monotonic() if arrived is None else arrived
@@ -268,38 +260,34 @@ def _planned_backends(bundle: Bundle) -> tuple[str, ...]:
     return tuple(dict.fromkeys(planned))
 
 
-def _import_handler(path: Path | None) -> ModuleType | None:
-    """Import the function's handler module from the bundle, with a clear error if it breaks."""
-    if path is None:
-        return None
-    spec = importlib.util.spec_from_file_location(f"edgeserve_handler_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"{path}: cannot be imported as a Python module ([handler] module)")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise ConfigError(
-            f"{path}: the handler failed to import: {type(exc).__name__}: {exc}"
-        ) from exc
-    return module
-
-
 def _warmup_sizes(preferred: Sequence[int], policy: BatchPolicy) -> list[int]:
     if policy.max_batch_size == 0:
         return [0]
     return sorted(set(preferred) | {1})
 
 
-def _zeros(signature: Signature, rows: int) -> TensorDict:
-    """Warm-up inputs: zeros of each input's shape, dynamic dims given a friendly size."""
-    tensors = {}
-    for spec in signature.inputs:
-        dims = [WARMUP_DYNAMIC_DIM if dim == -1 else dim for dim in spec.dims]
-        if signature.batched:
-            dims[0] = rows
-        tensors[spec.name] = np.zeros(dims, dtype=datatypes.DATATYPES[spec.datatype].numpy)
-    return tensors
+def _tensor(spec: TensorSpec, value: Any) -> np.ndarray:
+    """An `/invoke` value: a numpy array (msgpack ext) as sent, nested lists typed as the spec's."""
+    if isinstance(value, np.ndarray):
+        return value
+    datatype = datatypes.DATATYPES[spec.datatype]
+    where = f"tensor `{spec.name}`: {spec.datatype} {list(spec.dims)}"
+    return values.to_array(value, datatype, where, max_depth=len(spec.dims))
+
+
+async def _all_or_none(work: Iterable[Awaitable[T]]) -> list[T]:
+    """Await all; on the first failure cancel the rest (their queued items leave the queue)
+    and raise that failure itself, not an exception group."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_awaited(one)) for one in work]
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [task.result() for task in tasks]
+
+
+async def _awaited(work: Awaitable[T]) -> T:
+    return await work
 
 
 def _to_lists(tensors: TensorDict) -> dict[str, Any]:

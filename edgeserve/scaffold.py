@@ -1,23 +1,33 @@
 """`edgeserve init`: a new function folder that builds and serves with no edits.
 
-The skeleton lives in the package (`edgeserve/templates/function/`, read through
-importlib.resources so it works from an installed wheel); files ending in `.tmpl` are rendered
-with the function's name. The model is generated, not shipped, so the package holds no binaries.
+Two ways in. With a model of the user's (`--model`, or a folder holding only one .onnx file),
+the manifest and a sample request are written from the model's own signature: names, datatypes
+and dims, so the sample fits the model and `/invoke` speaks its tensors. Without one, the
+skeleton in the package (`edgeserve/templates/function/`, read through importlib.resources so it
+works from an installed wheel; `.tmpl` files rendered with the function's name) gives a demo
+MLP with a handler; its model is generated, not shipped, so the package holds no binaries.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path, PurePosixPath
 from string import Template
+from typing import Any
 
+import numpy as np
 from pydantic import ValidationError
 
+from edgeserve.bench.inputs import ModelInputs, synthesize
 from edgeserve.errors import ConfigError
-from edgeserve.manifest import FunctionInfo
+from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelgen import mlp_model
+from edgeserve.signature import read_signature
+from edgeserve.types import Signature
 
 TEMPLATE = "function"
 
@@ -53,20 +63,140 @@ def function_name(dest: Path, name: str | None = None) -> str:
     return name
 
 
-def init_function(dest: Path, name: str | None = None) -> Path:
-    """Scaffold a working function (manifest, handler, generated model, samples) into `dest`."""
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+def init_function(dest: Path, name: str | None = None, model: Path | None = None) -> Path:
+    """Scaffold a working function into `dest`: around `model` (or the one .onnx `dest` holds),
+    else the demo (manifest, handler, generated MLP, sample)."""
+    if model is not None and not model.is_file():
+        raise ConfigError(f"--model {model}: no such file; expected an ONNX model file")
+    present = _folder_model(dest)
+    if model is not None and present is not None and present.name != model.name:
+        raise ConfigError(f"{dest}: already holds {present.name}; expected only {model.name}")
+    adopted = model or present
+    if adopted is None:
+        _refuse_unless_empty(dest, allowed=())
+        _write(dest, render_templates(function_name(dest, name)))
+        mlp_model(dest / "model.onnx")
+        return dest
+    _refuse_unless_empty(dest, allowed=(adopted.name,))
+    signature = read_signature(adopted, ModelSection())
+    if model is not None and present is None:
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(model, dest / model.name)
+    _write(dest, adopted_files(function_name(dest, name), adopted.name, signature))
+    return dest
+
+
+def adopted_files(name: str, model_file: str, signature: Signature) -> dict[PurePosixPath, str]:
+    """The manifest and sample request for a model of the user's (pure: no writes)."""
+    return {
+        PurePosixPath(MANIFEST_NAME): adopted_manifest(name, model_file, signature),
+        PurePosixPath("samples/request.json"): json.dumps(sample_request(signature)) + "\n",
+    }
+
+
+def adopted_manifest(name: str, model_file: str, signature: Signature) -> str:
+    """function.toml for a model: its tensors listed, batching as the model allows."""
+    tensors = [*signature.inputs, *signature.outputs]
+    width = max(len(spec.name) for spec in tensors)
+    lines = [
+        f"# edgeserve function manifest, written by `edgeserve init` for {model_file}.",
+        "# Every key, explained: `edgeserve help manifest` (the reference ships with edgeserve).",
+        "",
+        "[function]",
+        f'name = "{name}"',
+        'version = "1"',
+        f'description = "{model_file}, served as read from the model"',
+        "",
+        "[model]",
+        f'path = "{model_file}"',
+        "# The model's tensors (-1: a dynamic dim). Without a handler, POST /invoke takes",
+        '# {"<input>": nested list, ...} with the batch axis and answers the outputs the same way;',
+        "# samples/request.json is such a request.",
+        *(f"#   input   {s.name:<{width}}  {s.datatype} {list(s.dims)}" for s in signature.inputs),
+        *(f"#   output  {s.name:<{width}}  {s.datatype} {list(s.dims)}" for s in signature.outputs),
+        *_padding_hint(signature),
+        "",
+        *_batching_lines(signature),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _padding_hint(signature: Signature) -> list[str]:
+    """Inputs with a dynamic non-batch dim could batch across lengths, if padding is harmless."""
+    variable = [s for s in signature.inputs if -1 in s.dims[1:]] if signature.batched else []
+    hints = []
+    for spec in variable:
+        axis = spec.dims.index(-1, 1)
+        hints += [
+            f"# `{spec.name}` varies in length along axis {axis}. If padding it does not change",
+            "# the answer (a mask, or a model that ignores pad tokens), let requests of different",
+            "# lengths batch together:",
+            f"# [model.inputs.{spec.name}]",
+            f"# pad_axis = {axis}",
+            "# pad_value = 0",
+        ]
+    return hints
+
+
+def _batching_lines(signature: Signature) -> list[str]:
+    if not signature.batched:
+        fixed = [f"{s.name} {list(s.dims)}" for s in signature.inputs if s.dims[:1] != (-1,)]
+        return [
+            "# No batching: the model's first dims are fixed (" + ", ".join(fixed) + "), so",
+            "# every request runs alone. Export it with a dynamic first dim to batch.",
+        ]
+    return ["[batching]", "max_batch_size = 32", "max_queue_delay_ms = 2.0"]
+
+
+def sample_request(signature: Signature) -> dict[str, Any]:
+    """An /invoke request that fits the model: one row (batch axis included when batched),
+    dynamic dims at the bench's default length, small values of each input's datatype."""
+    inputs = ModelInputs(
+        "function",
+        tuple((s.name, s.datatype, s.dims) for s in signature.inputs),
+        signature.batched,
+    )
+    tensors = synthesize(inputs, {}, batch_size=1)
+    return {name: _json_values(array) for name, array in tensors.items()}
+
+
+def _json_values(array: np.ndarray) -> Any:
+    if array.dtype.kind == "f":
+        return np.round(array.astype(np.float64), 3).tolist()
+    if array.dtype.kind == "O":
+        return np.vectorize(lambda value: value.decode("utf-8"), otypes=[object])(array).tolist()
+    return array.tolist()
+
+
+def _folder_model(dest: Path) -> Path | None:
+    """The model a folder holds when it holds only that: one .onnx file and nothing else."""
+    if not dest.is_dir():
+        return None
+    entries = list(dest.iterdir())
+    if len(entries) == 1 and entries[0].suffix == ".onnx" and entries[0].is_file():
+        return entries[0]
+    return None
+
+
+def _refuse_unless_empty(dest: Path, allowed: tuple[str, ...]) -> None:
+    if dest.exists() and not dest.is_dir():
+        raise ConfigError(f"{dest}: exists and is not a folder; Hint: choose a new path")
+    others = (
+        sorted(p.name for p in dest.iterdir() if p.name not in allowed) if dest.exists() else []
+    )
+    if others:
         raise ConfigError(
-            f"{dest}: already exists and is not an empty folder; "
-            "Hint: choose a new path, edgeserve init never overwrites files"
+            f"{dest}: already exists and holds {others[:5]}; expected a new or empty folder, or "
+            "one holding only a model. Hint: choose a new path (edgeserve init never overwrites "
+            "files), or `edgeserve init NEW --model path/to/model.onnx`"
         )
-    rendered = render_templates(function_name(dest, name))
+
+
+def _write(dest: Path, rendered: dict[PurePosixPath, str]) -> None:
     for relative, text in rendered.items():
         target = dest.joinpath(*relative.parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
-    mlp_model(dest / "model.onnx")
-    return dest
 
 
 def _walk(folder: Traversable, prefix: PurePosixPath) -> list[tuple[PurePosixPath, Traversable]]:

@@ -6,19 +6,25 @@ dynamic first dimension; otherwise the function serves one request per run, unba
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from edgeserve import datatypes
-from edgeserve.errors import ConfigError, InvalidInput
+from edgeserve.errors import ConfigError, InvalidInput, did_you_mean
 from edgeserve.manifest import ModelSection, TensorOverride
 from edgeserve.types import Signature, TensorSpec
 
 
-def read_signature(model_path: Path, section: ModelSection) -> Signature:
-    """Read names, datatypes and dims from an ONNX file (weights are not loaded)."""
+def read_signature(
+    model_path: Path, section: ModelSection, manifest: Path | None = None
+) -> Signature:
+    """Read names, datatypes and dims from an ONNX file (weights are not loaded).
+
+    `manifest`: the function.toml the overrides came from, named in errors about them.
+    """
     try:
         model = onnx.load(str(model_path), load_external_data=False)
     except FileNotFoundError:
@@ -27,39 +33,46 @@ def read_signature(model_path: Path, section: ModelSection) -> Signature:
         raise ConfigError(f"{model_path}: not a readable ONNX model: {exc}") from None
     graph = model.graph
     initializers = {init.name for init in graph.initializer}
-    inputs = [
-        _spec(v, section.inputs, model_path) for v in graph.input if v.name not in initializers
-    ]
-    outputs = [_spec(v, section.outputs, model_path) for v in graph.output]
-    _check_overrides_exist(section, inputs, outputs, model_path)
+    where = manifest or model_path
+    graph_inputs = [v for v in graph.input if v.name not in initializers]
+    _check_overrides_exist(section, graph_inputs, list(graph.output), where)
+    inputs = [_spec(v, section.inputs, where, "inputs") for v in graph_inputs]
+    outputs = [_spec(v, section.outputs, where, "outputs") for v in graph.output]
     batched = all(spec.dims and spec.dims[0] == -1 for spec in inputs + outputs)
     return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched)
 
 
+def dims_of(value: onnx.ValueInfoProto) -> tuple[int, ...]:
+    """A graph tensor's dims as the model declares them, -1 for a dynamic (named or unknown) one."""
+    shape = value.type.tensor_type.shape.dim
+    return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in shape)
+
+
 def _spec(
-    value: onnx.ValueInfoProto, overrides: dict[str, TensorOverride], where: Path
+    value: onnx.ValueInfoProto, overrides: dict[str, TensorOverride], where: Path, kind: str
 ) -> TensorSpec:
-    tensor_type = value.type.tensor_type
     try:
-        datatype = datatypes.from_onnx(tensor_type.elem_type).name
+        datatype = datatypes.from_onnx(value.type.tensor_type.elem_type).name
     except ValueError as exc:
         raise ConfigError(f"{where}: tensor `{value.name}`: {exc}") from None
-    dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
+    dims = dims_of(value)
     override = overrides.get(value.name)
     if override is None:
         return TensorSpec(value.name, datatype, dims)
+    field = f"model.{kind}.{value.name}"
     if override.dims is not None:
-        dims = _merge_dims(value.name, dims, override.dims, where)
+        dims = _merge_dims(field, dims, override.dims, where)
     if override.pad_axis is not None and not 0 < override.pad_axis < len(dims):
+        axes = f"an axis in 1..{len(dims) - 1}" if len(dims) > 1 else "no axis (nothing to pad)"
         raise ConfigError(
-            f"{where}: [model.inputs.{value.name}] pad_axis: expected an axis in "
-            f"1..{len(dims) - 1} of dims {list(dims)}, found {override.pad_axis}"
+            f"{where}: field `{field}.pad_axis`: found {override.pad_axis}, expected {axes} of "
+            f"the dims {list(dims)} (axis 0 is the batch)"
         )
     return TensorSpec(value.name, datatype, dims, override.pad_axis, override.pad_value)
 
 
 def _merge_dims(
-    name: str, model: tuple[int, ...], wanted: tuple[int, ...], where: Path
+    field: str, model: tuple[int, ...], wanted: tuple[int, ...], where: Path
 ) -> tuple[int, ...]:
     """An override may fix a dynamic dim, never contradict a fixed one."""
     conflict = len(model) != len(wanted) or any(
@@ -67,39 +80,48 @@ def _merge_dims(
     )
     if conflict:
         raise ConfigError(
-            f"{where}: tensor `{name}`: manifest dims {list(wanted)} do not fit the model's "
-            f"{list(model)} (a fixed dim can't change; -1 marks a dynamic one)"
+            f"{where}: field `{field}.dims`: found {list(wanted)}, expected dims that fit the "
+            f"model's {list(model)} (a fixed dim can't change; -1 marks a dynamic one)"
         )
     return wanted
 
 
 def _check_overrides_exist(
-    section: ModelSection, inputs: list[TensorSpec], outputs: list[TensorSpec], where: Path
+    section: ModelSection,
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    where: Path,
 ) -> None:
     for kind, names, found in (
         ("inputs", section.inputs, inputs),
         ("outputs", section.outputs, outputs),
     ):
-        known = {spec.name for spec in found}
+        known = [value.name for value in found]
         for name in names:
             if name not in known:
                 raise ConfigError(
-                    f"{where}: [model.{kind}.{name}]: the model has no such tensor; "
-                    f"its {kind} are {sorted(known)}"
+                    f"{where}: [model.{kind}.{name}]: the model has no {kind[:-1]} `{name}`; "
+                    f"expected one of {known}{did_you_mean(name, known)}"
                 )
 
 
-def check_inputs(signature: Signature, inputs: dict[str, np.ndarray]) -> None:
-    """Refuse inputs that do not fit the signature, saying which tensor and what was expected."""
+def check_names(signature: Signature, names: Iterable[object]) -> None:
+    """Refuse a set of input names other than the model's (names may be anything a client sent)."""
     expected = {spec.name for spec in signature.inputs}
-    unknown = sorted(set(inputs) - expected)
-    missing = sorted(expected - set(inputs))
+    given = set(names)
+    unknown = sorted(map(str, given - expected))
+    missing = sorted(expected - given)
     if unknown or missing:
         raise InvalidInput(
             f"inputs: expected {sorted(expected)}"
             + (f"; unknown {unknown}" if unknown else "")
             + (f"; missing {missing}" if missing else "")
         )
+
+
+def check_inputs(signature: Signature, inputs: dict[str, np.ndarray]) -> None:
+    """Refuse inputs that do not fit the signature, saying which tensor and what was expected."""
+    check_names(signature, inputs)
     rows = {name: array.shape[0] if array.ndim else None for name, array in inputs.items()}
     for spec in signature.inputs:
         _check_tensor(spec, inputs[spec.name])

@@ -20,6 +20,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
+from edgeserve.types import ComputeTimes
+
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
@@ -48,8 +50,27 @@ class Counters:
     success: Duration = field(default_factory=Duration)
     fail: Duration = field(default_factory=Duration)
     queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
-    batches: dict[int, Duration] = field(default_factory=dict)
+    compute_output: Duration = field(default_factory=Duration)
+    batches: dict[int, Phases] = field(default_factory=dict)
+
+
+@dataclass
+class Phases:
+    """The three compute phases of the executions of one batch size (Triton's batch_stats)."""
+
+    input: Duration = field(default_factory=Duration)
+    infer: Duration = field(default_factory=Duration)
+    output: Duration = field(default_factory=Duration)
+
+    def add(self, count: int, times: ComputeTimes) -> None:
+        self.input.add(count, times.input_ns * count)
+        self.infer.add(count, times.infer_ns * count)
+        self.output.add(count, times.output_ns * count)
+
+    def copy(self) -> Phases:
+        return Phases(_copy(self.input), _copy(self.infer), _copy(self.output))
 
 
 class ModelStats:
@@ -63,11 +84,14 @@ class ModelStats:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
 
-    def batch_done(self, size: int, queue_ns: Sequence[int], compute_ns: int, ok: bool) -> None:
+    def batch_done(
+        self, size: int, queue_ns: Sequence[int], compute: ComputeTimes, ok: bool
+    ) -> None:
         """One model execution of `size` rows, made of `len(queue_ns)` items (requests or parts).
 
-        `queue_ns` holds each item's wait; `compute_ns` is the execution's wall time, attributed
-        to each of its items as Triton does. A failed batch counts no inferences.
+        `queue_ns` holds each item's wait; each compute phase is attributed to every item of
+        the execution, as Triton does, so the three phases always count alike (perf_analyzer
+        refuses statistics where they do not). A failed batch counts no inferences.
         """
         with self._lock:
             counters = self._counters
@@ -77,11 +101,11 @@ class ModelStats:
             counters.inference_count += size
             counters.execution_count += 1
             counters.last_inference_ms = time.time_ns() // 1_000_000
-            counters.compute_infer.add(len(queue_ns), compute_ns * len(queue_ns))
-            by_size = counters.batches.get(size)
-            if by_size is None:
-                by_size = counters.batches[size] = Duration()
-            by_size.add(1, compute_ns)
+            items = len(queue_ns)
+            counters.compute_input.add(items, compute.input_ns * items)
+            counters.compute_infer.add(items, compute.infer_ns * items)
+            counters.compute_output.add(items, compute.output_ns * items)
+            counters.batches.setdefault(size, Phases()).add(1, compute)
 
     def request_done(self, ok: bool, duration_ns: int) -> None:
         """One request answered (`ok`) or failed, `duration_ns` after it arrived."""
@@ -95,11 +119,13 @@ class ModelStats:
                 counters.inference_count,
                 counters.execution_count,
                 counters.last_inference_ms,
-                Duration(counters.success.count, counters.success.ns),
-                Duration(counters.fail.count, counters.fail.ns),
-                Duration(counters.queue.count, counters.queue.ns),
-                Duration(counters.compute_infer.count, counters.compute_infer.ns),
-                {size: Duration(d.count, d.ns) for size, d in counters.batches.items()},
+                _copy(counters.success),
+                _copy(counters.fail),
+                _copy(counters.queue),
+                _copy(counters.compute_input),
+                _copy(counters.compute_infer),
+                _copy(counters.compute_output),
+                {size: phases.copy() for size, phases in counters.batches.items()},
             )
 
     def triton_stats(self) -> dict[str, Any]:
@@ -116,9 +142,9 @@ class ModelStats:
                 "success": counters.success.to_json(),
                 "fail": counters.fail.to_json(),
                 "queue": counters.queue.to_json(),
-                "compute_input": zero,
+                "compute_input": counters.compute_input.to_json(),
                 "compute_infer": counters.compute_infer.to_json(),
-                "compute_output": zero,
+                "compute_output": counters.compute_output.to_json(),
                 "cache_hit": zero,
                 "cache_miss": zero,
             },
@@ -126,11 +152,11 @@ class ModelStats:
             "batch_stats": [
                 {
                     "batch_size": size,
-                    "compute_input": zero,
-                    "compute_infer": duration.to_json(),
-                    "compute_output": zero,
+                    "compute_input": phases.input.to_json(),
+                    "compute_infer": phases.infer.to_json(),
+                    "compute_output": phases.output.to_json(),
                 }
-                for size, duration in sorted(counters.batches.items())
+                for size, phases in sorted(counters.batches.items())
             ],
             "memory_usage": [],
         }
@@ -157,9 +183,19 @@ class _Collector:
             ),
             ("nv_inference_queue_duration_us", "cumulative queue time", _us(counters.queue.ns)),
             (
+                "nv_inference_compute_input_duration_us",
+                "cumulative time gathering batch inputs",
+                _us(counters.compute_input.ns),
+            ),
+            (
                 "nv_inference_compute_infer_duration_us",
                 "cumulative compute time",
                 _us(counters.compute_infer.ns),
+            ),
+            (
+                "nv_inference_compute_output_duration_us",
+                "cumulative time handing out outputs",
+                _us(counters.compute_output.ns),
             ),
         )
         for name, doc, value in untyped:
@@ -170,7 +206,7 @@ class _Collector:
 
 
 def _batch_histogram(counters: Counters, labels: dict[str, str]) -> HistogramMetricFamily:
-    executions = {size: d.count for size, d in counters.batches.items()}
+    executions = {size: phases.infer.count for size, phases in counters.batches.items()}
     buckets: list[tuple[str, float]] = []
     for bound in BATCH_SIZE_BUCKETS:
         buckets.append((str(bound), sum(n for size, n in executions.items() if size <= bound)))
@@ -181,6 +217,10 @@ def _batch_histogram(counters: Counters, labels: dict[str, str]) -> HistogramMet
     total_rows = sum(size * n for size, n in executions.items())
     histogram.add_metric(list(labels.values()), buckets, sum_value=total_rows)
     return histogram
+
+
+def _copy(duration: Duration) -> Duration:
+    return Duration(duration.count, duration.ns)
 
 
 def _us(ns: int) -> float:

@@ -10,16 +10,21 @@ function's manifest: only the [batching] keys change, the rest of the file is ke
 from __future__ import annotations
 
 import itertools
-import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import tomlkit
+from tomlkit.items import Array, Item, Table
 
 from edgeserve.errors import ConfigError, EdgeserveError
 from edgeserve.manifest import MANIFEST_NAME, load_manifest
+
+if TYPE_CHECKING:
+    from edgeserve.bench import LevelResult
 
 PREFERRED_MODES = ("none", "pow2")
 
@@ -42,12 +47,14 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Trial:
-    """What one candidate measured (p99 in ms; errors: failed requests, or -1: it did not serve)."""
+    """What one candidate measured (p99 in ms; errors: failed requests, or -1: it did not serve;
+    failure: why, in the words the server or the build gave)."""
 
     candidate: Candidate
     items_per_s: float
     p99_ms: float
     errors: int
+    failure: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,32 +104,35 @@ def choose(trials: Sequence[Trial], budget_ms: float) -> Trial | None:
 
 
 def update_batching(text: str, settings: Mapping[str, Any]) -> str:
-    """The manifest text with these [batching] keys set (replaced in place, or added)."""
-    lines = text.splitlines()
-    header = next((i for i, line in enumerate(lines) if line.strip() == "[batching]"), None)
-    if header is None:
-        lines += ["", "[batching]"]
-        header = len(lines) - 1
-    end = next(
-        (i for i in range(header + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines)
-    )
-    missing = dict(settings)
-    for i in range(header + 1, end):
-        key = re.match(r"\s*([A-Za-z_]+)\s*=", lines[i])
-        if key and key.group(1) in missing:
-            lines[i] = f"{key.group(1)} = {_toml(missing.pop(key.group(1)))}"
-    while end > header + 1 and not lines[end - 1].strip():
-        end -= 1
-    lines[end:end] = [f"{key} = {_toml(value)}" for key, value in missing.items()]
-    return "\n".join(lines) + "\n"
+    """The manifest text with these [batching] keys set; everything else (comments, layout,
+    multi-line arrays, other sections) is kept as written (tomlkit edits TOML round-trip)."""
+    document = tomlkit.parse(text)
+    table = document.get("batching")
+    if table is None:
+        table = tomlkit.table()
+        document.add("batching", table)
+    last = list(table)[-1] if table else None
+    for key, value in settings.items():
+        if key in table:
+            table[key] = _like(table[key], value)
+        elif last is not None and isinstance(table, Table):
+            # `add` would append after the blank lines and comments that precede the next
+            # section header: insert right after the table's last key instead
+            table.value._insert_after(last, key, tomlkit.item(value))
+            last = key
+        else:
+            table[key] = value
+            last = key
+    return tomlkit.dumps(document)
 
 
-def _toml(value: Any) -> str:
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(item) for item in value) + "]"
-    if isinstance(value, float):
-        return f"{value:g}" if value != int(value) else f"{value:.1f}"
-    return str(value)
+def _like(old: Item, value: Any) -> Item:
+    """`value` as a TOML item wearing `old`'s inline comment and multi-line layout."""
+    new = tomlkit.item(value)
+    new.trivia.comment_ws, new.trivia.comment = old.trivia.comment_ws, old.trivia.comment
+    if isinstance(old, Array) and isinstance(new, Array) and "\n" in old.as_string():
+        new.multiline(True)
+    return new
 
 
 def tune(
@@ -134,21 +144,29 @@ def tune(
     window_s: float = 1.0,
     write: bool = True,
     measure: Measure | None = None,
+    on_trial: Callable[[int, Candidate], None] | None = None,
 ) -> TuneResult:
-    """Measure every candidate, choose, and (with `write`) update `source`'s manifest."""
+    """Measure every candidate, choose, and (with `write`) update `source`'s manifest.
+
+    `on_trial(index, candidate)` is told as each trial starts (the CLI's progress display).
+    """
     if budget_ms <= 0 or concurrency < 1 or not grid:
         raise ConfigError("tune: expected a latency budget > 0 ms, concurrency >= 1, candidates")
     manifest_path = source / MANIFEST_NAME
     load_manifest(source)  # a broken manifest fails here, before any measuring
     run = measure or _bench
-    trials = tuple(_trial(source, candidate, concurrency, window_s, run) for candidate in grid)
+    trials = []
+    for index, candidate in enumerate(grid):
+        if on_trial is not None:
+            on_trial(index, candidate)
+        trials.append(_trial(source, candidate, concurrency, window_s, run))
     best = choose(trials, budget_ms)
     written = None
     if best is not None and write:
         text = manifest_path.read_text(encoding="utf-8")
         manifest_path.write_text(update_batching(text, best.candidate.settings()), encoding="utf-8")
         written = manifest_path
-    return TuneResult(trials, best, budget_ms, written)
+    return TuneResult(tuple(trials), best, budget_ms, written)
 
 
 def _trial(
@@ -164,17 +182,24 @@ def _trial(
         try:
             load_manifest(folder)
             trial = run(folder, concurrency, window_s)
-        except EdgeserveError:
-            return Trial(candidate, 0.0, float("inf"), -1)
-    return Trial(candidate, trial.items_per_s, trial.p99_ms, trial.errors)
+        except EdgeserveError as exc:
+            return Trial(candidate, 0.0, float("inf"), -1, exc.message)
+    return Trial(candidate, trial.items_per_s, trial.p99_ms, trial.errors, trial.failure)
 
 
 def _bench(folder: Path, concurrency: int, window_s: float) -> Trial:
     from edgeserve.bench import bench
 
     report = bench(str(folder), concurrency=(concurrency,), window_s=window_s, max_windows=3)
-    client = report.results[0].client
+    result = report.results[0]
+    client = result.client
     placeholder = Candidate(0, (), 0.0, 0)  # _trial puts the real candidate in
-    return Trial(
-        placeholder, client.items_per_s, client.latency_percentiles[99] * 1000, client.errors
-    )
+    p99_ms = client.latency_percentiles[99] * 1000
+    return Trial(placeholder, client.items_per_s, p99_ms, client.errors, _reason(result))
+
+
+def _reason(result: LevelResult) -> str:
+    if not result.client.errors:
+        return ""
+    total = result.client.errors + result.client.requests
+    return f"{result.client.errors} of {total} requests failed: {result.first_failure}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -37,6 +37,15 @@ class Signature:
 
     def input(self, name: str) -> TensorSpec | None:
         return next((spec for spec in self.inputs if spec.name == name), None)
+
+
+class ComputeTimes(NamedTuple):
+    """One model execution in Triton's three phases (ns): gathering the batch's inputs,
+    running the model, handing each request its outputs."""
+
+    input_ns: int
+    infer_ns: int
+    output_ns: int
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from tests.models import mlp_model
 from tests.server import Server, running
@@ -42,8 +42,11 @@ def small_bundle(tmp: Path, name: str = "tiny", handler: str | None = None) -> B
     return build(source, tmp / "build" / name, targets=("aws-lambda",))
 
 
-def wheelhouse(tmp: Path, name: str = "tinydep", version: str = "1.0") -> Path:
-    """A folder holding one pure-Python wheel, so packaging runs offline and fast."""
+def wheelhouse(
+    tmp: Path, name: str = "tinydep", version: str = "1.0", payload: bytes = b""
+) -> Path:
+    """A folder holding one pure-Python wheel (with `payload` as a data file), so packaging runs
+    offline and fast."""
     folder = tmp / "wheelhouse"
     folder.mkdir(exist_ok=True)
     dist_info = f"{name}-{version}.dist-info"
@@ -51,6 +54,7 @@ def wheelhouse(tmp: Path, name: str = "tinydep", version: str = "1.0") -> Path:
     wheel_info = "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     files = {
         f"{name}/__init__.py": b"VALUE = 42\n",
+        f"{name}/payload.bin": payload,
         f"{dist_info}/METADATA": metadata.encode(),
         f"{dist_info}/WHEEL": wheel_info.encode(),
     }

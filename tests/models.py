@@ -51,48 +51,59 @@ def mlp_model(
     return _save(graph, path)
 
 
-def conv_model(path: Path, seed: int = 0) -> Path:
-    """image [N, 3, 16, 16] FP32 -> logits [N, 8]: Conv, Relu, GlobalAveragePool, Flatten, Gemm."""
+def conv_model(
+    path: Path,
+    seed: int = 0,
+    *,
+    names: tuple[str, str] = ("image", "logits"),
+    size: int = 16,
+    classes: int = 8,
+    softmax: bool = False,
+) -> Path:
+    """image [N, 3, size, size] FP32 -> logits [N, classes]: Conv, Relu, GlobalAveragePool,
+    Flatten, Gemm (and a Softmax when asked)."""
     rng = np.random.default_rng(seed)
     weights = [
         numpy_helper.from_array(rng.normal(0, 0.3, (6, 3, 3, 3)).astype(np.float32), "k"),
-        numpy_helper.from_array(rng.normal(0, 0.3, (6, 8)).astype(np.float32), "w"),
-        numpy_helper.from_array(np.zeros(8, np.float32), "b"),
+        numpy_helper.from_array(rng.normal(0, 0.3, (6, classes)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.zeros(classes, np.float32), "b"),
     ]
+    gemm_out = "logits" if softmax else names[1]
     nodes = [
-        helper.make_node("Conv", ["image", "k"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", [names[0], "k"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node("GlobalAveragePool", ["r"], ["p"]),
         helper.make_node("Flatten", ["p"], ["f"]),
-        helper.make_node("Gemm", ["f", "w", "b"], ["logits"]),
+        helper.make_node("Gemm", ["f", "w", "b"], [gemm_out]),
     ]
+    if softmax:
+        nodes.append(helper.make_node("Softmax", ["logits"], [names[1]], axis=1))
     graph = helper.make_graph(
         nodes,
         "conv",
-        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, 16, 16])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info(names[0], TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info(names[1], TensorProto.FLOAT, ["N", classes])],
         weights,
     )
     return _save(graph, path)
 
 
-def varlen_model(path: Path) -> Path:
-    """x [N, L] FP32 with L variable -> total [N] (sum over L), doubled [N, L].
+def varlen_model(path: Path, doubled: bool = True) -> Path:
+    """x [N, L] FP32 with L variable -> total [N] (sum over L), doubled [N, L] (unless not
+    `doubled`: an output whose shape varies is one perf_analyzer 2.41 cannot validate).
 
     Zero padding along L leaves `total` exact, which makes padded batching checkable.
     """
-    nodes = [
-        helper.make_node("ReduceSum", ["x", "axes"], ["total"], keepdims=0),
-        helper.make_node("Add", ["x", "x"], ["doubled"]),
-    ]
+    nodes = [helper.make_node("ReduceSum", ["x", "axes"], ["total"], keepdims=0)]
+    outputs = [helper.make_tensor_value_info("total", TensorProto.FLOAT, ["N"])]
+    if doubled:
+        nodes.append(helper.make_node("Add", ["x", "x"], ["doubled"]))
+        outputs.append(helper.make_tensor_value_info("doubled", TensorProto.FLOAT, ["N", "L"]))
     graph = helper.make_graph(
         nodes,
         "varlen",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "L"])],
-        [
-            helper.make_tensor_value_info("total", TensorProto.FLOAT, ["N"]),
-            helper.make_tensor_value_info("doubled", TensorProto.FLOAT, ["N", "L"]),
-        ],
+        outputs,
         [numpy_helper.from_array(np.array([1], np.int64), "axes")],
     )
     return _save(graph, path)
@@ -125,3 +136,52 @@ def identity_model(path: Path, datatypes: tuple[str, ...], row: int = 3) -> Path
         [value("out", dt) for dt in datatypes],
     )
     return _save(graph, path)
+
+
+def sequence_model(path: Path, vocab: int = 32, width: int = 8, seed: int = 0) -> Path:
+    """tokens INT64 [N, L] -> embedding mean FP32 [N, width]: Gather, ReduceMean (a text model)."""
+    rng = np.random.default_rng(seed)
+    table = numpy_helper.from_array(rng.normal(0, 1, (vocab, width)).astype(np.float32), "table")
+    nodes = [
+        helper.make_node("Gather", ["table", "tokens"], ["embedded"]),
+        helper.make_node("ReduceMean", ["embedded"], ["pooled"], axes=[1], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "sequence",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["N", "L"])],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["N", width])],
+        [table],
+    )
+    return _save(graph, path)
+
+
+def pair_model(path: Path) -> Path:
+    """Two inputs with a fixed batch of 1: features FP32 [1, 4], mask INT32 [1, 4] ->
+    masked FP32 [1, 4] (features where the mask is set) and total FP32 [1]."""
+    nodes = [
+        helper.make_node("Cast", ["mask"], ["mask_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["features", "mask_f"], ["masked"]),
+        helper.make_node("ReduceSum", ["masked", "axes"], ["total"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pair",
+        [
+            helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("mask", TensorProto.INT32, [1, 4]),
+        ],
+        [
+            helper.make_tensor_value_info("masked", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("total", TensorProto.FLOAT, [1]),
+        ],
+        [numpy_helper.from_array(np.array([1], np.int64), "axes")],
+    )
+    return _save(graph, path)
+
+
+def classifier_model(path: Path, seed: int = 0) -> Path:
+    """A conv net with a softmax: pixels FP32 [N, 3, 32, 32] -> probabilities FP32 [N, 10]."""
+    return conv_model(
+        path, seed, names=("pixels", "probabilities"), size=32, classes=10, softmax=True
+    )

@@ -13,10 +13,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-LISTENING = re.compile(r"Uvicorn running on (http://[\d.]+:\d+)")
+LISTENING = re.compile(r"Uvicorn running on (https?://[\d.]+:\d+)")
 
 
 class Server:
@@ -48,11 +49,12 @@ class Server:
         raise RuntimeError("server did not start:\n" + "".join(self.output))
 
 
-def wait_ready(url: str, timeout_s: float = 60.0) -> None:
+def wait_ready(url: str, timeout_s: float = 60.0, **client: Any) -> None:
+    """Poll readiness; `client` goes to httpx (verify= for TLS, headers= for auth)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2, **client).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -62,7 +64,11 @@ def wait_ready(url: str, timeout_s: float = 60.0) -> None:
 
 @contextmanager
 def running(
-    path: Path, *args: str, timeout_s: float = 90.0, env: dict[str, str] | None = None
+    path: Path,
+    *args: str,
+    timeout_s: float = 90.0,
+    env: dict[str, str] | None = None,
+    client: dict[str, Any] | None = None,
 ) -> Iterator[tuple[str, Server]]:
     """`edgeserve serve PATH ARGS` on 127.0.0.1:0, ready; yields (URL, server); SIGTERM stops it."""
     command = [
@@ -87,7 +93,7 @@ def running(
     server = Server(process)
     try:
         url = server.wait_for_url(timeout_s)
-        wait_ready(url, timeout_s)
+        wait_ready(url, timeout_s, **(client or {}))
         yield url, server
     finally:
         process.send_signal(signal.SIGTERM)

@@ -11,8 +11,8 @@ import math
 import random
 from dataclasses import dataclass
 
-from edgeserve.batchcost import Outlook
-from edgeserve.batchplan import BatchPolicy, plan_batch
+from edgeserve.batching.cost import Outlook
+from edgeserve.batching.plan import BatchPolicy, plan_batch
 
 FIXED_COST_S = 0.002
 ROW_COST_S = 0.0025

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,10 @@ from typing import Any
 import boto3
 import pytest
 
+from edgeserve.aws_lambda.driver import AwsLambda
 from edgeserve.bundle import Bundle
-from edgeserve.deploy.aws_lambda import AwsLambda
 from edgeserve.errors import DeployError
-from edgeserve.targets import TargetProfile, load_target
+from edgeserve.targets.profile import TargetProfile, load_target
 from tests.aws_lambda_support import (
     FAKE_CREDENTIALS,
     ROLE,
@@ -204,3 +205,23 @@ def test_rollback_after_a_single_deploy_has_nowhere_to_go(
     driver.deploy(bundle, profile(tmp_path, role))
     with pytest.raises(DeployError, match="no previous version to return to"):
         driver.rollback("tiny", profile(tmp_path, role))
+
+
+def test_a_zip_over_50_mb_is_deployed_from_s3(
+    tmp_path: Path, aws: Any, role: str, bundle: Bundle, driver: AwsLambda, endpoint: str
+) -> None:
+    """Lambda takes a zip inline only up to 50 MB: a larger one goes to the account's code
+    bucket (created on first use) and the function is created from that object."""
+    house = wheelhouse(tmp_path, "bigdep", payload=os.urandom(51 << 20))  # incompressible
+    settings = f'role_arn = "{role}"\nrequirements = ["bigdep"]\nwheelhouse = "{house}"\n'
+    result = driver.deploy(bundle, load_target(write_profile(tmp_path / "big.toml", settings)))
+
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    stored = s3.list_objects_v2(Bucket="edgeserve-code-123456789012-us-east-1")["Contents"]
+    assert [item["Key"] for item in stored] == [f"tiny/{bundle.content_hash}.zip"]
+    assert stored[0]["Size"] > 50 << 20
+    body = s3.get_object(Bucket="edgeserve-code-123456789012-us-east-1", Key=stored[0]["Key"])
+    config = aws.get_function_configuration(FunctionName="tiny", Qualifier="live")
+    digest = hashlib.sha256(body["Body"].read()).digest()
+    assert config["CodeSha256"] == base64.b64encode(digest).decode()
+    assert (result.version, config["CodeSize"]) == ("1", stored[0]["Size"])

@@ -19,8 +19,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from edgeserve.emulate.events import EVENT_KINDS, HttpRequest, HttpResponse, from_result, to_event
-from edgeserve.lambda_app import create_handler, wrap
+from edgeserve.aws_lambda.adapter import create_handler, wrap
+from edgeserve.aws_lambda.events import (
+    EVENT_KINDS,
+    HttpRequest,
+    HttpResponse,
+    from_result,
+    to_event,
+)
 from tests.aws_lambda_support import small_bundle
 
 FIXTURES = Path(__file__).parent / "fixtures" / "aws_events"

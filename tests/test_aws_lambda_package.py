@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from edgeserve.aws_lambda.driver import AwsLambda
+from edgeserve.aws_lambda.package import at_most, check_size, dockerfile, package_image, package_zip
+from edgeserve.aws_lambda.sam import sam_template
+from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.bundle import Bundle
-from edgeserve.deploy import package_targets
-from edgeserve.deploy.aws_lambda import AwsLambda
-from edgeserve.deploy.lambda_package import check_size, dockerfile, package_image, package_zip
-from edgeserve.deploy.lambda_settings import LambdaSettings
-from edgeserve.deploy.sam import sam_template
 from edgeserve.errors import DeployError
-from edgeserve.targets import load_target
+from edgeserve.targets import package_targets
+from edgeserve.targets.profile import load_target
 from tests.aws_lambda_support import small_bundle, wheelhouse, write_profile
 
 CFN_LINT = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or shutil.which(
@@ -43,7 +43,7 @@ def test_zip_holds_the_task_root_and_is_deterministic(bundle: Bundle, tmp_path: 
     assert names == sorted(names)
     assert {
         "app.py",
-        "edgeserve/lambda_app.py",
+        "edgeserve/aws_lambda/adapter.py",
         "edgeserve/runtime.py",
         "tinydep/__init__.py",
     } <= set(names)
@@ -69,28 +69,33 @@ def test_pip_gets_wheels_for_the_profiles_platform_or_says_why(
     )
     with pytest.raises(DeployError) as caught:
         package_zip(bundle, arm, tmp_path)
-    assert "manylinux2014_aarch64 wheels for Python 3.13" in caught.value.message
+    assert "manylinux2014_aarch64 to manylinux_2_34_aarch64 wheels for Python 3.13" in (
+        caught.value.message
+    )
     assert 'package_type = "image"' in caught.value.message
 
 
+def test_over_250_mb_unzipped_points_to_the_image_package_type() -> None:
+    with pytest.raises(DeployError) as caught:
+        check_size(251 * 2**20, Path("fn.zip"))
+    assert "251.0 MB unzipped, over Lambda's 250 MB" in caught.value.message
+    assert 'Hint: set package_type = "image"' in caught.value.message
+    check_size(250 * 2**20, Path("fn.zip"))  # at the limit: fine
+
+
 @pytest.mark.parametrize(
-    ("zipped_mb", "unzipped_mb", "what"),
+    ("requirement", "resolved"),
     [
-        (51, 100, "51.0 MB zipped, over Lambda's 50 MB limit"),
-        (40, 251, "251.0 MB unzipped, over Lambda's 250 MB"),
+        ("numpy==2.4.6", "numpy<=2.4.6"),
+        ("onnxruntime==1.32.0", "onnxruntime<=1.32.0"),
+        ("pillow>=10", "pillow>=10"),
+        ("torch==2.2; python_version < '3.13'", "torch==2.2; python_version < '3.13'"),
     ],
 )
-def test_size_limits_point_to_the_image_package_type(
-    zipped_mb: int, unzipped_mb: int, what: str
+def test_pins_give_way_to_older_versions_only_where_no_wheel_fits(
+    requirement: str, resolved: str
 ) -> None:
-    with pytest.raises(DeployError) as caught:
-        check_size(zipped_mb * 2**20, unzipped_mb * 2**20, Path("fn.zip"))
-    assert what in caught.value.message
-    assert 'Hint: set package_type = "image"' in caught.value.message
-
-
-def test_size_within_limits_passes() -> None:
-    check_size(50 * 2**20, 250 * 2**20, Path("fn.zip"))
+    assert at_most(requirement) == resolved
 
 
 def test_image_context_is_single_arch_on_the_lambda_base_image(
@@ -107,7 +112,9 @@ def test_image_context_is_single_arch_on_the_lambda_base_image(
         "aws-lambda"
     )
     assert (context / "bundle" / "edgeserve.json").is_file()
-    assert (context / "app.py").is_file() and (context / "edgeserve" / "lambda_app.py").is_file()
+    assert (context / "app.py").is_file() and (
+        context / "edgeserve" / "aws_lambda" / "adapter.py"
+    ).is_file()
 
 
 @pytest.mark.skipif(CFN_LINT is None, reason="cfn-lint is not installed")

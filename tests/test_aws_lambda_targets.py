@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve.deploy import DRIVERS, driver_for
-from edgeserve.deploy.aws_lambda import DRIVER
-from edgeserve.deploy.lambda_settings import LambdaSettings
+from edgeserve.aws_lambda.driver import DRIVER
+from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.errors import ConfigError
-from edgeserve.targets import SHIPPED_DIR, load_target
+from edgeserve.targets import DRIVERS, driver_for
+from edgeserve.targets.profile import SHIPPED_DIR, load_target
 from tests.aws_lambda_support import write_profile
 
 REPO_TARGETS = Path(__file__).parent.parent / "targets"

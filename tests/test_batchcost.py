@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeserve.batchcost import ArrivalMeter, CostModel, Outlook, WaitMeter
+from edgeserve.batching.cost import ArrivalMeter, CostModel, Outlook, WaitMeter
 
 
 def linear(rows: int) -> float:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import pty
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,3 +163,51 @@ def _dead_url() -> str:
 def test_bench_errors(target: str | None, kwargs: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         bench(target or _dead_url(), **kwargs)
+
+
+def test_cli_shows_the_first_failure_stops_early_and_exits_non_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sample that does not fit the handler: every request gets a 400, the bench says which."""
+    function = init_function(tmp_path / "demo")
+    (function / "samples" / "request.json").write_text('{"x": [1, 2, 3]}')
+    out = tmp_path / "report.json"
+    argv = ["bench", str(function), "--concurrency", "1,4", "--window-s", "0.5"]
+    assert main([*argv, "--json", str(out), "--plot", ""]) == 1
+    captured = capsys.readouterr()
+    assert "error: bench: requests failed" in captured.err
+    assert "c=1: " in captured.err and "requests failed; the first got HTTP 400: " in captured.err
+    assert 'item 0: expected {\\"x\\": [16 numbers]}' in captured.err  # the server's own words
+    levels = json.loads(out.read_text())["levels"]
+    assert [level["value"] for level in levels] == [1]  # c=4 would fail the same way: skipped
+    assert levels[0]["windows"] == 1 and levels[0]["requests"] == 0  # stopped after one window
+    assert levels[0]["first_failure"].startswith("HTTP 400: ")
+
+
+def _bench_output(url: str, terminal: bool) -> str:
+    """`edgeserve bench URL` as a user runs it: in a terminal (a pty) or into a pipe."""
+    command = [sys.executable, "-m", "edgeserve", "bench", url, "--model", MODEL]
+    command += ["--concurrency", "1,2", "--window-s", "0.5", "--max-windows", "3", "--plot", ""]
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm"}
+    if not terminal:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+        return done.stdout + done.stderr
+    main_fd, child_fd = pty.openpty()
+    process = subprocess.Popen(command, stdout=child_fd, stderr=child_fd, env=env)
+    os.close(child_fd)
+    chunks = []
+    with contextlib.suppress(OSError):  # EIO once the child has exited and closed the pty
+        while chunk := os.read(main_fd, 4096):
+            chunks.append(chunk)
+    os.close(main_fd)
+    assert process.wait(timeout=60) == 0
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_progress_shows_on_a_terminal_only(url: str) -> None:
+    on_terminal = _bench_output(url, terminal=True)
+    assert "bench c=2" in on_terminal and "1/2" in on_terminal  # the live line, level by level
+    assert "edgeserve bench tiny" in on_terminal  # then the table
+    piped = _bench_output(url, terminal=False)
+    assert "edgeserve bench tiny" in piped
+    assert "bench c=" not in piped and "\x1b[?25l" not in piped  # no live display, no cursor codes

@@ -13,11 +13,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeserve.build import build, plan_build
+from edgeserve.builder import build, plan_build
 from edgeserve.bundle import Bundle, content_hash, open_or_build
+from edgeserve.cli import main
 from edgeserve.errors import BackendError, ConfigError
 from edgeserve.scaffold import init_function
-from tests.models import conv_model, mlp_model, varlen_model, write_function
+from tests.models import conv_model, mlp_model, sequence_model, varlen_model, write_function
 
 TARGETS = ("local", "aws-lambda", "jetson")
 
@@ -361,3 +362,83 @@ def test_external_weights_travel_beside_the_model(tmp_path: Path) -> None:
     (folder / "weights.bin").unlink()
     with pytest.raises(ConfigError, match=r"external data file .*weights.bin is missing"):
         build(folder, tmp_path / "out" / "ext")
+
+
+def _build_error(folder: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """What `edgeserve build FOLDER` tells the user, on one line (exit code 2: a config error)."""
+    assert main(["build", str(folder), "--out", str(folder.parent / "out")]) == 2
+    return " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize(
+    ("builder", "manifest", "expected"),
+    [
+        (
+            mlp_model,
+            '[model]\npath = "modle.onnx"',
+            "function.toml: field `model.path`: found 'modle.onnx', but {dir}/modle.onnx does not "
+            "exist; expected the ONNX model's path in the function folder; did you mean "
+            "`model.onnx`?",
+        ),
+        (
+            sequence_model,
+            "[model.inputs.token]\npad_axis = 1",
+            "function.toml: [model.inputs.token]: the model has no input `token`; expected one "
+            "of ['tokens']; did you mean `tokens`?",
+        ),
+        (
+            sequence_model,
+            "[model.inputs.tokens]\npad_axis = 2",
+            "function.toml: field `model.inputs.tokens.pad_axis`: found 2, expected an axis in "
+            "1..1 of the dims [-1, -1] (axis 0 is the batch)",
+        ),
+        (
+            sequence_model,
+            "[model.inputs.tokens]\npad_axs = 1",
+            "function.toml: field `model.inputs.tokens.pad_axs`: unknown key (found 1); did you "
+            "mean `pad_axis`?",
+        ),
+        (
+            mlp_model,
+            "[batching]\nmax_batch = 8",
+            "function.toml: field `batching.max_batch`: unknown key (found 8); did you mean "
+            "`max_batch_size`?",
+        ),
+        (
+            mlp_model,
+            "[batching]\ncolour = 8",
+            "function.toml: field `batching.colour`: unknown key (found 8); expected one "
+            "of ['max_batch_size', 'preferred_batch_sizes', 'max_queue_delay_ms', ",
+        ),
+        (
+            sequence_model,
+            "[model.inputs.tokens]\ndims = [-1, 8, 2]",
+            "function.toml: field `model.inputs.tokens.dims`: found [-1, 8, 2], expected dims "
+            "that fit the model's [-1, -1]",
+        ),
+    ],
+    ids=[
+        "model file",
+        "tensor name",
+        "pad axis",
+        "tensor key",
+        "near miss",
+        "far miss",
+        "dims",
+    ],
+)
+def test_manifest_errors_name_the_file_the_field_and_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], builder, manifest: str, expected: str
+) -> None:
+    folder = write_function(tmp_path / "fn", builder, f'[function]\nname = "fn"\n{manifest}\n')
+    message = _build_error(folder, capsys)
+    assert message.startswith(f"error: {folder}/function.toml: ")
+    assert expected.format(dir=folder) in message
+
+
+def test_a_folder_with_only_a_model_points_at_init(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mlp_model(tmp_path / "fn" / "classifier.onnx")
+    message = _build_error(tmp_path / "fn", capsys)
+    assert f"Hint: `edgeserve init {tmp_path / 'fn'}` writes one for classifier.onnx." in message

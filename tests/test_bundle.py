@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import py_compile
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle, canonical_json, content_hash
-from edgeserve.errors import BundleError
+from edgeserve.errors import BundleError, ConfigError
+from edgeserve.runtime import Runtime
 from tests.models import mlp_model, write_function
 
 
@@ -84,11 +87,12 @@ def test_missing_and_extra_files_are_refused(bundle_dir: Path) -> None:
         Bundle.open(bundle_dir)
 
 
-def test_bytecode_caches_next_to_an_imported_handler_are_ignored(bundle_dir: Path) -> None:
+def test_a_bytecode_cache_beside_the_handler_fails_verification(bundle_dir: Path) -> None:
     (bundle_dir / "handler" / "__pycache__").mkdir(parents=True)
     (bundle_dir / "handler" / "__pycache__" / "handler.cpython-311.pyc").write_bytes(b"\x00")
 
-    assert Bundle.open(bundle_dir).root == bundle_dir
+    with pytest.raises(BundleError, match=r"unexpected file handler/__pycache__/handler"):
+        Bundle.open(bundle_dir)
 
 
 def test_a_function_source_is_not_a_bundle_and_the_error_says_what_to_do(tmp_path: Path) -> None:
@@ -206,3 +210,102 @@ def test_a_resealed_edgeserve_json_without_a_signature_is_refused(bundle_dir: Pa
 
     with pytest.raises(BundleError, match=r"edgeserve\.json: no valid signature or manifest"):
         Bundle.open(bundle_dir)
+
+
+HANDLER = "def postprocess(items, ctx):\n    return {'rows': len(items)}\n"
+EVIL = "import pathlib\npathlib.Path(MARKER).write_text('ran')\n" + HANDLER
+
+
+@pytest.fixture(scope="module")
+def with_handler(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The archive of a function with a handler, and a bytecode file that would run EVIL."""
+    root = tmp_path_factory.mktemp("handler")
+    manifest = '[function]\nname = "hmlp"\n[handler]\nmodule = "handler"\n'
+    folder = write_function(root / "src", mlp_model, manifest, HANDLER)
+    build(folder, root / "out" / "hmlp", backend="onnxruntime", archive=True)
+    return root / "out" / "dist" / "hmlp-1-local.tar.gz"
+
+
+def smuggled_pyc(tmp_path: Path) -> tuple[bytes, Path]:
+    """An unchecked-hash .pyc: Python's default loader runs it whatever the source says."""
+    marker = tmp_path / "marker"
+    evil = tmp_path / "evil.py"
+    evil.write_text(EVIL.replace("MARKER", repr(str(marker))))
+    compiled = py_compile.compile(
+        str(evil),
+        cfile=str(tmp_path / "evil.pyc"),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
+    return Path(compiled).read_bytes(), marker
+
+
+PYC_NAME = f"handler/__pycache__/handler.{sys.implementation.cache_tag}.pyc"
+
+
+def test_an_archive_smuggling_bytecode_is_refused_before_extraction(
+    with_handler: Path, tmp_path: Path, cache_dir: Path
+) -> None:
+    pyc, _ = smuggled_pyc(tmp_path)
+    evil = tarfile.TarInfo(PYC_NAME)
+    evil.size = len(pyc)
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(with_handler) as source, tarfile.open(archive, "w:gz") as out:
+        for info in source.getmembers():
+            out.addfile(info, source.extractfile(info))
+        out.addfile(evil, io.BytesIO(pyc))
+
+    with pytest.raises(BundleError, match=rf"member '{PYC_NAME}' is not covered by the bundle's"):
+        Bundle.open(archive)
+    assert list((cache_dir / "bundles").iterdir()) == []
+
+
+def test_bytecode_left_in_a_cached_bundle_never_runs(with_handler: Path, tmp_path: Path) -> None:
+    """The cached copy of a clean archive is verified on every open: a .pyc planted there makes
+    it damaged, so it is replaced from the archive; and loading the handler writes no .pyc."""
+    cached = Bundle.open(with_handler)
+    pyc, marker = smuggled_pyc(tmp_path)
+    (cached.root / PYC_NAME).parent.mkdir()
+    (cached.root / PYC_NAME).write_bytes(pyc)
+
+    bundle = Bundle.open(with_handler)
+    runtime = Runtime.load(bundle, backend="onnxruntime")
+
+    assert runtime.handler is not None and not marker.exists()
+    assert not (bundle.root / "handler" / "__pycache__").exists()
+    assert Bundle.open(bundle.root).content_hash == cached.content_hash
+
+
+def bomb(path: Path, member_size: int) -> Path:
+    """A tiny archive whose one member declares `member_size` bytes of zeros."""
+    info = tarfile.TarInfo("model/model.onnx")
+    info.size = member_size
+    with tarfile.open(path, "w:gz") as out:
+        out.addfile(info, io.BytesIO(bytes(member_size)))
+    return path
+
+
+def test_a_compression_bomb_is_refused_before_a_byte_is_written(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    archive = bomb(tmp_path / "bomb.tar.gz", 200 << 20)
+
+    with pytest.raises(BundleError) as caught:
+        Bundle.open(archive)
+    assert archive.stat().st_size < 1 << 20
+    assert "declare 209715200 unpacked (over 100:1)" in caught.value.message
+    assert sum(f.stat().st_size for f in cache_dir.rglob("*") if f.is_file()) == 0
+
+
+def test_the_size_caps_are_configurable_and_named_in_the_error(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EDGESERVE_MAX_BUNDLE_MB", "1")
+    archive = bomb(tmp_path / "big.tar.gz", 2 << 20)
+
+    with pytest.raises(BundleError) as caught:
+        Bundle.open(archive)
+    assert "member 'model/model.onnx' declares 2097152 bytes, over 1048576" in caught.value.message
+    assert "EDGESERVE_MAX_BUNDLE_MB" in caught.value.message
+    monkeypatch.setenv("EDGESERVE_MAX_BUNDLE_MB", "lots")
+    with pytest.raises(ConfigError, match="EDGESERVE_MAX_BUNDLE_MB='lots': expected whole MB"):
+        Bundle.open(archive)

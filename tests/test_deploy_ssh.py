@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve.deploy.ssh import Remote
 from edgeserve.errors import DeployError
+from edgeserve.targets.ssh import Remote
 from tests.sshd import SshFleet, sshd_missing, start_fleet
 
 pytestmark = pytest.mark.skipif(sshd_missing() is not None, reason=str(sshd_missing()))

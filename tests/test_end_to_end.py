@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from edgeserve.cli import main
 from edgeserve.runtime import Runtime

@@ -19,7 +19,7 @@ import onnxruntime as ort
 import orjson
 import pytest
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from edgeserve.http import create_app
 from edgeserve.http.invoke import pack_array
@@ -114,7 +114,13 @@ def test_health_and_server_metadata(client: httpx.Client) -> None:
     assert client.get("/v2/models/mlp/versions/3/ready").status_code == 200
     metadata = client.get("/v2").json()
     assert metadata["name"] == "edgeserve"
-    assert metadata["extensions"] == ["binary_tensor_data", "model_configuration", "statistics"]
+    assert metadata["extensions"] == [
+        "binary_tensor_data",
+        "model_configuration",
+        "model_repository",
+        "statistics",
+        "system_shared_memory",
+    ]
 
 
 def test_not_ready_until_the_lifespan_started_the_runtime(mlp_bundle: Bundle) -> None:
@@ -308,7 +314,12 @@ def test_statistics_and_metrics_count_what_ran(mlp_bundle: Bundle) -> None:
         assert stats["execution_count"] == 3
         assert stats["inference_stats"]["success"]["count"] == 3
         assert stats["inference_stats"]["fail"]["count"] == 1
-        assert stats["inference_stats"]["compute_infer"]["ns"] > 0
+        phases = [stats["inference_stats"][f"compute_{p}"] for p in ("input", "infer", "output")]
+        assert [phase["count"] for phase in phases] == [3, 3, 3]  # perf_analyzer checks this
+        assert all(phase["ns"] > 0 for phase in phases)
+        for by_size in stats["batch_stats"]:
+            counts = {by_size[f"compute_{p}"]["count"] for p in ("input", "infer", "output")}
+            assert len(counts) == 1
         metrics = client.get("/metrics")
         assert metrics.headers["content-type"].startswith("text/plain")
         text = metrics.text
@@ -323,7 +334,9 @@ TRITON_METRICS = (
     "nv_inference_exec_count",
     "nv_inference_request_duration_us",
     "nv_inference_queue_duration_us",
+    "nv_inference_compute_input_duration_us",
     "nv_inference_compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us",
 )
 
 

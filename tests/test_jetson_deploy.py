@@ -23,12 +23,12 @@ import onnxruntime as ort
 import pytest
 from rich.console import Console
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle
-from edgeserve.deploy.jetson import JetsonDriver
 from edgeserve.errors import DeployError
 from edgeserve.scaffold import init_function
-from edgeserve.targets import TargetProfile
+from edgeserve.targets.jetson import JetsonDriver
+from edgeserve.targets.profile import TargetProfile
 from tests.sshd import SshFleet, sshd_missing, start_fleet
 
 pytestmark = [

@@ -8,18 +8,18 @@ import sys
 
 import pytest
 
-from edgeserve.deploy import releases as rel
-from edgeserve.deploy.fleet import rollout
-from edgeserve.deploy.jetson_settings import JetsonSettings
-from edgeserve.deploy.preflight import Device, parse_facts, parse_free_mb, problems
-from edgeserve.deploy.services import (
+from edgeserve.errors import ConfigError, DeployError
+from edgeserve.targets import releases as rel
+from edgeserve.targets.fleet import rollout
+from edgeserve.targets.jetson_settings import JetsonSettings
+from edgeserve.targets.preflight import Device, parse_facts, parse_free_mb, problems
+from edgeserve.targets.services import (
     ServiceSpec,
     check_image_l4t,
     docker_run_argv,
     render_unit,
 )
-from edgeserve.deploy.ssh import host_key_problem
-from edgeserve.errors import ConfigError, DeployError
+from edgeserve.targets.ssh import host_key_problem
 
 LAYOUT = rel.Layout("/home/nvidia/edgeserve", "ocr")
 
@@ -132,7 +132,7 @@ def test_systemd_unit_runs_the_supervisor_and_reloads_it_to_switch() -> None:
     unit = render_unit(spec())
     python = sys.executable
     assert (
-        f"ExecStart={python} -m edgeserve.deploy.supervisor run /home/nvidia/edgeserve/ocr "
+        f"ExecStart={python} -m edgeserve.targets.supervisor run /home/nvidia/edgeserve/ocr "
         f"--host 0.0.0.0 --port 8080 --start-timeout 300.0 --python {python}\n" in unit
     )
     assert "ExecReload=/bin/kill -HUP $MAINPID\n" in unit and "KillMode=mixed\n" in unit

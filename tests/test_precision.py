@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.cli import main
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import load_manifest

@@ -19,12 +19,15 @@ import openvino as ov
 import pytest
 from onnx import numpy_helper
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle, open_or_build
+from edgeserve.cli import main
 from edgeserve.errors import ConfigError, InvalidInput
 from edgeserve.runtime import Runtime
 from edgeserve.scaffold import init_function, render_templates, template_root
 from edgeserve.types import Context
+from tests.models import classifier_model, pair_model, sequence_model
+from tests.server import served
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -151,9 +154,11 @@ def test_init_never_overwrites_a_non_empty_folder(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "file").write_text("a file")
 
-    with pytest.raises(ConfigError, match="already exists and is not an empty folder"):
+    with pytest.raises(
+        ConfigError, match=r"already exists and holds \['mine.txt'\]; expected a new"
+    ):
         init_function(tmp_path / "taken")
-    with pytest.raises(ConfigError, match="already exists and is not an empty folder"):
+    with pytest.raises(ConfigError, match="exists and is not a folder"):
         init_function(tmp_path / "file")
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["mine.txt"]
     assert (init_function(tmp_path / "empty") / "function.toml").is_file()
@@ -221,3 +226,56 @@ def test_init_works_from_a_built_wheel(tmp_path: Path) -> None:
         "model.onnx",
         "samples",
     ]
+
+
+ADOPTED = {  # model -> (its inputs in the manifest, the outputs /invoke answers with their shapes)
+    "sequence": (sequence_model, ["tokens INT64 [-1, -1]"], {"pooled": (1, 8)}),
+    "pair": (pair_model, ["features FP32 [1, 4]", "mask INT32 [1, 4]"],
+             {"masked": (1, 4), "total": (1,)}),
+    "classifier": (classifier_model, ["pixels FP32 [-1, 3, 32, 32]"], {"probabilities": (1, 10)}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", list(ADOPTED))
+@pytest.mark.parametrize("how", ["--model", "folder holding the model"])
+def test_init_adopts_a_model_and_its_sample_fits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, how: str
+) -> None:
+    """`edgeserve init DIR --model M` (or DIR holding only M), serve, `edgeserve invoke` the
+    sample it wrote: the answer has the model's own outputs, of the model's own shapes."""
+    builder, inputs, outputs = ADOPTED[kind]
+    dest = tmp_path / "fn"
+    if how == "--model":
+        model = builder(tmp_path / "mine" / f"{kind}.onnx")
+        assert main(["init", str(dest), "--model", str(model)]) == 0
+    else:
+        builder(dest / f"{kind}.onnx")
+        assert main(["init", str(dest)]) == 0
+    assert sorted(p.name for p in dest.iterdir()) == sorted([f"{kind}.onnx", "function.toml",
+                                                             "samples"])  # fmt: skip
+    manifest = (dest / "function.toml").read_text()
+    assert f'path = "{kind}.onnx"' in manifest and "help manifest" in manifest
+    assert all(f"# input {spec}" in " ".join(manifest.split()) for spec in inputs)
+    assert ("[batching]" in manifest) == (kind != "pair")  # the fixed batch of 1 cannot batch
+    with served(dest) as url:
+        capsys.readouterr()
+        assert main(["invoke", url, "--file", str(dest / "samples" / "request.json")]) == 0
+        answer = json.loads(capsys.readouterr().out)
+    assert {name: np.shape(value) for name, value in answer.items()} == outputs
+    if kind == "classifier":
+        assert sum(answer["probabilities"][0]) == pytest.approx(1.0, abs=1e-2)  # the softmax
+
+
+def test_init_refuses_a_folder_with_more_than_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sequence_model(tmp_path / "fn" / "a.onnx")
+    (tmp_path / "fn" / "notes.txt").write_text("mine")
+    assert main(["init", str(tmp_path / "fn")]) == 2
+    error = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"{tmp_path / 'fn'}: already exists and holds ['a.onnx', 'notes.txt']; expected a new"
+        in error
+    )
+    assert "`edgeserve init NEW --model path/to/model.onnx`" in error
+    assert (tmp_path / "fn" / "notes.txt").read_text() == "mine"

@@ -17,7 +17,7 @@ import tritonclient.http as triton
 import tritonclient.http.aio as triton_aio
 from tritonclient.utils import InferenceServerException
 
-from edgeserve.build import build
+from edgeserve.builder import build
 from edgeserve.datatypes import DATATYPES
 from edgeserve.http import create_app
 from edgeserve.runtime import Runtime
@@ -192,3 +192,28 @@ def test_gzip_and_deflate_requests(client: triton.InferenceServerClient) -> None
         "identity", every_input(binary=True), request_compression_algorithm="deflate"
     )
     np.testing.assert_array_equal(result.as_numpy("out_BOOL"), SAMPLES["BOOL"])
+
+
+def test_the_repository_index_lists_the_one_function(client: triton.InferenceServerClient) -> None:
+    assert client.get_model_repository_index() == [
+        {"name": "identity", "version": "2", "state": "READY", "reason": ""}
+    ]
+    assert "model_repository" in client.get_server_metadata()["extensions"]
+
+
+def test_model_control_answers_what_a_fixed_function_can_do(
+    client: triton.InferenceServerClient,
+) -> None:
+    client.load_model("identity")  # already loaded: nothing to do, as in Triton's EXPLICIT mode
+    refused = {
+        "load other": lambda: client.load_model("other"),
+        "new config": lambda: client.load_model("identity", config='{"max_batch_size": 2}'),
+        "unload": lambda: client.unload_model("identity"),
+    }
+    for case, call in refused.items():
+        with pytest.raises(InferenceServerException) as error:
+            call()
+        assert error.value.status() == "400", case
+        assert "serves one function, `identity`" in error.value.message(), case
+        assert "Hint:" in error.value.message(), case
+    assert client.is_model_ready("identity")

@@ -52,12 +52,17 @@ def test_choose(trials: list[Trial], expected: int | None) -> None:
 
 MANIFEST = """\
 [function]
-name = "mlp"
+name = "mlp"  # keep this comment
 
 [batching]
 max_batch_size = 32   # was the default
+preferred_batch_sizes = [
+    8,
+    16,
+]
 timeout_ms = 5000
 
+# the backend: ONNX Runtime only
 [backend]
 prefer = ["onnxruntime"]
 """
@@ -74,7 +79,10 @@ def test_update_batching_replaces_and_adds_keys_and_keeps_the_rest() -> None:
         "instances": 2,
     }
     assert data["backend"] == {"prefer": ["onnxruntime"]}
-    assert text.index("instances = 2") < text.index("[backend]")
+    assert text.index("instances = 2") < text.index("# the backend")  # the comment stays with it
+    assert 'name = "mlp"  # keep this comment' in text
+    assert "max_batch_size = 8   # was the default" in text
+    assert "preferred_batch_sizes = [\n    2,\n    4,\n    8,\n]" in text  # still multi-line
 
 
 def test_update_batching_adds_the_section_when_missing() -> None:
@@ -82,17 +90,58 @@ def test_update_batching_adds_the_section_when_missing() -> None:
     assert tomllib.loads(text) == {"function": {"name": "x"}, "batching": {"max_batch_size": 4}}
 
 
-def test_tune_measures_real_servers_and_writes_the_best(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def tune_argv(source: Path, delays: str) -> list[str]:
+    """A short real sweep: max_batch 4, these delays, one instance, 0.3 s windows, c=2."""
+    fixed = ["--latency-budget-ms", "2000", "--concurrency", "2", "--max-batch", "4"]
+    return [
+        "tune",
+        str(source),
+        *fixed,
+        "--delay-ms",
+        delays,
+        "--instances",
+        "1",
+        "--window-s",
+        "0.3",
+    ]
+
+
+def mlp_source(tmp_path: Path) -> Path:
     source = tmp_path / "mlp"
     mlp_model(source / "model.onnx")
     (source / "function.toml").write_text(MANIFEST)
-    argv = ["tune", str(source), "--latency-budget-ms", "2000", "--concurrency", "2"]
-    argv += ["--max-batch", "4", "--delay-ms", "0", "--instances", "1", "--window-s", "0.3"]
-    assert main(argv) == 0
+    return source
+
+
+def test_tune_measures_real_servers_and_writes_the_best(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = mlp_source(tmp_path)
+    assert main([*tune_argv(source, "0"), "--preferred", "pow2"]) == 0
     out = capsys.readouterr().out
     assert "chosen" in out and "[2, 4]" in out
     batching = load_manifest(source).batching
     assert batching.max_batch_size == 4 and batching.max_queue_delay_ms == 0
     assert batching.timeout_ms == 5000  # untouched keys stay
+    text = (source / "function.toml").read_text()
+    assert "max_batch_size = 4   # was the default" in text
+    assert "preferred_batch_sizes = [\n    2,\n    4,\n]" in text
+
+
+def test_tune_says_why_candidates_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Samples the model refuses: each row fails with the server's answer, not a budget hint."""
+    source = mlp_source(tmp_path)
+    (source / "samples").mkdir()
+    (source / "samples" / "request.json").write_text('{"x": [[1.0, 2.0]]}')
+    assert main([*tune_argv(source, "0,1"), "--preferred", "none"]) == 1
+    captured = capsys.readouterr()
+    reason = "requests failed: HTTP 400: "
+    expected = "tensor `x`: expected [-1, 16] FP32, got [1, 2] FP32"
+    failed = [line for line in captured.out.splitlines() if line.startswith("failed: ")]
+    assert len(failed) == 2 and all(reason in line and expected in line for line in failed)
+    assert "max_queue_delay_ms=1.0" in failed[1]
+    assert "tune: every candidate failed; the first: " in captured.err
+    assert "budget" not in captured.err
+    assert (source / "function.toml").read_text() == MANIFEST  # nothing written

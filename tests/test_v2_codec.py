@@ -46,6 +46,8 @@ def client_request(
     """Encode with tritonclient exactly as it sends, then decode with ours."""
     inputs = []
     for name, (datatype, array) in tensors.items():
+        if datatype == "BF16":  # tritonclient 2.41 takes BF16 as float32 (sends the top 16 bits)
+            array = array.astype(np.float32)
         tensor = triton.InferInput(name, list(array.shape), datatype)
         tensor.set_data_from_numpy(array, binary_data=binary)
         inputs.append(tensor)
@@ -191,13 +193,17 @@ BINARY_FP32 = orjson.dumps(
         (json_body(shape=[2, 3]), None, "tensor `x`: FP32 [2, 3]: expected 6 elements, got 4"),
         (json_body(datatype="FP8"), None, "tensor `x`: unknown datatype 'FP8'"),
         (json_body(shape=[2, -2]), None, "non-negative ints"),
-        (json_body(datatype="INT64", data=[1.5, 2, 3, 4]), None, "expected INT64 values"),
+        (
+            json_body(datatype="INT64", data=[1.5, 2, 3, 4]),
+            None,
+            "expected integers, found fractions",
+        ),
         (json_body(datatype="UINT8", data=[1, 2, 3, 300]), None, "tensor `x`: UINT8 [2, 2]"),
-        (json_body(datatype="BOOL", data=[1, 0, 1, 0]), None, "expected BOOL values"),
-        (json_body(data=[[1, 2], [3]]), None, "does not fit"),
-        (json_body(data=["a", "b", "c", "d"]), None, "does not fit"),
+        (json_body(datatype="BOOL", data=[1, 0, 1, 0]), None, "expected booleans, found integers"),
+        (json_body(data=[[1, 2], [3]]), None, "tensor `x`: FP32 [2, 2]: `data` is ragged"),
+        (json_body(data=["a", "b", "c", "d"]), None, "expected numbers, found strings"),
         (json_body(datatype="BF16"), None, "BF16 travels only as binary"),
-        (json_body(datatype="BYTES", data=[1, 2, 3, 4]), None, "must be strings"),
+        (json_body(datatype="BYTES", data=[1, 2, 3, 4]), None, "expected strings, found integers"),
         (json_body(data=DROP), None, "neither `data` nor"),
         (json_body(parameters={"binary_data_size": 16}), None, "both `data` and"),
         (BINARY_FP32 + b"\0" * 4, str(len(BINARY_FP32)), "binary_data_size 8 runs past the body"),

@@ -10,7 +10,7 @@ as is. docs/bench.md says how the numbers are produced and what the load generat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,11 +46,14 @@ def bench(
     model: str | None = None,
     seed: int = 0,
     ready_timeout_s: float = 120.0,
+    on_level: Callable[[Level], None] | None = None,
 ) -> BenchReport:
     """Measure `target` at each concurrency, then each request rate (concurrency 1 if neither).
 
     `inputs`: None = the function's samples/ when it has some, else random tensors; "random";
-    or a folder of samples. `shapes` resolve dynamic dims (batch dim excluded).
+    or a folder of samples. `shapes` resolve dynamic dims (batch dim excluded). `on_level` is
+    told each level as it starts (the CLI's progress display). A level where every request
+    fails ends the sweep early: its `first_failure` says what the server answered.
     """
     if protocol not in ("binary", "json"):
         raise ConfigError(f"--protocol {protocol!r}: expected binary or json")
@@ -63,7 +66,9 @@ def bench(
     plan = _Plan(protocol, inputs, dict(shapes or {}), batch_size, model)
     settings = Settings(window_s, max_windows, seed)
     return _run(
-        _bench(target, levels or [Level("concurrency", 1)], plan, settings, ready_timeout_s)
+        _bench(
+            target, levels or [Level("concurrency", 1)], plan, settings, ready_timeout_s, on_level
+        )
     )
 
 
@@ -113,7 +118,12 @@ class _Plan:
 
 
 async def _bench(
-    target: str, levels: list[Level], plan: _Plan, settings: Settings, ready_timeout_s: float
+    target: str,
+    levels: list[Level],
+    plan: _Plan,
+    settings: Settings,
+    ready_timeout_s: float,
+    on_level: Callable[[Level], None] | None,
 ) -> BenchReport:
     with serving(target, ready_timeout_s) as endpoint:
         control = Control(endpoint)
@@ -128,9 +138,13 @@ async def _bench(
                 Request(encode_request(host, b.path, b.headers, b.body), b.items) for b in bodies
             ]
             load = Target(endpoint.host, endpoint.port, requests)
-            results = [
-                await measure_level(load, control, name, level, settings) for level in levels
-            ]
+            results = []
+            for level in levels:
+                if on_level is not None:
+                    on_level(level)
+                results.append(await measure_level(load, control, name, level, settings))
+                if results[-1].all_failed:
+                    break  # the next levels would send the same failing requests
         finally:
             await control.close()
     protocol = "invoke" if all(b.path == "/invoke" for b in bodies) else plan.protocol

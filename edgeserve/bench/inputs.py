@@ -7,7 +7,6 @@ way perf_analyzer and tritonclient send them; `protocol="json"` sends JSON tenso
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,17 +15,15 @@ from typing import Any
 import numpy as np
 import orjson
 
-from edgeserve.datatypes import DATATYPES
 from edgeserve.errors import ConfigError
+from edgeserve.http.v2 import tensor_bytes
+from edgeserve.samples import IMAGE_TYPES, is_v2_request, random_array, v2_inputs
 from edgeserve.types import TensorDict
 
 DEFAULT_DYNAMIC_DIM = 16
 """A dynamic (-1) non-batch dim without a --shape override becomes this."""
-RANDOM_INT_HIGH = 16
-"""Random integers lie in [0, 16): small enough to index an embedding or a class table."""
 INVOKE_ITEMS = 0
 """An /invoke request becomes as many items as the handler makes: the server counts them."""
-IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 
 
 @dataclass(frozen=True)
@@ -86,24 +83,8 @@ def synthesize(
             dims = shapes[name]
         dims = tuple(DEFAULT_DYNAMIC_DIM if d < 0 else d for d in dims)
         full = (batch_size, *dims) if model.batched else dims
-        tensors[name] = _random(rng, datatype, full)
+        tensors[name] = random_array(rng, datatype, full)
     return tensors
-
-
-def _random(rng: np.random.Generator, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
-    if datatype == "BYTES":
-        return np.array(
-            [bytes(rng.integers(97, 123, 8, dtype=np.uint8)) for _ in range(int(np.prod(shape)))],
-            dtype=np.object_,
-        ).reshape(shape)
-    if datatype == "BF16":
-        return (rng.random(shape, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    dtype = DATATYPES[datatype].numpy
-    if dtype.kind == "f":
-        return rng.random(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.random(shape) < 0.5
-    return rng.integers(0, RANDOM_INT_HIGH, shape).astype(dtype)
 
 
 def encode_infer(
@@ -115,7 +96,7 @@ def encode_infer(
         inputs = [_json_tensor(name, datatypes[name], array) for name, array in tensors.items()]
         body = orjson.dumps({"inputs": inputs})
         return Body(path, {"Content-Type": "application/json"}, body, items)
-    raws = [_tensor_bytes(array, datatypes[name]) for name, array in tensors.items()]
+    raws = [tensor_bytes(array, datatypes[name]) for name, array in tensors.items()]
     header = orjson.dumps(
         {
             "inputs": [
@@ -147,15 +128,6 @@ def _json_tensor(name: str, datatype: str, array: np.ndarray) -> dict[str, Any]:
     return {"name": name, "datatype": datatype, "shape": list(array.shape), "data": flat}
 
 
-def _tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
-    """Raw little-endian tensor bytes; BYTES elements each framed by a 4-byte length."""
-    if datatype == "BYTES":
-        elements = [x if isinstance(x, bytes) else str(x).encode() for x in array.ravel()]
-        return b"".join(struct.pack("<I", len(e)) + e for e in elements)
-    dtype = DATATYPES[datatype].numpy.newbyteorder("<")
-    return np.ascontiguousarray(array, dtype=dtype).tobytes()
-
-
 def has_samples(folder: Path) -> bool:
     """Whether `folder` holds a file `read_samples` would send."""
     kinds = {*IMAGE_TYPES, ".json"}
@@ -182,21 +154,12 @@ def _json_sample(path: Path, model: ModelInputs, binary: bool) -> Body:
         payload = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
-    if not (isinstance(payload, dict) and isinstance(payload.get("inputs"), list)):
+    if not is_v2_request(payload):
         headers = {"Content-Type": "application/json"}
         return Body("/invoke", headers, orjson.dumps(payload), INVOKE_ITEMS)
     try:
-        tensors = {t["name"]: _sample_tensor(t) for t in payload["inputs"]}
-        datatypes = {t["name"]: t["datatype"] for t in payload["inputs"]}
+        tensors, datatypes = v2_inputs(payload)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: a v2 input needs name, datatype, shape, data ({exc})") from None
     rows = next(iter(tensors.values())).shape[0] if model.batched and tensors else 1
     return encode_infer(model.name, tensors, datatypes, binary, rows)
-
-
-def _sample_tensor(tensor: Mapping[str, Any]) -> np.ndarray:
-    datatype, shape = tensor["datatype"], tuple(tensor["shape"])
-    if datatype == "BYTES":
-        data = [x.encode() if isinstance(x, str) else bytes(x) for x in np.ravel(tensor["data"])]
-        return np.array(data, dtype=np.object_).reshape(shape)
-    return np.asarray(tensor["data"], dtype=DATATYPES[datatype].numpy).reshape(shape)

@@ -21,6 +21,7 @@ from edgeserve.bench.measure import Record
 OPEN_LOOP_MAX_CONNECTIONS = 512
 STOP_WAIT_S = 10.0
 BROKEN_PAUSE_S = 0.01
+FAILURE_BODY_CHARS = 500
 _BROKEN = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
 
 
@@ -46,6 +47,7 @@ class Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
         self._writer = writer
+        self.body = b""  # the last response's body (empty when it came chunked)
 
     @classmethod
     async def open(cls, host: str, port: int) -> Connection:
@@ -58,10 +60,11 @@ class Connection:
         head = await self._reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
         length, chunked = _body_framing(head)
+        self.body = b""
         if chunked:
             await self._drain_chunks()
         elif length:
-            await self._reader.readexactly(length)
+            self.body = await self._reader.readexactly(length)
         return status
 
     async def _drain_chunks(self) -> None:
@@ -98,6 +101,7 @@ class Target:
         self.port = port
         self.requests = requests
         self.records: list[Record] = []
+        self.first_failure: str | None = None  # what the first failed request got, as words
 
     async def send(
         self, connection: Connection | None, index: int, scheduled: float
@@ -109,12 +113,19 @@ class Target:
         sent = time.monotonic()
         try:
             connection, status = await self._exchange(connection, request.raw)
-        except _BROKEN:
+        except _BROKEN as exc:
             connection, status = None, 0
+            self._failed(f"no answer: {type(exc).__name__}: {exc}")
+        if status not in (0, 200):
+            self._failed(_describe(status, connection.body if connection else b""))
         self.records.append(Record(scheduled, sent, time.monotonic(), status == 200, request.items))
         if connection is None:
             await asyncio.sleep(BROKEN_PAUSE_S)
         return connection
+
+    def _failed(self, reason: str) -> None:
+        if self.first_failure is None:
+            self.first_failure = reason
 
     async def _exchange(self, connection: Connection | None, raw: bytes) -> tuple[Connection, int]:
         if connection is not None:
@@ -128,6 +139,12 @@ class Target:
         except _BROKEN:
             await connection.close()
             raise
+
+
+def _describe(status: int, body: bytes) -> str:
+    """`HTTP 400: {"error": ...}`, the body cut to a readable length."""
+    text = body.decode("utf-8", "replace").strip()
+    return f"HTTP {status}: {text[:FAILURE_BODY_CHARS] or '(empty body)'}"
 
 
 async def closed_loop(target: Target, concurrency: int, stop: asyncio.Event) -> None:

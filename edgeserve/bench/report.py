@@ -34,7 +34,8 @@ class BenchReport:
 
     @property
     def warnings(self) -> list[str]:
-        """perf_analyzer's two warnings: an unstable level, and a client that fell behind."""
+        """perf_analyzer's two warnings: an unstable level, and a client that fell behind
+        (failed requests are `failures`, an error of their own)."""
         notes = []
         for result in self.results:
             label = result.level.label
@@ -47,9 +48,12 @@ class BenchReport:
                     f"{label}: {result.client.late_fraction:.1%} of sends were late (send lag p99 "
                     f"{_ms(result.client.send_lag_p99)} ms): the client could not keep up"
                 )
-            if result.client.errors:
-                notes.append(f"{label}: {result.client.errors} requests failed")
         return notes
+
+    @property
+    def failures(self) -> list[str]:
+        """One line per level where a request failed, with what the first one got."""
+        return [_failures(result) for result in self.results if result.client.errors]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,7 +65,15 @@ class BenchReport:
             "window_s": self.window_s,
             "levels": [_level_json(result) for result in self.results],
             "warnings": self.warnings,
+            "failures": self.failures,
         }
+
+
+def _failures(result: LevelResult) -> str:
+    client = result.client
+    total = client.errors + client.requests
+    first = f"; the first got {result.first_failure}" if result.first_failure else ""
+    return f"{result.level.label}: {client.errors} of {total} requests failed{first}"
 
 
 def _ms(seconds: float) -> float | None:
@@ -78,6 +90,7 @@ def _level_json(result: LevelResult) -> dict[str, Any]:
         "windows": result.windows,
         "requests": client.requests,
         "errors": client.errors,
+        "first_failure": result.first_failure,
         "items": client.items,
         "duration_s": round(client.duration_s, 3),
         "throughput_rps": round(client.throughput, 2),

@@ -13,6 +13,7 @@ from edgeserve.bench.measure import (
     STABILITY_WINDOWS,
     ClientSummary,
     ServerSummary,
+    Window,
     WindowLog,
     is_stable,
     server_delta,
@@ -44,6 +45,11 @@ class LevelResult:
     windows: int
     client: ClientSummary
     server: ServerSummary | None
+    first_failure: str | None = None  # what the first failed request got ("HTTP 400: ...")
+
+    @property
+    def all_failed(self) -> bool:
+        return self.client.errors > 0 and self.client.requests == 0
 
     @property
     def items_per_s(self) -> float:
@@ -66,6 +72,7 @@ async def measure_level(
 ) -> LevelResult:
     """Load the server at `level` and cut windows until the stability rule holds."""
     target.records = []
+    target.first_failure = None
     poisson = level.mode == "request_rate"
     stop = asyncio.Event()
     load = asyncio.create_task(_load(target, level, stop, settings.seed))
@@ -76,7 +83,7 @@ async def measure_level(
         await asyncio.sleep(start + settings.window_s * (len(log.windows) + 1) - time.monotonic())
         log.cut(time.monotonic())
         snapshots.append(await control.stats(model))
-        if is_stable(log.windows, poisson=poisson):
+        if is_stable(log.windows, poisson=poisson) or _nothing_succeeded(log.windows):
             break
     stop.set()
     with contextlib.suppress(asyncio.TimeoutError):  # a hung server must not hang the bench
@@ -88,7 +95,13 @@ async def measure_level(
         windows=len(log.windows),
         client=summarize(used),
         server=_server(snapshots[-len(used) - 1], snapshots[-1]),
+        first_failure=target.first_failure,
     )
+
+
+def _nothing_succeeded(windows: list[Window]) -> bool:
+    """Every request so far failed: more windows would only repeat the failure."""
+    return any(w.records for w in windows) and not any(w.successes for w in windows)
 
 
 async def _load(target: Target, level: Level, stop: asyncio.Event, seed: int) -> None:

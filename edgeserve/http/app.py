@@ -6,11 +6,14 @@ follow Triton except where noted at the route.
 
 Not served (Triton has them): response compression by Accept-Encoding (request bodies may be
 gzip or deflate), raw binary requests (Inference-Header-Content-Length: 0), classification,
-shared memory, the repository, trace and logging extensions.
+trace and logging extensions. System shared memory is served (`sharedmemory.py`); the
+repository extension lists the one function and answers model control as `repository.py`
+explains.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -25,11 +28,15 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from edgeserve import __version__
-from edgeserve.errors import Unavailable
+from edgeserve.errors import Unauthorized, Unavailable
 from edgeserve.http import metadata
-from edgeserve.http.errors import ErrorMiddleware, http_exception_handler
+from edgeserve.http.auth import Credentials, load_credentials
+from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
+from edgeserve.http.repository import RepositoryRoutes
+from edgeserve.http.sharedmemory import SystemSharedMemoryRoutes
 from edgeserve.manifest import Manifest
+from edgeserve.sharedmemory import Regions
 from edgeserve.stats import ModelStats
 from edgeserve.types import Signature, TensorDict
 
@@ -45,6 +52,8 @@ class ServedFunction(Protocol):
     def name(self) -> str: ...
     @property
     def version(self) -> str: ...
+    @property
+    def model_version(self) -> str: ...
     @property
     def manifest(self) -> Manifest: ...
     @property
@@ -67,13 +76,23 @@ class ServedFunction(Protocol):
 class FunctionApp:
     """The ASGI app: inference routes go straight to their handlers, the rest to Starlette."""
 
-    def __init__(self, inference: InferenceRoutes, rest: Starlette) -> None:
+    def __init__(
+        self, inference: InferenceRoutes, rest: Starlette, credentials: Credentials | None = None
+    ) -> None:
         self.inference = inference
         self.rest = rest
+        self.credentials = credentials
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            app = self.inference.app_for(route_path(scope))
+            path = route_path(scope)
+            if self.credentials is not None:
+                try:
+                    self.credentials.check(path, scope["headers"])
+                except Unauthorized as refused:
+                    await error_response(refused)(scope, receive, send)
+                    return
+            app = self.inference.app_for(path)
             if app is not None:
                 await app(scope, receive, send)
                 return
@@ -83,7 +102,8 @@ class FunctionApp:
 def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) -> FunctionApp:
     """The app serving `runtime`; its lifespan starts the runtime and stops it (draining)."""
     limit = max_body_bytes or int(runtime.manifest.resources.max_body_mb * 2**20)
-    endpoints = _Endpoints(runtime)
+    regions = Regions()
+    endpoints = _Endpoints(runtime, regions)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -99,12 +119,14 @@ def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) ->
         exception_handlers={HTTPException: http_exception_handler},
         lifespan=lifespan,
     )
-    return FunctionApp(InferenceRoutes(runtime, limit), rest)
+    credentials = load_credentials(runtime.manifest.auth, os.environ)
+    return FunctionApp(InferenceRoutes(runtime, limit, regions), rest, credentials)
 
 
 class _Endpoints:
-    def __init__(self, runtime: ServedFunction) -> None:
+    def __init__(self, runtime: ServedFunction, regions: Regions) -> None:
         self.runtime = runtime
+        self.regions = regions
 
     def routes(self) -> list[Route]:
         model = "/v2/models/{model}"
@@ -114,6 +136,8 @@ class _Endpoints:
             Route("/v2", self.server_metadata),
             Route("/v2/models/stats", self.stats),
             Route("/metrics", self.metrics),
+            *RepositoryRoutes(self.runtime).routes(),
+            *SystemSharedMemoryRoutes(self.regions).routes(),
         ]
         for base in (model, model + "/versions/{version}"):
             routes += [
@@ -143,7 +167,7 @@ class _Endpoints:
         runtime = self.runtime
         return JSONResponse(
             metadata.model_metadata(
-                runtime.name, runtime.version, runtime.backend_name, runtime.signature
+                runtime.name, runtime.model_version, runtime.backend_name, runtime.signature
             )
         )
 

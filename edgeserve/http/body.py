@@ -8,8 +8,10 @@ bomb cannot grow past it either (Triton caps the decompressed size the same way)
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
-from starlette.requests import ClientDisconnect
+import orjson
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive
 
 from edgeserve.errors import InvalidInput, PayloadTooLarge
@@ -69,3 +71,18 @@ def _too_large(limit: int, why: str) -> PayloadTooLarge:
         f"request body: over the limit of {limit} bytes ({why}). "
         "Hint: raise [resources] max_body_mb in function.toml"
     )
+
+
+async def json_object(request: Request) -> dict[str, Any]:
+    """The JSON object a control route takes (Triton's repository and shared-memory routes);
+    an empty body is {}."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"{request.url.path}: body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidInput(f"{request.url.path}: expected a JSON object, got {type(body).__name__}")
+    return body

@@ -1,8 +1,10 @@
 """The one place where errors become HTTP responses: JSON `{"error": message}` with its status.
 
-An `EdgeserveError` carries its status; `Unavailable` adds `Retry-After`. Starlette's own
-HTTPExceptions (unknown route, wrong method) answer in the same JSON shape. Anything else is a
-fault of ours: logged with its traceback, answered 500 with a generic message that leaks nothing.
+An `EdgeserveError` carries its status; `Unavailable` adds `Retry-After`, `Unauthorized`
+`WWW-Authenticate`. Starlette's own
+HTTPExceptions (unknown route, wrong method) answer in the same JSON shape. A 500 (any other
+exception, or an EdgeserveError of status 500 such as a failed batch or handler) is a fault of
+ours: logged with its traceback, answered with a generic message that leaks nothing.
 A client that hung up gets 499 (nginx's "client closed request"), which no one reads.
 """
 
@@ -16,7 +18,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from edgeserve.errors import EdgeserveError, Unavailable
+from edgeserve.errors import EdgeserveError, Unauthorized, Unavailable
 
 logger = logging.getLogger("edgeserve.http")
 
@@ -26,10 +28,14 @@ INTERNAL_ERROR = "internal server error; the server log has the details"
 
 def error_response(exc: Exception, where: str = "") -> Response:
     """The response for an exception raised while handling `where` (method and path)."""
-    if isinstance(exc, EdgeserveError):
+    if isinstance(exc, EdgeserveError) and exc.status != 500:
         headers = {}
         if isinstance(exc, Unavailable):
             headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+        if isinstance(exc, Unauthorized):
+            invalid = ', error="invalid_token"' if exc.invalid else ""
+            headers["WWW-Authenticate"] = f'Bearer realm="edgeserve"{invalid}'
+
         return JSONResponse({"error": exc.message}, status_code=exc.status, headers=headers)
     if isinstance(exc, HTTPException):
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)

@@ -27,6 +27,7 @@ from edgeserve.errors import InvalidInput, ModelNotFound
 from edgeserve.http import invoke, v2
 from edgeserve.http.body import read_body
 from edgeserve.http.errors import error_response
+from edgeserve.sharedmemory import Regions
 
 if TYPE_CHECKING:
     from edgeserve.http.app import ServedFunction
@@ -59,9 +60,10 @@ _V2_INFER = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/
 class InferenceRoutes:
     """The inference routes of one function: `app_for` says whether a path is one."""
 
-    def __init__(self, runtime: ServedFunction, limit: int) -> None:
+    def __init__(self, runtime: ServedFunction, limit: int, regions: Regions) -> None:
         self.runtime = runtime
         self.limit = limit
+        self.regions = regions
         self._v2_infer, self._invoke = self._asgi(self.v2_infer), self._asgi(self.invoke)
 
     def app_for(self, path: str) -> ASGIApp | None:
@@ -75,13 +77,25 @@ class InferenceRoutes:
         match = _V2_INFER.fullmatch(call.path)
         assert match is not None  # app_for routes only matching paths here
         check_model(runtime, match["model"], match["version"], infer=True)
-        decoded = v2.decode_request(call.body, call.headers.get(v2.HEADER_LENGTH))
+        decoded = v2.decode_request(
+            call.body, call.headers.get(v2.HEADER_LENGTH), self.regions.read
+        )
         v2.check_outputs(decoded, runtime.signature)
+        for wanted in decoded.outputs or ():
+            if wanted.place is not None:
+                self.regions.check(f"output `{wanted.name}`", wanted.place)
         timeout_s = v2.request_timeout_s(decoded)
         results = await runtime.infer(decoded.inputs, timeout_s, arrived=call.arrived)
         outputs = v2.response_outputs(decoded, results, runtime.signature)
+        for output in outputs:
+            if output.place is not None:
+                self.regions.write(
+                    f"output `{output.name}`",
+                    output.place,
+                    v2.tensor_bytes(output.data, output.datatype),
+                )
         content, header_length = v2.encode_response(
-            runtime.name, runtime.version, decoded.id, outputs
+            runtime.name, runtime.model_version, decoded.id, outputs
         )
         if header_length is None:
             return Reply(content, "application/json")
@@ -130,15 +144,17 @@ def check_model(
     """Unknown model: 404, but 400 on infer; unknown version: 404 everywhere.
 
     These are Triton's answers (its infer path reports an unknown model as INVALID_ARG), kept
-    so that clients and retry policies written against Triton see the same codes.
+    so that clients and retry policies written against Triton see the same codes. A version
+    is the integer model version or, beside it, the function's own ("1.2.0").
     """
     name = runtime.name
     if model != name:
         error = InvalidInput if infer else ModelNotFound
         raise error(f"unknown model `{model}`: this server serves `{name}`")
-    if version is not None and version != runtime.version:
+    if version is not None and version not in (runtime.model_version, runtime.version):
         raise ModelNotFound(
-            f"model `{name}` has no version `{version}`; it serves version `{runtime.version}`"
+            f"model `{name}` has no version `{version}`; it serves version "
+            f"`{runtime.model_version}` (function version `{runtime.version}`)"
         )
 
 

@@ -4,6 +4,7 @@ In: JSON (`application/json`, `*+json`), msgpack (`application/msgpack`, `applic
 and raw bytes for everything else (images, `application/octet-stream`, unknown types). In msgpack
 a numpy array may travel as plain lists or as ext type `NDARRAY_EXT`: the packed triple
 `[dtype.str, shape, raw bytes]` (see `pack_array`).
+Map keys must be strings (msgpack's strict_map_key), as in JSON.
 Out: msgpack when `Accept` asks for it, else JSON; numpy arrays and scalars become Python values.
 """
 
@@ -15,6 +16,7 @@ import msgpack
 import numpy as np
 import orjson
 
+from edgeserve import datatypes
 from edgeserve.errors import InvalidInput
 
 NDARRAY_EXT = 1
@@ -36,7 +38,7 @@ def decode_payload(body: bytes, content_type: str) -> Any:
             raise InvalidInput(f"request body: not valid JSON: {exc}") from None
     if content_type in MSGPACK_TYPES:
         try:
-            return msgpack.unpackb(body, ext_hook=_unpack_ext, raw=False, strict_map_key=False)
+            return msgpack.unpackb(body, ext_hook=_unpack_ext, raw=False)
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise InvalidInput(f"request body: not valid msgpack: {exc}") from None
     return body
@@ -55,12 +57,11 @@ def _unpack_ext(code: int, data: bytes) -> Any:
     try:
         dtype, shape, raw = msgpack.unpackb(data)
         array = np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(shape)
+        datatypes.from_numpy(array.dtype)  # a dtype v2 has (frombuffer refuses objects)
     except (ValueError, TypeError) as exc:
         raise ValueError(
             f"ext {NDARRAY_EXT} is not a [dtype, shape, bytes] numpy array: {exc}"
         ) from None
-    if array.dtype.hasobject:
-        raise ValueError(f"ext {NDARRAY_EXT}: object arrays cannot travel as raw bytes")
     return array
 
 

@@ -12,7 +12,13 @@ from typing import Any
 from edgeserve.manifest import Manifest
 from edgeserve.types import Signature, TensorSpec
 
-EXTENSIONS = ("binary_tensor_data", "model_configuration", "statistics")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository",
+    "statistics",
+    "system_shared_memory",
+)
 
 # backend name -> (Triton `platform`, Triton `backend`); metadata shows platform, else backend
 _TRITON_NAMES = {
@@ -77,7 +83,7 @@ def model_config(
         ],
         "default_model_filename": manifest.model.path,
         "model_transaction_policy": {"decoupled": False},
-        "parameters": {},
+        "parameters": {"function_version": {"string_value": manifest.function.version}},
     }
     if max_batch_size > 0:
         config["dynamic_batching"] = _dynamic_batching(manifest)

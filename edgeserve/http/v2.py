@@ -12,26 +12,30 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
 
+from edgeserve import values
 from edgeserve.datatypes import DATATYPES, Datatype, from_numpy
 from edgeserve.errors import InvalidInput
+from edgeserve.sharedmemory import Slice
 from edgeserve.types import Signature, TensorDict
 
+ReadSlice = Callable[[str, Slice], memoryview]
+"""Reads an input's bytes from a registered shared-memory region (`Regions.read`)."""
+
 HEADER_LENGTH = "inference-header-content-length"
-_JSON_KINDS = {"b": "b", "i": "iu", "u": "iu"}  # dtype kind -> JSON value kinds it accepts
-_KIND_NAMES = {"b": "booleans", "i": "integers", "u": "integers", "f": "fractions"}
 
 
 @dataclass(frozen=True)
 class RequestedOutput:
     name: str
     binary: bool
+    place: Slice | None = None  # written to shared memory, not sent
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,14 @@ class OutputTensor:
     data: np.ndarray
     datatype: str
     binary: bool
+    place: Slice | None = None
 
 
-def decode_request(body: bytes, header_length: str | None) -> InferRequest:
-    """Parse a v2 request body; `header_length` is the Inference-Header-Content-Length value."""
+def decode_request(
+    body: bytes, header_length: str | None, read_slice: ReadSlice | None = None
+) -> InferRequest:
+    """Parse a v2 request body; `header_length` is the Inference-Header-Content-Length value.
+    Inputs naming a shared-memory region are read through `read_slice` (None: not served)."""
     json_end = _json_length(body, header_length)
     header = _parse_json(body[:json_end])
     parameters = _mapping(header.get("parameters", {}), "request `parameters`")
@@ -62,7 +70,7 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
     inputs: TensorDict = {}
     offset = 0
     for entry in _list(header.get("inputs"), "request `inputs`"):
-        name, array, offset = _decode_input(_mapping(entry, "an input"), binary, offset)
+        name, array, offset = _decode_input(_mapping(entry, "an input"), binary, offset, read_slice)
         if name in inputs:
             raise InvalidInput(f"tensor `{name}`: given twice in `inputs`")
         inputs[name] = array
@@ -122,7 +130,7 @@ def _list(value: Any, what: str) -> list[Any]:
 
 
 def _decode_input(
-    entry: dict[str, Any], binary: memoryview, offset: int
+    entry: dict[str, Any], binary: memoryview, offset: int, read_slice: ReadSlice | None
 ) -> tuple[str, np.ndarray, int]:
     name = entry.get("name")
     if not isinstance(name, str):
@@ -130,6 +138,14 @@ def _decode_input(
     datatype = _datatype(name, entry.get("datatype"))
     shape = _shape(name, entry.get("shape"))
     parameters = _mapping(entry.get("parameters", {}), f"tensor `{name}`: `parameters`")
+    where = f"tensor `{name}`"
+    place = shared_memory_slice(where, parameters)
+    if place is not None:
+        if "data" in entry or "binary_data_size" in parameters:
+            raise InvalidInput(f"{where}: names a shared memory region and also carries data")
+        if read_slice is None:
+            raise InvalidInput(f"{where}: shared memory is not served on this route")
+        return name, _from_binary(name, datatype, shape, read_slice(where, place)), offset
     size = parameters.get("binary_data_size")
     if size is None:
         if "data" not in entry:
@@ -139,13 +155,17 @@ def _decode_input(
         return name, _from_json(name, datatype, shape, entry["data"]), offset
     if "data" in entry:
         raise InvalidInput(f"tensor `{name}`: has both `data` and parameters.binary_data_size")
-    if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+    if not _is_count(size) or offset + size > len(binary):
         raise InvalidInput(
             f"tensor `{name}`: binary_data_size {size!r} runs past the body "
             f"({len(binary) - offset} binary bytes left)"
         )
     chunk = binary[offset : offset + size]
     return name, _from_binary(name, datatype, shape, chunk), offset + size
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _datatype(name: str, value: Any) -> Datatype:
@@ -158,9 +178,7 @@ def _datatype(name: str, value: Any) -> Datatype:
 
 
 def _shape(name: str, value: Any) -> tuple[int, ...]:
-    valid = isinstance(value, list) and all(
-        isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in value
-    )
+    valid = isinstance(value, list) and all(map(_is_count, value))
     if not valid:
         raise InvalidInput(
             f"tensor `{name}`: `shape` must be a list of non-negative ints, got {value!r}"
@@ -171,54 +189,10 @@ def _shape(name: str, value: Any) -> tuple[int, ...]:
 def _from_json(name: str, datatype: Datatype, shape: tuple[int, ...], data: Any) -> np.ndarray:
     """Flat or nested row-major JSON data, checked against the shape's element count."""
     where = f"tensor `{name}`: {datatype.name} {list(shape)}"
-    if datatype.name == "BF16":
-        raise InvalidInput(f"{where}: BF16 travels only as binary data (binary_data_size)")
-    if not isinstance(data, list):
-        data = [data]
-    try:
-        if datatype.name == "BYTES":
-            array = np.array([_utf8(item) for item in _flatten(data)], dtype=object)
-        else:
-            array = _json_numbers(data, datatype)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise InvalidInput(f"{where}: `data` does not fit: {exc}") from None
+    array = values.to_array(data, datatype, where, max_depth=len(shape))
     if array.size != math.prod(shape):
         raise InvalidInput(f"{where}: expected {math.prod(shape)} elements, got {array.size}")
     return array.reshape(shape)
-
-
-def _json_numbers(data: list[Any], datatype: Datatype) -> np.ndarray:
-    accepted = _JSON_KINDS.get(datatype.numpy.kind)
-    if accepted is not None:  # ints and bools must not silently truncate floats
-        found = np.asarray(data).dtype.kind
-        # numpy reads ints past int64 as floats: only real JSON floats are wrong there
-        if found == "f" and "i" in accepted and not _has_float(data):
-            found = "u"
-        if len(data) and found not in accepted + "O":
-            raise ValueError(
-                f"expected {datatype.name} values, found {_KIND_NAMES.get(found, found)}"
-            )
-    return np.array(data, dtype=datatype.numpy)
-
-
-def _has_float(data: list[Any]) -> bool:
-    return any(isinstance(value, float) for value in _flatten(data))
-
-
-def _flatten(data: list[Any]) -> list[Any]:
-    flat: list[Any] = []
-    for item in data:
-        if isinstance(item, list):
-            flat.extend(_flatten(item))
-        else:
-            flat.append(item)
-    return flat
-
-
-def _utf8(item: Any) -> bytes:
-    if not isinstance(item, str):
-        raise ValueError(f"BYTES elements in JSON must be strings, found {item!r}")
-    return item.encode("utf-8")
 
 
 def _from_binary(
@@ -231,7 +205,7 @@ def _from_binary(
     if len(chunk) != count * datatype.size:
         raise InvalidInput(
             f"tensor `{name}`: {datatype.name} {list(shape)} needs {count * datatype.size} bytes, "
-            f"binary_data_size is {len(chunk)}"
+            f"its data has {len(chunk)}"
         )
     return np.frombuffer(chunk, dtype=datatype.numpy.newbyteorder("<")).reshape(shape)
 
@@ -269,8 +243,27 @@ def _requested_outputs(
         params = _mapping(entry.get("parameters", {}), f"output `{name}`: `parameters`")
         if "classification" in params:
             raise InvalidInput(f"output `{name}`: the classification extension is not supported")
-        outputs.append(RequestedOutput(name, bool(params.get("binary_data", default))))
+        place = shared_memory_slice(f"output `{name}`", params)
+        outputs.append(RequestedOutput(name, bool(params.get("binary_data", default)), place))
     return tuple(outputs)
+
+
+def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | None:
+    """The region, offset and byte size a tensor's parameters name, or None (no region)."""
+    region = parameters.get("shared_memory_region")
+    if region is None:
+        return None
+    if not isinstance(region, str):
+        raise InvalidInput(f"{where}: shared_memory_region must be a string, got {region!r}")
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidInput(f"{where}: names shared_memory_region without shared_memory_byte_size")
+    counts = []
+    for key, default in (("shared_memory_offset", 0), ("shared_memory_byte_size", None)):
+        value = parameters.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInput(f"{where}: {key} must be a non-negative integer, got {value!r}")
+        counts.append(value)
+    return Slice(region, counts[0], counts[1])
 
 
 def check_outputs(request: InferRequest, signature: Signature) -> None:
@@ -284,7 +277,7 @@ def check_outputs(request: InferRequest, signature: Signature) -> None:
                 f"output `{output.name}`: the model has no such output; "
                 f"its outputs are {sorted(specs)}"
             )
-        if spec.datatype == "BF16" and not output.binary:
+        if spec.datatype == "BF16" and not output.binary and output.place is None:
             raise InvalidInput(
                 f"output `{output.name}`: BF16 travels only as binary data; "
                 "ask for it with parameters.binary_data = true"
@@ -308,6 +301,7 @@ def response_outputs(
             results[o.name],
             datatypes.get(o.name) or from_numpy(results[o.name].dtype).name,
             o.binary,
+            o.place,
         )
         for o in wanted
     ]
@@ -328,12 +322,13 @@ def encode_response(
             "datatype": output.datatype,
             "shape": list(output.data.shape),
         }
-        if output.binary:
-            chunk = _to_binary(output)
+        if output.binary and output.place is None:
+            chunk = tensor_bytes(output.data, output.datatype)
             entry["parameters"] = {"binary_data_size": len(chunk)}
             chunks.append(chunk)
-        else:
+        elif output.place is None:
             entry["data"] = _to_json(output)
+        # an output in shared memory is in its region already: shape and datatype, as Triton
         entries.append(entry)
     header["outputs"] = entries
     encoded = orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
@@ -342,16 +337,18 @@ def encode_response(
     return b"".join([encoded, *chunks]), len(encoded)
 
 
-def _to_binary(output: OutputTensor) -> bytes:
-    if output.datatype == "BYTES":
+def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
+    """A tensor in binary (Triton's binary extension and shared memory): little-endian numbers,
+    or BYTES elements each after a 4-byte length."""
+    if datatype == "BYTES":
         parts = []
-        for item in output.data.reshape(-1):
-            raw = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        for item in array.reshape(-1):
+            raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
             parts.append(struct.pack("<I", len(raw)))
             parts.append(raw)
         return b"".join(parts)
-    dtype = DATATYPES[output.datatype].numpy.newbyteorder("<")
-    return np.ascontiguousarray(output.data, dtype=dtype).tobytes()
+    dtype = DATATYPES[datatype].numpy.newbyteorder("<")
+    return np.ascontiguousarray(array, dtype=dtype).tobytes()
 
 
 def _to_json(output: OutputTensor) -> Any:

@@ -193,10 +193,16 @@ def to_gray(image: Image.Image) -> np.ndarray:
         values = np.asarray(image, dtype=np.float32)
         low, high = float(values.min()), float(values.max())
         return ((values - low) * (255.0 / max(high - low, 1e-6))).astype(np.uint8)
-    if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
-        rgba = image.convert("RGBA")
-        image = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
-    return np.asarray(image.convert("L"), dtype=np.uint8)
+    try:
+        if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
+            rgba = image.convert("RGBA")
+            image = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
+        return np.asarray(image.convert("L"), dtype=np.uint8)
+    except (ValueError, OSError) as err:  # Pillow: "conversion from LAB to RGB not supported"
+        raise InvalidInput(
+            f"the image's mode {image.mode} cannot be converted to grey ({err}); "
+            "send an RGB, RGBA, greyscale or palette image"
+        ) from None
 
 
 def ink_mask(gray: np.ndarray) -> np.ndarray | None:

@@ -4,6 +4,6 @@ Importing this module is Lambda's init phase: the model loads and warms up here,
 execution environment, never per invocation.
 """
 
-from edgeserve.lambda_app import create_handler
+from edgeserve.aws_lambda.adapter import create_handler
 
 handler = create_handler()

@@ -1,0 +1,86 @@
+"""The Lambda side of a function: the same ASGI app, behind Mangum, built once per container.
+
+Mangum would run the ASGI lifespan (and so load the model) on every invocation
+(Kludex/mangum#342), so the lifespan is off and `create_handler` starts the runtime itself, on
+the event loop Mangum then reuses for every invocation: the batcher's workers live on that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeserve.aws_lambda import incoming as events
+
+if TYPE_CHECKING:
+    from mangum import Mangum
+    from mangum.types import ASGI
+
+BUNDLE_ENV = "EDGESERVE_BUNDLE"
+BUNDLE_DIR = "bundle"
+"""Where packaging puts the bundle, relative to the task root (LAMBDA_TASK_ROOT)."""
+
+
+def bundle_path() -> Path:
+    """`EDGESERVE_BUNDLE`, else `$LAMBDA_TASK_ROOT/bundle` (the layout of the zip and the image)."""
+    if explicit := os.environ.get(BUNDLE_ENV):
+        return Path(explicit)
+    return Path(os.environ.get("LAMBDA_TASK_ROOT", ".")) / BUNDLE_DIR
+
+
+def create_handler(path: Path | None = None) -> LambdaHandler:
+    """Load the bundle, start its runtime in Lambda mode, and wrap its app for Lambda events."""
+    from edgeserve.bundle import Bundle
+    from edgeserve.http.app import create_app
+    from edgeserve.runtime import Runtime
+
+    # Lambda ships ONNX Runtime alone (build.PLATFORM_BACKENDS): the emulator computes the same
+    # numbers, not OpenVINO's (bf16 under precision "auto") where OpenVINO happens to be installed
+    runtime = Runtime.load(
+        Bundle.open(path or bundle_path()), backend="onnxruntime", lambda_mode=True
+    )
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(runtime.start())
+    return wrap(create_app(runtime), model=runtime.name)
+
+
+def wrap(app: ASGI, model: str | None = None) -> LambdaHandler:
+    """The Lambda handler for an ASGI app: REST v1, HTTP v2, Function URL and ALB events, and
+    direct invocations carrying a v2 infer request for `model`."""
+    from mangum import Mangum
+
+    return LambdaHandler(Mangum(app, lifespan="off"), model)
+
+
+class LambdaHandler:
+    """Every event gets an answer; nothing raises out of the handler (Lambda would report an
+    unhandled error and the caller would learn nothing)."""
+
+    def __init__(self, mangum: Mangum, model: str | None) -> None:
+        self.mangum, self.model = mangum, model
+
+    def __call__(self, event: object, context: Any) -> dict[str, Any]:
+        if not isinstance(event, dict):
+            return events.not_http(event)
+        kind = events.kind_of(event)
+        if kind is None:
+            if self.model is not None and events.is_infer_request(event):
+                response = self._http(events.infer_event(event, self.model), "http-v2", context)
+                return events.direct_answer(response)
+            return events.not_http(event)
+        return self._http(events.without_nulls(event), kind, context)
+
+    def _http(self, event: dict[str, Any], kind: str, context: Any) -> dict[str, Any]:
+        where = f"malformed {events.KINDS[kind]} event"
+        problem = events.problem_in(event, kind)
+        if problem:
+            return events.bad_request(f"{where}: {problem}")
+        try:
+            answer: dict[str, Any] = self.mangum(event, context)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            # Mangum's own reading of the event (the app's errors are responses already)
+            return events.bad_request(f"{where}: {type(exc).__name__} {exc}")
+        return answer

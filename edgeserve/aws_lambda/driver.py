@@ -1,0 +1,375 @@
+"""The aws-lambda driver: package, then deploy with boto3; status and rollback through the alias.
+
+Deploy, in order: create or update the function (and wait, with the v2 waiters), publish a
+version guarded by the CodeSha256 just uploaded, move the alias, then the function URL,
+reserved and provisioned concurrency. Until the alias moves, traffic stays on the old
+version; a later step that fails moves the alias back. The alias description records the
+version it replaced, which is where `rollback` returns to.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeserve.aws_lambda.package import needs_s3, package_image, package_zip
+from edgeserve.aws_lambda.sam import sam_template
+from edgeserve.aws_lambda.settings import LambdaSettings
+from edgeserve.errors import ConfigError, DeployError
+from edgeserve.targets import DeployResult
+
+if TYPE_CHECKING:
+    from edgeserve.bundle import Bundle
+    from edgeserve.targets.profile import TargetProfile
+
+PREVIOUS = re.compile(r"previous=(\d+)")
+URL_STATEMENTS = (
+    ("edgeserve-url", {"Action": "lambda:InvokeFunctionUrl", "FunctionUrlAuthType": "NONE"}),
+    ("edgeserve-url-invoke", {"Action": "lambda:InvokeFunction", "InvokedViaFunctionUrl": True}),
+)
+"""A public URL (AuthType NONE) needs both statements (functions with URLs since Oct 2025)."""
+
+
+class AwsLambda:
+    """The Driver for `driver = "aws-lambda"` profiles."""
+
+    def package(self, bundle: Bundle, profile: TargetProfile, out: Path) -> Path:
+        """Zip or image context (by `package_type`), with a SAM template.yaml beside it."""
+        settings = profile.settings_as(LambdaSettings)
+        code = (
+            package_zip(bundle, settings, out)
+            if settings.package_type == "zip"
+            else package_image(bundle, settings, out)
+        )
+        (out / "template.yaml").write_text(sam_template(bundle.name, settings, code.name))
+        return code
+
+    def deploy(self, bundle: Bundle, profile: TargetProfile) -> DeployResult:
+        settings = profile.settings_as(LambdaSettings)
+        deployment = Deployment(settings, settings.name_for(bundle.name))  # checks boto3 first
+        with tempfile.TemporaryDirectory(prefix="edgeserve-deploy-") as scratch:
+            code = self._code(bundle, settings, Path(scratch))
+            return deployment.run(code, bundle.content_hash)
+
+    def status(self, name: str, profile: TargetProfile) -> dict[str, Any]:
+        settings = profile.settings_as(LambdaSettings)
+        return Deployment(settings, settings.name_for(name)).status()
+
+    def rollback(self, name: str, profile: TargetProfile) -> DeployResult:
+        settings = profile.settings_as(LambdaSettings)
+        return Deployment(settings, settings.name_for(name)).rollback()
+
+    @staticmethod
+    def _code(bundle: Bundle, settings: LambdaSettings, scratch: Path) -> dict[str, Any]:
+        if settings.package_type == "zip":
+            archive = package_zip(bundle, settings, scratch)
+            if needs_s3(archive):
+                return upload_to_s3(archive, settings, f"{bundle.name}/{bundle.content_hash}.zip")
+            return {"ZipFile": archive.read_bytes()}
+        if not settings.image_repository:
+            raise ConfigError(
+                'package_type = "image" needs settings.image_repository (the ECR repository URI); '
+                "build and push the context from `edgeserve build --target aws-lambda` first"
+            )
+        return {"ImageUri": f"{settings.image_repository}:{bundle.content_hash[:12]}"}
+
+
+def upload_to_s3(archive: Path, settings: LambdaSettings, key: str) -> dict[str, Any]:
+    """Put a large zip in S3 (the profile's bucket, else one per account and region, created
+    when missing) and name it as the function's code."""
+    import boto3
+
+    endpoint, region = settings.resolved_endpoint(), settings.region
+    s3 = boto3.client("s3", region_name=region, endpoint_url=endpoint)
+    with translated(archive.name, settings, "upload to S3"):
+        bucket = settings.code_bucket or _default_bucket(region, endpoint)
+        if not _bucket_exists(s3, bucket):
+            s3.create_bucket(Bucket=bucket, **_location(region))
+        s3.upload_file(str(archive), bucket, key)
+    return {"S3Bucket": bucket, "S3Key": key}
+
+
+def _default_bucket(region: str, endpoint: str | None) -> str:
+    import boto3
+
+    sts = boto3.client("sts", region_name=region, endpoint_url=endpoint)
+    return f"edgeserve-code-{sts.get_caller_identity()['Account']}-{region}"
+
+
+def _location(region: str) -> dict[str, Any]:
+    """us-east-1 is S3's default and refuses to be named as a LocationConstraint."""
+    if region == "us-east-1":
+        return {}
+    return {"CreateBucketConfiguration": {"LocationConstraint": region}}
+
+
+def _bucket_exists(s3: Any, bucket: str) -> bool:
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchBucket", "NotFound"):
+            return False
+        raise
+    return True
+
+
+class Deployment:
+    """One function's deploy, status and rollback against the Lambda API."""
+
+    def __init__(self, settings: LambdaSettings, name: str) -> None:
+        try:
+            import boto3
+        except ModuleNotFoundError:
+            raise ConfigError(
+                "the aws-lambda target needs boto3. Hint: pip install 'edgeserve[aws]'"
+            ) from None
+
+        self.settings = settings
+        self.name = name
+        self.client = boto3.client(
+            "lambda", region_name=settings.region, endpoint_url=settings.resolved_endpoint()
+        )
+
+    def run(self, code: dict[str, Any], content_hash: str) -> DeployResult:
+        with translated(self.name, self.settings, "create or update"):
+            sha = self._upload(code)
+        with translated(self.name, self.settings, "publish version"):
+            version = self.client.publish_version(
+                FunctionName=self.name, CodeSha256=sha, Description=f"edgeserve {content_hash}"
+            )["Version"]
+            self.client.get_waiter("published_version_active").wait(
+                FunctionName=self.name, Qualifier=version, WaiterConfig={"Delay": 1}
+            )
+        with translated(self.name, self.settings, "read alias"):
+            before = self._alias()
+        live = before["FunctionVersion"] if before else None
+        # Lambda publishes nothing new for unchanged code and configuration: keep the record
+        previous = _previous(before) if live == version else live
+        self._move_alias(version, previous)
+        try:
+            url = self._after_alias()
+        except DeployError:
+            if live is not None:
+                self._move_alias(live, _previous(before))
+            raise
+        return DeployResult("aws-lambda", self.name, version, url, previous)
+
+    def status(self) -> dict[str, Any]:
+        with translated(self.name, self.settings, "status"):
+            config = self.client.get_function_configuration(FunctionName=self.name)
+            versions = self.client.list_versions_by_function(FunctionName=self.name)["Versions"]
+            alias = self._alias()
+            return {
+                "function": self.name,
+                "region": self.settings.region,
+                "state": config.get("State"),
+                "last_update": config.get("LastUpdateStatus"),
+                "alias": self.settings.alias,
+                "live_version": alias["FunctionVersion"] if alias else None,
+                "previous_version": _previous(alias),
+                "versions": [v["Version"] for v in versions if v["Version"] != "$LATEST"],
+                "url": self._url(),
+                "reserved_concurrency": self._reserved(),
+                "memory_mb": config.get("MemorySize"),
+                "timeout_s": config.get("Timeout"),
+            }
+
+    def rollback(self) -> DeployResult:
+        with translated(self.name, self.settings, "rollback"):
+            alias = self._alias()
+        previous = _previous(alias)
+        if alias is None or previous is None:
+            raise DeployError(
+                f"lambda {self.name} ({self.settings.region}): alias "
+                f"{self.settings.alias!r} has no "
+                "previous version to return to; deploy at least twice first"
+            )
+        current = alias["FunctionVersion"]
+        self._move_alias(previous, current)
+        return DeployResult("aws-lambda", self.name, previous, self._url(), current)
+
+    def _upload(self, code: dict[str, Any]) -> str:
+        if self._exists():
+            self.client.update_function_code(FunctionName=self.name, **code)
+            self._wait("function_updated_v2")
+            self.client.update_function_configuration(FunctionName=self.name, **self._config())
+            self._wait("function_updated_v2")
+        else:
+            self.client.create_function(
+                FunctionName=self.name,
+                Code=code,
+                Publish=False,
+                **self._config(),
+                **self._kind(code),
+            )
+            self._wait("function_active_v2")
+        if "ZipFile" in code:
+            return base64.b64encode(hashlib.sha256(code["ZipFile"]).digest()).decode()
+        sha: str = self.client.get_function_configuration(FunctionName=self.name)["CodeSha256"]
+        return sha
+
+    def _config(self) -> dict[str, Any]:
+        settings = self.settings
+        role = settings.resolved_role()
+        if not role:
+            raise ConfigError(
+                "aws-lambda target: settings.role_arn is empty; set it to the function's execution "
+                "role (or EDGESERVE_AWS_ROLE_ARN)"
+            )
+        return {
+            "Role": role,
+            "MemorySize": settings.memory_mb,
+            "Timeout": settings.timeout_s,
+            "EphemeralStorage": {"Size": settings.ephemeral_storage_mb},
+            "Environment": {"Variables": dict(settings.environment)},
+        }
+
+    def _kind(self, code: dict[str, Any]) -> dict[str, Any]:
+        kind: dict[str, Any] = {"Architectures": [self.settings.architecture]}
+        if "ImageUri" in code:
+            return {**kind, "PackageType": "Image", "ImageConfig": {"Command": ["app.handler"]}}
+        return {
+            **kind,
+            "PackageType": "Zip",
+            "Runtime": self.settings.runtime,
+            "Handler": "app.handler",
+        }
+
+    def _after_alias(self) -> str | None:
+        settings, alias = self.settings, self.settings.alias
+        with translated(self.name, settings, "function URL"):
+            url = self._ensure_url()
+        with translated(self.name, settings, "reserved concurrency"):
+            if settings.reserved_concurrency is None:
+                self.client.delete_function_concurrency(FunctionName=self.name)
+            else:
+                self.client.put_function_concurrency(
+                    FunctionName=self.name,
+                    ReservedConcurrentExecutions=settings.reserved_concurrency,
+                )
+        if settings.provisioned_concurrency:
+            with translated(self.name, settings, "provisioned concurrency"):
+                self.client.put_provisioned_concurrency_config(
+                    FunctionName=self.name,
+                    Qualifier=alias,
+                    ProvisionedConcurrentExecutions=settings.provisioned_concurrency,
+                )
+        return url
+
+    def _ensure_url(self) -> str | None:
+        auth = self.settings.url_auth_type
+        if auth == "off":
+            return None
+        target = {"FunctionName": self.name, "Qualifier": self.settings.alias}
+        if self._url() is None:
+            url: str = self.client.create_function_url_config(**target, AuthType=auth)[
+                "FunctionUrl"
+            ]
+        else:
+            url = self.client.update_function_url_config(**target, AuthType=auth)["FunctionUrl"]
+        if auth == "NONE":
+            self._allow_public(target)
+        return url
+
+    def _allow_public(self, target: dict[str, str]) -> None:
+        policy = self._get(self.client.get_policy, **target)
+        statements = json.loads(policy["Policy"])["Statement"] if policy else []
+        granted = {statement.get("Sid") for statement in statements}
+        for statement_id, statement in URL_STATEMENTS:
+            if statement_id not in granted:
+                self.client.add_permission(
+                    **target, StatementId=statement_id, Principal="*", **statement
+                )
+
+    def _move_alias(self, version: str, previous: str | None) -> None:
+        description = f"edgeserve previous={previous}" if previous else "edgeserve"
+        fields = {"FunctionName": self.name, "Name": self.settings.alias}
+        with translated(self.name, self.settings, f"alias {self.settings.alias} -> {version}"):
+            if self._alias() is None:
+                self.client.create_alias(**fields, FunctionVersion=version, Description=description)
+            else:
+                self.client.update_alias(**fields, FunctionVersion=version, Description=description)
+
+    def _alias(self) -> dict[str, Any] | None:
+        return self._get(self.client.get_alias, FunctionName=self.name, Name=self.settings.alias)
+
+    def _url(self) -> str | None:
+        config = self._get(
+            self.client.get_function_url_config,
+            FunctionName=self.name,
+            Qualifier=self.settings.alias,
+        )
+        return config["FunctionUrl"] if config else None
+
+    def _reserved(self) -> int | None:
+        found = self._get(self.client.get_function_concurrency, FunctionName=self.name)
+        return found.get("ReservedConcurrentExecutions") if found else None
+
+    def _exists(self) -> bool:
+        return self._get(self.client.get_function, FunctionName=self.name) is not None
+
+    def _get(self, call: Any, **kwargs: Any) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = call(**kwargs)
+        except self.client.exceptions.ResourceNotFoundException:
+            return None
+        return found
+
+    def _wait(self, waiter: str) -> None:
+        self.client.get_waiter(waiter).wait(FunctionName=self.name, WaiterConfig={"Delay": 1})
+
+
+def _previous(alias: dict[str, Any] | None) -> str | None:
+    match = PREVIOUS.search((alias or {}).get("Description", ""))
+    return match.group(1) if match else None
+
+
+@contextmanager
+def translated(name: str, settings: LambdaSettings, step: str) -> Iterator[None]:
+    """botocore's exceptions -> DeployError saying which step failed and what to do."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, WaiterError
+
+    where = f"lambda {name} ({settings.region}), step {step!r}"
+    try:
+        yield
+    except NoCredentialsError:
+        raise DeployError(
+            f"{where}: no AWS credentials found. Hint: set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, or run `aws configure`"
+        ) from None
+    except ClientError as exc:
+        raise DeployError(f"{where}: {_hint(exc.response, settings)}") from None
+    except WaiterError as exc:
+        raise DeployError(f"{where}: the function did not settle: {exc}") from None
+    except BotoCoreError as exc:
+        raise DeployError(
+            f"{where}: {exc}. Hint: check that region {settings.region!r} exists and is reachable"
+        ) from None
+
+
+def _hint(response: dict[str, Any], settings: LambdaSettings) -> str:
+    error = response.get("Error", {})
+    code, message = error.get("Code", "?"), error.get("Message", "")
+    hints = {
+        "UnrecognizedClientException": "the credentials are not valid in this region; check them",
+        "InvalidSignatureException": "the secret key does not match; check the credentials",
+        "AccessDeniedException": "these credentials may not do this; grant them lambda:*",
+        "ResourceNotFoundException": f"not in {settings.region}; deploy first, or check region",
+    }
+    if code == "InvalidParameterValueException" and "role" in message.lower():
+        hint = f"role {settings.resolved_role()!r} cannot be assumed by Lambda; check role_arn"
+    else:
+        hint = hints.get(code, "see the message")
+    return f"{code}: {message.rstrip('.')}. Hint: {hint}"
+
+
+DRIVER = AwsLambda()

@@ -1,0 +1,226 @@
+"""`serve --emulate aws-lambda`: run a bundle locally the way AWS Lambda runs it.
+
+    HTTP request -> front (Starlette on 127.0.0.1) -> Lambda event (url | http | rest | alb)
+        -> a free execution environment: the real runtime interface client (`awslambdaric`)
+           in its own process, on an emulated Runtime API, running the shipped `app.handler`
+        -> the handler's result -> HTTP response, or the answer the gateway gives on failure
+
+Why awslambdaric and not a direct call: it is the client the AWS base image runs, so init
+(the model loads once per environment), the event/context marshalling, errors and the
+one-invocation-at-a-time loop are Lambda's own; it installs from a manylinux wheel here.
+
+Limits, as Lambda and its gateways answer them:
+- request event over 6 MB: 413 RequestTooLargeException, the function is not called;
+- response over 6 MB: the runtime gets 413, the invocation fails with
+  Function.ResponseSizeTooLarge, and the gateway answers its function-error status;
+- timeout or memory over the limit: the process is killed (the next call is a cold start),
+  and the gateway answers its function-error status.
+Function-error answers (`GATEWAY_ERRORS`): API Gateway REST 502 `{"message": "Internal server
+error"}` (AWS docs, services-apigateway-errors); HTTP API, Function URL and ALB are assumed to
+answer 502 as well (not verified against AWS); `x-amzn-errortype` carries Lambda's errorType.
+`--instances N` runs N environments; a request waits for a free one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from edgeserve.aws_lambda.environment import Environment, Limits, Outcome, runtime_env
+from edgeserve.aws_lambda.events import (
+    EVENT_KINDS,
+    EventKind,
+    HttpRequest,
+    HttpResponse,
+    from_result,
+    to_event,
+)
+from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES
+
+APP_TEMPLATE = Path(__file__).parent.parent / "templates" / "aws-lambda" / "app.py"
+GATEWAY_ERRORS: dict[EventKind, HttpResponse] = {
+    "rest": HttpResponse(
+        502, [("content-type", "application/json")], b'{"message": "Internal server error"}'
+    ),
+    "http": HttpResponse(
+        502, [("content-type", "application/json")], b'{"message":"Internal Server Error"}'
+    ),
+    "url": HttpResponse(
+        502, [("content-type", "application/json")], b'{"Message":"Internal Server Error"}'
+    ),
+    "alb": HttpResponse(
+        502, [("content-type", "text/html")], b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+    ),
+}
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+TOO_LARGE = json.dumps(
+    {
+        "Message": f"Request must be smaller than {PAYLOAD_LIMIT_BYTES} bytes "
+        "for the InvokeFunction operation"
+    }
+).encode()
+
+
+class LambdaEmulator:
+    """N execution environments behind one HTTP front (`open_emulator`, then `front`)."""
+
+    def __init__(self, environments: list[Environment], event: EventKind) -> None:
+        self.environments = environments
+        self.event = event
+        self.idle: asyncio.Queue[Environment] = asyncio.Queue()
+        for environment in environments:
+            self.idle.put_nowait(environment)
+
+    async def handle(self, request: HttpRequest) -> HttpResponse:
+        """One HTTP request through one Lambda invocation."""
+        request_id = str(uuid.uuid4())
+        event = to_event(request, self.event, request_id)
+        if len(json.dumps(event)) > PAYLOAD_LIMIT_BYTES:
+            return HttpResponse(
+                413,
+                [
+                    ("content-type", "application/json"),
+                    ("x-amzn-errortype", "RequestTooLargeException"),
+                ],
+                TOO_LARGE,
+            )
+        environment = await self.idle.get()
+        try:
+            outcome = await environment.invoke(event, request_id)
+        finally:
+            self.idle.put_nowait(environment)
+        return self._answer(outcome)
+
+    def _answer(self, outcome: Outcome) -> HttpResponse:
+        if outcome.status == "ok":
+            response = from_result(json.loads(outcome.payload or b"null"), self.event)
+            if response is not None:
+                return response
+        error = GATEWAY_ERRORS[self.event]
+        error_type = outcome.error_type or "Function.MalformedResponse"  # ok, but not a response
+        return HttpResponse(
+            error.status, [*error.headers, ("x-amzn-errortype", error_type)], error.body
+        )
+
+
+async def open_emulator(
+    stack: AsyncExitStack,
+    bundle: Path,
+    function_name: str,
+    limits: Limits,
+    event: EventKind = "url",
+    instances: int = 1,
+    log: Callable[[str], None] = print,
+) -> LambdaEmulator:
+    """Start `instances` environments (their runtimes start on first use); closed with `stack`."""
+    task_root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="edgeserve-task-")))
+    shutil.copyfile(APP_TEMPLATE, task_root / "app.py")
+    env = runtime_env(function_name, limits, bundle.resolve(), task_root)
+    environments = [Environment(task_root, env, limits, log) for _ in range(instances)]
+    for environment in environments:
+        await environment.start()
+        stack.push_async_callback(environment.close)
+    return LambdaEmulator(environments, event)
+
+
+def front(emulator: LambdaEmulator, max_body_bytes: int = 4 * PAYLOAD_LIMIT_BYTES) -> Starlette:
+    """The HTTP front: every method and path becomes an invocation."""
+
+    async def endpoint(request: Request) -> Response:
+        body = await request.body()
+        if len(body) > max_body_bytes:
+            return Response(TOO_LARGE, 413, media_type="application/json")
+        return _response(await emulator.handle(_http_request(request, body)))
+
+    return Starlette(routes=[Route("/{path:path}", endpoint, methods=METHODS)])
+
+
+def _http_request(request: Request, body: bytes) -> HttpRequest:
+    return HttpRequest(
+        method=request.method,
+        path=request.url.path,
+        query=request.url.query,
+        headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw],
+        body=body,
+        source_ip=request.client.host if request.client else "127.0.0.1",
+    )
+
+
+def _response(answer: HttpResponse) -> Response:
+    """The answer with its headers as given (repeated ones kept), Content-Length recomputed."""
+    response = Response(answer.body, answer.status)
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
+    length = (b"content-length", str(len(answer.body)).encode())
+    response.raw_headers = [length, *(pair for pair in headers if pair[0] != b"content-length")]
+    return response
+
+
+def serve_lambda_emulator(
+    path: Path,
+    host: str = "127.0.0.1",
+    port: int = 9000,
+    event: str = "url",
+    instances: int = 1,
+    *,
+    target: str | Path = "aws-lambda",
+    log_level: str = "info",
+) -> None:
+    """Serve a bundle (or a function source, built first) as Lambda runs it, until SIGTERM.
+
+    Memory size and timeout come from the target profile (`aws-lambda` by default).
+    """
+    from edgeserve.aws_lambda.settings import LambdaSettings
+    from edgeserve.bundle import open_or_build
+    from edgeserve.targets.profile import load_target
+
+    bundle = open_or_build(path, targets=("aws-lambda",))
+    profile = load_target(target, function_dir=path if path.is_dir() else None)
+    settings = profile.settings_as(LambdaSettings)
+    limits = Limits(settings.memory_mb, settings.timeout_s)
+    kind = _event_kind(event)
+    name = settings.name_for(bundle.name)
+    asyncio.run(_serve(bundle.root, name, limits, kind, instances, host, port, log_level))
+
+
+async def _serve(
+    bundle: Path,
+    name: str,
+    limits: Limits,
+    event: EventKind,
+    instances: int,
+    host: str,
+    port: int,
+    log_level: str,
+) -> None:
+    import uvicorn
+
+    async with AsyncExitStack() as stack:
+        emulator = await open_emulator(stack, bundle, name, limits, event, instances, _log)
+        config = uvicorn.Config(
+            front(emulator), host=host, port=port, log_level=log_level, access_log=False
+        )
+        await uvicorn.Server(config).serve()
+
+
+def _event_kind(event: str) -> EventKind:
+    for kind in EVENT_KINDS:
+        if kind == event:
+            return kind
+    from edgeserve.errors import ConfigError
+
+    raise ConfigError(f"--event {event!r}: expected one of {list(EVENT_KINDS)}")
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)

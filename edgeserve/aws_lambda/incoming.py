@@ -1,0 +1,156 @@
+"""What arrives at a Lambda function, sorted before Mangum sees it: pure functions on events.
+
+Mangum assumes a well-formed HTTP event and raises KeyError, TypeError or binascii.Error out of
+the handler otherwise. Here every event gets an answer: an HTTP event with a missing or mistyped
+field gets a 400 saying which field; a direct invocation carrying a KServe v2 infer request is
+turned into one (`infer_event`); anything else gets an error payload saying what is accepted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from typing import Any
+
+KINDS = {
+    "alb": "ALB",
+    "http-v2": "API Gateway HTTP API (2.0) or Function URL",
+    "http-v1": "API Gateway HTTP API (1.0)",
+    "rest": "API Gateway REST API",
+    "edge": "Lambda@Edge",
+}
+ACCEPTED = (
+    "HTTP events (API Gateway REST or HTTP API, a Function URL, an ALB) and direct invocations "
+    'carrying a KServe v2 infer request ({"inputs": [...]})'
+)
+_TEXT_MAPS = ("headers", "queryStringParameters")
+_LIST_MAPS = ("multiValueHeaders", "multiValueQueryStringParameters")
+_TYPED = {"body": str, "isBase64Encoded": bool, "rawQueryString": str, "cookies": list}
+
+
+def kind_of(event: Mapping[str, Any]) -> str | None:
+    """Which HTTP event this is, by the keys Mangum infers from; None when it is none of them."""
+    context = event.get("requestContext")
+    if isinstance(context, Mapping) and "elb" in context:
+        return "alb"
+    if "version" in event and "requestContext" in event:
+        return "http-v2" if event["version"] == "2.0" else "http-v1"
+    if "resource" in event and "requestContext" in event:
+        return "rest"
+    records = event.get("Records")
+    if isinstance(records, list) and records and isinstance(records[0], Mapping):
+        return "edge" if "cf" in records[0] else None
+    return None
+
+
+def without_nulls(event: Mapping[str, Any]) -> dict[str, Any]:
+    """API Gateway sends null for absent headers, query and body: treat them as absent."""
+    return {key: value for key, value in event.items() if value is not None}
+
+
+def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
+    """What is wrong with an HTTP event of `kind` (nulls already dropped), or None."""
+    required: tuple[tuple[str, ...], ...] = {
+        "http-v2": (("requestContext", "http", "method"), ("requestContext", "http", "path")),
+        "edge": (),
+    }.get(kind, (("httpMethod",), ("path",)))
+    for path in required:
+        if not isinstance(_lookup(event, path), str):
+            return f"{'.'.join(path)} must be a string ({_found(_lookup(event, path))})"
+    return _typed_problem(event) or _body_problem(event)
+
+
+def bad_request(message: str) -> dict[str, Any]:
+    """A 400 every HTTP event kind's caller understands."""
+    return {
+        "statusCode": 400,
+        "headers": {"content-type": "application/json"},
+        "body": json.dumps({"error": message}),
+        "isBase64Encoded": False,
+    }
+
+
+def is_infer_request(event: Mapping[str, Any]) -> bool:
+    return isinstance(event.get("inputs"), list)
+
+
+def infer_event(request: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """A direct invocation's v2 infer request, as the Function URL event that would carry it."""
+    path = f"/v2/models/{model}/infer"
+    return {
+        "version": "2.0",
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json"},
+        "requestContext": {"http": {"method": "POST", "path": path, "sourceIp": "127.0.0.1"}},
+        "body": json.dumps(request),
+        "isBase64Encoded": False,
+    }
+
+
+def direct_answer(response: Mapping[str, Any]) -> dict[str, Any]:
+    """The HTTP response to a direct invocation, as the JSON a direct caller reads."""
+    body = response.get("body", "")
+    if response.get("isBase64Encoded"):
+        body = base64.b64decode(body).decode()
+    answer: dict[str, Any] = json.loads(body) if body else {}
+    if response["statusCode"] >= 400:
+        answer["status"] = response["statusCode"]
+    return answer
+
+
+def not_http(event: object) -> dict[str, Any]:
+    keys = sorted(map(str, event))[:8] if isinstance(event, Mapping) else None
+    what = f"an event with keys {keys}" if keys is not None else f"a {type(event).__name__}"
+    return {"error": f"this function answers {ACCEPTED}; it got {what}"}
+
+
+def _typed_problem(event: Mapping[str, Any]) -> str | None:
+    for key, kind in _TYPED.items():
+        if key in event and not isinstance(event[key], kind):
+            return f"{key} must be a {kind.__name__} ({_found(event[key])})"
+    for key in _TEXT_MAPS + _LIST_MAPS:
+        if key in event and not _is_map(event[key], of_lists=key in _LIST_MAPS):
+            shape = "lists of strings" if key in _LIST_MAPS else "strings"
+            return f"{key} must map strings to {shape} ({_found(event[key])})"
+    cookies = event.get("cookies", [])
+    if not all(isinstance(cookie, str) for cookie in cookies):
+        return "cookies must be a list of strings"
+    return None
+
+
+def _body_problem(event: Mapping[str, Any]) -> str | None:
+    if not event.get("isBase64Encoded") or "body" not in event:
+        return None
+    try:
+        base64.b64decode(event["body"], validate=True)
+    except (binascii.Error, ValueError):
+        return "body is flagged isBase64Encoded but is not valid base64"
+    return None
+
+
+def _is_map(value: object, *, of_lists: bool) -> bool:
+    if not isinstance(value, Mapping):
+        return False
+    for key, item in value.items():
+        items = item if of_lists and isinstance(item, list) else [item]
+        if not isinstance(key, str) or (of_lists and not isinstance(item, list)):
+            return False
+        if not all(isinstance(text, str) for text in items):
+            return False
+    return True
+
+
+def _lookup(event: Mapping[str, Any], path: tuple[str, ...]) -> object:
+    value: object = event
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _found(value: object) -> str:
+    return "missing" if value is None else f"got {type(value).__name__}"

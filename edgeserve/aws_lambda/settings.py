@@ -1,0 +1,80 @@
+"""The `[settings]` of an aws-lambda target profile, and the limits Lambda enforces."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ZIP_LIMIT_BYTES = 50 * 1024 * 1024
+"""Direct-upload zip limit (`ZipFile`), zipped."""
+UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
+"""Zip package limit, unzipped (layers included)."""
+PAYLOAD_LIMIT_BYTES = 6 * 1024 * 1024
+"""Synchronous invocation limit, request and response each (6,291,456 bytes)."""
+
+GLIBC_MINOR = 34
+"""The python3.12 to 3.14 runtimes run on Amazon Linux 2023, glibc 2.34. (3.10 and 3.11, on
+Amazon Linux 2 and deprecated, are left out: its glibc 2.26 loads no wheel of numpy 2.3+ or
+onnxruntime 1.17+, and older onnxruntime breaks on the numpy 2 that pip would pair it with.)"""
+
+ENDPOINT_ENV = "EDGESERVE_AWS_ENDPOINT_URL"
+ROLE_ENV = "EDGESERVE_AWS_ROLE_ARN"
+
+
+class LambdaSettings(BaseModel):
+    """One function = one Lambda with its own memory, timeout and concurrency."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    function_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    role_arn: str = ""
+    memory_mb: int = Field(default=2048, ge=128, le=10240)
+    timeout_s: int = Field(default=30, ge=1, le=900)
+    ephemeral_storage_mb: int = Field(default=512, ge=512, le=10240)
+    architecture: Literal["x86_64", "arm64"] = "x86_64"
+    python_version: Literal["3.12", "3.13", "3.14"] = "3.12"
+    package_type: Literal["zip", "image"] = "zip"
+    image_repository: str = ""
+    alias: str = Field(default="live", pattern=r"^[A-Za-z_-][A-Za-z0-9_-]{0,127}$")
+    url_auth_type: Literal["NONE", "AWS_IAM", "off"] = "AWS_IAM"
+    reserved_concurrency: int | None = Field(default=None, ge=0)
+    provisioned_concurrency: int = Field(default=0, ge=0)
+    environment: dict[str, str] = {}
+    endpoint_url: str | None = None
+    requirements: tuple[str, ...] | None = None
+    """Replaces the bundle's pinned requirements in the zip (e.g. a slimmer runtime set)."""
+    wheelhouse: str | None = None
+    """A folder of wheels to install from instead of PyPI (offline builds)."""
+    code_bucket: str = Field(default="", pattern=r"^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$")
+    """Where zips over 50 MB go (Lambda takes those only from S3); empty: a bucket named
+    edgeserve-code-<account>-<region>, created on first use."""
+
+    def name_for(self, function: str) -> str:
+        """The Lambda function name: the profile's, else the bundle's function name."""
+        return self.function_name or function
+
+    def resolved_endpoint(self) -> str | None:
+        """`EDGESERVE_AWS_ENDPOINT_URL` wins over the profile (tests point it at moto)."""
+        return os.environ.get(ENDPOINT_ENV) or self.endpoint_url
+
+    def resolved_role(self) -> str:
+        return os.environ.get(ROLE_ENV) or self.role_arn
+
+    @property
+    def runtime(self) -> str:
+        return f"python{self.python_version}"
+
+    @property
+    def pip_platforms(self) -> list[str]:
+        """Every wheel platform tag the runtime's OS accepts, newest glibc first: pip matches
+        `--platform manylinux_2_N` exactly (numpy ships only manylinux_2_28 wheels since 2.3)."""
+        machine = "x86_64" if self.architecture == "x86_64" else "aarch64"
+        tags = [f"manylinux_2_{minor}_{machine}" for minor in range(GLIBC_MINOR, 16, -1)]
+        return [*tags, f"manylinux2014_{machine}"]
+
+    @property
+    def docker_platform(self) -> str:
+        return "linux/amd64" if self.architecture == "x86_64" else "linux/arm64"

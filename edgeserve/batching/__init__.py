@@ -1,0 +1,21 @@
+"""The micro-batcher: Triton's dynamic batching inside the function's own process.
+
+batcher.py   the queue, its workers and their futures (the only part touching asyncio)
+plan.py      what runs next: a pure function of queue, policy, clock and outlook
+cost.py      what the batcher learns from its own batches (cost, arrival rate, waits)
+rows.py      stacking requests into a batch and splitting results back (pure)
+"""
+
+from edgeserve.batching.batcher import Batcher, BatchObserver
+from edgeserve.batching.plan import BatchPolicy, Plan, plan_batch
+from edgeserve.batching.rows import split_rows, stack_rows
+
+__all__ = [
+    "BatchObserver",
+    "BatchPolicy",
+    "Batcher",
+    "Plan",
+    "plan_batch",
+    "split_rows",
+    "stack_rows",
+]

@@ -1,0 +1,379 @@
+"""The micro-batcher: Triton's dynamic batching inside the function's own process.
+
+Requests queue as items (a request larger than max_batch_size becomes several); `instances`
+workers each take the next batch when they are free, so batches grow while workers are busy.
+What to run next is decided by `plan.plan_batch`, a pure function of the queue, the clock
+and what the batcher has learned (`cost`: batch cost by size, arrival rate, whether waits
+gather company); stacking and slicing tensors are the pure `rows.stack_rows` and `split_rows`.
+Only the worker loop touches asyncio, and only the thread pool runs the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
+from edgeserve.batching.plan import BatchPolicy, plan_batch
+from edgeserve.batching.rows import key_dims, part_sizes, split_rows, stack_rows
+from edgeserve.errors import (
+    BackendError,
+    DeadlineExceeded,
+    EdgeserveError,
+    InvalidInput,
+    PayloadTooLarge,
+    Unavailable,
+)
+from edgeserve.types import ComputeTimes, Signature, TensorDict
+
+logger = logging.getLogger(__name__)
+
+INLINE_S = 0.0005
+"""A batch learned to take less than this runs on the event loop itself: handing it to a worker
+thread and back would cost more than the batch (and, on few cores, wait for a free core)."""
+
+
+class BatchObserver(Protocol):
+    """Told about every batch that ran: rows, each item's queue time, compute time, success."""
+
+    def batch_done(
+        self, size: int, queue_ns: Sequence[int], compute: ComputeTimes, ok: bool
+    ) -> None: ...
+
+
+@dataclass(eq=False)
+class _Item:
+    inputs: TensorDict
+    rows: int
+    key: Hashable
+    enqueued: float
+    arrived: float
+    deadline: float
+    future: asyncio.Future[TensorDict]
+
+
+class Batcher:
+    """Queues requests, runs them in batches on `instances` threads, answers each exactly once."""
+
+    def __init__(
+        self,
+        run_batch: Callable[[TensorDict], TensorDict],
+        signature: Signature,
+        policy: BatchPolicy,
+        observer: BatchObserver | None = None,
+    ) -> None:
+        self._run_batch, self._observer = run_batch, observer
+        self._policy = self._planning = policy  # planning drops the delay while draining
+        self._pad_axes = {s.name: s.pad_axis for s in signature.inputs if s.pad_axis is not None}
+        self._input_fills = {spec.name: spec.pad_value for spec in signature.inputs}
+        self._output_fills = {spec.name: spec.pad_value for spec in signature.outputs}
+        self._queue: dict[_Item, None] = {}  # insertion-ordered: FIFO with O(1) removal
+        self._rows = 0
+        self._changed = asyncio.Event()
+        self._workers: list[asyncio.Task[None]] = []
+        self._executor: ThreadPoolExecutor | None = None
+        self._stopping = False
+        self._cost = CostModel(policy.max_batch_size)
+        self._arrivals = ArrivalMeter()
+        self._waits = WaitMeter()
+        self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
+        self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
+        self._idle = 0  # workers asleep on an empty queue
+
+    def _outlook(self) -> Outlook:
+        """What the batcher has learned so far: batch cost by size, arrival rate, waiting
+        (asked only with something queued: each ask counts towards the next probe)."""
+        pays = not self._stopping and self._waits.pays()
+        return Outlook(self._cost.table, self._arrivals.rate, pays)
+
+    @property
+    def policy(self) -> BatchPolicy:
+        """The policy as configured (while draining, batches form with no delay)."""
+        return self._policy
+
+    async def start(self) -> None:
+        """Start the worker tasks and their threads."""
+        count = self._policy.instances
+        self._executor = ThreadPoolExecutor(count, thread_name_prefix="edgeserve-batch")
+        self._workers = [asyncio.create_task(self._work()) for _ in range(count)]
+
+    async def submit(
+        self, inputs: TensorDict, deadline: float, arrived: float | None = None
+    ) -> TensorDict:
+        """Run one request (all its rows) before `deadline` (time.monotonic()); its outputs.
+
+        `arrived` is when the request reached the server (default: now); latency_slo_ms counts
+        from there, so that the time it took to read and decode counts against the SLO too.
+        """
+        items = self._admit(inputs, deadline, arrived)
+        try:
+            if len(items) == 1:
+                if not await self._ran_now(items[0]):
+                    self._changed.set()
+                parts = [await items[0].future]
+            else:
+                self._changed.set()
+                parts = await asyncio.gather(*(item.future for item in items))
+        finally:
+            self._drop(items)
+        return stack_rows(parts, self._output_fills)
+
+    async def stop(self, drain_timeout_s: float = 30.0) -> None:
+        """Refuse new work, run what is queued within the timeout, fail the rest."""
+        self._stopping = True
+        self._planning = replace(self._policy, max_queue_delay_s=0.0)
+        self._changed.set()
+        if self._workers:
+            _, late = await asyncio.wait(self._workers, timeout=drain_timeout_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        self._fail(list(self._queue), Unavailable("stopped before the request could run"))
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _admit(self, inputs: TensorDict, deadline: float, arrived: float | None) -> list[_Item]:
+        if self._stopping or not self._workers:
+            state = "draining" if self._stopping else "not started"
+            raise Unavailable(f"batcher is {state}: not accepting requests")
+        now = time.monotonic()
+        if deadline <= now:
+            raise DeadlineExceeded(f"deadline passed {now - deadline:.3f}s before queueing")
+        arrived = now if arrived is None else min(arrived, now)
+        rows = self._rows_of(inputs)
+        self.check_room(rows)
+        self._check_slo(rows, now, arrived)
+        self._arrivals.arrived(now, rows)
+        sizes = part_sizes(rows, self._policy.max_batch_size)
+        loop = asyncio.get_running_loop()
+        items = [
+            _Item(part, size, self._key(part), now, arrived, deadline, loop.create_future())
+            for part, size in zip(split_rows(inputs, sizes), sizes, strict=True)
+        ]
+        self._queue.update(dict.fromkeys(items))
+        self._rows += rows
+        return items
+
+    async def _ran_now(self, item: _Item) -> bool:
+        """An idle batcher runs a lone tiny request in the caller's task when the planner would
+        run it at once anyway: no wake-up of a worker, no hand-off back."""
+        if not self._idle or len(self._queue) != 1 or self._run_s.get(item.rows, 1.0) >= INLINE_S:
+            return False
+        if plan_batch([item], self._planning, time.monotonic(), self._outlook()).batch != (item,):
+            return False
+        self._dequeue(item)
+        await self._run([item])
+        return True
+
+    def _rows_of(self, inputs: TensorDict) -> int:
+        """Rows of a request: 1 for an unbatched model, else the shared length of axis 0."""
+        if not self._policy.max_batch_size:
+            return 1
+        counts = {name: array.shape[0] if array.ndim else 0 for name, array in inputs.items()}
+        if len(set(counts.values())) != 1 or 0 in counts.values():
+            raise InvalidInput(
+                f"inputs {counts}: expected every input to have the same number (>= 1) "
+                "of rows on axis 0 (the batch axis)"
+            )
+        return next(iter(counts.values()))
+
+    def check_room(self, rows: int) -> None:
+        """Refuse `rows` now if the queue could never hold them (413) or cannot now (503)."""
+        limit = self._policy.max_queue_size
+        if rows > limit:
+            raise PayloadTooLarge(
+                f"request of {rows} rows exceeds max_queue_size ({limit} rows), which the "
+                "queue can never hold. Hint: send fewer rows at once, or raise [batching] "
+                "max_queue_size in function.toml"
+            )
+        if self._rows + rows > limit:
+            raise Unavailable(
+                f"queue full: {self._rows} of {limit} rows waiting",
+                retry_after_s=max(
+                    self._backlog_s(self._rows), self._policy.max_queue_delay_s, 0.001
+                ),
+            )
+
+    def _check_slo(self, rows: int, now: float, arrived: float) -> None:
+        """Shed at the door a request whose predicted finish already misses latency_slo_ms
+        (the SLO itself: the door sheds only clear cases, the planner then keeps the budget)."""
+        slo = self._policy.latency_slo_s
+        if slo is None or not self._cost.table:
+            return
+        finish = self._free_at(now) + self._backlog_s(self._rows + rows)
+        if finish > arrived + slo:
+            raise Unavailable(
+                f"cannot answer within latency_slo_ms={slo * 1e3:g}: "
+                f"predicted {(finish - arrived) * 1e3:.1f} ms since arrival",
+                retry_after_s=max(finish - arrived - slo, 0.001),
+            )
+
+    def _backlog_s(self, rows: int) -> float:
+        policy = self._policy
+        return Outlook(self._cost.table).backlog_s(rows, policy.max_batch_size, policy.instances)
+
+    def _free_at(self, now: float) -> float:
+        """When a worker is predicted to be free: now if one idles, else the earliest end."""
+        if len(self._busy_until) < self._policy.instances:
+            return now
+        return max(now, min(self._busy_until.values()))
+
+    def _key(self, part: TensorDict) -> Hashable:
+        """Items stack when names, dtypes and non-batch dims agree (pad axes excepted)."""
+        if not self._policy.max_batch_size:
+            return None
+        return tuple(
+            sorted(
+                (name, array.dtype.str, key_dims(array.shape, self._pad_axes.get(name)))
+                for name, array in part.items()
+            )
+        )
+
+    def _drop(self, items: list[_Item]) -> None:
+        """A request that ended (answered, failed or cancelled) leaves nothing queued."""
+        for item in items:
+            item.future.cancel()  # no-op when answered
+            self._dequeue(item)
+
+    def _dequeue(self, item: _Item) -> None:
+        if item in self._queue:
+            del self._queue[item]
+            self._rows -= item.rows
+
+    def _fail(self, items: Sequence[_Item], error: Exception) -> None:
+        for item in items:
+            self._dequeue(item)
+            if not item.future.done():
+                item.future.set_exception(error)
+
+    async def _work(self) -> None:
+        while batch := await self._next_batch():
+            await self._run(batch)
+
+    async def _next_batch(self) -> list[_Item]:
+        """Wait until the planner says run; [] when stopping with nothing left."""
+        waited_with: int | None = None  # queue length when this batch started waiting
+        while True:
+            now = time.monotonic()
+            pending = [item for item in self._queue if not item.future.done()]
+            if not pending and not self._stopping:  # nothing to plan: sleep until an arrival
+                self._changed.clear()
+                self._idle += 1
+                try:
+                    await self._changed.wait()
+                finally:
+                    self._idle -= 1
+                continue
+            plan = plan_batch(pending, self._planning, now, self._outlook())
+            if plan.expired:
+                self._fail(plan.expired, DeadlineExceeded("deadline passed while queued; not run"))
+            if plan.shed:
+                self._fail(plan.shed, Unavailable(self._shed_message(), retry_after_s=0.001))
+            for item in plan.batch:
+                self._dequeue(item)
+            if plan.batch:
+                if waited_with is not None:
+                    self._waits.waited(len(plan.batch) - waited_with)
+                return list(plan.batch)
+            if pending and waited_with is None:
+                waited_with = len(pending)
+            if self._stopping and not pending:
+                return []
+            self._changed.clear()
+            timeout = None if plan.wake_at is None else plan.wake_at - now
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+
+    def _shed_message(self) -> str:
+        slo = (self._policy.latency_slo_s or 0) * 1e3
+        return f"shed: cannot finish within latency_slo_ms={slo:g} even if run now"
+
+    async def _run(self, batch: list[_Item]) -> None:
+        """Run one batch (in the pool unless it is tiny); its outcome goes to its own items only."""
+        start = time.monotonic()
+        rows = sum(item.rows for item in batch)
+        token = id(batch)
+        self._busy_until[token] = start + Outlook(self._cost.table).cost_of(rows)
+        clock = _PhaseClock()
+        try:
+            merged = stack_rows([item.inputs for item in batch], self._input_fills)
+            clock.lap()
+            if self._run_s.get(rows, INLINE_S) < INLINE_S:
+                outputs, run_s = self._timed(merged)
+            else:
+                loop = asyncio.get_running_loop()
+                outputs, run_s = await loop.run_in_executor(self._executor, self._timed, merged)
+            clock.lap()
+            old = self._run_s.get(rows, run_s)
+            self._run_s[rows] = old + EWMA_WEIGHT * (run_s - old)
+            parts = self._split(outputs, batch)
+        except asyncio.CancelledError:
+            self._fail(batch, Unavailable("stopped while the request was running"))
+            raise
+        except Exception as exc:
+            self._fail(batch, _as_edgeserve_error(exc, rows))
+            ok = False
+        else:
+            for item, part in zip(batch, parts, strict=True):
+                if not item.future.done():
+                    item.future.set_result(part)
+            ok = True
+        finally:
+            del self._busy_until[token]
+        clock.lap()
+        self._report(batch, rows, start, clock.times(), ok)
+
+    def _timed(self, inputs: TensorDict) -> tuple[TensorDict, float]:
+        start = time.perf_counter()
+        return self._run_batch(inputs), time.perf_counter() - start
+
+    def _split(self, outputs: TensorDict, batch: list[_Item]) -> list[TensorDict]:
+        rows = [item.rows for item in batch]
+        if self._policy.max_batch_size:
+            wrong = {n: a.shape for n, a in outputs.items() if not a.ndim or len(a) != sum(rows)}
+            if wrong:
+                raise BackendError(f"outputs {wrong}: expected {sum(rows)} rows for the batch")
+        return split_rows(outputs, rows)
+
+    def _report(
+        self, batch: list[_Item], rows: int, start: float, compute: ComputeTimes, ok: bool
+    ) -> None:
+        if ok:
+            self._cost.observe(rows, sum(compute) / 1e9)
+        if self._observer is None:
+            return
+        queue_ns = [int((start - item.enqueued) * 1e9) for item in batch]
+        try:
+            self._observer.batch_done(rows, queue_ns, compute, ok)
+        except Exception:
+            logger.exception("batch observer failed; batching goes on")
+
+
+class _PhaseClock:
+    """Laps of one execution: gathering inputs, running the model, handing out outputs."""
+
+    __slots__ = ("_laps",)
+
+    def __init__(self) -> None:
+        self._laps = [time.perf_counter_ns()]
+
+    def lap(self) -> None:
+        self._laps.append(time.perf_counter_ns())
+
+    def times(self) -> ComputeTimes:
+        """The three phases; a batch that failed early has the missing ones as 0."""
+        laps = self._laps + [self._laps[-1]] * (4 - len(self._laps))
+        return ComputeTimes(*(later - earlier for earlier, later in itertools.pairwise(laps)))
+
+
+def _as_edgeserve_error(exc: Exception, rows: int) -> EdgeserveError:
+    if isinstance(exc, EdgeserveError):
+        return exc
+    return BackendError(f"batch of {rows} rows failed: {type(exc).__name__}: {exc}")

@@ -1,0 +1,148 @@
+"""The knative, kserve and kubernetes drivers: one image per function, its manifests, and the
+rollout (push, apply, wait for Ready, move traffic) against the user's cluster.
+
+`package` (what `edgeserve build --target knative` runs) builds the image and writes the
+manifests and the image report beside it; `deploy` also pushes the image to the profile's
+registry, renders the manifests with the image's digest and hands them to the rollout of the
+kind (rollouts.py), which talks to the cluster named by the user's kubeconfig and context.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeserve.errors import ConfigError
+from edgeserve.image import BuiltImage, build_image, find_tool, plan_image, push_image
+from edgeserve.kubernetes.manifests import Workload, render, to_yaml
+from edgeserve.kubernetes.scaling import concurrency_for
+from edgeserve.kubernetes.settings import KubernetesSettings
+from edgeserve.server import GRACEFUL_SHUTDOWN_S
+from edgeserve.targets import DeployResult
+
+if TYPE_CHECKING:
+    from edgeserve.bundle import Bundle
+    from edgeserve.image.plan import ImagePlan
+    from edgeserve.targets.profile import TargetProfile
+
+CPU_BACKEND_PACKAGES = re.compile(r"^(openvino|onnxruntime)([=<>!~ ].*)?$")
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class KubernetesDriver:
+    """The Driver of one kind: `knative`, `kserve` or `kubernetes`."""
+
+    kind: str
+
+    def package(self, bundle: Bundle, profile: TargetProfile, out: Path) -> Path:
+        """Build the image (tagged, not pushed) and write manifests.yaml, Containerfile and
+        image.txt (size and per-layer cost) into `out`."""
+        settings = profile.settings_as(KubernetesSettings)
+        plan = image_plan(bundle, profile.name, settings)
+        built = build_image(
+            plan,
+            find_tool(settings.image_tool),
+            {"bundle": bundle.root},
+            containerfile_copy=out / "Containerfile",
+        )
+        (out / "image.txt").write_text("\n".join(built.describe()) + "\n", encoding="utf-8")
+        manifests = out / "manifests.yaml"
+        manifests.write_text(self.manifests_yaml(bundle, settings, built.reference))
+        return manifests
+
+    def manifests_yaml(self, bundle: Bundle, settings: KubernetesSettings, image: str) -> str:
+        return to_yaml(render(self.kind, workload(bundle, settings, image)))
+
+    def deploy(self, bundle: Bundle, profile: TargetProfile) -> DeployResult:
+        from edgeserve.kubernetes.rollouts import rollout_for
+
+        settings = profile.settings_as(KubernetesSettings)
+        if not settings.registry:
+            raise ConfigError(
+                f"{profile.source}: settings.registry is empty; a cluster pulls images from a "
+                'registry. Hint: registry = "registry.example.com/team"'
+            )
+        built = self.push(bundle, profile.name, settings)
+        manifests = render(self.kind, workload(bundle, settings, built.digest or built.reference))
+        return rollout_for(self.kind, settings).deploy(bundle.name, bundle.version, manifests)
+
+    def push(self, bundle: Bundle, target: str, settings: KubernetesSettings) -> BuiltImage:
+        tool = find_tool(settings.image_tool)
+        built = build_image(image_plan(bundle, target, settings), tool, {"bundle": bundle.root})
+        digest = push_image(tool, built.reference, tls_verify=settings.registry_tls_verify)
+        return BuiltImage(
+            built.reference, built.size_bytes, built.layers, built.tool, built.python, digest
+        )
+
+    def status(self, name: str, profile: TargetProfile) -> dict[str, Any]:
+        from edgeserve.kubernetes.rollouts import rollout_for
+
+        return rollout_for(self.kind, profile.settings_as(KubernetesSettings)).status(name)
+
+    def rollback(self, name: str, profile: TargetProfile) -> DeployResult:
+        from edgeserve.kubernetes.rollouts import rollout_for
+
+        return rollout_for(self.kind, profile.settings_as(KubernetesSettings)).rollback(name)
+
+
+def image_plan(bundle: Bundle, target: str, settings: KubernetesSettings) -> ImagePlan:
+    """The function's image: tag `<version>-<hash12>`, the target's pinned requirements (the
+    CPU backends swapped for `gpu_package` on a GPU profile)."""
+    tag = f"{bundle.version}-{bundle.content_hash[:12]}"
+    labels = (
+        ("org.opencontainers.image.title", bundle.name),
+        ("org.opencontainers.image.version", bundle.version),
+        ("dev.edgeserve.content-hash", bundle.content_hash),
+    )
+    return plan_image(
+        settings.image_repository(bundle.name),
+        tag,
+        settings.base_image,
+        image_requirements(bundle.requirements(target), settings),
+        port=settings.port,
+        serve_args=settings.serve_args,
+        labels=labels,
+    )
+
+
+def image_requirements(pinned: list[str], settings: KubernetesSettings) -> tuple[str, ...]:
+    if settings.requirements is not None:
+        return settings.requirements
+    if not settings.gpu:
+        return tuple(pinned)
+    kept = [line for line in pinned if not CPU_BACKEND_PACKAGES.match(line)]
+    return (*kept, settings.gpu_package)
+
+
+def workload(bundle: Bundle, settings: KubernetesSettings, image: str) -> Workload:
+    """Everything the manifests need, from the bundle and the profile."""
+    if not DNS_LABEL.match(bundle.name):
+        raise ConfigError(
+            f"function name {bundle.name!r}: Knative, KServe and Kubernetes services need a "
+            "DNS-1035 label (lowercase letters, digits and '-', starting with a letter). "
+            "Hint: rename it in function.toml [function] name"
+        )
+    manifest = bundle.manifest
+    return Workload(
+        name=bundle.name,
+        version=bundle.version,
+        image=image,
+        settings=settings,
+        concurrency=concurrency_for(
+            manifest.batching,
+            bundle.signature.batched,
+            settings.target,
+            settings.container_concurrency,
+        ),
+        memory_mb=settings.memory_mb or manifest.resources.memory_mb,
+        request_timeout_s=manifest.batching.timeout_ms / 1000,
+        drain_s=GRACEFUL_SHUTDOWN_S,
+    )
+
+
+KNATIVE = KubernetesDriver("knative")
+KSERVE = KubernetesDriver("kserve")
+KUBERNETES = KubernetesDriver("kubernetes")

@@ -1,0 +1,256 @@
+"""Manifests of one function, as data: Knative Service, KServe InferenceService, or
+Deployment + Service + HorizontalPodAutoscaler. Pure: rendering touches no disk and no cluster.
+
+All three run the same container: the image by digest, one port, readiness on
+/v2/health/ready (503 while loading, warming up or draining), liveness on /v2/health/live,
+memory requested and limited, CPU requested only (a CPU limit throttles inference and adds
+latency), `nvidia.com/gpu` when the profile asks for GPUs, non-root with no privileges.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from edgeserve.kubernetes.scaling import Concurrency
+from edgeserve.kubernetes.settings import KubernetesSettings
+
+Manifest = dict[str, Any]
+KNATIVE_API = "serving.knative.dev/v1"
+KSERVE_API = "serving.kserve.io/v1beta1"
+AUTOSCALING = "autoscaling.knative.dev"
+PRESTOP_SLEEP_S = 5
+"""Plain Kubernetes: endpoints stop sending traffic a moment after SIGTERM; wait that out."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every manifest is rendered from: the function, its image and its settings."""
+
+    name: str
+    version: str
+    image: str  # by digest where pushed: repository@sha256:...
+    settings: KubernetesSettings
+    concurrency: Concurrency
+    memory_mb: int
+    request_timeout_s: float  # the function's timeout_ms
+    drain_s: float  # how long `edgeserve serve` drains after SIGTERM
+
+    @property
+    def grace_s(self) -> int:
+        """Seconds Kubernetes waits after SIGTERM: the drain, plus a margin to exit."""
+        return math.ceil(self.drain_s) + 5
+
+
+def knative_service(work: Workload) -> Manifest:
+    """A Knative Service: one revision per template, its own KPA autoscaler on concurrency."""
+    template: Manifest = {
+        "metadata": {"annotations": _kpa(work), "labels": _labels(work)},
+        "spec": {
+            "containerConcurrency": work.concurrency.limit,
+            # Knative gives the pod this long after SIGTERM (terminationGracePeriodSeconds)
+            "timeoutSeconds": max(work.grace_s, math.ceil(work.request_timeout_s)),
+            "containers": [_container(work, name="user-container", port_name="http1")],
+            **_pod_extras(work.settings),
+        },
+    }
+    template["metadata"]["name"] = revision_name(work.name, template)
+    return {
+        "apiVersion": KNATIVE_API,
+        "kind": "Service",
+        "metadata": _metadata(work),
+        "spec": {"template": template},
+    }
+
+
+def inference_service(work: Workload) -> Manifest:
+    """A KServe InferenceService in Knative mode: `kserve-container`, named as the function
+    (KServe routes /v2/models/{name} by host: the model name must be the service name)."""
+    settings = work.settings
+    predictor: Manifest = {
+        "minReplicas": settings.min_scale,
+        "maxReplicas": settings.max_scale,
+        "scaleMetric": "concurrency",
+        "scaleTarget": work.concurrency.target,
+        "containerConcurrency": work.concurrency.limit,
+        "timeout": max(work.grace_s, math.ceil(work.request_timeout_s)),
+        "annotations": _kpa(work, bounds=False),
+        "labels": _labels(work),
+        "containers": [_container(work, name="kserve-container", port_name="http1")],
+        **_pod_extras(settings),
+    }
+    meta = _metadata(work)
+    meta["annotations"] = {"serving.kserve.io/deploymentMode": "Knative"}
+    return {
+        "apiVersion": KSERVE_API,
+        "kind": "InferenceService",
+        "metadata": meta,
+        "spec": {"predictor": predictor},
+    }
+
+
+def plain_kubernetes(work: Workload) -> list[Manifest]:
+    """Deployment + Service + HPA (CPU utilization: HPA cannot see concurrency without a
+    metrics adapter), for clusters without Knative. No scale to zero (HPA's minimum is 1)."""
+    settings = work.settings
+    selector = {"app.kubernetes.io/name": work.name}
+    container = _container(work, name=work.name, port_name="http", probe_port="http")
+    container["startupProbe"] = _probe(
+        "/v2/health/live", "http", period_s=2, failures=math.ceil(settings.ready_timeout_s / 2)
+    )
+    container["lifecycle"] = {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}}
+    pod = {
+        "metadata": {"labels": {**_labels(work), **selector}},
+        "spec": {
+            "containers": [container],
+            "terminationGracePeriodSeconds": work.grace_s + PRESTOP_SLEEP_S,
+            **_pod_extras(settings),
+        },
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(work),
+        "spec": {
+            "replicas": max(settings.min_scale, 1),
+            "selector": {"matchLabels": selector},
+            # a new version that never becomes ready never replaces a ready pod
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+            },
+            "template": pod,
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(work),
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+        },
+    }
+    return [deployment, service, _hpa(work)]
+
+
+def revision_name(service: str, template: Manifest) -> str:
+    """`<service>-<hash of the template>`: a changed template is a new revision, an unchanged
+    one keeps its name (Knative refuses a changed template under an existing name)."""
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+    return f"{service}-{digest[:10]}"
+
+
+def _hpa(work: Workload) -> Manifest:
+    settings = work.settings
+    target = {"type": "Utilization", "averageUtilization": settings.target_utilization_percent}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _metadata(work),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": work.name},
+            "minReplicas": max(settings.min_scale, 1),
+            "maxReplicas": settings.max_scale,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": target}}],
+        },
+    }
+
+
+def _kpa(work: Workload, *, bounds: bool = True) -> dict[str, str]:
+    """Knative autoscaler annotations (KServe sets the bounds and target from its own fields)."""
+    settings = work.settings
+    notes = {
+        f"{AUTOSCALING}/class": "kpa.autoscaling.knative.dev",
+        f"{AUTOSCALING}/target-utilization-percentage": str(settings.target_utilization_percent),
+    }
+    if bounds:
+        notes |= {
+            f"{AUTOSCALING}/metric": "concurrency",
+            f"{AUTOSCALING}/target": str(work.concurrency.target),
+            f"{AUTOSCALING}/min-scale": str(settings.min_scale),
+            f"{AUTOSCALING}/max-scale": str(settings.max_scale),
+        }
+    if settings.initial_scale is not None:
+        notes[f"{AUTOSCALING}/initial-scale"] = str(settings.initial_scale)
+    if settings.scale_down_delay_s:
+        notes[f"{AUTOSCALING}/scale-down-delay"] = f"{settings.scale_down_delay_s}s"
+    return notes
+
+
+def _container(
+    work: Workload, *, name: str, port_name: str, probe_port: str | None = None
+) -> Manifest:
+    settings = work.settings
+    memory = f"{work.memory_mb}Mi"
+    limits: dict[str, str] = {"memory": memory}
+    if settings.gpu:
+        limits["nvidia.com/gpu"] = str(settings.gpu)
+    return {
+        "name": name,
+        "image": work.image,
+        "ports": [{"name": port_name, "containerPort": settings.port, "protocol": "TCP"}],
+        "readinessProbe": _readiness(probe_port),
+        "livenessProbe": _probe("/v2/health/live", probe_port, period_s=10, failures=3),
+        "resources": {"requests": {"cpu": settings.cpu, "memory": memory}, "limits": limits},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+
+
+def _readiness(port: str | None) -> Manifest:
+    """Under Knative no period: its queue-proxy then probes every 25 ms until the first
+    success, so a cold pod takes traffic as soon as it is ready (the kubelet's period would
+    add up to a whole period to every cold start)."""
+    if port is None:
+        return {"httpGet": {"path": "/v2/health/ready"}}
+    return _probe("/v2/health/ready", port, period_s=2, failures=2)
+
+
+def _probe(path: str, port: str | None, *, period_s: int, failures: int) -> Manifest:
+    """Knative probes name no port (it must be the container's own); Kubernetes needs one."""
+    get = {"path": path, **({"port": port} if port else {})}
+    return {"httpGet": get, "periodSeconds": period_s, "failureThreshold": failures}
+
+
+def _pod_extras(settings: KubernetesSettings) -> Manifest:
+    extras: Manifest = {}
+    if settings.service_account:
+        extras["serviceAccountName"] = settings.service_account
+    if settings.image_pull_secret:
+        extras["imagePullSecrets"] = [{"name": settings.image_pull_secret}]
+    return extras
+
+
+def _metadata(work: Workload) -> Manifest:
+    return {"name": work.name, "namespace": work.settings.namespace, "labels": _labels(work)}
+
+
+def _labels(work: Workload) -> dict[str, str]:
+    return {"app.kubernetes.io/managed-by": "edgeserve", "edgeserve.dev/version": work.version}
+
+
+RENDERERS = {
+    "knative": lambda work: [knative_service(work)],
+    "kserve": lambda work: [inference_service(work)],
+    "kubernetes": plain_kubernetes,
+}
+"""Target kind -> the manifests it applies, in apply order."""
+
+
+def render(kind: str, work: Workload) -> list[Manifest]:
+    return list(RENDERERS[kind](work))
+
+
+def to_yaml(manifests: list[Manifest]) -> str:
+    """A multi-document YAML stream, keys in the order written (kubectl apply -f takes it)."""
+    import yaml
+
+    return yaml.safe_dump_all(manifests, sort_keys=False, default_flow_style=False)

@@ -1,0 +1,75 @@
+"""The `[settings]` of a knative, kserve or kubernetes target profile (one schema, three kinds)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RESERVED_PORTS = frozenset({8008, 8012, 8013, 8022, 9090, 9091})
+"""Knative's queue-proxy, autoscaler metrics and profiling ports: a user container may not use
+them (knative/serving pkg/apis/serving/k8s_validation.go, reservedPorts)."""
+KUBECONFIG_ENV = "KUBECONFIG"
+
+
+class KubernetesSettings(BaseModel):
+    """One function = one service with its own autoscaler, replicas and image."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    registry: str = ""
+    """Where images go: `registry.example.com/team`; the image is `<registry>/<function>`."""
+    registry_tls_verify: bool = True
+    base_image: str = "gcr.io/distroless/python3-debian12:nonroot"
+    image_tool: Literal["auto", "podman", "buildah", "docker"] = "auto"
+    requirements: tuple[str, ...] | None = None
+    """Replaces the bundle's pinned requirements in the image."""
+    gpu_package: str = "onnxruntime-gpu"
+    """With `gpu`, replaces the CPU backends' packages (openvino, onnxruntime) in the image."""
+    serve_args: tuple[str, ...] = ()
+    """Appended to `edgeserve serve` in the image (the process layout, e.g. `--workers`)."""
+
+    namespace: str = Field(default="default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    kubeconfig: str | None = None
+    context: str | None = None
+    service_account: str | None = None
+    image_pull_secret: str | None = None
+    port: int = Field(default=8080, ge=1, le=65535)
+
+    min_scale: int = Field(default=0, ge=0)
+    max_scale: int = Field(default=10, ge=1)
+    initial_scale: int | None = Field(default=None, ge=0)
+    scale_down_delay_s: int = Field(default=0, ge=0, le=3600)
+    target: int | None = Field(default=None, ge=1)
+    """Soft per-pod concurrency the autoscaler aims at; default derived from [batching]."""
+    container_concurrency: int | None = Field(default=None, ge=0)
+    """Hard per-pod limit; default derived from [batching]; 0 = unlimited."""
+    target_utilization_percent: int = Field(default=70, ge=1, le=100)
+
+    cpu: str = "1"
+    memory_mb: int | None = Field(default=None, ge=64)
+    """Default: the function's [resources] memory_mb."""
+    gpu: int = Field(default=0, ge=0)
+    ready_timeout_s: float = Field(default=300, gt=0)
+
+    @field_validator("port")
+    @classmethod
+    def _not_reserved(cls, port: int) -> int:
+        if port in RESERVED_PORTS:
+            raise ValueError(
+                f"port {port} is reserved by Knative's queue-proxy ({sorted(RESERVED_PORTS)})"
+            )
+        return port
+
+    def image_repository(self, function: str) -> str:
+        """`<registry>/<function>`, or a local name (`localhost/<function>`) with no registry."""
+        return (
+            f"{self.registry.rstrip('/')}/{function}" if self.registry else f"localhost/{function}"
+        )
+
+    def kubeconfig_path(self) -> Path | None:
+        """The profile's kubeconfig, else $KUBECONFIG (first entry), else the client's default."""
+        given = self.kubeconfig or os.environ.get(KUBECONFIG_ENV, "").split(os.pathsep)[0]
+        return Path(given).expanduser() if given else None

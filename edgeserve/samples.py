@@ -1,0 +1,87 @@
+"""Example inputs of a function: files of its samples/ folder, and tensors made from its signature.
+
+Read by build (the precision check), the runtime (warm-up), `invoke` and `bench`, so a sample
+means the same thing everywhere: `*.json` is a v2 infer request (or else an /invoke payload),
+an image is an /invoke body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeserve.datatypes import DATATYPES
+from edgeserve.types import Signature, TensorDict
+
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
+"""Image suffixes a function's samples may have, and the Content-Type each is sent with."""
+EXAMPLE_DYNAMIC_DIM = 32
+"""Size given to dynamic non-batch dims of made-up inputs: large enough for conv and pooling."""
+RANDOM_INT_HIGH = 16
+"""Random integers lie in [0, 16): small enough to index an embedding or a class table."""
+
+
+def content_type(path: Path) -> str:
+    """The Content-Type a sample file is sent with."""
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return "application/json"
+    return IMAGE_TYPES.get(suffix, "application/octet-stream")
+
+
+def is_v2_request(payload: Any) -> bool:
+    """Whether a JSON sample is a v2 infer request (else it is an /invoke payload)."""
+    return isinstance(payload, dict) and isinstance(payload.get("inputs"), list)
+
+
+def v2_inputs(payload: Mapping[str, Any]) -> tuple[TensorDict, dict[str, str]]:
+    """The tensors of a v2 JSON infer request and their datatypes; BYTES elements as bytes.
+
+    Raises KeyError, TypeError or ValueError when an input lacks name, datatype, shape or data.
+    """
+    tensors = {t["name"]: _tensor(t) for t in payload["inputs"]}
+    return tensors, {t["name"]: t["datatype"] for t in payload["inputs"]}
+
+
+def _tensor(tensor: Mapping[str, Any]) -> np.ndarray:
+    datatype, shape = tensor["datatype"], tuple(tensor["shape"])
+    if datatype == "BYTES":
+        data = [x.encode() if isinstance(x, str) else bytes(x) for x in np.ravel(tensor["data"])]
+        return np.array(data, dtype=np.object_).reshape(shape)
+    return np.asarray(tensor["data"], dtype=DATATYPES[datatype].numpy).reshape(shape)
+
+
+def example_inputs(
+    signature: Signature, rows: int, rng: np.random.Generator | None = None
+) -> TensorDict:
+    """Inputs of the signature's shapes, `rows` rows when batched: zeros, or random with `rng`."""
+    tensors = {}
+    for spec in signature.inputs:
+        dims = [EXAMPLE_DYNAMIC_DIM if dim < 0 else dim for dim in spec.dims]
+        if signature.batched:
+            dims[0] = rows
+        if rng is None:
+            tensors[spec.name] = np.zeros(dims, dtype=DATATYPES[spec.datatype].numpy)
+        else:
+            tensors[spec.name] = random_array(rng, spec.datatype, tuple(dims))
+    return tensors
+
+
+def random_array(rng: np.random.Generator, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Random values of a v2 datatype: fractions in [0, 1), small ints, booleans, short words."""
+    if datatype == "BYTES":
+        return np.array(
+            [bytes(rng.integers(97, 123, 8, dtype=np.uint8)) for _ in range(int(np.prod(shape)))],
+            dtype=np.object_,
+        ).reshape(shape)
+    if datatype == "BF16":
+        return (rng.random(shape, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    dtype = DATATYPES[datatype].numpy
+    if dtype.kind == "f":
+        return rng.random(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    return rng.integers(0, RANDOM_INT_HIGH, shape).astype(dtype)

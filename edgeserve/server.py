@@ -1,0 +1,97 @@
+"""Serve a function over HTTP with uvicorn: the same app and runtime as every target uses."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+
+import uvicorn
+
+from edgeserve.bundle import Bundle, open_or_build
+from edgeserve.errors import ConfigError
+from edgeserve.http.app import FunctionApp, create_app
+from edgeserve.http.auth import load_credentials
+from edgeserve.http.tls import TlsFiles
+from edgeserve.runtime import Runtime
+
+log = logging.getLogger("edgeserve")
+
+GRACEFUL_SHUTDOWN_S = 30.0
+"""SIGTERM: stop accepting, let in-flight requests finish for at most this long, then exit."""
+
+
+def serve(
+    path: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    backend: str | None = None,
+    log_level: str = "info",
+    fd: int | None = None,
+    tls: TlsFiles | None = None,
+) -> None:
+    """Open (or build) the bundle at `path`, load it once, and serve until SIGTERM/SIGINT.
+
+    `port` None: the manifest's [resources] port. A port already taken is refused before the
+    model loads (loading may take a minute; the mistake should cost a second).
+    """
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
+    started = time.perf_counter()
+    bundle = open_or_build(path)
+    port = bundle.manifest.resources.port if port is None else port
+    if fd is None:
+        check_port(host, port)
+    load_credentials(bundle.manifest.auth, os.environ)  # a missing token fails before loading
+    app = _load(bundle, backend, started)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        fd=fd,
+        log_level=log_level,
+        timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_S),
+        access_log=False,
+        **(tls.uvicorn_options() if tls else {}),
+    )
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port that another process listens on, or a host that is not this machine's."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"port {port}: expected 1-65535, or 0 for any free port")
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(_bind_error(host, port, exc)) from None
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} on {host} is already in use by another process. "
+            "Hint: stop it, pass another --port, or --port 0 for any free port"
+        )
+    if exc.errno == errno.EACCES:
+        return f"port {port} on {host}: permission denied (ports below 1024 need root)"
+    return f"cannot listen on {host}:{port}: {exc.strerror} (--host must be this machine's)"
+
+
+def load_app(path: Path, backend: str | None = None) -> FunctionApp:
+    """Open (or build) the bundle at `path` and load it: the app every server of it runs."""
+    started = time.perf_counter()
+    return _load(open_or_build(path), backend, started)
+
+
+def _load(bundle: Bundle, backend: str | None, started: float) -> FunctionApp:
+    runtime = Runtime.load(bundle, backend=backend)
+    runtime.timings["open_s"] = time.perf_counter() - started - runtime.timings["load_s"]
+    return create_app(runtime, max_body_bytes=int(bundle.manifest.resources.max_body_mb * 2**20))

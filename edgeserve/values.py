@@ -1,0 +1,90 @@
+"""Tensor data that arrives as nested lists (v2 JSON, `/invoke` JSON or msgpack) made a typed array.
+
+Every protocol refuses the same values, the way KServe v2 and Triton do: a number tensor takes
+numbers only (no null, no strings, no booleans), an integer tensor takes integers only (never a
+fraction silently truncated) that fit its datatype, a BOOL tensor takes booleans only, a BYTES
+tensor strings (or msgpack bytes). Nesting is walked without recursion and may go no deeper
+than the tensor has dims, so a body nested a thousand deep is an error message, not a crash.
+NaN and infinity are floats like any other (binary tensors carry them too).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from edgeserve.datatypes import Datatype
+from edgeserve.errors import InvalidInput
+
+_ACCEPTED: dict[str, tuple[frozenset[type], str]] = {
+    "b": (frozenset({bool}), "booleans"),
+    "i": (frozenset({int}), "integers"),
+    "u": (frozenset({int}), "integers"),
+    "f": (frozenset({int, float}), "numbers"),
+    "O": (frozenset({str, bytes}), "strings"),
+}
+_FOUND = {
+    type(None): "null",
+    bool: "booleans",
+    int: "integers",
+    float: "fractions",
+    str: "strings",
+    bytes: "bytes",
+    dict: "objects",
+    list: "lists where values belong (the nesting is ragged)",
+}
+
+
+def to_array(data: Any, datatype: Datatype, where: str, max_depth: int) -> np.ndarray:
+    """`data` (a value or nested lists of them, at most `max_depth` deep) as a `datatype` array
+    shaped by its nesting; InvalidInput, prefixed with `where`, names what does not fit."""
+    if datatype.name == "BF16":
+        raise InvalidInput(f"{where}: BF16 travels only as binary data (binary_data_size)")
+    flat, dims = _flatten(data, max(max_depth, 1), where)
+    accepted, wanted = _ACCEPTED[datatype.numpy.kind]
+    found = set(map(type, flat))
+    if not found <= accepted:
+        names = sorted(_FOUND.get(kind, kind.__name__) for kind in found - accepted)
+        raise InvalidInput(f"{where}: expected {wanted}, found {', '.join(names)}")
+    if datatype.name == "BYTES":
+        array = np.empty(len(flat), dtype=object)
+        array[:] = [item.encode("utf-8") if isinstance(item, str) else item for item in flat]
+        return array.reshape(dims)
+    return _numbers(flat, datatype, where).reshape(dims)
+
+
+def _flatten(data: Any, max_depth: int, where: str) -> tuple[list[Any], tuple[int, ...]]:
+    """The leaves in row-major order and the dims of a rectangular nesting, level by level."""
+    if not isinstance(data, list):
+        return [data], ()
+    flat, dims = data, [len(data)]
+    while flat and isinstance(flat[0], list):
+        if len(dims) >= max_depth:
+            raise InvalidInput(
+                f"{where}: `data` is nested deeper than the tensor's {max_depth} dims"
+            )
+        width = len(flat[0])
+        if any(not isinstance(row, list) or len(row) != width for row in flat):
+            raise InvalidInput(
+                f"{where}: `data` is ragged: lists at depth {len(dims)} differ in length "
+                "or mix lists with values"
+            )
+        flat = list(itertools.chain.from_iterable(flat))
+        dims.append(width)
+    return flat, tuple(dims)
+
+
+def _numbers(flat: list[Any], datatype: Datatype, where: str) -> np.ndarray:
+    """Integers out of the datatype's range and floats that overflow it are refused."""
+    try:
+        with np.errstate(over="raise"):
+            if datatype.numpy.kind == "f":
+                return np.array(flat, dtype=np.float64).astype(datatype.numpy)
+            return np.array(flat, dtype=datatype.numpy)
+    except (OverflowError, FloatingPointError):
+        info = np.iinfo(datatype.numpy) if datatype.numpy.kind in "iu" else np.finfo(datatype.numpy)
+        raise InvalidInput(
+            f"{where}: a value is out of the range of {datatype.name} ({info.min} .. {info.max})"
+        ) from None

@@ -1,0 +1,283 @@
+"""A corpus of malformed requests, by class, each with the status and words a client must read.
+
+They are sent to a function serving `tests.models.identity_model` over INPUTS (one Identity
+per datatype, `in_<DT>` [N, 3] -> `out_<DT>`), with no handler, under a body limit of LIMIT.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import numpy as np
+import orjson
+
+from edgeserve.http.invoke import NDARRAY_EXT, pack_array
+
+INPUTS = ("FP32", "FP16", "INT64", "INT8", "UINT8", "BOOL", "BYTES")
+LIMIT = 64 * 1024
+INFER = "/v2/models/identity/infer"
+GOOD_ROW: dict[str, list[Any]] = {
+    "FP32": [1.5, -2.0, 3.0],
+    "FP16": [0.5, 1.0, 2.0],
+    "INT64": [1, -2, 3],
+    "INT8": [-128, 0, 127],
+    "UINT8": [0, 1, 255],
+    "BOOL": [True, False, True],
+    "BYTES": ["a", "", "c"],
+}
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One malformed request: what it is, where it goes, what must come back."""
+
+    what: str
+    body: bytes
+    status: int
+    words: str
+    path: str = INFER
+    headers: dict[str, str] = field(default_factory=dict)
+    method: str = "POST"
+
+
+def v2_body(**changes: Any) -> bytes:
+    """A valid JSON infer request for every input, with one input's fields changed.
+
+    `changes` go to the input named by `changes.pop("input")` (default in_FP32)."""
+    target = "in_" + changes.pop("input", "FP32")
+    inputs = []
+    for datatype, row in GOOD_ROW.items():
+        entry = {"name": f"in_{datatype}", "datatype": datatype, "shape": [1, 3], "data": row}
+        if entry["name"] == target:
+            entry = {k: v for k, v in {**entry, **changes}.items() if v is not None}
+        inputs.append(entry)
+    return orjson.dumps({"inputs": inputs})
+
+
+def payload(**changes: Any) -> dict[str, Any]:
+    """A valid `/invoke` payload (one row per input) with some inputs' values replaced."""
+    return {f"in_{dt}": [row] for dt, row in GOOD_ROW.items()} | {
+        f"in_{dt}": value for dt, value in changes.items()
+    }
+
+
+DEEP = "@deep@"
+
+
+def nest(body: bytes, levels: int, leaf: bytes = b"1") -> bytes:
+    """`body` with the string DEEP replaced by `leaf` in `levels` lists (deeper than orjson
+    writes, as deep as it reads)."""
+    return body.replace(orjson.dumps(DEEP), b"[" * levels + leaf + b"]" * levels)
+
+
+def binary_fp32(size: Any, tail: bytes, header_length: str | None = None) -> Bad:
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "in_FP32",
+                    "datatype": "FP32",
+                    "shape": [1, 3],
+                    "parameters": {"binary_data_size": size},
+                }
+            ]
+        }
+    )
+    length = str(len(header)) if header_length is None else header_length
+    return Bad(
+        f"binary size {size!r}, length {length}",
+        header + tail,
+        400,
+        "",
+        headers={"Inference-Header-Content-Length": length},
+    )
+
+
+def _msgpack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True, strict_types=False)
+
+
+JSON = {"content-type": "application/json"}
+MSGPACK = {"content-type": "application/msgpack"}
+NAN = float("nan")
+INT64_WHERE = "tensor `in_INT64`: INT64 [-1, 3]"
+
+
+def to_invoke(what: str, body: Any, words: str, headers: dict[str, str] = JSON) -> Bad:
+    """A 400 from `/invoke`; a body that is not bytes yet is packed as `headers` say."""
+    if not isinstance(body, bytes):
+        body = _msgpack(body) if headers is MSGPACK else orjson.dumps(body)
+    return Bad(what, body, 400, words, path="/invoke", headers=headers)
+
+
+def ext(data: bytes) -> msgpack.ExtType:
+    return msgpack.ExtType(NDARRAY_EXT, data)
+
+
+def array_ext(dtype: str) -> msgpack.ExtType:
+    return pack_array(np.zeros((1, 3), dtype))
+
+
+GZIP = {"content-encoding": "gzip"}
+FP32_WHERE = "tensor `in_FP32`: FP32 [1, 3]"
+
+CORPUS: list[Bad] = [
+    # v2 JSON: not a request at all
+    Bad("not json", b"{not json", 400, "not valid JSON"),
+    Bad("a list", b"[1, 2]", 400, "request body: expected a JSON object"),
+    Bad("empty body", b"", 400, "not valid JSON"),
+    Bad("inputs not a list", b'{"inputs": 3}', 400, "request `inputs`: expected a JSON list"),
+    Bad("input not an object", b'{"inputs": [7]}', 400, "an input: expected a JSON object"),
+    Bad("invalid utf-8", b'{"inputs": "\xff"}', 400, "not valid JSON"),
+    # v2 JSON: wrong types, datatypes, shapes
+    Bad("name missing", v2_body(name=None), 400, "expected a string `name`"),
+    Bad("unknown datatype", v2_body(datatype="FP8"), 400, "unknown datatype 'FP8'"),
+    Bad("datatype a number", v2_body(datatype=32), 400, "unknown datatype 32"),
+    Bad("shape negative", v2_body(shape=[1, -3]), 400, "non-negative ints"),
+    Bad("shape booleans", v2_body(shape=[True, 3]), 400, "non-negative ints"),
+    Bad("shape a string", v2_body(shape="1,3"), 400, "non-negative ints"),
+    Bad("count mismatch", v2_body(shape=[2, 3]), 400, f"{FP32_WHERE[:-6]}[2, 3]: expected 6"),
+    Bad("wrong dims", v2_body(shape=[3, 1]), 400, "tensor `in_FP32`: expected [-1, 3] FP32"),
+    Bad("wrong datatype", v2_body(datatype="FP64"), 400, "expected [-1, 3] FP32, got [1, 3] FP64"),
+    Bad("huge shape", v2_body(shape=[10**12, 10**12]), 400, "expected 1000000000000000000000000"),
+    # v2 JSON: values v2 refuses
+    Bad(
+        "FP32 null", v2_body(data=[None, 1, 2]), 400, f"{FP32_WHERE}: expected numbers, found null"
+    ),
+    Bad("FP32 string", v2_body(data=["1", 2, 3]), 400, "expected numbers, found strings"),
+    Bad("FP32 boolean", v2_body(data=[True, 2, 3]), 400, "expected numbers, found booleans"),
+    Bad("FP32 object", v2_body(data=[{}, 2, 3]), 400, "expected numbers, found objects"),
+    Bad("FP16 overflow", v2_body(input="FP16", data=[1e6, 0, 0]), 400, "out of the range of FP16"),
+    Bad("FP32 overflow", v2_body(data=[1e300, 0, 0]), 400, "out of the range of FP32"),
+    Bad(
+        "INT64 true",
+        v2_body(input="INT64", data=[True, 1, 2]),
+        400,
+        "expected integers, found booleans",
+    ),
+    Bad(
+        "INT64 fraction",
+        v2_body(input="INT64", data=[1.5, 1, 2]),
+        400,
+        "expected integers, found fractions",
+    ),
+    Bad(
+        "INT64 too big",
+        v2_body(input="INT64", data=[2**63, 1, 2]),
+        400,
+        "out of the range of INT64",
+    ),
+    Bad(
+        "INT8 300",
+        v2_body(input="INT8", data=[300, 1, 2]),
+        400,
+        "out of the range of INT8 (-128 .. 127)",
+    ),
+    Bad("UINT8 -1", v2_body(input="UINT8", data=[-1, 1, 2]), 400, "out of the range of UINT8"),
+    Bad("BOOL 1", v2_body(input="BOOL", data=[1, 0, 1]), 400, "expected booleans, found integers"),
+    Bad(
+        "BYTES 1",
+        v2_body(input="BYTES", data=[1, "a", "b"]),
+        400,
+        "expected strings, found integers",
+    ),
+    Bad(
+        "nested 1000 deep",
+        nest(v2_body(data=DEEP), 1000),
+        400,
+        "nested deeper than the tensor's 2 dims",
+    ),
+    Bad(
+        "BYTES nested deep",
+        nest(v2_body(input="BYTES", data=DEEP), 900, b'"a"'),
+        400,
+        "nested deeper",
+    ),
+    Bad("ragged", v2_body(shape=[3, 1], data=[[1], [2, 3], []]), 400, "`data` is ragged"),
+    Bad("unknown input", v2_body(name="in_nope"), 400, "unknown ['in_nope']; missing ['in_FP32']"),
+    Bad("given twice", v2_body(name="in_INT64"), 400, "given twice"),
+    Bad(
+        "unknown output",
+        orjson.dumps({**orjson.loads(v2_body()), "outputs": [{"name": "z"}]}),
+        400,
+        "output `z`: the model has no such output",
+    ),
+    Bad(
+        "bad timeout",
+        orjson.dumps({**orjson.loads(v2_body()), "parameters": {"timeout": -1}}),
+        400,
+        "parameters.timeout",
+    ),
+    Bad("unknown model", v2_body(), 400, "unknown model `other`", path="/v2/models/other/infer"),
+    Bad(
+        "unknown version",
+        v2_body(),
+        404,
+        "has no version `9`",
+        path="/v2/models/identity/versions/9/infer",
+    ),
+    Bad("GET on infer", b"", 405, "Method Not Allowed", method="GET"),
+    # the binary extension: lies in Inference-Header-Content-Length and binary_data_size
+    binary_fp32(12, b"\0" * 12, "100000"),
+    binary_fp32(12, b"\0" * 12, "-5"),
+    binary_fp32(12, b"\0" * 12, "twelve"),
+    binary_fp32(12, b"\0" * 12, "0"),
+    binary_fp32(12, b"\0" * 12, "3"),
+    binary_fp32(12, b"\0" * 8),
+    binary_fp32(8, b"\0" * 8),
+    binary_fp32(12, b"\0" * 16),
+    binary_fp32(True, b"\0"),
+    binary_fp32(-4, b""),
+    binary_fp32("12", b"\0" * 12),
+    binary_fp32(2**63, b"\0" * 12),
+    # encodings and sizes: bombs and lies
+    Bad("gzip bomb", gzip.compress(b"\0" * (LIMIT * 64)), 413, "over the limit", headers=GZIP),
+    Bad("not gzip", b"plain text", 400, "not valid gzip data", headers=GZIP),
+    Bad("truncated gzip", gzip.compress(v2_body())[:-12], 400, "truncated gzip", headers=GZIP),
+    Bad(
+        "deflate bomb",
+        zlib.compress(b"[" * (LIMIT * 8)),
+        413,
+        "over the limit",
+        headers={"content-encoding": "deflate"},
+    ),
+    Bad(
+        "unknown encoding",
+        v2_body(),
+        400,
+        "Content-Encoding `br` is not supported",
+        headers={"content-encoding": "br"},
+    ),
+    Bad("too long", b" " * (LIMIT + 1), 413, "over the limit of 65536 bytes"),
+    # /invoke without a handler: JSON, msgpack, raw bytes
+    Bad("invoke raw bytes", b"\x89PNG", 400, "got bytes", path="/invoke"),
+    to_invoke("invoke list", b"[1]", "expected a JSON object with the inputs"),
+    to_invoke("invoke unknown", payload() | {"zz": 1}, "unknown ['zz']"),
+    to_invoke(
+        "invoke INT64 1.5", payload(INT64=[[1.5, 1, 2]]), f"{INT64_WHERE}: expected integers"
+    ),
+    to_invoke("invoke INT64 true", payload(INT64=[[True, 1, 2]]), "found booleans"),
+    to_invoke("invoke INT8 300", payload(INT8=[[300, 1, 2]]), "out of the range of INT8"),
+    to_invoke("invoke INT64 huge", payload(INT64=[[2**64 - 1, 1, 2]]), "out of the range of INT64"),
+    to_invoke("invoke FP32 null", payload(FP32=[[None, 1, 2]]), "found null"),
+    to_invoke("invoke FP32 string", payload(FP32=[["1", 1, 2]]), "found strings"),
+    to_invoke("invoke ragged", payload(FP32=[[1, 2, 3], [1]]), "ragged"),
+    to_invoke("invoke wrong dims", payload(FP32=[1, 2, 3]), "expected [-1, 3] FP32, got [3] FP32"),
+    to_invoke("invoke deep", nest(orjson.dumps(payload(FP32=DEEP)), 1000), "nested deeper"),
+    to_invoke("msgpack int keys", {1: 2}, "int is not allowed for map key", MSGPACK),
+    to_invoke("msgpack bytes keys", payload() | {b"k": 1}, "unknown [\"b'k'\"]", MSGPACK),
+    to_invoke("msgpack garbage", b"\xc1\xc1", "not valid msgpack", MSGPACK),
+    to_invoke("msgpack truncated", _msgpack(payload())[:-3], "not valid msgpack", MSGPACK),
+    to_invoke("msgpack deep", b"\x91" * 5000 + b"\x01", "not valid msgpack", MSGPACK),
+    to_invoke("msgpack NaN into INT64", payload(INT64=[[NAN, 1, 2]]), "found fractions", MSGPACK),
+    to_invoke("msgpack FP32 bytes", payload(FP32=[[b"1", 1, 2]]), "found bytes", MSGPACK),
+    to_invoke("msgpack ext datetime", payload(FP32=array_ext("M8[s]")), "no KServe v2", MSGPACK),
+    to_invoke("msgpack ext FP64", payload(FP32=array_ext("f8")), "got [1, 3] FP64", MSGPACK),
+    to_invoke("msgpack ext cut", ext(b"\x93\x01"), "not valid msgpack", MSGPACK),
+    to_invoke("msgpack ext object", ext(_msgpack(["|O", [1], bytes(8)])), "numpy array", MSGPACK),
+    to_invoke("msgpack ext size", ext(_msgpack(["<f4", [1, 3], bytes(8)])), "numpy array", MSGPACK),
+]

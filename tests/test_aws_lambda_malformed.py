@@ -1,0 +1,173 @@
+"""Every event gets an answer from the real Lambda handler (a real bundle and runtime): malformed
+HTTP events a 400 naming the field, non-HTTP events an error payload saying what is accepted,
+and a direct invocation carrying a KServe v2 infer request its v2 response."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from edgeserve.aws_lambda.adapter import LambdaHandler, create_handler
+from edgeserve.bundle import Bundle
+from tests.aws_lambda_support import small_bundle
+
+FIXTURES = Path(__file__).parent / "fixtures" / "aws_events"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    return small_bundle(tmp_path_factory.mktemp("malformed"))
+
+
+@pytest.fixture(scope="module")
+def handler(bundle: Bundle) -> Iterator[LambdaHandler]:
+    yield create_handler(bundle.root)
+
+
+def sample(name: str) -> dict[str, Any]:
+    event: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return event
+
+
+URL, REST, ALB = "lambda-urls-request.json", "apigw-request.json", "alb-lambda-target-request.json"
+
+
+def changed(name: str, path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """A sample event with the field at `path` set to `value` (or removed, for DELETE)."""
+    event = copy.deepcopy(sample(name))
+    holder = event
+    for key in path[:-1]:
+        holder = holder[key]
+    if value is DELETE:
+        del holder[path[-1]]
+    else:
+        holder[path[-1]] = value
+    return event
+
+
+DELETE = object()
+MALFORMED_HTTP = [
+    (
+        changed(URL, ("requestContext", "http"), DELETE),
+        "requestContext.http.method must be a string (missing)",
+    ),
+    (
+        changed(URL, ("requestContext", "http", "method"), 5),
+        "requestContext.http.method must be a string (got int)",
+    ),
+    (
+        changed(URL, ("requestContext", "http", "path"), ["/"]),
+        "requestContext.http.path must be a string (got list)",
+    ),
+    (changed(URL, ("headers",), "x"), "headers must map strings to strings (got str)"),
+    (changed(URL, ("headers",), {"a": 1}), "headers must map strings to strings (got dict)"),
+    (
+        changed(URL, ("isBase64Encoded",), True),
+        "body is flagged isBase64Encoded but is not valid base64",
+    ),
+    (changed(URL, ("body",), 123), "body must be a str (got int)"),
+    (changed(URL, ("body",), {"inputs": []}), "body must be a str (got dict)"),
+    (changed(URL, ("isBase64Encoded",), "yes"), "isBase64Encoded must be a bool (got str)"),
+    (changed(URL, ("cookies",), "c=1"), "cookies must be a list (got str)"),
+    (changed(URL, ("cookies",), [1]), "cookies must be a list of strings"),
+    (changed(URL, ("rawQueryString",), 5), "rawQueryString must be a str (got int)"),
+    (changed(URL, ("requestContext", "http", "sourceIp"), DELETE), "KeyError 'sourceIp'"),
+    (changed(REST, ("httpMethod",), DELETE), "httpMethod must be a string (missing)"),
+    (changed(REST, ("path",), None), "path must be a string (missing)"),
+    (
+        changed(REST, ("multiValueHeaders",), {"a": "b"}),
+        "multiValueHeaders must map strings to lists of strings",
+    ),
+    (
+        changed(REST, ("queryStringParameters",), []),
+        "queryStringParameters must map strings to strings (got list)",
+    ),
+    (changed(REST, ("requestContext",), ["x"]), "AttributeError"),
+    (changed(REST, ("requestContext", "identity"), "x"), "AttributeError"),
+    (changed(ALB, ("path",), DELETE), "malformed ALB event: path must be a string (missing)"),
+    (
+        changed(ALB, ("httpMethod",), []),
+        "malformed ALB event: httpMethod must be a string (got list)",
+    ),
+    (
+        {"version": "1.0", "requestContext": {}, "path": "/"},
+        "HTTP API (1.0) event: httpMethod must be a string",
+    ),
+    ({"Records": [{"cf": {}}]}, "malformed Lambda@Edge event: KeyError 'request'"),
+]
+
+
+@pytest.mark.parametrize(("event", "message"), MALFORMED_HTTP)
+def test_a_malformed_http_event_gets_a_400_naming_the_field(
+    handler: LambdaHandler, event: dict[str, Any], message: str
+) -> None:
+    answer = handler(event, None)
+
+    assert answer["statusCode"] == 400, answer
+    assert message in json.loads(answer["body"])["error"]
+
+
+NOT_HTTP = [
+    ({}, "an event with keys []"),
+    ([], "a list"),
+    ("ping", "a str"),
+    (None, "a NoneType"),
+    (42, "a int"),
+    ({"Records": [{"s3": {"bucket": {"name": "b"}}}]}, "keys ['Records']"),
+    ({"Records": [{"eventSource": "aws:sqs", "body": "x"}]}, "keys ['Records']"),
+    ({"Records": []}, "keys ['Records']"),
+    ({"Records": ["x"]}, "keys ['Records']"),
+    ({"source": "aws.events", "detail-type": "Scheduled Event"}, "keys ['detail-type', 'source']"),
+    ({"inputs": "not a list"}, "keys ['inputs']"),
+]
+
+
+@pytest.mark.parametrize(("event", "found"), NOT_HTTP)
+def test_a_non_http_invocation_gets_an_error_payload_saying_what_is_accepted(
+    handler: LambdaHandler, event: Any, found: str
+) -> None:
+    answer = handler(event, None)
+
+    assert set(answer) == {"error"}
+    assert "answers HTTP events (API Gateway REST or HTTP API" in answer["error"]
+    assert found in answer["error"].split("; it got ")[1]
+
+
+def test_null_optional_fields_are_absent_fields(handler: LambdaHandler) -> None:
+    event = changed(REST, ("path",), "/v2/health/live")
+    event.update(httpMethod="GET", headers=None, multiValueHeaders=None, body=None)
+    event.update(queryStringParameters=None, multiValueQueryStringParameters=None)
+
+    assert handler(event, None)["statusCode"] == 200
+
+
+def test_a_direct_v2_infer_request_is_answered_like_the_http_route(
+    handler: LambdaHandler, bundle: Bundle
+) -> None:
+    rows = np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16)
+    tensor = {"name": "x", "shape": [2, 16], "datatype": "FP32", "data": rows.ravel().tolist()}
+    request = {"inputs": [tensor]}
+    reference = ort.InferenceSession(str(bundle.model_path)).run(None, {"x": rows})[0]
+
+    answer = handler(request, None)
+
+    assert answer["model_name"] == "tiny"
+    (output,) = answer["outputs"]
+    assert (output["name"], output["shape"], output["datatype"]) == ("y", [2, 4], "FP32")
+    np.testing.assert_allclose(np.reshape(output["data"], (2, 4)), reference, rtol=1e-5, atol=1e-5)
+
+
+def test_a_bad_direct_v2_request_gets_the_v2_error_and_its_status(handler: LambdaHandler) -> None:
+    request = {"inputs": [{"name": "nope", "shape": [1], "datatype": "FP32", "data": [1.0]}]}
+
+    answer = handler(request, None)
+
+    assert answer["status"] == 400
+    assert "nope" in answer["error"]

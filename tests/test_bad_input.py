@@ -1,0 +1,266 @@
+"""Bad input through the real app on a real uvicorn (ONNX Runtime on CPU), sent by httpx:
+a corpus of malformed requests by class, then hypothesis fuzzing every decoder. Every answer is
+a 4xx with a JSON error that says what was wrong, never a 5xx, and the next request still works.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgpack
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image, ImageDraw
+
+from edgeserve.builder import build
+from edgeserve.http import create_app
+from edgeserve.http.invoke import NDARRAY_EXT
+from edgeserve.runtime import Runtime
+from tests.bad_requests import CORPUS, GOOD_ROW, INFER, INPUTS, LIMIT, Bad, v2_body
+from tests.models import identity_model, write_function
+from tests.test_tritonclient import MANIFEST
+from tests.threaded_server import serving
+
+OCR = Path(__file__).resolve().parents[1] / "functions" / "ocr"
+FUZZ = settings(
+    max_examples=120,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    root = tmp_path_factory.mktemp("identity")
+    source = write_function(root / "src", lambda path: identity_model(path, INPUTS), MANIFEST)
+    app = create_app(Runtime.load(build(source, root / "bundle")), max_body_bytes=LIMIT)
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        yield client
+
+
+def assert_still_serving(client: httpx.Client) -> None:
+    response = client.post(INFER, content=v2_body())
+    assert response.status_code == 200, response.text
+    outputs = {o["name"]: o["data"] for o in response.json()["outputs"]}
+    assert outputs["out_FP32"] == GOOD_ROW["FP32"] and outputs["out_BYTES"] == GOOD_ROW["BYTES"]
+
+
+def assert_client_error(response: Any, what: str) -> str:
+    """A 4xx with a JSON `{"error": "..."}` body; the message."""
+    assert 400 <= response.status_code < 500, f"{what}: {response.status_code} {response.text}"
+    error = response.json()["error"]
+    assert isinstance(error, str) and error, what
+    return error
+
+
+@pytest.mark.parametrize("bad", CORPUS, ids=lambda bad: bad.what)
+def test_every_malformed_request_gets_its_4xx_and_the_server_goes_on(
+    client: httpx.Client, bad: Bad
+) -> None:
+    response = client.request(bad.method, bad.path, content=bad.body, headers=bad.headers)
+    assert response.status_code == bad.status, response.text
+    assert bad.words in assert_client_error(response, bad.what)
+    assert_still_serving(client)
+
+
+def test_v2_and_invoke_accept_what_they_should(client: httpx.Client) -> None:
+    """The refusals above are not over-eager: ints in float tensors, nesting, msgpack bytes."""
+    body = v2_body(data=[[1, 2.5, -3]])
+    assert client.post(INFER, content=body).json()["outputs"][0]["data"] == [1.0, 2.5, -3.0]
+    payload = {f"in_{dt}": [row] for dt, row in GOOD_ROW.items()} | {"in_BYTES": [[b"x", "y", b""]]}
+    response = client.post(
+        "/invoke",
+        content=msgpack.packb(payload),
+        headers={"content-type": "application/msgpack"},
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["out_BYTES"] == [["x", "y", ""]]
+    assert response.json()["out_INT8"] == [[-128, 0, 127]]
+
+
+# hypothesis: anything JSON or msgpack can carry, in the places a request has structure
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+JSON_VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+DATATYPE_NAMES = st.sampled_from([*INPUTS, "FP64", "BF16", "INT4", ""]) | JSON_VALUES
+SHAPES = st.lists(st.integers(-2, 4), max_size=4) | JSON_VALUES
+NAMES = st.sampled_from([f"in_{dt}" for dt in INPUTS]) | JSON_VALUES
+
+
+@st.composite
+def v2_inputs(draw: st.DrawFn, binary: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": draw(NAMES), "datatype": draw(DATATYPE_NAMES)}
+    entry["shape"] = draw(SHAPES)
+    if binary:
+        entry["parameters"] = {"binary_data_size": draw(st.integers(-1, 40) | JSON_VALUES)}
+    else:
+        entry["data"] = draw(JSON_VALUES)
+    return entry
+
+
+def requests(binary: bool) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries(
+        {"inputs": st.lists(v2_inputs(binary), max_size=3) | JSON_VALUES},
+        optional={
+            "id": JSON_VALUES,
+            "parameters": JSON_VALUES,
+            "outputs": st.lists(st.fixed_dictionaries({"name": NAMES}), max_size=2) | JSON_VALUES,
+        },
+    )
+
+
+@FUZZ
+@given(request=requests(binary=False))
+def test_fuzz_v2_json(client: httpx.Client, request: dict[str, Any]) -> None:
+    response = client.post(INFER, content=orjson.dumps(request))
+    if response.status_code != 200:
+        assert_client_error(response, repr(request))
+
+
+@FUZZ
+@given(
+    request=requests(binary=True),
+    tail=st.binary(max_size=48),
+    lie=st.integers(-3, 3) | st.text("0123456789-+xe", min_size=1, max_size=4),
+)
+def test_fuzz_v2_binary(
+    client: httpx.Client, request: dict[str, Any], tail: bytes, lie: int | str
+) -> None:
+    header = orjson.dumps(request)
+    length = str(len(header) + lie) if isinstance(lie, int) else lie
+    response = client.post(
+        INFER, content=header + tail, headers={"Inference-Header-Content-Length": length}
+    )
+    if response.status_code != 200:
+        assert_client_error(response, f"{request!r} {tail!r} {length!r}")
+
+
+MSGPACK_VALUES = st.recursive(
+    SCALARS | st.binary(max_size=8) | st.floats(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.text(max_size=6) | st.integers(-(2**63), 2**64 - 1) | st.binary(max_size=3),
+            inner,
+            max_size=3,
+        )
+        | st.builds(msgpack.ExtType, st.sampled_from([NDARRAY_EXT, 7]), st.binary(max_size=24))
+    ),
+    max_leaves=12,
+)
+
+
+@FUZZ
+@given(
+    payload=st.fixed_dictionaries(
+        {}, optional={f"in_{dt}": MSGPACK_VALUES for dt in INPUTS} | {"x": MSGPACK_VALUES}
+    )
+    | MSGPACK_VALUES,
+    cut=st.integers(0, 3),
+)
+def test_fuzz_invoke_msgpack_and_json(client: httpx.Client, payload: Any, cut: int) -> None:
+    body = msgpack.packb(payload)
+    body = body[: len(body) - cut]
+    response = client.post("/invoke", content=body, headers={"content-type": "application/msgpack"})
+    if response.status_code != 200:
+        assert_client_error(response, repr(payload))
+    try:
+        text = orjson.dumps(payload)
+    except TypeError:  # bytes, ext types and int keys have no JSON
+        return
+    response = client.post("/invoke", content=text, headers={"content-type": "application/json"})
+    if response.status_code != 200:
+        assert_client_error(response, repr(payload))
+
+
+@pytest.fixture(scope="module")
+def ocr(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """functions/ocr as shipped, except a queue of 4 rows (the limit a long page meets)."""
+    source = tmp_path_factory.mktemp("ocr") / "ocr"
+    shutil.copytree(OCR, source, ignore=shutil.ignore_patterns("training", "samples"))
+    manifest = (source / "function.toml").read_text()
+    (source / "function.toml").write_text(
+        manifest.replace("max_queue_size = 512", "max_queue_size = 4")
+    )
+    bundle = build(source, source.parent / "bundle")
+    app = create_app(Runtime.load(bundle, backend="onnxruntime"))
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        yield client
+
+
+def image_bytes(image: Image.Image, fmt: str) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def test_an_image_mode_the_handler_cannot_convert_is_a_400_that_says_so(ocr: httpx.Client) -> None:
+    lab = image_bytes(Image.new("LAB", (64, 32), (50, 0, 0)), "TIFF")
+    response = ocr.post("/invoke", content=lab, headers={"content-type": "image/tiff"})
+    assert response.status_code == 400
+    assert "mode LAB cannot be converted to grey" in response.json()["error"]
+
+
+def test_a_page_with_more_lines_than_the_queue_holds_is_refused_at_once(ocr: httpx.Client) -> None:
+    page = Image.new("L", (400, 40 * 6), 255)
+    draw = ImageDraw.Draw(page)
+    for line in range(6):
+        draw.text((10, 40 * line + 10), f"line number {line} of the page", fill=0)
+    before = ocr.get("/v2/models/ocr/stats").json()["model_stats"][0]["inference_count"]
+    response = ocr.post(
+        "/invoke", content=image_bytes(page, "PNG"), headers={"content-type": "image/png"}
+    )
+    assert response.status_code == 413, response.text
+    assert "exceeds max_queue_size (4 rows)" in response.json()["error"]
+    assert ocr.get("/v2/models/ocr/stats").json()["model_stats"][0]["inference_count"] == before
+
+
+@FUZZ
+@given(
+    body=st.binary(max_size=64),
+    content_type=st.sampled_from(["image/png", "application/octet-stream", "text/plain"]),
+)
+def test_fuzz_invoke_raw_bytes_into_the_ocr_handler(
+    ocr: httpx.Client, body: bytes, content_type: str
+) -> None:
+    response = ocr.post("/invoke", content=body, headers={"content-type": content_type})
+    assert_client_error(response, repr(body))
+
+
+PNG = image_bytes(Image.new("L", (32, 32), 255), "PNG")
+
+
+@FUZZ
+@given(
+    flips=st.lists(
+        st.tuples(st.integers(0, len(PNG) - 1), st.integers(0, 255)), min_size=1, max_size=6
+    )
+)
+def test_fuzz_damaged_pngs_into_the_ocr_handler(
+    ocr: httpx.Client, flips: list[tuple[int, int]]
+) -> None:
+    body = bytearray(PNG)
+    for position, value in flips:
+        body[position] = value
+    response = ocr.post("/invoke", content=bytes(body), headers={"content-type": "image/png"})
+    if response.status_code != 200:
+        assert_client_error(response, repr(flips))

@@ -1,0 +1,174 @@
+"""The `edgeserve` command as a newcomer meets it: help, version, ports, URLs."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from edgeserve import __version__
+from edgeserve.cli import main
+from tests.models import mlp_model, write_function
+from tests.server import Server, served, wait_ready
+
+MANIFEST = """
+[function]
+name = "mlp"
+[backend]
+prefer = ["onnxruntime"]
+"""
+VERBS = ("init", "build", "serve", "invoke", "bench", "deploy", "status", "rollback")
+VERBS += ("engine", "tune", "doctor", "help", "cache")
+
+
+def _run(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "edgeserve", *argv]
+    env = {**os.environ, "COLUMNS": "100"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"edgeserve {__version__}"
+
+
+def test_top_level_help_says_what_it_is_and_where_to_start() -> None:
+    text = _run("--help").stdout
+    assert text.startswith("usage: edgeserve [-h] [--version] COMMAND ...")
+    assert "puts one ONNX model into production as a self-contained HTTP function" in text
+    assert "edgeserve init myfunc --model model.onnx" in text
+    assert "edgeserve invoke 127.0.0.1:8080" in text
+    for verb in VERBS:
+        assert re.search(rf"^    {verb} +\w", text, re.MULTILINE), verb  # listed, with a summary
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_option_has_help(verb: str) -> None:
+    """argparse prints an option without help as a bare line; each must have its words."""
+    lines = _run(verb, "--help").stdout.splitlines()
+    for index, line in enumerate(lines):
+        bare = re.fullmatch(r"  (-\S+)( [A-Z_{][^ ]*)?(, -\S+( [A-Z_{][^ ]*)?)?", line)
+        if bare:
+            following = lines[index + 1] if index + 1 < len(lines) else ""
+            assert following.startswith(" " * 20), f"{verb}: {line.strip()} has no help"
+
+
+@pytest.mark.parametrize(
+    ("verb", "words"),
+    [
+        ("serve", ["address to listen on (default 127.0.0.1", "TCP port, 1-65535, 0 for any"]),
+        ("serve", ["default: [resources] port, else 8080", "server log detail (default info)"]),
+        ("invoke", ["seconds to wait for the answer (default 60)", "HOST:PORT (http is assumed)"]),
+        ("bench", ["measurement window, seconds (default 2)", "requests/s"]),
+        ("tune", ["p99 latency to stay within, ms", "max queue delays to try, ms (default 0,2,8)"]),
+    ],
+)
+def test_options_name_their_units_and_defaults(verb: str, words: list[str]) -> None:
+    text = " ".join(_run(verb, "--help").stdout.split())  # argparse wraps lines: join them
+    for phrase in words:
+        assert phrase in text
+
+
+def test_a_bad_port_is_refused_before_anything_loads(tmp_path: Path) -> None:
+    folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    done = _run("serve", str(folder), "--port", "99999")
+    assert done.returncode == 2
+    assert "argument --port: '99999' is not a TCP port: expected 1-65535, or 0" in done.stderr
+    assert "loaded" not in done.stderr + done.stdout
+
+
+def test_a_port_in_use_is_found_before_the_model_loads(tmp_path: Path) -> None:
+    folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _run("serve", str(folder), "--port", str(port))
+    assert done.returncode == 2
+    assert f"port {port} on 127.0.0.1 is already in use by another process" in done.stderr
+    assert "Hint: stop it, pass another --port, or --port 0" in done.stderr
+    assert "loaded mlp" not in done.stderr + done.stdout  # refused before loading the model
+
+
+def test_serve_listens_on_the_manifest_port(tmp_path: Path) -> None:
+    port = _free_port()
+    manifest = MANIFEST + f"[resources]\nport = {port}\n"
+    folder = write_function(tmp_path / "mlp", mlp_model, manifest)
+    command = [sys.executable, "-m", "edgeserve", "serve", str(folder), "--log-level", "info"]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        url = Server(process).wait_for_url(90)
+        assert url == f"http://127.0.0.1:{port}"
+        wait_ready(url)
+        assert httpx.get(f"{url}/v2/models/mlp").json()["name"] == "mlp"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_invoke_takes_host_port_without_a_scheme(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    with served(folder) as url:
+        address = url.removeprefix("http://")
+        assert (
+            main(["invoke", address, "--json", '{"x": [[' + ", ".join(["0.5"] * 16) + "]]}"]) == 0
+        )
+    assert '"y"' in capsys.readouterr().out
+
+
+def test_invoke_blames_a_url_it_cannot_use(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["invoke", "ftp://127.0.0.1:8080", "--json", "{}"]) == 2
+    err = capsys.readouterr().err
+    assert "URL 'ftp://127.0.0.1:8080': expected http://HOST:PORT or HOST:PORT" in err
+
+
+def test_help_manifest_prints_the_reference_that_ships_with_the_package(tmp_path: Path) -> None:
+    text = _run("help", "manifest").stdout
+    for section in ("[function]", "[model]", "[handler]", "[batching]", "[backend]", "[resources]"):
+        assert f"## {section}" in text
+    assert "pad_axis = 3" in text and "port = 8080" in text
+    assert main(["init", str(tmp_path / "demo")]) == 0
+    manifest = (tmp_path / "demo" / "function.toml").read_text()
+    assert "# Every key, explained: `edgeserve help manifest`" in manifest
+    assert "docs/" not in manifest  # a pip-installed edgeserve has no docs/ folder
+
+
+def test_cache_list_and_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each edit of a served source makes a bundle; the cache keeps the most recent ones."""
+    monkeypatch.setenv("EDGESERVE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("EDGESERVE_CACHE_MAX_BUNDLES", "2")
+    folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    for version in ("1", "2", "3"):
+        text = MANIFEST.replace('name = "mlp"', f'name = "mlp"\nversion = "{version}"')
+        (folder / "function.toml").write_text(text)
+        assert _run("build", str(folder), "--out", str(tmp_path / "out" / version)).returncode == 0
+        with served(folder):  # serving a source builds it into the cache
+            pass
+    listed = _run("cache", "list").stdout
+    assert f"2 bundles in {tmp_path / 'cache' / 'bundles'}\n" in listed
+    assert listed.count("mlp-") == 2  # the oldest of the three was pruned automatically
+    pruned = _run("cache", "prune", "--keep", "0")
+    assert pruned.stdout.startswith("removed 2 bundles (")
+    assert _run("cache", "list").stdout.startswith("0 bundles in ")

@@ -1,0 +1,181 @@
+"""The pure renderers: Knative and KServe manifests checked against the published CRD schemas
+and Knative's admission rules; Deployment + Service + HPA; the concurrency formula."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgeserve.builder import build
+from edgeserve.bundle import Bundle
+from edgeserve.errors import ConfigError
+from edgeserve.kubernetes.driver import KNATIVE, image_requirements, workload
+from edgeserve.kubernetes.manifests import inference_service, knative_service, plain_kubernetes
+from edgeserve.kubernetes.scaling import Concurrency, derive_concurrency
+from edgeserve.kubernetes.settings import KubernetesSettings
+from edgeserve.manifest import BatchingSection
+from edgeserve.server import GRACEFUL_SHUTDOWN_S
+from edgeserve.targets.profile import load_target
+from tests.kube_schemas import knative_admission_errors, schema_errors
+from tests.models import mlp_model, write_function
+
+MANIFEST = """
+[function]
+name = "scorer"
+version = "3"
+[batching]
+max_batch_size = 16
+instances = 2
+max_queue_size = 256
+timeout_ms = 60000
+[resources]
+memory_mb = 1536
+"""
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    root = tmp_path_factory.mktemp("k8s")
+    source = write_function(root / "src", mlp_model, MANIFEST)
+    return build(source, root / "bundle", targets=("knative", "kserve", "kubernetes"))
+
+
+IMAGE = "registry.example.com/team/scorer@sha256:" + "ab" * 32
+
+
+def settings(**changes: object) -> KubernetesSettings:
+    return KubernetesSettings(registry="registry.example.com/team", **changes)  # type: ignore[arg-type]
+
+
+def test_knative_service_passes_the_schema_and_the_admission_rules(bundle: Bundle) -> None:
+    service = knative_service(workload(bundle, settings(min_scale=0, max_scale=7), IMAGE))
+    assert schema_errors("knative-service", service) == []
+    template = service["spec"]["template"]
+    assert knative_admission_errors(template["spec"]) == []
+    assert template["metadata"]["name"].startswith("scorer-")
+    notes = template["metadata"]["annotations"]
+    assert notes["autoscaling.knative.dev/min-scale"] == "0"  # scale to zero
+    assert notes["autoscaling.knative.dev/max-scale"] == "7"
+    assert notes["autoscaling.knative.dev/metric"] == "concurrency"
+    assert notes["autoscaling.knative.dev/target"] == "32"  # 2 instances x 16
+    assert template["spec"]["containerConcurrency"] == 64
+    container = template["spec"]["containers"][0]
+    assert container["image"] == IMAGE
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert container["resources"]["limits"] == {"memory": "1536Mi"}
+    # the pod's grace period (Knative: timeoutSeconds) covers the server's drain
+    assert template["spec"]["timeoutSeconds"] >= max(60, GRACEFUL_SHUTDOWN_S)
+
+
+def test_kserve_inference_service_passes_the_schema(bundle: Bundle) -> None:
+    isvc = inference_service(workload(bundle, settings(min_scale=1, max_scale=4), IMAGE))
+    assert schema_errors("kserve-inferenceservice", isvc) == []
+    assert isvc["metadata"]["name"] == bundle.name  # KServe routes /v2/models/{name} by host
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Knative"
+    predictor = isvc["spec"]["predictor"]
+    assert [c["name"] for c in predictor["containers"]] == ["kserve-container"]
+    assert knative_admission_errors(predictor) == []  # KServe creates a Knative Service of it
+    expected = {
+        "minReplicas": 1,
+        "maxReplicas": 4,
+        "scaleMetric": "concurrency",
+        "scaleTarget": 32,
+        "containerConcurrency": 64,
+    }
+    assert {key: predictor[key] for key in expected} == expected
+
+
+def test_the_checks_refuse_unknown_fields_and_knative_port_rules(bundle: Bundle) -> None:
+    service = knative_service(workload(bundle, settings(), IMAGE))
+    broken = copy.deepcopy(service)
+    broken["spec"]["template"]["spec"]["replicas"] = 3
+    broken["spec"]["template"]["spec"]["containers"][0]["lifecycle"] = {}
+    errors = schema_errors("knative-service", broken)
+    assert any("'replicas' was unexpected" in e for e in errors), errors
+    assert any("'lifecycle' was unexpected" in e for e in errors), errors
+    pod = broken["spec"]["template"]["spec"]
+    pod["containers"][0]["ports"] = [
+        {"name": "web", "containerPort": 8012},
+        {"containerPort": 8080},
+    ]
+    found = knative_admission_errors(pod)
+    assert "exactly one container port is allowed, found 2" in found
+    assert "8012 is a reserved port" in found
+    assert any("'web' is not allowed" in e for e in found)
+
+
+def test_a_reserved_port_is_refused_in_the_profile(tmp_path: Path) -> None:
+    profile = tmp_path / "knative.toml"
+    profile.write_text('driver = "knative"\n[settings]\nport = 8012\n')
+    with pytest.raises(ConfigError, match="8012 is reserved"):
+        load_target(profile).settings_as(KubernetesSettings)
+
+
+@pytest.mark.parametrize(
+    ("max_batch", "instances", "queue", "batched", "expected"),
+    [
+        (16, 2, 256, True, Concurrency(32, 64)),
+        (32, 1, 40, True, Concurrency(32, 40)),  # the limit never exceeds the queue
+        (32, 1, 16, True, Concurrency(16, 16)),
+        (32, 3, 1024, False, Concurrency(3, 6)),  # no batch axis: one request per instance
+        (1, 1, 1024, True, Concurrency(1, 2)),
+    ],
+)
+def test_concurrency_is_derived_from_batching(
+    max_batch: int, instances: int, queue: int, batched: bool, expected: Concurrency
+) -> None:
+    batching = BatchingSection(max_batch_size=max_batch, instances=instances, max_queue_size=queue)
+    assert derive_concurrency(batching, batched) == expected
+
+
+def test_profile_values_replace_the_derived_ones(bundle: Bundle) -> None:
+    work = workload(bundle, settings(target=5, container_concurrency=0), IMAGE)
+    assert work.concurrency == Concurrency(5, 0)
+    service = knative_service(work)
+    assert service["spec"]["template"]["spec"]["containerConcurrency"] == 0
+
+
+def test_a_gpu_profile_asks_for_gpus_and_ships_onnxruntime_gpu(bundle: Bundle) -> None:
+    gpu = settings(gpu=1)
+    limits = knative_service(workload(bundle, gpu, IMAGE))["spec"]["template"]["spec"][
+        "containers"
+    ][0]["resources"]["limits"]
+    assert limits == {"memory": "1536Mi", "nvidia.com/gpu": "1"}
+    pinned = bundle.requirements("knative")
+    assert any(line.startswith("onnxruntime==") for line in pinned)
+    swapped = image_requirements(pinned, gpu)
+    assert "onnxruntime-gpu" in swapped
+    assert not [line for line in swapped if line.startswith(("onnxruntime=", "openvino"))]
+    assert image_requirements(pinned, settings()) == tuple(pinned)
+
+
+def test_plain_kubernetes_deployment_service_and_hpa(bundle: Bundle) -> None:
+    deployment, service, hpa = plain_kubernetes(workload(bundle, settings(max_scale=9), IMAGE))
+    assert [d["kind"] for d in (deployment, service, hpa)] == [
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+    ]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert pod["terminationGracePeriodSeconds"] > GRACEFUL_SHUTDOWN_S + 5
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert hpa["spec"]["minReplicas"] == 1 and hpa["spec"]["maxReplicas"] == 9
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_the_yaml_written_by_package_round_trips(bundle: Bundle) -> None:
+    text = KNATIVE.manifests_yaml(bundle, settings(), IMAGE)
+    assert list(yaml.safe_load_all(text)) == [knative_service(workload(bundle, settings(), IMAGE))]
+
+
+def test_a_function_name_that_is_no_dns_label_is_refused(tmp_path: Path) -> None:
+    source = write_function(tmp_path / "src", mlp_model, '[function]\nname = "my_model"\n')
+    bundle = build(source, tmp_path / "bundle", targets=("knative",))
+    with pytest.raises(ConfigError, match="DNS-1035"):
+        workload(bundle, settings(), IMAGE)
