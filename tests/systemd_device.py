@@ -20,8 +20,10 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+import tomllib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +35,9 @@ PACKAGES = (
 )
 RECIPE = f"debootstrap --variant=minbase --include={PACKAGES} bookworm"
 IMAGE = f"localhost/edgeserve-test-systemd:{hashlib.sha256(RECIPE.encode()).hexdigest()[:12]}"
-PODMAN_RUN = ["podman", "run", "--runtime", "runc", "--ulimit", "nofile=65536:65536",
-              "--ulimit", "nproc=65536:65536"]  # fmt: skip
+# explicit limits: this machine's defaults are above what runc may set here (EPERM)
+PODMAN_RUN = ["podman", "run", "--runtime", "runc", "--ulimit", "nofile=16384:16384",
+              "--ulimit", "nproc=16384:16384"]  # fmt: skip
 BOOT_TIMEOUT_S = 60.0
 
 SSHD_DROP_IN = """\
@@ -163,3 +166,93 @@ def _await_ssh(device: SystemdDevice) -> None:
             return
         time.sleep(0.5)
     raise RuntimeError(f"container {device.name}: no sshd after {BOOT_TIMEOUT_S} s")
+
+
+def device_wheelhouse(requirements: Path, scratch: Path) -> Path:
+    """Wheels for the device's pip: this checkout's edgeserve and everything the bundle pins.
+
+    A Jetson gets them from PyPI or a local mirror; this device gets them from a folder mounted
+    at /wheels (its /etc/pip.conf says `no-index`), so the deploy's own venv + pip install step
+    runs for real, offline. Third-party wheels are cached; edgeserve's is built each session."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    checkout = Path(__file__).resolve().parents[1]
+    subprocess.run(
+        [*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(scratch),
+         str(checkout)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = scratch.glob("edgeserve-*.whl")
+    key = hashlib.sha256(requirements.read_bytes() + _dependencies(checkout)).hexdigest()[:12]
+    cached = CACHE / f"wheels-{key}"
+    if not cached.is_dir():
+        partial = CACHE / f"wheels-{key}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        subprocess.run(
+            [*pip, "download", "--quiet", "--only-binary=:all:", "-d", str(partial),
+             "-r", str(requirements), str(wheel)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        (partial / wheel.name).unlink()
+        partial.rename(cached)
+    house = scratch / "wheelhouse"
+    shutil.copytree(cached, house)
+    shutil.copy2(wheel, house)
+    return house
+
+
+def _dependencies(checkout: Path) -> bytes:
+    """edgeserve's own runtime dependencies, as pyproject.toml lists them (the cache key)."""
+    return (
+        tomllib.loads((checkout / "pyproject.toml").read_text())["project"]["dependencies"]
+        .__repr__()
+        .encode()
+    )
+
+
+PIP_CONF = "[global]\nno-index = true\nfind-links = /wheels\n"
+"""The device's /etc/pip.conf: wheels from the mounted folder only (an offline Jetson's mirror)."""
+
+
+CONTAINERFILE = """\
+FROM {base}
+COPY wheelhouse /wheels
+RUN python3 -m venv /opt/edgeserve && \\
+    /opt/edgeserve/bin/pip install --no-index --find-links /wheels {packages} && rm -rf /wheels
+ENV PATH=/opt/edgeserve/bin:/usr/sbin:/usr/bin:/sbin:/bin
+"""
+"""An image with edgeserve in it, as the docker service manager expects (an L4T image on a
+Jetson: NVIDIA's base with edgeserve installed)."""
+
+
+def serving_image(wheelhouse: Path, scratch: Path) -> str:
+    """Build (podman build) the serving image from the base image and the wheelhouse."""
+    digest = hashlib.sha256()
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        digest.update(wheel.name.encode() + hashlib.sha256(wheel.read_bytes()).digest())
+    tag = f"localhost/edgeserve-test-serving:{digest.hexdigest()[:12]}"
+    if _podman_ok(["image", "exists", tag]):
+        return tag
+    context = scratch / "image"
+    shutil.copytree(wheelhouse, context / "wheelhouse")
+    packages = " ".join(sorted(w.name.split("-")[0] for w in wheelhouse.glob("*.whl")))
+    (context / "Containerfile").write_text(
+        CONTAINERFILE.format(base=ensure_image(), packages=packages)
+    )
+    subprocess.run(
+        ["podman", "build", "--runtime", "runc", "--ulimit", "nofile=16384:16384",
+         "--ulimit", "nproc=16384:16384", "-t", tag, str(context)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return tag
+
+
+DOCKER_SHIM = """\
+#!/bin/sh
+# `docker` on the test device: podman's docker-compatible CLI, with the limits runc needs here
+if [ "$1" = run ]; then
+    shift
+    exec podman run --ulimit nofile=16384:16384 --ulimit nproc=16384:16384 "$@"
+fi
+exec podman "$@"
+"""

@@ -109,7 +109,7 @@ class HostRun:
 
     def deployed_port(self, layout: rel.Layout) -> int:
         """The port in the manifest of the live release (what status and rollback talk to)."""
-        text = self.remote.sh('cat "$1" 2>/dev/null || true', f"{layout.current}/edgeserve.json")
+        text = self.remote.sh(rel.READ_SCRIPT, f"{layout.current}/{rel.BUNDLE_DIR}/edgeserve.json")
         port: int = json.loads(text)["manifest"]["resources"]["port"] if text else 8080
         return port
 
@@ -143,11 +143,11 @@ class HostRun:
         with self.locked(spec, f"deploy of {bundle.name} {name}"):
             history = self.history(spec, self.current(spec))
             previous = history[-1] if history else None
-            path = spec.layout.release(name)
+            path = spec.layout.bundle(name)
             with self.log.step(self.host, "copy") as note:
-                link_dest = spec.layout.release(previous) if previous else None
-                note(self.remote.copy_tree(bundle.root, path, link_dest, keep=(".venv",)))
-            python = self.install(bundle, plan, path)
+                link_dest = spec.layout.bundle(previous) if previous else None
+                note(self.remote.copy_tree(bundle.root, path, link_dest))
+            python = self.install(bundle, plan, spec.layout.release(name))
             if bundle.backends(plan)[:1] == ("tensorrt",):
                 with self.log.step(self.host, "engine"):
                     cache = f"EDGESERVE_ENGINE_CACHE={spec.layout.engines}"
@@ -158,7 +158,8 @@ class HostRun:
         return {"release": name, "previous": previous, "url": f"http://{self.host}:{self.port}"}
 
     def install(self, bundle: Bundle, plan: str, path: str) -> str:
-        """The release's interpreter: the profile's as is, else a fresh venv of the release."""
+        """The release's interpreter: the profile's as is, else a fresh venv in the release
+        folder `path`, beside its bundle, with the bundle's pinned requirements."""
         with self.log.step(self.host, "install") as note:
             if self.config.python:
                 note(f"using the profile's python {self.config.python}, nothing installed")
@@ -167,7 +168,7 @@ class HostRun:
             self.remote.run(["python3", "-m", "venv", "--system-site-packages", venv])
             version = bundle.metadata.get("edgeserve_version", "")
             edgeserve = self.settings.edgeserve_requirement or f"edgeserve=={version}"
-            requirements = f"{path}/requirements/{plan}.txt"
+            requirements = f"{path}/{rel.BUNDLE_DIR}/requirements/{plan}.txt"
             pip = [f"{venv}/bin/python", "-m", "pip", "install", "--quiet", "-r", requirements]
             self.remote.run([*pip, edgeserve])
             return f"{venv}/bin/python"
@@ -250,7 +251,8 @@ class HostRun:
         current = self.current(spec)
         if current is None:
             return {"release": None, "health": "not deployed"}
-        meta = json.loads(self.remote.run(["cat", f"{spec.layout.current}/edgeserve.json"]))
+        bundle = f"{spec.layout.current}/{rel.BUNDLE_DIR}/edgeserve.json"
+        meta = json.loads(self.remote.run(["cat", bundle]))
         report = {"release": current, "version": meta["manifest"]["function"]["version"]}
         report["service"] = SERVICES[self.settings.service].state(self.remote, spec)
         try:

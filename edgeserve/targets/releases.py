@@ -2,7 +2,9 @@
 
     <root>/engines/                         TensorRT engine cache, shared by every release
     <root>/deploy.lock                      held (flock) by the one deploy running on the device
-    <root>/<function>/releases/<version>-<hash12>/   one bundle each
+    <root>/<function>/releases/<version>-<hash12>/   one release each:
+        bundle/                             the bundle exactly as built (its hashes verified)
+        .venv/                              its environment, made on the device
     <root>/<function>/current -> releases/<name>     switched atomically (ln -s tmp + mv -T)
     <root>/<function>/live                  the releases that went live, oldest first
     <root>/<function>/run/                  the service's pid, state and log
@@ -35,6 +37,9 @@ RECORD_SCRIPT = 'f=$1 && shift && printf "%s\\n" "$@" > "$f.tmp" && mv "$f.tmp" 
 CURRENT_SCRIPT = 'readlink "$1" || true'
 
 PRUNE_SCRIPT = 'cd "$1" && shift && rm -rf -- "$@"'
+
+
+BUNDLE_DIR = "bundle"
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,10 @@ class Layout:
 
     def release(self, name: str) -> str:
         return f"{self.releases}/{name}"
+
+    def bundle(self, name: str) -> str:
+        """The bundle of a release; beside it, not in it, the venv (a bundle has no extras)."""
+        return f"{self.release(name)}/{BUNDLE_DIR}"
 
     def run_file(self, name: str) -> str:
         return f"{self.fn_dir}/run/{name}"

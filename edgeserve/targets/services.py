@@ -15,10 +15,11 @@ import string
 import time
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from edgeserve.errors import ConfigError, DeployError
-from edgeserve.targets.releases import Layout
+from edgeserve.targets.releases import BUNDLE_DIR, Layout
 from edgeserve.targets.ssh import Remote
 
 HEALTH_SCRIPT = """\
@@ -222,8 +223,9 @@ class DockerService:
     A switch replaces the container, so the function is down while the new one loads."""
 
     def restart(self, remote: Remote, spec: ServiceSpec) -> None:
-        release = remote.run(["readlink", "-f", spec.layout.current]).strip()
-        remote.succeeds(["docker", "rm", "-f", "-t", "40", spec.unit])
+        release = remote.run(["readlink", "-f", f"{spec.layout.current}/{BUNDLE_DIR}"]).strip()
+        remote.succeeds(["docker", "stop", "-t", "40", spec.unit])  # drains, as SIGTERM does
+        remote.succeeds(["docker", "rm", "-f", spec.unit])
         remote.run(docker_run_argv(spec, release))
 
     def stop(self, remote: Remote, spec: ServiceSpec) -> None:
@@ -238,7 +240,7 @@ class DockerService:
         text = remote.sh(
             '"$@" 2>/dev/null || true', "docker", "inspect", "--format", mount, spec.unit
         )
-        return text.strip() or None
+        return str(PurePosixPath(text.strip()).parent) if text.strip() else None  # <release>/bundle
 
 
 SERVICES: dict[str, Service] = {

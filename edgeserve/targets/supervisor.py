@@ -39,6 +39,8 @@ from typing import Any
 
 import uvicorn
 
+from edgeserve.targets.releases import BUNDLE_DIR
+
 STATE_FILE = "run/state.json"
 PID_FILE = "run/supervisor.pid"
 LOG_FILE = "run/service.log"
@@ -81,7 +83,7 @@ class Supervisor:
         notify_r, notify_w = os.pipe()
         fd = self.sock.fileno()
         argv = [child_python(release, self.python), "-m", "edgeserve.targets.supervisor", "child"]
-        argv += [release, "--fd", str(fd), "--notify-fd", str(notify_w)]
+        argv += [str(Path(release) / BUNDLE_DIR), "--fd", str(fd), "--notify-fd", str(notify_w)]
         with (self.fn_dir / LOG_FILE).open("ab") as log:
             child = subprocess.Popen(
                 argv, pass_fds=(fd, notify_w), stdout=log, stderr=log,
