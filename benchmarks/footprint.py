@@ -23,7 +23,7 @@ def rss_mb() -> float:
 def coldstart(function: Path) -> dict[str, float]:
     """The phases `edgeserve serve` goes through before it answers ready."""
     begin = time.perf_counter()
-    from edgeserve.bundle import open_or_build
+    from edgeserve.builder import open_or_build
     from edgeserve.http.app import create_app  # noqa: F401  (what serve imports too)
     from edgeserve.runtime import Runtime
 

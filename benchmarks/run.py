@@ -27,6 +27,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from limit import measure_limit, output_difference  # noqa: E402
 from load import Sample, measure, median_sample, request_for  # noqa: E402
 from models import BENCH_SHAPES, MAX_BATCH, write_function  # noqa: E402
+from overload import as_json as overload_json  # noqa: E402
+from overload import run as overload_run  # noqa: E402
 from report import write_results  # noqa: E402
 from servers import Server, start_edgeserve, start_floor, start_triton, triton_available  # noqa: E402
 
@@ -96,6 +98,9 @@ def main() -> None:
     results["threading"] = {m: threading(m, settings) for m in models if m != "mlp"}
     if SLO_MODEL in models:
         results["slo"] = slo_comparison(results["serving"][SLO_MODEL], settings)
+    if "crnn" in models:  # 256 connections against a small queue (issue 12)
+        rows = overload_run("crnn", ["auto"], settings.window_s * 2, settings.warmup_s * 2)
+        results["overload"] = overload_json(rows)
     results["simulation"] = simulation()
     results["coldstart"] = coldstart(settings)
     results["command"] = " ".join([".venv/bin/python benchmarks/run.py", *sys.argv[1:]])

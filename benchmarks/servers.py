@@ -119,10 +119,12 @@ def start_triton(label: str, model: Path, name: str, delay_us: int, logs: Path) 
     return _spawn(label, "binary", command, port, f"/v2/models/{name}/ready", logs, env)
 
 
-def start_edgeserve(label: str, function: Path, backend: str, logs: Path) -> Server:
+def start_edgeserve(
+    label: str, function: Path, backend: str, logs: Path, workers: str = "auto"
+) -> Server:
     port = free_port()
     command = [sys.executable, "-m", "edgeserve", "serve", str(function), "--port", str(port)]
-    command += ["--backend", backend, "--log-level", "warning"]
+    command += ["--backend", backend, "--log-level", "warning", "--workers", workers]
     return _spawn(label, "binary", command, port, "/v2/health/ready", logs)
 
 

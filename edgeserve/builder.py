@@ -19,11 +19,10 @@ import onnx
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
 from edgeserve.archive import write_archive
+from edgeserve.backends import BACKENDS, BY_NAME
 from edgeserve.bundle import (
     BUNDLE_FILE,
     FORMAT,
-    IR_FILES,
-    IR_PATH,
     Bundle,
     canonical_json,
     content_hash,
@@ -31,29 +30,16 @@ from edgeserve.bundle import (
     sha256_file,
     signature_to_json,
 )
-from edgeserve.errors import ConfigError, did_you_mean
-from edgeserve.manifest import BACKEND_NAMES, MANIFEST_NAME, Manifest, load_manifest
+from edgeserve.cache import bundles_dir, prune, touch
+from edgeserve.dryrun import DryRun, dry_run
+from edgeserve.errors import BundleError, ConfigError, did_you_mean
+from edgeserve.kinds import KINDS, TargetKind
+from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.precision import PrecisionCheck, check_precision
+from edgeserve.profiles import load_target, target_name
 from edgeserve.signature import read_signature
-from edgeserve.targets.profile import load_target, target_name
 from edgeserve.types import Signature
 
-TARGET_PLATFORMS = {
-    "local": "cpu",
-    "aws-lambda": "lambda",
-    "knative": "cpu",
-    "kserve": "cpu",
-    "kubernetes": "cpu",
-    "jetson": "jetson",
-}
-# Lambda runs ONNX Runtime alone: OpenVINO (180 MB installed) would push a zip past 250 MB.
-PLATFORM_BACKENDS = {
-    "cpu": ("openvino", "onnxruntime"),
-    "lambda": ("onnxruntime",),
-    "jetson": ("tensorrt", "onnxruntime"),
-}
-# pip package per backend; TensorRT comes with JetPack on the device, never from pip.
-BACKEND_PACKAGES = {"openvino": "openvino", "onnxruntime": "onnxruntime", "tensorrt": None}
 RUNTIME_PACKAGES = (
     "msgpack",
     "numpy",
@@ -63,17 +49,8 @@ RUNTIME_PACKAGES = (
     "pydantic",
     "starlette",
 )
-# uvloop and httptools: uvicorn's fast loop and parser (about 1.25x the served items/s measured
-# with 600 KB binary tensors on an H200 host, against asyncio and h11)
-DEFAULT_SERVER = ("uvicorn", "uvloop", "httptools")
-# images start `edgeserve serve`, whose command line prints with rich
-_IMAGE_SERVER = (*DEFAULT_SERVER, "rich")
-SERVER_PACKAGES = {  # every other target runs uvicorn
-    "aws-lambda": ("mangum",),
-    "knative": _IMAGE_SERVER,
-    "kserve": _IMAGE_SERVER,
-    "kubernetes": _IMAGE_SERVER,
-}
+"""What the runtime itself imports, on every target; the kind adds its server, each planned
+backend its own package (backends.BY_NAME[name].package)."""
 
 
 @dataclass(frozen=True)
@@ -99,8 +76,10 @@ class BuildPlan:
     targets: tuple[TargetPlan, ...]
 
     @property
-    def export_ir(self) -> bool:
-        return any("openvino" in target.backends for target in self.targets)
+    def backends(self) -> tuple[str, ...]:
+        """Every backend some target plans, in table order."""
+        planned = {name for target in self.targets for name in target.backends}
+        return tuple(backend.name for backend in BACKENDS if backend.name in planned)
 
     def texts(self) -> dict[str, str]:
         """Files written from text: one requirements file per target."""
@@ -176,21 +155,52 @@ def build(
     backend: str | None = None,
     archive: bool = False,
     dist: Path | None = None,
-    report: Callable[[PrecisionCheck], None] | None = None,
+    report: Callable[[PrecisionCheck | DryRun], None] | None = None,
 ) -> Bundle:
     """Build the function at `source` into the bundle folder `out`.
 
     With `archive`, also write `<name>-<version>-<target>.tar.gz` per target into `dist`
     (default: a `dist` folder beside `out`). When a target runs OpenVINO at a precision other
     than fp32, the drift against fp32 is measured (refused over max_abs_diff) and given to `report`.
+    The handler is imported and run on the samples first (`dryrun`): its mistakes fail the build.
     """
     plan = plan_build(source, targets=targets, backend=backend)
-    check = (
-        check_precision(source, load_manifest(source), plan.signature) if plan.export_ir else None
-    )
-    if check is not None and report is not None:
-        report(check)
+    manifest = load_manifest(source)
+    planned = "openvino" in plan.backends  # the precision check measures OpenVINO's drift
+    ran = dry_run(source, manifest, plan.signature)
+    check = check_precision(source, manifest, plan.signature) if planned else None
+    for done in (ran, check):
+        if done is not None and report is not None:
+            report(done)
     return write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
+
+
+def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
+    """Open a bundle, or first build a function source into the cache (what `serve` does).
+
+    The cache entry is keyed by a hash of the source files and the build plan, so an edited
+    source builds again and an unchanged one opens at once.
+    """
+    if not _is_source(path):
+        return Bundle.open(path)
+    plan = plan_build(path, targets=targets)
+    cached = bundles_dir() / f"{plan.manifest.function.name}-{plan.fingerprint()[:16]}"
+    if (cached / BUNDLE_FILE).is_file():
+        try:
+            bundle = Bundle.open(cached)
+        except BundleError:  # a damaged cache entry is built again
+            pass
+        else:
+            touch(cached)
+            return replace(bundle, source=path)
+    bundle = write_bundle(plan, cached)
+    prune(keep=cached)
+    return replace(bundle, source=path)
+
+
+def _is_source(path: Path) -> bool:
+    """A function source folder, not a bundle (reading a bundle never builds)."""
+    return (path / MANIFEST_NAME).is_file() and not (path / BUNDLE_FILE).exists()
 
 
 def archive_name(plan: BuildPlan, target: str) -> str:
@@ -214,9 +224,8 @@ def write_archives(plan: BuildPlan, bundle_dir: Path, dist: Path) -> list[Path]:
 def _needed(name: str, plan: BuildPlan) -> bool:
     if name.startswith("requirements/"):
         return name in plan.texts()
-    if name in IR_FILES:
-        return plan.export_ir
-    return True
+    owner = next((backend for backend in BACKENDS if name in backend.prepared), None)
+    return owner is None or owner.name in plan.backends
 
 
 def _write_files(plan: BuildPlan, root: Path) -> None:
@@ -226,10 +235,8 @@ def _write_files(plan: BuildPlan, root: Path) -> None:
     for dest, text in plan.texts().items():
         (root / dest).parent.mkdir(parents=True, exist_ok=True)
         (root / dest).write_text(text, encoding="utf-8")
-    if plan.export_ir:
-        from edgeserve.backends.openvino import export_ir  # heavy: only when a target uses it
-
-        export_ir(root / plan.manifest.model.path, root / IR_PATH)
+    for name in plan.backends:
+        BY_NAME[name].prepare(root / plan.manifest.model.path, root)
     files = {name: sha256_file(root / name) for name in list_files(root)}
     (root / BUNDLE_FILE).write_bytes(canonical_json(plan.metadata(files)))
 
@@ -319,38 +326,33 @@ def _hidden(relative: Path) -> bool:
 
 def _target_plan(target: str, manifest: Manifest, backend: str | None, source: Path) -> TargetPlan:
     kind = _target_kind(target, source)
-    platform = TARGET_PLATFORMS[kind]
-    fits = PLATFORM_BACKENDS[platform]
-    if backend is not None and backend not in BACKEND_NAMES:
-        raise ConfigError(f"backend {backend!r}: unknown; expected one of {list(BACKEND_NAMES)}")
+    fits = kind.backends
+    if backend is not None and backend not in BY_NAME:
+        raise ConfigError(f"backend {backend!r}: unknown; expected one of {list(BY_NAME)}")
     wanted = (backend,) if backend else manifest.backend.prefer
     backends = tuple(name for name in wanted if name in fits)
     if not backends:
         where = f"{source / MANIFEST_NAME}: field `backend.prefer`"
         raise ConfigError(
             f"{'the backend override' if backend else where}: {list(wanted)} has no backend that "
-            f"runs on target {target!r} (platform {platform}: {list(fits)})"
+            f"runs on target {target!r} (platform {kind.platform}: {list(fits)})"
         )
     requirements = _requirements(kind, backends, manifest)
-    return TargetPlan(target_name(target), platform, backends, requirements)
+    return TargetPlan(target_name(target), kind.platform, backends, requirements)
 
 
-def _target_kind(target: str, source: Path) -> str:
-    """A known target kind as given, else the driver of the target profile of that name."""
-    if target in TARGET_PLATFORMS:
-        return target
-    driver = load_target(target, source).driver
-    if driver not in TARGET_PLATFORMS:
-        raise ConfigError(
-            f"target {target!r}: driver {driver!r} has no build plan; "
-            f"expected one of {sorted(TARGET_PLATFORMS)}"
-        )
-    return driver
+def _target_kind(target: str, source: Path) -> TargetKind:
+    """A known target kind as given, else the kind of the target profile of that name."""
+    if target in KINDS:
+        return KINDS[target]
+    return KINDS[load_target(target, source).driver]
 
 
-def _requirements(kind: str, backends: tuple[str, ...], manifest: Manifest) -> tuple[str, ...]:
-    packages = {*RUNTIME_PACKAGES, *SERVER_PACKAGES.get(kind, DEFAULT_SERVER)}
-    packages |= {package for name in backends if (package := BACKEND_PACKAGES[name])}
+def _requirements(
+    kind: TargetKind, backends: tuple[str, ...], manifest: Manifest
+) -> tuple[str, ...]:
+    packages = {*RUNTIME_PACKAGES, *kind.server}
+    packages |= {package for name in backends if (package := BY_NAME[name].package)}
     pinned = [_pin(name) for name in sorted(packages)]
     return (*pinned, *manifest.handler.requirements)
 

@@ -5,7 +5,8 @@ Layout of a bundle folder (written by build.py):
     edgeserve.json            resolved manifest, signature, per-target backend plan, file hashes,
                               edgeserve version, content hash
     function.toml             the source manifest, as written
-    model/<file>.onnx         the model; model/model.xml + .bin: OpenVINO IR for CPU targets
+    model/<file>.onnx         the model; beside it, what a planned backend `prepare`s (OpenVINO:
+                              model/model.xml + .bin, its IR), listed in backends.BACKENDS
     handler/<module>.py       the handler, when [handler] module is set
     samples/...               the function's samples, when it has some
     requirements/<target>.txt pinned runtime requirements per target
@@ -23,7 +24,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -36,8 +37,6 @@ from edgeserve.types import Signature, TensorSpec
 
 BUNDLE_FILE = "edgeserve.json"
 FORMAT = 1
-IR_PATH = "model/model.xml"
-IR_FILES = (IR_PATH, "model/model.bin")  # OpenVINO writes the weights beside the xml
 _INDEX_MAX_BYTES = 16 << 20
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 
@@ -84,6 +83,8 @@ def signature_to_json(signature: Signature) -> dict[str, Any]:
             "dims": list(tensor.dims),
             "pad_axis": tensor.pad_axis,
             "pad_value": tensor.pad_value,
+            "follows": tensor.follows,
+            "ratio": tensor.ratio,
         }
 
     return {
@@ -101,6 +102,8 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
             tuple(tensor["dims"]),
             tensor["pad_axis"],
             tensor["pad_value"],
+            tensor.get("follows"),
+            tensor.get("ratio", 1.0),
         )
 
     return Signature(
@@ -119,6 +122,7 @@ class Bundle:
     signature: Signature
     content_hash: str
     metadata: Mapping[str, Any]
+    source: Path | None = None  # the function folder a cached bundle was built from
 
     @classmethod
     def open(cls, path: Path) -> Bundle:
@@ -155,14 +159,21 @@ class Bundle:
     def model_path(self) -> Path:
         return self.root / self.manifest.model.path
 
-    @property
-    def ir_path(self) -> Path | None:
-        return self.root / IR_PATH if IR_PATH in self.metadata["files"] else None
+    def file(self, name: str) -> Path | None:
+        """A file of the bundle by its relative path (`model/model.xml`), None when it has none."""
+        return self.root / name if name in self.metadata["files"] else None
 
     @property
     def handler_path(self) -> Path | None:
         module = self.manifest.handler.module
         return self.root / "handler" / f"{module}.py" if module else None
+
+    @property
+    def handler_source(self) -> Path | None:
+        """The handler as its author knows it: in the source folder when built from one."""
+        if self.source is None or self.handler_path is None:
+            return self.handler_path
+        return self.source / self.handler_path.name
 
     @property
     def samples_dir(self) -> Path | None:
@@ -193,35 +204,6 @@ class Bundle:
                 f"not {target!r}; Hint: rebuild with `edgeserve build --target {target}`"
             ) from None
         return plan
-
-
-def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
-    """Open a bundle, or first build a function source into the cache (what `serve` does).
-
-    The cache entry is keyed by a hash of the source files and the build plan, so an edited
-    source builds again and an unchanged one opens at once.
-    """
-    if not _is_source(path):
-        return Bundle.open(path)
-    from edgeserve.builder import plan_build, write_bundle  # build imports this module
-
-    plan = plan_build(path, targets=targets)
-    cached = bundles_dir() / f"{plan.manifest.function.name}-{plan.fingerprint()[:16]}"
-    if (cached / BUNDLE_FILE).is_file():
-        try:
-            bundle = Bundle.open(cached)
-        except BundleError:  # a damaged cache entry is built again
-            pass
-        else:
-            touch(cached)
-            return bundle
-    bundle = write_bundle(plan, cached)
-    prune(keep=cached)
-    return bundle
-
-
-def _is_source(path: Path) -> bool:
-    return (path / MANIFEST_NAME).is_file() and not (path / BUNDLE_FILE).exists()
 
 
 def _not_a_bundle(path: Path) -> str:

@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ from rich.text import Text
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
 from edgeserve.errors import ConfigError, DeployError, EdgeserveError
+from edgeserve.progress import live_log
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -50,7 +51,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         out,
         targets=tuple(args.target),
         archive=args.archive,
-        report=lambda check: console.print(check.describe(), markup=False, soft_wrap=True),
+        report=lambda step: console.print(step.describe(), markup=False, soft_wrap=True),
     )
     name, digest = bundle.manifest.function.name, bundle.content_hash[:12]
     _say("built", "green", f"{name} -> {bundle.root}  hash {digest}")
@@ -61,7 +62,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
             "batching off:", "yellow", f"{', '.join(fixed)} has no dynamic first dim, so every "
             "request runs alone (export the model with a dynamic batch axis to batch)",
         )  # fmt: skip
-    for written in package_targets(bundle, args.target, out.parent / "dist", source):
+    with live_log(err_console, "packaging"):  # pip's downloads, live on a terminal
+        packaged = package_targets(bundle, args.target, out.parent / "dist", source)
+    for written in packaged:
         _say("packaged", "green", str(written))
         if (report := written.parent / "image.txt").is_file():  # an image's size per layer
             console.print(report.read_text(encoding="utf-8"), markup=False, end="", soft_wrap=True)
@@ -86,15 +89,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.auth_token_file:
         os.environ[TOKEN_FILE_ENV] = args.auth_token_file  # read where the app is made
     tls = TlsFiles.resolve(args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certs, os.environ)
-    serve(
+    return serve(
         Path(args.path),
         host=args.host,
         port=args.port,
         backend=args.backend,
         log_level=args.log_level,
         tls=tls,
+        timeouts={f"{name}_s": getattr(args, f"{name}_timeout") for name in TIMEOUTS},
+        workers=args.workers,
     )
-    return 0
 
 
 def _cmd_invoke(args: argparse.Namespace) -> int:
@@ -122,10 +126,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     from edgeserve.backends import choose
     from edgeserve.hardware import describe, probe
-    from edgeserve.manifest import BACKEND_NAMES
 
     platform = probe()
-    choice = choose(platform, prefer=BACKEND_NAMES, override=args.backend)
+    choice = choose(platform, override=args.backend)
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in describe(platform, choice):
         table.add_row(Text(key), Text(value))
@@ -164,6 +167,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             model=args.model,
             ready_timeout_s=args.ready_timeout,
             on_level=on_level,
+            processes=args.processes,
         )
     out = err_console if args.json == "-" else console
     out.print(render_table(report))
@@ -186,7 +190,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_deploy(args: argparse.Namespace) -> int:
     from edgeserve.targets import deploy
 
-    result = deploy(Path(args.path), args.target, hosts=args.host)
+    with live_log(err_console, f"deploying to {args.target}"):
+        result = deploy(Path(args.path), args.target, hosts=args.host)
     where = f" at {result.url}" if result.url else ""
     _say("deployed", "green", f"{result.name} {result.version} to {result.target}{where}")
     return 0
@@ -391,7 +396,39 @@ Jetson or on AWS Lambda. Start here:
 function.toml."""
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-BACKENDS = ("tensorrt", "openvino", "onnxruntime")
+
+
+class _BackendNames:
+    """argparse choices for --backend: the backend names of the function.toml schema, read only
+    when a command's help or its --backend value needs them (`edgeserve --help` stays light)."""
+
+    def __iter__(self) -> Iterator[str]:
+        from edgeserve.manifest import BACKEND_NAMES
+
+        return iter(BACKEND_NAMES)
+
+    def __contains__(self, name: object) -> bool:
+        return name in list(self)
+
+
+BACKENDS = _BackendNames()
+TIMEOUTS = {
+    "header": "seconds a client has to send a request's headers (then 408)",
+    "body": "seconds a client has to send a request's body, from its headers (then 408)",
+    "idle": "seconds a kept-alive connection may wait for its next request",
+    "drain": "on SIGTERM, seconds to finish what is in flight; the rest gets 503, then exit",
+}
+
+
+def _seconds(text: str) -> float:
+    """An argparse type for a time bound: a positive number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
+    return seconds
 
 
 def _port(text: str) -> int:
@@ -459,6 +496,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--log-level", default="info", choices=LOG_LEVELS, help="server log detail (default info)"
     )
+    p.add_argument(
+        "--workers",
+        help="front processes: a count or `auto` (default: EDGESERVE_WORKERS, else the "
+        "manifest's [resources] workers); 1 serves in one process",
+    )
+    for name, what in TIMEOUTS.items():
+        p.add_argument(
+            f"--{name}-timeout",
+            type=_seconds,
+            metavar="S",
+            help=f"{what} (default: [resources] {name}_timeout_s)",
+        )
     p.add_argument("--emulate", choices=["aws-lambda"], help="run it the way this target runs it")
     p.add_argument(
         "--event",
@@ -540,6 +589,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=120.0,
         help="seconds to wait for the server to be ready (default 120)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="load-generator processes (one drives ~20,000 requests/s per core)",
     )
 
     for verb, func, help_ in (

@@ -4,10 +4,14 @@
     ├── ConfigError                a bad function.toml, target profile or CLI argument (exit 2)
     ├── BundleError                a bundle that is missing, altered or unsafe (exit 2)
     ├── BackendError               no usable backend, or one failed to load or run
+    ├── HandlerError               the function's handler broke its contract (500; exit 2)
     ├── InvalidInput               400: what was wrong, where, what was expected
     ├── Unauthorized               401, with WWW-Authenticate: missing or rejected credentials
+    ├── Forbidden                  403: allowed to no one calling from where this caller is
     ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
+    ├── RequestTimeout             408: a client too slow to send its request
     ├── PayloadTooLarge            413
+    ├── HeadersTooLarge            431
     ├── Unavailable                503, with Retry-After: queue full, not ready, draining
     ├── DeadlineExceeded           504: the item's deadline passed before it could run
     └── DeployError                a deploy step failed (exit 3)
@@ -44,6 +48,18 @@ class BackendError(EdgeserveError):
     status = 500
 
 
+class HandlerError(EdgeserveError):
+    """The function author's bug, not the client's: what the handler returned, what was
+    expected. 500 at serve time (with that message: types and tensor names, nothing private;
+    `origin`, the handler's file, goes to the log only), refused by build."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, origin: str = "") -> None:
+        super().__init__(message)
+        self.origin = origin
+
+
 class InvalidInput(EdgeserveError):
     status = 400
 
@@ -56,12 +72,24 @@ class Unauthorized(EdgeserveError):
         self.invalid = invalid  # a token was sent and refused (RFC 6750's invalid_token)
 
 
+class Forbidden(EdgeserveError):
+    status = 403
+
+
 class ModelNotFound(EdgeserveError):
     status = 404
 
 
+class RequestTimeout(EdgeserveError):
+    status = 408
+
+
 class PayloadTooLarge(EdgeserveError):
     status = 413
+
+
+class HeadersTooLarge(EdgeserveError):
+    status = 431
 
 
 class Unavailable(EdgeserveError):

@@ -1,35 +1,137 @@
-"""The function's own handler module (`[handler] module`), imported from a file."""
+"""The function's own handler module (`[handler] module`): imported from a file, held to its
+contract, and blamed in the user's words when it breaks.
+
+    preprocess(payload, ctx) -> list[dict[str, np.ndarray]]   one dict per item: every model
+                                                               input, of its datatype, without
+                                                               the batch axis when batching
+    postprocess(items, ctx) -> anything JSON or msgpack can carry
+
+A mistake in the handler is the function author's, not the client's: a broken import fails the
+build (and `serve`) naming the user's file and line; a contract violation at serve time answers
+500 with what was returned and what was expected (and logs the file); `InvalidInput` raised by
+the handler about its payload answers 400.
+"""
 
 from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from types import CodeType, ModuleType
+from typing import Any
 
-from edgeserve.errors import ConfigError
+import numpy as np
+
+from edgeserve.datatypes import DATATYPES, from_numpy
+from edgeserve.errors import ConfigError, HandlerError
+from edgeserve.types import Signature, TensorDict, TensorSpec
+
+ITEMS_TYPE = "list[dict[str, np.ndarray]]"
 
 
-def import_handler(path: Path) -> ModuleType:
-    """Import the handler at `path`, with a clear error if it cannot be imported or breaks."""
+def import_handler(path: Path, shown_as: Path | None = None) -> ModuleType:
+    """Import the handler at `path`; errors and tracebacks name `shown_as` (the user's source
+    file when `path` is its copy in a cached bundle) and the line."""
+    shown = shown_as or path
     name = f"edgeserve_handler_{path.stem}"
-    spec = importlib.util.spec_from_file_location(name, path, loader=_SourceOnly(name, str(path)))
+    loader = _SourceOnly(name, str(path), str(shown))
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     if spec is None or spec.loader is None:
-        raise ConfigError(f"{path}: cannot be imported as a Python module ([handler] module)")
+        raise ConfigError(f"{shown}: cannot be imported as a Python module ([handler] module)")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        code = f": {exc.text.strip()}" if exc.text else ""
+        raise ConfigError(
+            f"{shown}:{exc.lineno}: syntax error in the handler: {exc.msg}{code}"
+        ) from None
     except Exception as exc:
         raise ConfigError(
-            f"{path}: the handler failed to import: {type(exc).__name__}: {exc}"
+            f"{where(exc, shown)}: the handler failed to import: {type(exc).__name__}: {exc}"
+            + _import_hint(exc)
         ) from exc
     return module
 
 
+def where(exc: BaseException, shown: Path) -> str:
+    """`file:line` of the deepest frame of `exc` inside the handler, else the file alone."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    lines = [frame.lineno for frame in frames if frame.filename == str(shown)]
+    return f"{shown}:{lines[-1]}" if lines else str(shown)
+
+
+def _import_hint(exc: Exception) -> str:
+    if isinstance(exc, ModuleNotFoundError):
+        return ". Hint: install it, and list it in [handler] requirements so that targets get it"
+    return ""
+
+
+def check_items(items: Any, signature: Signature) -> list[TensorDict]:
+    """preprocess's result, checked against the contract; HandlerError says what is wrong."""
+    if not isinstance(items, list | tuple):
+        raise HandlerError(f"handler.preprocess returned {_kind(items)}; expected {ITEMS_TYPE}")
+    expected = {spec.name: _item_dims(spec, signature) for spec in signature.inputs}
+    for position, item in enumerate(items):
+        _check_item(position, item, expected, signature.inputs)
+    return list(items)
+
+
+def _item_dims(spec: TensorSpec, signature: Signature) -> tuple[int, ...]:
+    return spec.dims[1:] if signature.batched else spec.dims
+
+
+def _check_item(
+    position: int, item: Any, dims: dict[str, tuple[int, ...]], specs: Sequence[TensorSpec]
+) -> None:
+    where_ = f"handler.preprocess item {position}"
+    if not isinstance(item, dict):
+        raise HandlerError(f"{where_} is {_kind(item)}; expected {ITEMS_TYPE}")
+    if set(item) != set(dims):
+        raise HandlerError(
+            f"{where_} has keys {sorted(map(str, item))}; expected the model's inputs "
+            f"{sorted(dims)}"
+        )
+    for spec in specs:
+        value = item[spec.name]
+        if not isinstance(value, np.ndarray):
+            raise HandlerError(f"{where_}, `{spec.name}` is {_kind(value)}; expected np.ndarray")
+        want = dims[spec.name]
+        fits = value.ndim == len(want) and all(
+            w in (-1, g) for w, g in zip(want, value.shape, strict=False)
+        )
+        if value.dtype != DATATYPES[spec.datatype].numpy or not fits:
+            raise HandlerError(
+                f"{where_}, `{spec.name}`: got {_datatype(value)} {list(value.shape)}; "
+                f"expected {spec.datatype} {list(want)} (-1: any size)"
+            )
+
+
+def _kind(value: Any) -> str:
+    """What a value is, for messages: `dict`, `str 'abc'`, `ndarray float64 [3]`."""
+    if isinstance(value, np.ndarray):
+        return f"ndarray {_datatype(value)} {list(value.shape)}"
+    return type(value).__name__
+
+
+def _datatype(array: np.ndarray) -> str:
+    try:
+        return from_numpy(array.dtype).name
+    except ValueError:
+        return str(array.dtype)
+
+
 class _SourceOnly(importlib.machinery.SourceFileLoader):
     """Compiles the verified source on every import and reads or writes no bytecode cache: a
-    .pyc beside the handler is not covered by the bundle's content hash."""
+    .pyc beside the handler is not covered by the bundle's content hash. The code is compiled
+    under the name the user knows (their source file), so tracebacks point there."""
+
+    def __init__(self, fullname: str, path: str, shown: str) -> None:
+        super().__init__(fullname, path)
+        self.shown = shown
 
     def get_code(self, fullname: str) -> CodeType:
         path = self.get_filename(fullname)
-        return self.source_to_code(self.get_data(path), path)
+        return self.source_to_code(self.get_data(path), self.shown)

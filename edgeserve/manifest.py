@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -13,7 +13,8 @@ from edgeserve.errors import ConfigError, did_you_mean
 
 MANIFEST_NAME = "function.toml"
 BackendName = Literal["tensorrt", "openvino", "onnxruntime"]
-BACKEND_NAMES: tuple[BackendName, ...] = ("tensorrt", "openvino", "onnxruntime")
+"""The schema's backend names: edgeserve.backends.BACKENDS, in its order (a test keeps them so)."""
+BACKEND_NAMES: tuple[BackendName, ...] = get_args(BackendName)
 _VERSION = re.compile(r"v?(?P<major>\d{1,9})(\.\d+){0,2}([-+][0-9A-Za-z.+-]+)?")
 
 
@@ -52,6 +53,8 @@ class TensorOverride(_Strict):
     dims: tuple[int, ...] | None = None
     pad_axis: int | None = Field(default=None, ge=1)
     pad_value: float = 0.0
+    follows: str | None = None  # outputs only: the padded input their pad_axis follows
+    ratio: float = Field(default=1.0, gt=0)  # outputs only: length = floor(input length x ratio)
 
 
 class ModelSection(_Strict):
@@ -97,6 +100,12 @@ class ResourcesSection(_Strict):
     memory_mb: int = Field(default=1024, ge=128)
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_mb: float = Field(default=64, gt=0)
+    header_timeout_s: float = Field(default=10, gt=0)  # connection or last response -> headers
+    body_timeout_s: float = Field(default=60, gt=0)  # headers -> the whole body
+    idle_timeout_s: float = Field(default=5, gt=0)  # a kept-alive connection with no request
+    drain_timeout_s: float = Field(default=30, ge=0)  # SIGTERM -> exit; what is left gets 503
+    # front processes of `serve` (edgeserve/workers): a count, or chosen from cores and devices
+    workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = "auto"
 
 
 class AuthSection(_Strict):

@@ -56,7 +56,7 @@ def check_precision(
         return None
     batches, described = _inputs(source, manifest, signature)
     model = source / manifest.model.path
-    reference, candidate = (_run(model, batches, p) for p in ("fp32", backend.precision))
+    reference, candidate = (_run(model, signature, batches, p) for p in ("fp32", backend.precision))
     diff = _max_diff(reference, candidate)
     check = PrecisionCheck(backend.precision, diff, described, backend.max_abs_diff)
     if check.tolerance is not None and diff > check.tolerance:
@@ -80,10 +80,17 @@ def _max_diff(reference: list[TensorDict], candidate: list[TensorDict]) -> float
     return max(diffs, default=0.0)
 
 
-def _run(model: Path, batches: list[TensorDict], precision: str) -> list[TensorDict]:
+def _run(
+    model: Path, signature: Signature, batches: list[TensorDict], precision: str
+) -> list[TensorDict]:
     from edgeserve.backends import load_backend
 
-    engine = load_backend("openvino", model, precision=precision)  # type: ignore[arg-type]
+    engine = load_backend(
+        "openvino",
+        model,
+        signature=signature,
+        precision=precision,  # type: ignore[arg-type]
+    )
     try:
         return [engine.infer(batch) for batch in batches]
     finally:

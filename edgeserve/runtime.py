@@ -1,10 +1,12 @@
-"""A loaded function: bundle + backend + batcher + handler, and its lifecycle.
+"""A loaded function: bundle + engine (backend + batcher) + handler, and its lifecycle.
 
     load (backend, handler) -> start (batcher workers, warm-up per preferred size) -> ready
     stop: refuse new work -> drain the queue (bounded) -> close the backend
 
-The wiring batcher -> backend is written out here: the batcher calls `backend.infer` on its
-worker threads, and every request (v2 or /invoke) ends in `Batcher.submit`.
+The wiring batcher -> backend is written out here (`LocalEngine`): the batcher calls
+`backend.infer` on its worker threads, and every request (v2 or /invoke) ends in
+`Engine.submit`. With front processes (edgeserve.workers) a front's Runtime holds a
+`RemoteEngine` instead: the same handler and checks, the batches in the inference process.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -23,8 +25,8 @@ from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
 from edgeserve.backends.tensors import shape_profile
 from edgeserve.batching import Batcher, BatchPolicy
-from edgeserve.errors import EdgeserveError, InvalidInput
-from edgeserve.handler import import_handler
+from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
+from edgeserve.handler import check_items, import_handler
 from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
 from edgeserve.samples import example_inputs
@@ -41,22 +43,86 @@ log = logging.getLogger("edgeserve")
 T = TypeVar("T")
 
 
+class Engine(Protocol):
+    """What runs a function's batches: `LocalEngine` here, or `workers.RemoteEngine` (the
+    inference process shared by every front)."""
+
+    @property
+    def backend_name(self) -> str: ...
+    @property
+    def ready(self) -> bool:
+        """Whether batches can run (a RemoteEngine is not while the inference process restarts)."""
+
+    async def start(self) -> None: ...
+    async def stop(self, drain_timeout_s: float) -> None: ...
+    async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict: ...
+    async def admit(self, deadline: float) -> None:
+        """Wait (bounded) for room in the queue, or raise Unavailable: before a body is read."""
+
+    def check_room(self, rows: int) -> None:
+        """Refuse `rows` now if the queue could never hold them (413) or cannot now (503)."""
+
+    def hurry(self) -> None:
+        """Draining: run what is queued without waiting for company."""
+
+
+class LocalEngine:
+    """The backend and its batcher in this process; starting warms up every batch size."""
+
+    ready = True
+
+    def __init__(
+        self, backend: Backend, signature: Signature, policy: BatchPolicy, stats: ModelStats
+    ) -> None:
+        self.backend = backend
+        self.signature = signature
+        self.batcher = Batcher(backend.infer, signature, policy, stats)
+        self.submit = self.batcher.submit
+        self.admit = self.batcher.admit
+        self.check_room = self.batcher.check_room
+        self.hurry = self.batcher.hurry
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    async def start(self) -> None:
+        """Start the batcher, then run one batch per preferred size (and backend bucket)."""
+        await self.batcher.start()
+        preferred = self.batcher.policy.preferred_batch_sizes
+        preferred = (*preferred, *self.backend.buckets)
+        for rows in _warmup_sizes(preferred, self.batcher.policy):
+            await asyncio.to_thread(self.backend.infer, example_inputs(self.signature, rows))
+
+    async def stop(self, drain_timeout_s: float) -> None:
+        await self.batcher.stop(drain_timeout_s)
+        self.backend.close()
+
+
 class Runtime:
     """One function, ready to serve requests from any number of concurrent callers."""
 
-    def __init__(self, bundle: Bundle, backend: Backend, policy: BatchPolicy) -> None:
+    def __init__(self, bundle: Bundle, engine: Engine, stats: ModelStats | None = None) -> None:
         self.bundle = bundle
-        self.backend = backend
-        self.stats = ModelStats(bundle.manifest.function.name, self.model_version)
-        self.batcher = Batcher(backend.infer, bundle.signature, policy, self.stats)
-        self.handler = None if bundle.handler_path is None else import_handler(bundle.handler_path)
-        self.ready = False
+        self.engine = engine
+        self.stats = stats or ModelStats(bundle.manifest.function.name, self.model_version)
+        self.handler = (
+            None
+            if bundle.handler_path is None
+            else import_handler(bundle.handler_path, bundle.handler_source)
+        )
+        self.started = False
         self.timings: dict[str, float] = {}
         self._housekeeping: asyncio.Task[None] | None = None
 
     @classmethod
     def load(
-        cls, bundle: Bundle, *, backend: str | None = None, lambda_mode: bool = False
+        cls,
+        bundle: Bundle,
+        *,
+        backend: str | None = None,
+        lambda_mode: bool = False,
+        stats: ModelStats | None = None,
     ) -> Runtime:
         """Load the model on the backend that fits this machine (or the one asked for).
 
@@ -70,10 +136,11 @@ class Runtime:
         policy = BatchPolicy.from_manifest(manifest.batching, batched=bundle.signature.batched)
         if lambda_mode:
             policy = dataclasses.replace(policy, max_queue_delay_s=0.0, instances=1)
-        engine = load_backend(
+        loaded = load_backend(
             choice.name,
             bundle.model_path,
-            ir_path=bundle.ir_path,
+            signature=bundle.signature,
+            prepared=bundle.root,
             precision=manifest.backend.precision,
             threads=manifest.backend.threads,
             instances=policy.instances,
@@ -82,7 +149,8 @@ class Runtime:
                 bundle.signature, policy.max_batch_size, policy.preferred_batch_sizes
             ),
         )
-        runtime = cls(bundle, engine, policy)
+        stats = stats or ModelStats(manifest.function.name, manifest.function.model_version)
+        runtime = cls(bundle, LocalEngine(loaded, bundle.signature, policy, stats), stats)
         runtime.timings["load_s"] = time.perf_counter() - started
         log.info("loaded %s on %s (%s)", manifest.function.name, choice.name, choice.reason)
         return runtime
@@ -110,26 +178,26 @@ class Runtime:
 
     @property
     def backend_name(self) -> str:
-        return self.backend.name
+        return self.engine.backend_name
+
+    @property
+    def ready(self) -> bool:
+        """Started, not draining, and its engine can run batches."""
+        return self.started and self.engine.ready
 
     @property
     def root(self) -> Path:
         return self.bundle.root
 
     async def start(self) -> None:
-        """Start the batcher, run one batch per preferred size, then report ready."""
-        if self.ready:
+        """Start the engine (warm-up included), then report ready."""
+        if self.started:
             return
         started = time.perf_counter()
-        await self.batcher.start()
-        preferred = self.manifest.batching.preferred_batch_sizes
-        # a backend holding state per batch size (ONNX Runtime's CUDA buckets) warms each one
-        preferred = (*preferred, *getattr(self.backend, "buckets", ()))
-        for rows in _warmup_sizes(preferred, self.batcher.policy):
-            await asyncio.to_thread(self.backend.infer, example_inputs(self.signature, rows))
+        await self.engine.start()
         self.timings["warmup_s"] = time.perf_counter() - started
         self._housekeeping = asyncio.create_task(trim_when_idle(self._requests_seen))
-        self.ready = True
+        self.started = True
         log.info(
             "%s v%s ready on %s (load %.2f s, warm-up %.2f s)",
             self.name,
@@ -139,12 +207,24 @@ class Runtime:
             self.timings["warmup_s"],
         )
 
+    def begin_drain(self) -> None:
+        """Shutdown has begun: report not ready, and run what is queued without waiting."""
+        self.started = False
+        self.engine.hurry()
+
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
-        self.ready = False
+        """Refuse new work, run what is queued within the bound, fail the rest (503), close."""
+        self.started = False
         if self._housekeeping is not None:
             self._housekeeping.cancel()
-        await self.batcher.stop(drain_timeout_s)
-        self.backend.close()
+        await self.engine.stop(drain_timeout_s)
+
+    async def admit(self, arrived: float) -> None:
+        """Let a request in once the queue has room (batching.door), before its body is read;
+        Unavailable while not ready, or when no room came in time."""
+        if not self.ready:
+            raise Unavailable(f"`{self.name}` is not ready (loading, warming up or draining)")
+        await self.engine.admit(self._arrival(arrived).deadline)
 
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
@@ -171,10 +251,10 @@ class Runtime:
                 return _to_lists(await self._run(self._tensors_from(payload), when))
             ctx = Context(content_type, self.manifest.handler.options, self.root)
             items = await asyncio.to_thread(self._call_handler, "preprocess", payload, ctx)
-            self.batcher.check_room(len(items))
-            results = await _all_or_none(
-                self._run_item(item, position, when) for position, item in enumerate(items)
-            )
+            if hasattr(self.handler, "preprocess"):
+                items = self._checked(items)
+            self.engine.check_room(len(items))
+            results = await _all_or_none(self._run_item(item, when) for item in items)
             return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
 
     def _requests_seen(self) -> int:
@@ -186,14 +266,16 @@ class Runtime:
 
     async def _run(self, inputs: TensorDict, when: _Arrival) -> TensorDict:
         check_inputs(self.signature, inputs)
-        return await self.batcher.submit(inputs, when.deadline, when.arrived)
+        return await self.engine.submit(inputs, when.deadline, when.arrived)
 
-    async def _run_item(self, item: Any, position: int, when: _Arrival) -> TensorDict:
-        if not isinstance(item, dict):
-            raise EdgeserveError(
-                f"handler.preprocess: item {position} is {type(item).__name__}, "
-                "expected a dict of arrays"
-            )
+    def _checked(self, items: Any) -> list[TensorDict]:
+        """preprocess's items held to the contract; a violation names the handler's file."""
+        try:
+            return check_items(items, self.signature)
+        except HandlerError as exc:
+            raise HandlerError(exc.message, str(self.bundle.handler_source)) from None
+
+    async def _run_item(self, item: TensorDict, when: _Arrival) -> TensorDict:
         if not self.signature.batched:
             return await self._run(item, when)
         row = {name: np.asarray(value)[np.newaxis] for name, value in item.items()}
@@ -237,6 +319,7 @@ class _Counted:
     def __init__(self, stats: ModelStats) -> None:
         self._stats = stats
         self._started = time.perf_counter_ns()
+        stats.request_started()
 
     def __enter__(self) -> None:
         return None

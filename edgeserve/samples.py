@@ -63,7 +63,9 @@ def example_inputs(
         dims = [EXAMPLE_DYNAMIC_DIM if dim < 0 else dim for dim in spec.dims]
         if signature.batched:
             dims[0] = rows
-        if rng is None:
+        if rng is None and spec.datatype == "BYTES":  # zeros of object dtype are ints, not bytes
+            tensors[spec.name] = np.full(dims, b"", dtype=np.object_)
+        elif rng is None:
             tensors[spec.name] = np.zeros(dims, dtype=DATATYPES[spec.datatype].numpy)
         else:
             tensors[spec.name] = random_array(rng, spec.datatype, tuple(dims))
@@ -85,3 +87,19 @@ def random_array(rng: np.random.Generator, datatype: str, shape: tuple[int, ...]
     if dtype.kind == "b":
         return rng.random(shape) < 0.5
     return rng.integers(0, RANDOM_INT_HIGH, shape).astype(dtype)
+
+
+def sample_request(signature: Signature) -> dict[str, Any]:
+    """An /invoke request of the model's own tensors (for a function without a handler): one
+    row (batch axis included when batched), dynamic dims at EXAMPLE_DYNAMIC_DIM, small values."""
+    tensors = example_inputs(signature, 1, np.random.default_rng(0))
+    return {name: json_values(array) for name, array in tensors.items()}
+
+
+def json_values(array: np.ndarray) -> Any:
+    """An array as nested JSON lists: floats rounded to 3 places, bytes as text."""
+    if array.dtype.kind == "f":
+        return np.round(array.astype(np.float64), 3).tolist()
+    if array.dtype.kind == "O":
+        return np.vectorize(lambda value: value.decode("utf-8"), otypes=[object])(array).tolist()
+    return array.tolist()

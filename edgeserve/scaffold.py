@@ -17,15 +17,13 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path, PurePosixPath
 from string import Template
-from typing import Any
 
-import numpy as np
 from pydantic import ValidationError
 
-from edgeserve.bench.inputs import ModelInputs, synthesize
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelgen import mlp_model
+from edgeserve.samples import sample_request
 from edgeserve.signature import read_signature
 from edgeserve.types import Signature
 
@@ -146,26 +144,6 @@ def _batching_lines(signature: Signature) -> list[str]:
             "# every request runs alone. Export it with a dynamic first dim to batch.",
         ]
     return ["[batching]", "max_batch_size = 32", "max_queue_delay_ms = 2.0"]
-
-
-def sample_request(signature: Signature) -> dict[str, Any]:
-    """An /invoke request that fits the model: one row (batch axis included when batched),
-    dynamic dims at the bench's default length, small values of each input's datatype."""
-    inputs = ModelInputs(
-        "function",
-        tuple((s.name, s.datatype, s.dims) for s in signature.inputs),
-        signature.batched,
-    )
-    tensors = synthesize(inputs, {}, batch_size=1)
-    return {name: _json_values(array) for name, array in tensors.items()}
-
-
-def _json_values(array: np.ndarray) -> Any:
-    if array.dtype.kind == "f":
-        return np.round(array.astype(np.float64), 3).tolist()
-    if array.dtype.kind == "O":
-        return np.vectorize(lambda value: value.decode("utf-8"), otypes=[object])(array).tolist()
-    return array.tolist()
 
 
 def _folder_model(dest: Path) -> Path | None:

@@ -14,10 +14,13 @@ unmapped memory.
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
+import stat
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -73,11 +76,14 @@ class SystemRegion:
         start, size = _count(where, "offset", offset), _count(where, "byte_size", byte_size)
         path = SHM_ROOT / key.lstrip("/")
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)  # a symlink could lead anywhere
         except OSError as exc:
             raise InvalidInput(f"{where}: cannot open key {key!r}: {exc.strerror}") from None
         try:
-            total = os.fstat(fd).st_size
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InvalidInput(f"{where}: key {key!r} is not a shared-memory object")
+            total = info.st_size
             if size == 0 or start + size > total:
                 raise InvalidInput(
                     f"{where}: offset {start} + byte_size {size} must lie within key {key!r} "
@@ -105,32 +111,64 @@ class SystemRegion:
         }
 
 
+Opener = Callable[[str, Mapping[str, Any]], Region]
+"""Maps a region from its name and register request (400 on a bad one)."""
+
+
+def open_system_region(name: str, body: Mapping[str, Any]) -> Region:
+    """A system region from Triton's register request {"key", "offset", "byte_size"}."""
+    missing = sorted({"key", "byte_size"} - set(body))
+    if missing:
+        raise InvalidInput(
+            f"system shared memory region `{name}`: the register request lacks {missing}; "
+            'expected {"key": "/name", "offset": 0, "byte_size": N}'
+        )
+    return SystemRegion.open(name, body["key"], body.get("offset", 0), body["byte_size"])
+
+
+def no_cuda_regions(name: str, body: Mapping[str, Any]) -> Region:
+    """Where this server has no CUDA region support: register is refused, while status lists
+    none and unregister is a no-op, as clients that clean up every kind expect."""
+    raise InvalidInput(
+        f"CUDA shared memory region `{name}`: not served here (no GPU support in this server). "
+        "Hint: use system shared memory (/v2/systemsharedmemory)"
+    )
+
+
+OPENERS: dict[str, Opener] = {"system": open_system_region, "cuda": no_cuda_regions}
+
+
 class Regions:
-    """Every region registered with this server, by name (one namespace for all kinds)."""
+    """Every region registered with this server, by name (one namespace for all kinds).
 
-    def __init__(self) -> None:
+    A registration is its kind and request body. With `store` (a folder every process of one
+    server shares: the front processes of `workers`), registrations live there as one file
+    each, so a region registered through one front serves requests that reach another; each
+    process maps a region on first use and maps it again when the registration changed.
+    """
+
+    def __init__(self, openers: Mapping[str, Opener] = OPENERS, store: Path | None = None) -> None:
+        self._openers = openers
+        self._book: _Book = _Folder(store) if store is not None else _Memory()
         self._lock = threading.Lock()
-        self._regions: dict[str, Region] = {}
+        self._mapped: dict[str, tuple[_Entry, Region]] = {}
 
-    def register(self, region: Region) -> None:
+    def register(self, kind: str, name: str, body: Mapping[str, Any]) -> None:
+        entry = _Entry(kind, dict(body))
+        region = self._openers[kind](name, entry.body)  # refuses a bad request before booking
+        self._book.add(name, entry)
         with self._lock:
-            if region.name in self._regions:
-                raise InvalidInput(
-                    f"shared memory region `{region.name}` is already registered; "
-                    "unregister it first"
-                )
-            self._regions[region.name] = region
+            self._mapped[name] = (entry, region)
 
     def unregister(self, kind: str, name: str | None = None) -> None:
         """Forget one region of `kind` (an unknown name is a no-op, as in Triton), or all."""
-        with self._lock:
-            for region in list(self._of_kind(kind)):
-                if name is None or region.name == name:
-                    del self._regions[region.name]
+        for found, entry in self._book.entries().items():
+            if entry.kind == kind and name in (None, found):
+                self._book.remove(found)
 
     def status(self, kind: str, name: str | None = None) -> list[dict[str, Any]]:
-        with self._lock:
-            found = [r.status() for r in self._of_kind(kind) if name in (None, r.name)]
+        names = [n for n, e in self._book.entries().items() if e.kind == kind and name in (None, n)]
+        found = [region.status() for region in map(self._region, names) if region is not None]
         if name is not None and not found:
             raise ModelNotFound(f"no {kind} shared memory region named `{name}` is registered")
         return found
@@ -154,8 +192,7 @@ class Regions:
         self._fitting(where, place)
 
     def _fitting(self, where: str, place: Slice) -> Region:
-        with self._lock:
-            region = self._regions.get(place.region)
+        region = self._region(place.region)
         if region is None:
             raise InvalidInput(f"{where}: shared memory region `{place.region}` is not registered")
         if place.offset + place.byte_size > region.byte_size:
@@ -165,8 +202,105 @@ class Regions:
             )
         return region
 
-    def _of_kind(self, kind: str) -> Iterator[Region]:
-        return (region for region in self._regions.values() if region.kind == kind)
+    def _region(self, name: str) -> Region | None:
+        """The region booked under `name`, mapped in this process (again, if it changed)."""
+        entry = self._book.get(name)
+        with self._lock:
+            mapped = self._mapped.get(name)
+        if entry is None:
+            return None
+        if mapped is not None and mapped[0] == entry:
+            return mapped[1]
+        try:
+            region = self._openers[entry.kind](name, entry.body)
+        except InvalidInput:  # its object went away since: as good as unregistered
+            return None
+        with self._lock:
+            self._mapped[name] = (entry, region)
+        return region
+
+
+@dataclass(frozen=True)
+class _Entry:
+    kind: str
+    body: dict[str, Any]
+
+
+class _Book(Protocol):
+    def add(self, name: str, entry: _Entry) -> None: ...
+    def remove(self, name: str) -> None: ...
+    def get(self, name: str) -> _Entry | None: ...
+    def entries(self) -> dict[str, _Entry]: ...
+
+
+class _Memory:
+    """Registrations of one process."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self._lock = threading.Lock()
+
+    def add(self, name: str, entry: _Entry) -> None:
+        with self._lock:
+            if name in self._entries:
+                raise _taken(name)
+            self._entries[name] = entry
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._entries.pop(name, None)
+
+    def get(self, name: str) -> _Entry | None:
+        return self._entries.get(name)
+
+    def entries(self) -> dict[str, _Entry]:
+        with self._lock:
+            return dict(self._entries)
+
+
+class _Folder:
+    """Registrations shared by processes: one JSON file per name, created exclusively (the
+    file system decides who registered a name first)."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def add(self, name: str, entry: _Entry) -> None:
+        """Written aside, then linked into place: a reader never sees half a file."""
+        staged = self._root / f".{uuid.uuid4().hex}"
+        staged.write_text(json.dumps({"name": name, "kind": entry.kind, "body": entry.body}))
+        try:
+            os.link(staged, self._path(name))
+        except FileExistsError:
+            raise _taken(name) from None
+        finally:
+            staged.unlink()
+
+    def remove(self, name: str) -> None:
+        self._path(name).unlink(missing_ok=True)
+
+    def get(self, name: str) -> _Entry | None:
+        return self._read(self._path(name))[1]
+
+    def entries(self) -> dict[str, _Entry]:
+        found = (self._read(path) for path in sorted(self._root.glob("*.json")))
+        return {name: entry for name, entry in found if entry is not None}
+
+    def _path(self, name: str) -> Path:
+        return self._root / f"{name.encode().hex()}.json"
+
+    @staticmethod
+    def _read(path: Path) -> tuple[str, _Entry | None]:
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return "", None
+        return data["name"], _Entry(data["kind"], data["body"])
+
+
+def _taken(name: str) -> InvalidInput:
+    return InvalidInput(f"shared memory region `{name}` is already registered; unregister it first")
 
 
 def _count(where: str, field: str, value: Any) -> int:

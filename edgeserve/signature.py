@@ -6,6 +6,7 @@ dynamic first dimension; otherwise the function serves one request per run, unba
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def read_signature(
     _check_overrides_exist(section, graph_inputs, list(graph.output), where)
     inputs = [_spec(v, section.inputs, where, "inputs") for v in graph_inputs]
     outputs = [_spec(v, section.outputs, where, "outputs") for v in graph.output]
+    outputs = [_resolve_follows(spec, inputs, where) for spec in outputs]
     batched = all(spec.dims and spec.dims[0] == -1 for spec in inputs + outputs)
     return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched)
 
@@ -68,7 +70,39 @@ def _spec(
             f"{where}: field `{field}.pad_axis`: found {override.pad_axis}, expected {axes} of "
             f"the dims {list(dims)} (axis 0 is the batch)"
         )
-    return TensorSpec(value.name, datatype, dims, override.pad_axis, override.pad_value)
+    if kind == "inputs" and (override.follows is not None or override.ratio != 1.0):
+        raise ConfigError(
+            f"{where}: field `{field}`: `follows` and `ratio` describe outputs only "
+            "(how an output's length follows a padded input)"
+        )
+    return TensorSpec(
+        value.name,
+        datatype,
+        dims,
+        override.pad_axis,
+        override.pad_value,
+        override.follows,
+        override.ratio,
+    )
+
+
+def _resolve_follows(spec: TensorSpec, inputs: list[TensorSpec], where: Path) -> TensorSpec:
+    """An output's pad axis follows a padded input: the one named, or the only one there is."""
+    if spec.pad_axis is None:
+        if spec.follows is not None:
+            raise ConfigError(
+                f"{where}: field `model.outputs.{spec.name}.follows`: also give the output's "
+                "pad_axis (the axis whose length follows the input)"
+            )
+        return spec
+    padded = [s.name for s in inputs if s.pad_axis is not None]
+    follows = spec.follows or (padded[0] if len(padded) == 1 else None)
+    if follows not in padded:
+        raise ConfigError(
+            f"{where}: field `model.outputs.{spec.name}.follows`: found {spec.follows!r}, "
+            f"expected one of the inputs with a pad_axis {padded}"
+        )
+    return dataclasses.replace(spec, follows=follows)
 
 
 def _merge_dims(

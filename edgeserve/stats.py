@@ -107,6 +107,9 @@ class ModelStats:
             counters.compute_output.add(items, compute.output_ns * items)
             counters.batches.setdefault(size, Phases()).add(1, compute)
 
+    def request_started(self) -> None:
+        """A request reached the runtime (counted only where requests in flight are shown)."""
+
     def request_done(self, ok: bool, duration_ns: int) -> None:
         """One request answered (`ok`) or failed, `duration_ns` after it arrived."""
         with self._lock:

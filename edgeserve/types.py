@@ -22,6 +22,8 @@ class TensorSpec:
     dims: tuple[int, ...]
     pad_axis: int | None = None
     pad_value: float = 0.0
+    follows: str | None = None  # outputs: the input whose pad axis `pad_axis` follows...
+    ratio: float = 1.0  # ...with floor(its length x ratio) entries (batching/padding.py)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.dims)}
@@ -59,9 +61,13 @@ class Context:
 
 
 class Backend(Protocol):
-    """An inference engine holding one loaded model: runs one batch at a time per call."""
+    """An inference engine holding one loaded model: runs one batch at a time per call.
+
+    `buckets`: batch sizes it keeps state for (ONNX Runtime's CUDA sessions), warmed at start
+    besides the preferred sizes; empty for most."""
 
     name: str
+    buckets: tuple[int, ...]
 
     def infer(self, inputs: TensorDict) -> TensorDict: ...
 

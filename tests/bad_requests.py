@@ -237,6 +237,14 @@ CORPUS: list[Bad] = [
     # encodings and sizes: bombs and lies
     Bad("gzip bomb", gzip.compress(b"\0" * (LIMIT * 64)), 413, "over the limit", headers=GZIP),
     Bad("not gzip", b"plain text", 400, "not valid gzip data", headers=GZIP),
+    Bad("gzip then junk", gzip.compress(v2_body()) + b"junk", 400, "4 bytes follow", headers=GZIP),
+    Bad(
+        "two gzip members",
+        gzip.compress(b"{") + gzip.compress(b"}"),
+        400,
+        "several members",
+        headers=GZIP,
+    ),
     Bad("truncated gzip", gzip.compress(v2_body())[:-12], 400, "truncated gzip", headers=GZIP),
     Bad(
         "deflate bomb",

@@ -109,6 +109,29 @@ def varlen_model(path: Path, doubled: bool = True) -> Path:
     return _save(graph, path)
 
 
+def tokens_model(path: Path, vocab: int = 50, width: int = 16, seed: int = 0) -> Path:
+    """tokens [N, L] INT64 -> embedded [N, L, width], pooled [N, L // 2, width] (max over
+    pairs of neighbours: a sequence model that downsamples by 2, as a CRNN does by 4)."""
+    table = np.random.default_rng(seed).normal(0, 1, (vocab, width)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "tokens"], ["embedded"]),
+        helper.make_node("Transpose", ["embedded"], ["channels"], perm=[0, 2, 1]),
+        helper.make_node("MaxPool", ["channels"], ["pooled_t"], kernel_shape=[2], strides=[2]),
+        helper.make_node("Transpose", ["pooled_t"], ["pooled"], perm=[0, 2, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tokens",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["N", "L"])],
+        [
+            helper.make_tensor_value_info("embedded", TensorProto.FLOAT, ["N", "L", width]),
+            helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["N", "H", width]),
+        ],
+        [numpy_helper.from_array(table, "table")],
+    )
+    return _save(graph, path)
+
+
 def write_function(folder: Path, model_builder, manifest: str, handler: str | None = None) -> Path:
     """A function source folder: function.toml, model.onnx and optionally handler.py."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -185,3 +208,26 @@ def classifier_model(path: Path, seed: int = 0) -> Path:
     return conv_model(
         path, seed, names=("pixels", "probabilities"), size=32, classes=10, softmax=True
     )
+
+
+def slow_model(path: Path, depth: int = 20, rows: int = 256, dim: int = 1024) -> Path:
+    """x [N, 1, dim] FP32 -> y [N]: x tiled to [N, rows, dim], then `depth` MatMuls by one
+    [dim, dim] weight, summed: about 0.3 s a row on one CPU core, for tests that need a queue."""
+    rng = np.random.default_rng(0)
+    weight = (rng.standard_normal((dim, dim)) / np.sqrt(dim)).astype(np.float32)
+    nodes = [helper.make_node("Tile", ["x", "repeats"], ["h0"])]
+    for layer in range(depth):
+        nodes.append(helper.make_node("MatMul", [f"h{layer}", "w"], [f"h{layer + 1}"]))
+    nodes.append(helper.make_node("ReduceSum", [f"h{depth}", "axes"], ["y"], keepdims=0))
+    graph = helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, dim])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
+        [
+            numpy_helper.from_array(weight, "w"),
+            numpy_helper.from_array(np.array([1, rows, 1], np.int64), "repeats"),
+            numpy_helper.from_array(np.array([1, 2], np.int64), "axes"),
+        ],
+    )
+    return _save(graph, path)

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-LISTENING = re.compile(r"Uvicorn running on (https?://[\d.]+:\d+)")
+LISTENING = re.compile(r"(?:Uvicorn running on|serving on) (https?://[\d.]+:\d+)")
 
 
 class Server:

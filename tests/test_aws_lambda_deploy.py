@@ -21,7 +21,7 @@ import pytest
 from edgeserve.aws_lambda.driver import AwsLambda
 from edgeserve.bundle import Bundle
 from edgeserve.errors import DeployError
-from edgeserve.targets.profile import TargetProfile, load_target
+from edgeserve.profiles import TargetProfile, load_target
 from tests.aws_lambda_support import (
     FAKE_CREDENTIALS,
     ROLE,

@@ -19,9 +19,11 @@ from edgeserve.aws_lambda.sam import sam_template
 from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.bundle import Bundle
 from edgeserve.errors import DeployError
+from edgeserve.profiles import load_target
 from edgeserve.targets import package_targets
-from edgeserve.targets.profile import load_target
-from tests.aws_lambda_support import small_bundle, wheelhouse, write_profile
+from tests.aws_lambda_support import FUNCTION_TOML, small_bundle, wheelhouse, write_profile
+from tests.models import mlp_model
+from tests.terminal import in_terminal
 
 CFN_LINT = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or shutil.which(
     "cfn-lint"
@@ -172,3 +174,24 @@ def test_build_target_packaging_writes_zip_and_template(bundle: Bundle, tmp_path
     assert (
         package_targets(bundle, ["local"], tmp_path / "dist", function_dir) == []
     )  # nothing to package
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
+def test_build_shows_pips_steps_live_on_a_terminal_only(tmp_path: Path, terminal: bool) -> None:
+    """`edgeserve build --target aws-lambda`: the wheels pip fetches show as it goes."""
+    source = tmp_path / "fn"
+    source.mkdir()
+    mlp_model(source / "model.onnx")
+    (source / "function.toml").write_text(FUNCTION_TOML.format(name="fn"))
+    settings = f'requirements = ["tinydep"]\nwheelhouse = "{wheelhouse(tmp_path)}"\n'
+    write_profile(source / "aws-lambda.toml", settings)
+    command = [sys.executable, "-m", "edgeserve", "build", str(source), "--target", "aws-lambda"]
+    command += ["--out", str(tmp_path / "build" / "fn")]
+    if terminal:
+        code, output = in_terminal(command)
+    else:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        code, output = done.returncode, done.stdout + done.stderr
+    assert code == 0, output
+    assert "packaged" in output and "fn-aws-lambda.zip" in output
+    assert ("packaging: pip: Processing" in output and "tinydep" in output) == terminal

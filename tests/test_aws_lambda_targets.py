@@ -9,8 +9,9 @@ import pytest
 from edgeserve.aws_lambda.driver import DRIVER
 from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.errors import ConfigError
-from edgeserve.targets import DRIVERS, driver_for
-from edgeserve.targets.profile import SHIPPED_DIR, load_target
+from edgeserve.kinds import KINDS
+from edgeserve.profiles import SHIPPED_DIR, load_target
+from edgeserve.targets import driver_for
 from tests.aws_lambda_support import write_profile
 
 REPO_TARGETS = Path(__file__).parent.parent / "targets"
@@ -24,7 +25,7 @@ def test_shipped_profiles_are_the_repos_and_load(
     profile = load_target(name)
     assert profile.source == SHIPPED_DIR / f"{name}.toml"
     assert profile.source.read_text() == (REPO_TARGETS / f"{name}.toml").read_text()
-    assert profile.driver in DRIVERS
+    assert profile.driver in KINDS
 
 
 def test_the_shipped_lambda_profile_validates() -> None:

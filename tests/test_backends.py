@@ -16,13 +16,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeserve.backends import BACKENDS, Choice, choose, load_backend
-from edgeserve.backends.openvino import compile_config, export_ir
+from edgeserve.backends.openvino import IR_PATH, OpenVINO, compile_config, export_ir
 from edgeserve.backends.options import LoadOptions
 from edgeserve.backends.tensors import ShapeRange, shape_profile
 from edgeserve.errors import BackendError, ConfigError, InvalidInput
 from edgeserve.hardware import Cpu, Gpu, Jetson, Platform
 from edgeserve.manifest import ModelSection
 from edgeserve.signature import read_signature
+from edgeserve.types import Signature
 from tests.models import conv_model, mlp_model, varlen_model
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -106,11 +107,12 @@ def test_openvino_outputs_are_not_overwritten_by_the_next_call(models: dict[str,
 
 
 def test_openvino_loads_an_exported_ir(models: dict[str, Path], tmp_path: Path) -> None:
-    xml = tmp_path / "ir" / "model.xml"
-    export_ir(models["conv"], xml)
+    OpenVINO.prepare(models["conv"], tmp_path / "bundle")
+    xml = tmp_path / "bundle" / IR_PATH
     assert xml.is_file() and xml.with_suffix(".bin").is_file()
     inputs = _inputs("conv")
-    got = load_backend("openvino", models["conv"], ir_path=xml).infer(inputs)["logits"]
+    backend = load_backend("openvino", models["conv"], prepared=tmp_path / "bundle")
+    got = backend.infer(inputs)["logits"]
     np.testing.assert_allclose(got, _direct(models["conv"], inputs)["logits"], rtol=RTOL, atol=ATOL)
 
 
@@ -232,22 +234,30 @@ def test_instances_run_concurrently_from_worker_threads(
         )
 
 
+NO_TENSORS = Signature((), (), batched=False)  # compile_config reads no tensor
+
+
 def test_openvino_compile_config_follows_precision_instances_and_threads() -> None:
     import openvino as ov
 
-    one = compile_config(LoadOptions(precision="fp32"))
+    one = compile_config(LoadOptions(NO_TENSORS, precision="fp32"))
     assert one == {
         "PERFORMANCE_HINT": ov.properties.hint.PerformanceMode.LATENCY,
         "INFERENCE_PRECISION_HINT": ov.Type.f32,
     }
-    four = compile_config(LoadOptions(precision="auto", instances=4, threads=3))
+    four = compile_config(LoadOptions(NO_TENSORS, precision="auto", instances=4, threads=3))
     assert four == {
         "PERFORMANCE_HINT": ov.properties.hint.PerformanceMode.THROUGHPUT,
         "NUM_STREAMS": 4,
         "INFERENCE_NUM_THREADS": 3,
     }
-    assert "INFERENCE_PRECISION_HINT" not in compile_config(LoadOptions(precision="int8"))
-    assert compile_config(LoadOptions(precision="fp16"))["INFERENCE_PRECISION_HINT"] == ov.Type.f16
+    assert "INFERENCE_PRECISION_HINT" not in compile_config(
+        LoadOptions(NO_TENSORS, precision="int8")
+    )
+    assert (
+        compile_config(LoadOptions(NO_TENSORS, precision="fp16"))["INFERENCE_PRECISION_HINT"]
+        == ov.Type.f16
+    )
 
 
 CPU = Cpu("Intel(R) Xeon(R) Platinum 8480+", 8, frozenset({"avx2", "avx512f", "amx_bf16"}))

@@ -5,8 +5,11 @@ a 4xx with a JSON error that says what was wrong, never a 5xx, and the next requ
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import io
 import shutil
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,7 @@ from edgeserve.http import create_app
 from edgeserve.http.invoke import NDARRAY_EXT
 from edgeserve.runtime import Runtime
 from tests.bad_requests import CORPUS, GOOD_ROW, INFER, INPUTS, LIMIT, Bad, v2_body
-from tests.models import identity_model, write_function
+from tests.models import identity_model, sequence_model, write_function
 from tests.test_tritonclient import MANIFEST
 from tests.threaded_server import serving
 
@@ -104,6 +107,16 @@ JSON_VALUES = st.recursive(
 DATATYPE_NAMES = st.sampled_from([*INPUTS, "FP64", "BF16", "INT4", ""]) | JSON_VALUES
 SHAPES = st.lists(st.integers(-2, 4), max_size=4) | JSON_VALUES
 NAMES = st.sampled_from([f"in_{dt}" for dt in INPUTS]) | JSON_VALUES
+COUNTS = st.integers(-1, 40) | JSON_VALUES
+SHARED_MEMORY = st.fixed_dictionaries(
+    {},
+    optional={
+        "shared_memory_region": st.sampled_from(["r", "/dev/shm/x", "../etc"]) | JSON_VALUES,
+        "shared_memory_offset": COUNTS,
+        "shared_memory_byte_size": COUNTS,
+        "binary_data": JSON_VALUES,
+    },
+)
 
 
 @st.composite
@@ -111,9 +124,10 @@ def v2_inputs(draw: st.DrawFn, binary: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": draw(NAMES), "datatype": draw(DATATYPE_NAMES)}
     entry["shape"] = draw(SHAPES)
     if binary:
-        entry["parameters"] = {"binary_data_size": draw(st.integers(-1, 40) | JSON_VALUES)}
+        entry["parameters"] = {"binary_data_size": draw(COUNTS)}
     else:
         entry["data"] = draw(JSON_VALUES)
+        entry["parameters"] = draw(SHARED_MEMORY)
     return entry
 
 
@@ -123,7 +137,11 @@ def requests(binary: bool) -> st.SearchStrategy[dict[str, Any]]:
         optional={
             "id": JSON_VALUES,
             "parameters": JSON_VALUES,
-            "outputs": st.lists(st.fixed_dictionaries({"name": NAMES}), max_size=2) | JSON_VALUES,
+            "outputs": st.lists(
+                st.fixed_dictionaries({"name": NAMES}, optional={"parameters": SHARED_MEMORY}),
+                max_size=2,
+            )
+            | JSON_VALUES,
         },
     )
 
@@ -152,6 +170,41 @@ def test_fuzz_v2_binary(
     )
     if response.status_code != 200:
         assert_client_error(response, f"{request!r} {tail!r} {length!r}")
+
+
+@FUZZ
+@given(
+    body=st.binary(max_size=64),
+    encoding=st.sampled_from(["gzip", "deflate", "x-gzip", "br", "gzip, gzip", ""]),
+    compress=st.sampled_from([None, gzip.compress, zlib.compress]),
+    cut=st.integers(0, 8),
+)
+def test_fuzz_content_encodings(
+    client: httpx.Client, body: bytes, encoding: str, compress: Any, cut: int
+) -> None:
+    content = compress(body) if compress else body
+    content = content[: max(0, len(content) - cut)]
+    response = client.post(INFER, content=content, headers={"content-encoding": encoding})
+    assert_client_error(response, f"{encoding} {content!r}")
+
+
+POSTS = [
+    "/v2/repository/index",
+    "/v2/repository/models/identity/load",
+    "/v2/repository/models/other/unload",
+    "/v2/systemsharedmemory/region/r/register",
+    "/v2/systemsharedmemory/region/r/unregister",
+    "/v2/systemsharedmemory/unregister",
+]
+
+
+@FUZZ
+@given(path=st.sampled_from(POSTS), body=JSON_VALUES | st.binary(max_size=16))
+def test_fuzz_the_other_routes_that_read_a_body(client: httpx.Client, path: str, body: Any) -> None:
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    response = client.post(path, content=content)
+    if response.status_code != 200:
+        assert_client_error(response, f"{path} {content!r}")
 
 
 MSGPACK_VALUES = st.recursive(
@@ -234,6 +287,24 @@ def test_a_page_with_more_lines_than_the_queue_holds_is_refused_at_once(ocr: htt
     assert ocr.get("/v2/models/ocr/stats").json()["model_stats"][0]["inference_count"] == before
 
 
+PIXELS = st.lists(
+    st.lists(
+        st.integers(-1, 256) | st.lists(st.integers(0, 255), max_size=5), min_size=7, max_size=9
+    ),
+    min_size=7,
+    max_size=9,
+)
+
+
+@FUZZ
+@given(image=PIXELS | JSON_VALUES | st.text(max_size=40), extra=JSON_VALUES)
+def test_fuzz_json_into_the_ocr_handler(ocr: httpx.Client, image: Any, extra: Any) -> None:
+    """{"image": pixels, base64 or anything}: the handler's own checks answer, never a 500."""
+    response = ocr.post("/invoke", json={"image": image, "extra": extra})
+    if response.status_code != 200:
+        assert_client_error(response, repr(image))
+
+
 @FUZZ
 @given(
     body=st.binary(max_size=64),
@@ -264,3 +335,41 @@ def test_fuzz_damaged_pngs_into_the_ocr_handler(
     response = ocr.post("/invoke", content=bytes(body), headers={"content-type": "image/png"})
     if response.status_code != 200:
         assert_client_error(response, repr(flips))
+
+
+BATCHING = """
+[function]
+name = "tokens"
+[batching]
+max_batch_size = 8
+preferred_batch_sizes = [8]
+max_queue_delay_ms = 500
+[backend]
+prefer = ["onnxruntime"]
+"""
+
+
+def token_request(tokens: list[int]) -> dict[str, Any]:
+    entry = {"name": "tokens", "datatype": "INT64", "shape": [1, len(tokens)], "data": tokens}
+    return {"inputs": [entry]}
+
+
+def test_a_value_the_model_refuses_fails_its_own_request_not_its_batch(tmp_path: Path) -> None:
+    """Token 99 of a 32-token vocabulary passes every check at the door, and ONNX Runtime
+    refuses it while running the batch it shares with 7 good requests: only it gets the 400."""
+    source = write_function(tmp_path / "tokens", sequence_model, BATCHING)
+    app = create_app(Runtime.load(build(source, tmp_path / "bundle")))
+
+    async def send_all(url: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            bodies = [token_request([1, 2, 3])] * 7 + [token_request([1, 99, 3])]
+            sent = (client.post("/v2/models/tokens/infer", json=body) for body in bodies)
+            return await asyncio.gather(*sent)
+
+    with serving(app) as url:
+        *good, bad = asyncio.run(send_all(url))
+        batches = httpx.get(f"{url}/v2/models/tokens/stats").json()["model_stats"][0]
+    assert [response.status_code for response in good] == [200] * 7
+    assert bad.status_code == 400
+    assert "idx=99" in bad.json()["error"]
+    assert batches["execution_count"] >= 2  # they met in one batch, then ran alone

@@ -673,7 +673,10 @@ def test_padded_inputs_share_a_batch_on_onnxruntime(tmp_path: Path) -> None:
 
     signature = Signature(
         (TensorSpec("x", "FP32", (-1, -1), pad_axis=1, pad_value=0.0),),
-        (TensorSpec("total", "FP32", (-1,)), TensorSpec("doubled", "FP32", (-1, -1))),
+        (
+            TensorSpec("total", "FP32", (-1,)),
+            TensorSpec("doubled", "FP32", (-1, -1), pad_axis=1, follows="x"),
+        ),
         True,
     )
     requests = [{"x": np.arange(1, 1 + n * 2, dtype=np.float32).reshape(2, n)} for n in (3, 5, 1)]
@@ -686,10 +689,7 @@ def test_padded_inputs_share_a_batch_on_onnxruntime(tmp_path: Path) -> None:
     assert shapes == [(6, 5)]
     for request, answer in zip(requests, answers, strict=True):
         np.testing.assert_array_equal(answer["total"], request["x"].sum(axis=1))
-        width = request["x"].shape[1]
-        assert answer["doubled"].shape == (2, 5)  # padding is not undone
-        np.testing.assert_array_equal(answer["doubled"][:, :width], request["x"] * 2)
-        assert not answer["doubled"][:, width:].any()
+        np.testing.assert_array_equal(answer["doubled"], request["x"] * 2)  # its own length
 
 
 @in_loop

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
 import os
-import pty
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from edgeserve.cli import main
 from edgeserve.errors import ConfigError, EdgeserveError
 from edgeserve.scaffold import init_function
 from tests.bench_app import COMPUTE_S, MODEL, create_app, running
+from tests.terminal import in_terminal
 
 SHORT = {"window_s": 0.25, "max_windows": 4}
 
@@ -143,6 +143,30 @@ def test_bench_samples_folder_of_v2_requests(url: str, tmp_path: Path) -> None:
     _check_sane(report, rows=3)
 
 
+def test_bench_from_several_load_processes_counts_every_request(url: str) -> None:
+    """Two processes share each level; the client's counts match the server's only if the
+    helper's records made it into the windows."""
+    report = bench(
+        url, concurrency=(4,), request_rate=(100,), batch_size=2, model=MODEL, processes=2, **SHORT
+    )
+    _check_sane(report, rows=2)
+    rate = report.results[1].client
+    assert 100 * 0.6 < rate.throughput < 100 * 1.4  # 50/s from each process
+    assert all(0 < result.client_cpu < 2 for result in report.results)
+
+
+def test_a_saturated_load_process_is_named_as_the_limit(url: str) -> None:
+    report = bench(url, concurrency=(1,), model=MODEL, **SHORT)
+    busy = dataclasses.replace(report.results[0], client_cpu=0.97)
+    saturated = dataclasses.replace(report, results=(busy,))
+    assert saturated.warnings[-1] == (
+        "c=1: a load process was busy 97% of a core: the load generator, not the server, "
+        "may be the limit (try --processes)"
+    )
+    assert not any("load process" in note for note in report.warnings)
+    assert saturated.to_json()["levels"][0]["client_cpu"] == 0.97
+
+
 def _dead_url() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -157,6 +181,7 @@ def _dead_url() -> str:
         ("http://127.0.0.1:1", {"protocol": "grpc"}, ConfigError, "expected binary or json"),
         ("http://127.0.0.1:1", {"concurrency": (0,)}, ConfigError, "must be positive"),
         ("http://127.0.0.1:1", {"max_windows": 2}, ConfigError, "max_windows >= 3"),
+        ("http://127.0.0.1:1", {"processes": 0}, ConfigError, "processes >= 1"),
         (None, {"model": "m"}, EdgeserveError, "GET /v2/models/m failed"),
     ],
 )
@@ -188,20 +213,13 @@ def _bench_output(url: str, terminal: bool) -> str:
     """`edgeserve bench URL` as a user runs it: in a terminal (a pty) or into a pipe."""
     command = [sys.executable, "-m", "edgeserve", "bench", url, "--model", MODEL]
     command += ["--concurrency", "1,2", "--window-s", "0.5", "--max-windows", "3", "--plot", ""]
-    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm"}
     if not terminal:
+        env = {**os.environ, "COLUMNS": "120"}
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
         return done.stdout + done.stderr
-    main_fd, child_fd = pty.openpty()
-    process = subprocess.Popen(command, stdout=child_fd, stderr=child_fd, env=env)
-    os.close(child_fd)
-    chunks = []
-    with contextlib.suppress(OSError):  # EIO once the child has exited and closed the pty
-        while chunk := os.read(main_fd, 4096):
-            chunks.append(chunk)
-    os.close(main_fd)
-    assert process.wait(timeout=60) == 0
-    return b"".join(chunks).decode("utf-8", "replace")
+    code, output = in_terminal(command)
+    assert code == 0, output
+    return output
 
 
 def test_progress_shows_on_a_terminal_only(url: str) -> None:

@@ -13,8 +13,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeserve.builder import build, plan_build
-from edgeserve.bundle import Bundle, content_hash, open_or_build
+from edgeserve.backends.openvino import IR_PATH
+from edgeserve.builder import build, open_or_build, plan_build
+from edgeserve.bundle import Bundle, content_hash
 from edgeserve.cli import main
 from edgeserve.errors import BackendError, ConfigError
 from edgeserve.scaffold import init_function
@@ -67,8 +68,9 @@ def test_ir_export_of_a_conv_model_is_deterministic(tmp_path: Path) -> None:
     first = build(folder, tmp_path / "a" / "conv")
     second = build(folder, tmp_path / "b" / "conv")
 
-    assert first.ir_path is not None
-    assert first.ir_path.read_bytes() == second.ir_path.read_bytes()
+    ir, again = first.file(IR_PATH), second.file(IR_PATH)
+    assert ir is not None and again is not None
+    assert ir.read_bytes() == again.read_bytes()
     assert first.content_hash == second.content_hash
 
 
@@ -100,10 +102,26 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
     assert meta["signature"] == {
         "batched": True,
         "inputs": [
-            {"name": "x", "datatype": "FP32", "dims": [-1, 16], "pad_axis": None, "pad_value": 0.0}
+            {
+                "name": "x",
+                "datatype": "FP32",
+                "dims": [-1, 16],
+                "pad_axis": None,
+                "pad_value": 0.0,
+                "follows": None,
+                "ratio": 1.0,
+            }
         ],
         "outputs": [
-            {"name": "y", "datatype": "FP32", "dims": [-1, 4], "pad_axis": None, "pad_value": 0.0}
+            {
+                "name": "y",
+                "datatype": "FP32",
+                "dims": [-1, 4],
+                "pad_axis": None,
+                "pad_value": 0.0,
+                "follows": None,
+                "ratio": 1.0,
+            }
         ],
     }
     assert meta["targets"] == {
@@ -156,7 +174,7 @@ def test_a_backend_override_plans_only_that_backend_and_skips_the_ir(
     assert {target: bundle.backends(target) for target in TARGETS} == dict.fromkeys(
         TARGETS, ("onnxruntime",)
     )
-    assert bundle.ir_path is None
+    assert bundle.file(IR_PATH) is None
     assert not (bundle.root / "model" / "model.xml").exists()
     assert "openvino" not in " ".join(bundle.requirements("local"))
 
@@ -294,7 +312,7 @@ def test_rebuilding_replaces_a_bundle_but_never_a_foreign_folder(
 ) -> None:
     out = tmp_path / "out" / "hello"
     build(source, out)
-    (source / "samples" / "second.json").write_text('{"x": []}')
+    (source / "samples" / "second.json").write_text(json.dumps({"x": [1.0] * 16}))
     assert "samples/second.json" in build(source, out).metadata["files"]
 
     foreign = tmp_path / "project"
@@ -313,7 +331,7 @@ def test_each_archive_holds_only_what_its_target_needs(source: Path, tmp_path: P
 
     opened = Bundle.open(tmp_path / "out" / "dist" / "hello-1-jetson.tar.gz")
     assert opened.targets == ("jetson",)
-    assert opened.ir_path is None
+    assert opened.file(IR_PATH) is None
     assert sorted(opened.metadata["files"]) == sorted(jetson_only.metadata["files"])
     assert opened.content_hash == jetson_only.content_hash
 

@@ -49,7 +49,11 @@ def test_an_intact_bundle_opens_with_its_paths(bundle_dir: Path) -> None:
 
     assert bundle.model_path == bundle_dir / "model" / "model.onnx"
     assert bundle.model_path.is_file()
-    assert (bundle.ir_path, bundle.handler_path, bundle.samples_dir) == (None, None, None)
+    assert (bundle.file("model/model.xml"), bundle.handler_path, bundle.samples_dir) == (
+        None,
+        None,
+        None,
+    )
     assert bundle.targets == ("local",)
     assert bundle.backends("local") == ("onnxruntime",)
     assert bundle.manifest.function.name == "mlp"

@@ -56,15 +56,18 @@ def test_top_level_help_says_what_it_is_and_where_to_start() -> None:
         assert re.search(rf"^    {verb} +\w", text, re.MULTILINE), verb  # listed, with a summary
 
 
-@pytest.mark.parametrize("verb", VERBS)
-def test_every_option_has_help(verb: str) -> None:
-    """argparse prints an option without help as a bare line; each must have its words."""
-    lines = _run(verb, "--help").stdout.splitlines()
-    for index, line in enumerate(lines):
-        bare = re.fullmatch(r"  (-\S+)( [A-Z_{][^ ]*)?(, -\S+( [A-Z_{][^ ]*)?)?", line)
-        if bare:
-            following = lines[index + 1] if index + 1 < len(lines) else ""
-            assert following.startswith(" " * 20), f"{verb}: {line.strip()} has no help"
+def test_every_argument_of_every_command_has_help() -> None:
+    """argparse prints an argument without help as a bare line; each must have its words (the
+    commands are read from the top-level help, so a command added later is checked too)."""
+    verbs = re.findall(r"^    (\w+) +\w", _run("--help").stdout, re.MULTILINE)
+    assert set(VERBS) <= set(verbs)
+    for verb in verbs:
+        lines = _run(verb, "--help").stdout.splitlines()
+        for index, line in enumerate(lines):
+            bare = re.fullmatch(r"  (\S+)( [A-Z_{][^ ]*)?(, -\S+( [A-Z_{][^ ]*)?)?", line)
+            if bare:
+                following = lines[index + 1] if index + 1 < len(lines) else ""
+                assert following.startswith(" " * 20), f"{verb}: {line.strip()} has no help"
 
 
 @pytest.mark.parametrize(

@@ -201,6 +201,8 @@ def test_padded_variable_length_items_batch_together(tmp_path: Path) -> None:
 name = "varlen"
 [model.inputs.x]
 pad_axis = 1
+[model.outputs.doubled]
+pad_axis = 1
 [handler]
 module = "handler"
 [batching]
@@ -290,8 +292,8 @@ def test_a_model_with_a_fixed_batch_dim_is_served_unbatched(
 
 def test_sigterm_finishes_the_requests_in_flight_then_exits(tmp_path: Path) -> None:
     import signal
-    import threading
 
+    from tests import rawhttp
     from tests.server import running
 
     slow = (
@@ -300,22 +302,15 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits(tmp_path: Path) -> N
     folder = write_function(
         tmp_path / "slow", mlp_model, BATCHED_MLP + '[handler]\nmodule = "handler"\n', slow
     )
-    replies: list[httpx.Response] = []
-
-    def call(url: str) -> None:
-        replies.append(httpx.post(f"{url}/invoke", json={"x": [0.0] * 16}, timeout=30))
-
+    body = json.dumps({"x": [0.0] * 16}).encode()
     with running(folder) as (url, server):
-        callers = [threading.Thread(target=call, args=(url,)) for _ in range(4)]
-        for caller in callers:
-            caller.start()
+        sent = [rawhttp.send(url, "/invoke", body) for _ in range(4)]
         time.sleep(0.25)  # the requests are in the handler now
         server.process.send_signal(signal.SIGTERM)
-        for caller in callers:
-            caller.join(timeout=30)
+        replies = [rawhttp.answer(sock) for sock in sent]
         # uvicorn re-raises the signal once its graceful shutdown is done
         assert server.process.wait(timeout=30) == -signal.SIGTERM
-    assert [reply.status_code for reply in replies] == [200] * 4
+    assert [(status, reply) for status, _, reply in replies] == [(200, b"1")] * 4
 
 
 def test_a_bundle_serves_with_the_backends_it_was_built_for(tmp_path: Path) -> None:

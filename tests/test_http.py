@@ -47,6 +47,8 @@ def preprocess(payload, ctx):
     if isinstance(payload, bytes):  # raw body: its first 16 bytes are one row
         return [{"x": np.frombuffer(payload[:16], dtype=np.uint8).astype(np.float32)}]
     ctx.state["unserializable"] = payload.get("unserializable", False)
+    if payload.get("crash"):
+        raise RuntimeError("a fault inside the handler")
     return [{"x": np.asarray(row, dtype=np.float32)} for row in payload["rows"]]
 
 def postprocess(items, ctx):
@@ -423,13 +425,27 @@ def test_an_unexpected_fault_is_a_generic_500_and_logged(
     handler_client: httpx.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.ERROR, logger="edgeserve.http"):
+        response = handler_client.post("/invoke", json={"rows": rows(1).tolist(), "crash": True})
+    assert response.status_code == 500
+    assert response.json() == {"error": "internal server error; the server log has the details"}
+    assert "POST /invoke" in caplog.text and "RuntimeError: a fault inside" in caplog.text
+    assert handler_client.post("/invoke", json={"rows": rows(1).tolist()}).status_code == 200
+
+
+def test_a_handler_answer_that_cannot_be_encoded_is_a_500_that_says_so(
+    handler_client: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="edgeserve.http"):
         response = handler_client.post(
             "/invoke", json={"rows": rows(1).tolist(), "unserializable": True}
         )
     assert response.status_code == 500
-    assert response.json() == {"error": "internal server error; the server log has the details"}
-    assert "POST /invoke" in caplog.text and "TypeError" in caplog.text
-    assert handler_client.post("/invoke", json={"rows": rows(1).tolist()}).status_code == 200
+    assert response.json()["error"] == (
+        "handler.postprocess returned dict holding what a response cannot carry (Type is not "
+        "JSON serializable: set); expected JSON-like values: dict, list, str, numbers, "
+        "np.ndarray (a bug in the function's handler, not in the request)"
+    )
+    assert "handler.postprocess returned dict" in caplog.text and "POST /invoke" in caplog.text
 
 
 SLOW_QUEUE = MLP.replace("max_queue_delay_ms = 1", "max_queue_delay_ms = 1500")

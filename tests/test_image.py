@@ -25,10 +25,12 @@ from edgeserve.image import find_tool, push_image
 from edgeserve.kubernetes.driver import workload
 from edgeserve.kubernetes.manifests import plain_kubernetes
 from edgeserve.kubernetes.settings import KubernetesSettings
-from edgeserve.server import GRACEFUL_SHUTDOWN_S
+from edgeserve.manifest import ResourcesSection
 from tests.base_image import ensure_base_image
 from tests.containers import container, podman_available, podman_config, registry, wait_http
 from tests.models import mlp_model, write_function
+
+DRAIN_S = ResourcesSection().drain_timeout_s  # the default drain bound
 
 pytestmark = [
     pytest.mark.slow,
@@ -155,7 +157,7 @@ def test_sigterm_drains_the_requests_in_flight_within_the_grace_period(built: Bu
         subprocess.run(["podman", "wait", name], check=True, capture_output=True, timeout=60)
         took = time.monotonic() - stopped
     assert replies == [200] * 4
-    assert took < GRACEFUL_SHUTDOWN_S  # inside the pod's grace period (drain + 5 s)
+    assert took < DRAIN_S  # inside the pod's grace period (drain + 5 s)
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,9 @@ from rich.console import Console
 from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from edgeserve.errors import DeployError
+from edgeserve.profiles import TargetProfile
 from edgeserve.scaffold import init_function
 from edgeserve.targets.jetson import JetsonDriver
-from edgeserve.targets.profile import TargetProfile
 from tests.sshd import SshFleet, sshd_missing, start_fleet
 
 pytestmark = [

@@ -16,11 +16,12 @@ from edgeserve.kubernetes.driver import KNATIVE, image_requirements, workload
 from edgeserve.kubernetes.manifests import inference_service, knative_service, plain_kubernetes
 from edgeserve.kubernetes.scaling import Concurrency, derive_concurrency
 from edgeserve.kubernetes.settings import KubernetesSettings
-from edgeserve.manifest import BatchingSection
-from edgeserve.server import GRACEFUL_SHUTDOWN_S
-from edgeserve.targets.profile import load_target
+from edgeserve.manifest import BatchingSection, ResourcesSection
+from edgeserve.profiles import load_target
 from tests.kube_schemas import knative_admission_errors, schema_errors
 from tests.models import mlp_model, write_function
+
+DRAIN_S = ResourcesSection().drain_timeout_s  # the default drain bound
 
 MANIFEST = """
 [function]
@@ -68,7 +69,7 @@ def test_knative_service_passes_the_schema_and_the_admission_rules(bundle: Bundl
     assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert container["resources"]["limits"] == {"memory": "1536Mi"}
     # the pod's grace period (Knative: timeoutSeconds) covers the server's drain
-    assert template["spec"]["timeoutSeconds"] >= max(60, GRACEFUL_SHUTDOWN_S)
+    assert template["spec"]["timeoutSeconds"] >= max(60, DRAIN_S)
 
 
 def test_kserve_inference_service_passes_the_schema(bundle: Bundle) -> None:
@@ -163,7 +164,7 @@ def test_plain_kubernetes_deployment_service_and_hpa(bundle: Bundle) -> None:
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
-    assert pod["terminationGracePeriodSeconds"] > GRACEFUL_SHUTDOWN_S + 5
+    assert pod["terminationGracePeriodSeconds"] > DRAIN_S + 5
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert hpa["spec"]["minReplicas"] == 1 and hpa["spec"]["maxReplicas"] == 9
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]

@@ -19,8 +19,9 @@ import openvino as ov
 import pytest
 from onnx import numpy_helper
 
-from edgeserve.builder import build
-from edgeserve.bundle import Bundle, open_or_build
+from edgeserve.backends.openvino import IR_PATH
+from edgeserve.builder import build, open_or_build
+from edgeserve.bundle import Bundle
 from edgeserve.cli import main
 from edgeserve.errors import ConfigError, InvalidInput
 from edgeserve.runtime import Runtime
@@ -76,10 +77,9 @@ def test_init_then_build_then_open_runs_the_model(tmp_path: Path) -> None:
     (y,) = session.run(None, {"x": x})
     assert y.shape == (3, 4) and y.dtype == np.float32
     np.testing.assert_allclose(y, numpy_mlp(bundle.model_path, x), rtol=1e-5, atol=1e-5)
-    assert bundle.ir_path is not None
-    compiled = ov.Core().compile_model(
-        str(bundle.ir_path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
-    )
+    ir = bundle.file(IR_PATH)
+    assert ir is not None
+    compiled = ov.Core().compile_model(str(ir), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     np.testing.assert_allclose(compiled({"x": x})["y"], y, rtol=1e-5, atol=1e-5)
 
 

@@ -20,8 +20,10 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor, serialized_byte_size
 
 from edgeserve.builder import build
+from edgeserve.bundle import Bundle
 from edgeserve.http import create_app
 from edgeserve.runtime import Runtime
+from edgeserve.sharedmemory import Regions
 from tests.models import identity_model, write_function
 from tests.threaded_server import serving
 
@@ -39,15 +41,30 @@ N = np.arange(12, dtype=np.int64).reshape(4, 3) * -3
 WORDS = np.array([[b"a", b"bc", b""]] * 4, dtype=object)
 
 
+def x_from_region(name: str, offset: int = 0, size: int = X.nbytes) -> list[triton.InferInput]:
+    """The identity model's inputs: in_FP32 named in region `name`, the others in the body."""
+    tensor = triton.InferInput("in_FP32", [4, 3], "FP32")
+    tensor.set_shared_memory(name, size, offset=offset)
+    return [
+        tensor,
+        triton.InferInput("in_INT64", [4, 3], "INT64").set_data_from_numpy(N),
+        triton.InferInput("in_BYTES", [4, 3], "BYTES").set_data_from_numpy(WORDS),
+    ]
+
+
 @pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
     root = tmp_path_factory.mktemp("shm")
 
     def model(path: Path) -> Path:
         return identity_model(path, ("FP32", "INT64", "BYTES"))
 
-    source = write_function(root / "src", model, MANIFEST)
-    with serving(create_app(Runtime.load(build(source, root / "bundle")))) as base_url:
+    return build(write_function(root / "src", model, MANIFEST), root / "bundle")
+
+
+@pytest.fixture(scope="module")
+def url(bundle: Bundle) -> Iterator[str]:
+    with serving(create_app(Runtime.load(bundle))) as base_url:
         yield base_url
 
 
@@ -115,17 +132,12 @@ def test_a_registration_may_cover_part_of_the_object(
     name, key, handle = region
     shm.set_shared_memory_region(handle, [X], offset=1000)
     client.register_system_shared_memory(name, key, X.nbytes, offset=1000)
-    tensor = triton.InferInput("in_FP32", [4, 3], "FP32")
-    tensor.set_shared_memory(name, X.nbytes)  # offsets count from the registered window
-    others = [
-        triton.InferInput("in_INT64", [4, 3], "INT64").set_data_from_numpy(N),
-        triton.InferInput("in_BYTES", [4, 3], "BYTES").set_data_from_numpy(WORDS),
-    ]
-    result = client.infer("identity", [tensor, *others])
+    inputs = x_from_region(name)  # offsets count from the registered window
+    result = client.infer("identity", inputs)
     np.testing.assert_array_equal(result.as_numpy("out_FP32"), X)
     client.unregister_system_shared_memory(name)
     with pytest.raises(InferenceServerException) as error:
-        client.infer("identity", [tensor, *others])
+        client.infer("identity", inputs)
     assert error.value.status() == "400"
     assert f"shared memory region `{name}` is not registered" in error.value.message()
 
@@ -188,23 +200,121 @@ def test_shared_memory_windows_are_checked_before_running(
 ) -> None:
     name, key, _ = region
     client.register_system_shared_memory(name, key, 64)
-    tensor = triton.InferInput("in_FP32", [4, 3], "FP32")
-    others = [
-        triton.InferInput("in_INT64", [4, 3], "INT64").set_data_from_numpy(N),
-        triton.InferInput("in_BYTES", [4, 3], "BYTES").set_data_from_numpy(WORDS),
-    ]
     for size, offset, words in (
         (X.nbytes, 32, "runs past region"),
         (X.nbytes - 4, 4, "needs 48 bytes, its data has 44"),
     ):
-        tensor.set_shared_memory(name, size, offset=offset)
         with pytest.raises(InferenceServerException) as error:
-            client.infer("identity", [tensor, *others])
+            client.infer("identity", x_from_region(name, offset, size))
         assert error.value.status() == "400" and words in error.value.message()
-    tensor.set_data_from_numpy(X)
+    inputs = x_from_region(name)
+    inputs[0].set_data_from_numpy(X)
     small = triton.InferRequestedOutput("out_FP32")
     small.set_shared_memory(name, 16)
     with pytest.raises(InferenceServerException) as error:
-        client.infer("identity", [tensor, *others], outputs=[small])
+        client.infer("identity", inputs, outputs=[small])
     assert error.value.status() == "400"
     assert "output `out_FP32`: needs 48 bytes" in error.value.message()
+
+
+def test_only_clients_on_this_machine_may_use_shared_memory(
+    url: str, region: tuple[str, str, object]
+) -> None:
+    """A remote client, as a reverse proxy on this machine forwards it (uvicorn trusts the
+    loopback proxy's X-Forwarded-For), could map any object in /dev/shm: refused."""
+    name, key, _ = region
+    body = {"key": key, "offset": 0, "byte_size": 16}
+    path = f"{url}/v2/systemsharedmemory/region/{name}/register"
+    remote = httpx.post(path, json=body, headers={"X-Forwarded-For": "203.0.113.7"})
+    assert remote.status_code == 403
+    assert "203.0.113.7 is not on a loopback address" in remote.json()["error"]
+    status = httpx.get(
+        f"{url}/v2/systemsharedmemory/status", headers={"X-Forwarded-For": "203.0.113.7"}
+    )
+    assert status.status_code == 403
+    assert httpx.post(path, json=body).status_code == 200
+    tensor = {"name": "in_FP32", "datatype": "FP32", "shape": [1, 3]}
+    others = [
+        {"name": "in_INT64", "datatype": "INT64", "shape": [1, 3], "data": [1, 2, 3]},
+        {"name": "in_BYTES", "datatype": "BYTES", "shape": [1, 3], "data": ["a", "b", "c"]},
+    ]
+    sneaky = {
+        "inputs": [
+            {**tensor, "parameters": {"shared_memory_region": name, "shared_memory_byte_size": 12}},
+            *others,
+        ]
+    }
+    infer = httpx.post(
+        f"{url}/v2/models/identity/infer",
+        json=sneaky,
+        headers={"X-Forwarded-For": "203.0.113.7"},
+    )
+    assert infer.status_code == 403  # a region registered locally is not readable remotely
+    local = httpx.post(f"{url}/v2/models/identity/infer", json=sneaky)
+    assert local.status_code == 200, local.text
+
+
+def test_a_symlink_in_dev_shm_is_not_followed(url: str, tmp_path: Path) -> None:
+    target = tmp_path / "secret"
+    target.write_bytes(b"x" * 64)
+    link = Path("/dev/shm") / f"i16-link-{uuid.uuid4().hex[:8]}"
+    link.symlink_to(target)
+    try:
+        response = httpx.post(
+            f"{url}/v2/systemsharedmemory/region/link/register",
+            json={"key": f"/{link.name}", "offset": 0, "byte_size": 16},
+        )
+    finally:
+        link.unlink()
+    assert response.status_code == 400
+    assert f"cannot open key '/{link.name}'" in response.json()["error"]
+
+
+def test_cuda_shared_memory_without_cuda_region_support(
+    client: triton.InferenceServerClient,
+) -> None:
+    """Listed as empty and unregistered as a no-op (clients clean up both kinds); register
+    says what to use instead."""
+    assert client.get_cuda_shared_memory_status() == []
+    client.unregister_cuda_shared_memory()
+    with pytest.raises(InferenceServerException) as error:
+        client.register_cuda_shared_memory("gpu0", b"\0" * 64, 0, 1024)
+    assert error.value.status() == "400"
+    assert "Hint: use system shared memory" in error.value.message()
+
+
+def test_processes_sharing_a_store_share_registrations(
+    bundle: Bundle, tmp_path: Path, region: tuple[str, str, object]
+) -> None:
+    """Two servers of one function, as the front processes of `workers` are: a region
+    registered through one serves requests that reach the other, and a re-registration under
+    the same name is seen by both."""
+    name, key, handle = region
+    store = tmp_path / "regions"
+    apps = [create_app(Runtime.load(bundle), regions=Regions(store=store)) for _ in range(2)]
+    with serving(apps[0]) as first_url, serving(apps[1]) as second_url:
+        first, second = (
+            triton.InferenceServerClient(u.removeprefix("http://")) for u in (first_url, second_url)
+        )
+        try:
+            shm.set_shared_memory_region(handle, [X])
+            first.register_system_shared_memory(name, key, 1024)
+            assert second.get_system_shared_memory_status(name)[0]["key"] == key
+            with pytest.raises(InferenceServerException, match="already registered"):
+                second.register_system_shared_memory(name, key, 64)
+            inputs = x_from_region(name)
+            result = second.infer("identity", inputs)
+            np.testing.assert_array_equal(result.as_numpy("out_FP32"), X)
+            second.unregister_system_shared_memory(name)
+            first.register_system_shared_memory(name, key, 1024, offset=X.nbytes)
+            shm.set_shared_memory_region(handle, [X * 2], offset=X.nbytes)
+            result = second.infer("identity", inputs)  # mapped anew: the new window
+            np.testing.assert_array_equal(result.as_numpy("out_FP32"), X * 2)
+            first.unregister_system_shared_memory()
+            with pytest.raises(InferenceServerException, match="is not registered"):
+                second.infer("identity", inputs)
+        finally:
+            for client in (first, second):
+                client.close()
+            del first, second
+            gc.collect()

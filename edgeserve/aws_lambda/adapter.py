@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from mangum import Mangum
     from mangum.types import ASGI
 
+TARGET = "aws-lambda"
 BUNDLE_ENV = "EDGESERVE_BUNDLE"
 BUNDLE_DIR = "bundle"
 """Where packaging puts the bundle, relative to the task root (LAMBDA_TASK_ROOT)."""
@@ -34,13 +35,13 @@ def create_handler(path: Path | None = None) -> LambdaHandler:
     """Load the bundle, start its runtime in Lambda mode, and wrap its app for Lambda events."""
     from edgeserve.bundle import Bundle
     from edgeserve.http.app import create_app
+    from edgeserve.kinds import KINDS
     from edgeserve.runtime import Runtime
 
-    # Lambda ships ONNX Runtime alone (build.PLATFORM_BACKENDS): the emulator computes the same
-    # numbers, not OpenVINO's (bf16 under precision "auto") where OpenVINO happens to be installed
-    runtime = Runtime.load(
-        Bundle.open(path or bundle_path()), backend="onnxruntime", lambda_mode=True
-    )
+    # the backend Lambda ships (ONNX Runtime alone): the emulator computes the same numbers, not
+    # OpenVINO's (bf16 under precision "auto") where OpenVINO happens to be installed
+    backend = KINDS[TARGET].backends[0]
+    runtime = Runtime.load(Bundle.open(path or bundle_path()), backend=backend, lambda_mode=True)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(runtime.start())

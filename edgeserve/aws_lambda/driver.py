@@ -27,7 +27,7 @@ from edgeserve.targets import DeployResult
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
-    from edgeserve.targets.profile import TargetProfile
+    from edgeserve.profiles import TargetProfile
 
 PREVIOUS = re.compile(r"previous=(\d+)")
 URL_STATEMENTS = (

@@ -181,8 +181,8 @@ def serve_lambda_emulator(
     Memory size and timeout come from the target profile (`aws-lambda` by default).
     """
     from edgeserve.aws_lambda.settings import LambdaSettings
-    from edgeserve.bundle import open_or_build
-    from edgeserve.targets.profile import load_target
+    from edgeserve.builder import open_or_build
+    from edgeserve.profiles import load_target
 
     bundle = open_or_build(path, targets=("aws-lambda",))
     profile = load_target(target, function_dir=path if path.is_dir() else None)

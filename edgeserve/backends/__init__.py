@@ -1,5 +1,10 @@
 """The backends as an ordered table, the choice between them, and loading the chosen one.
 
+Each backend class declares itself once: its `name`, the pip `package` a bundle pins for it, the
+`platforms` it suits (target platforms and machine kinds), its Triton names, the files it has
+`prepare`d in the bundle at build, and (on each loaded instance) the batch `buckets` it warms.
+Every list of backends elsewhere is derived from `BACKENDS`, whose order is the preference.
+
 Choosing, in order: an explicit override (the CLI flag) > the `EDGESERVE_BACKEND` variable > the
 manifest's `prefer` list, where backends that suit the platform come first (Jetson and NVIDIA GPU:
 tensorrt, then onnxruntime with CUDA; CPU: openvino, then onnxruntime) and the others are kept as a
@@ -17,20 +22,27 @@ from typing import Protocol
 
 from edgeserve.backends.onnxruntime import OnnxRuntime
 from edgeserve.backends.openvino import OpenVINO
-from edgeserve.backends.options import LoadOptions, Precision
+from edgeserve.backends.options import LoadOptions, Precision, TritonNames
 from edgeserve.backends.tensorrt import TensorRT
 from edgeserve.backends.tensors import ShapeProfile
 from edgeserve.errors import BackendError, ConfigError
 from edgeserve.hardware import Platform
-from edgeserve.types import Backend
+from edgeserve.manifest import ModelSection
+from edgeserve.types import Backend, Signature
 
 
 class BackendClass(Protocol):
-    """What the table needs of a backend class: its name, a fit test, and its constructor."""
+    """What the table knows of a backend class (see the module docstring)."""
 
     name: str
+    package: str | None
+    platforms: tuple[str, ...]
+    triton: TritonNames
+    prepared: tuple[str, ...]
 
     def available(self, platform: Platform) -> str | None: ...
+
+    def prepare(self, model_path: Path, bundle: Path) -> None: ...
 
     def __call__(self, model_path: Path, options: LoadOptions) -> Backend: ...
 
@@ -39,11 +51,10 @@ BACKENDS: list[BackendClass] = [TensorRT, OpenVINO, OnnxRuntime]
 BY_NAME = {backend.name: backend for backend in BACKENDS}
 ENV_VAR = "EDGESERVE_BACKEND"
 
-PLATFORM_ORDER = {
-    "jetson": ("tensorrt", "onnxruntime"),
-    "nvidia-gpu": ("tensorrt", "onnxruntime"),
-    "cpu": ("openvino", "onnxruntime"),
-}
+
+def suited(platform: str) -> tuple[str, ...]:
+    """The backends suited to a target platform or machine kind, best first."""
+    return tuple(backend.name for backend in BACKENDS if platform in backend.platforms)
 
 
 @dataclass(frozen=True)
@@ -61,7 +72,7 @@ def choose(platform: Platform, prefer: Sequence[str] = (), override: str | None 
         return _forced(platform, override, "the explicit override")
     if env := os.environ.get(ENV_VAR, "").strip():
         return _forced(platform, env, f"{ENV_VAR}={env}")
-    fitting = PLATFORM_ORDER[platform.kind]
+    fitting = suited(platform.kind)
     prefer = prefer or tuple(BY_NAME)
     ordered = [n for n in prefer if n in fitting] + [n for n in prefer if n not in fitting]
     rejected: list[tuple[str, str]] = []
@@ -113,7 +124,8 @@ def load_backend(
     name: str,
     model_path: Path,
     *,
-    ir_path: Path | None = None,
+    signature: Signature | None = None,
+    prepared: Path | None = None,
     precision: Precision = "fp32",
     threads: int = 0,
     instances: int = 1,
@@ -121,9 +133,27 @@ def load_backend(
     profile: ShapeProfile | None = None,
     cache_dir: Path | None = None,
 ) -> Backend:
-    """Load `model_path` (ONNX) into the named backend; OpenVINO reads `ir_path` when given."""
-    options = LoadOptions(precision, threads, instances, device, profile, ir_path, cache_dir)
-    return _backend(name, "load_backend")(model_path, options)
+    """Load `model_path` (ONNX) into the named backend, with the bundle's `signature` (read from
+    the model only when there is no bundle) and what the backend `prepared` in it."""
+    backend = _backend(name, "load_backend")
+    if signature is None:
+        from edgeserve.signature import read_signature
+
+        signature = read_signature(model_path, ModelSection())
+    options = LoadOptions(
+        signature, precision, threads, instances, device, profile, prepared, cache_dir
+    )
+    return backend(model_path, options)
 
 
-__all__ = ["BACKENDS", "Choice", "LoadOptions", "choose", "default_device", "load_backend"]
+__all__ = [
+    "BACKENDS",
+    "BY_NAME",
+    "Choice",
+    "LoadOptions",
+    "TritonNames",
+    "choose",
+    "default_device",
+    "load_backend",
+    "suited",
+]

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from edgeserve.backends.options import LoadOptions
+from edgeserve.backends.options import LoadOptions, TritonNames
 from edgeserve.backends.tensors import ShapeProfile, check_inputs
 from edgeserve.errors import BackendError, InvalidInput
 from edgeserve.hardware import Platform
-from edgeserve.manifest import ModelSection
-from edgeserve.signature import read_signature
 from edgeserve.types import TensorDict
 
 log = logging.getLogger(__name__)
@@ -29,6 +27,14 @@ class OnnxRuntime:
     """One InferenceSession, shared by every worker thread."""
 
     name = "onnxruntime"
+    package: ClassVar[str | None] = "onnxruntime"
+    platforms: ClassVar[tuple[str, ...]] = ("jetson", "nvidia-gpu", "cpu", "lambda")
+    triton: ClassVar[TritonNames] = TritonNames("onnxruntime_onnx", "onnxruntime")
+    prepared: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def prepare(cls, model_path: Path, bundle: Path) -> None:
+        """Nothing: ONNX Runtime reads the ONNX model as it is."""
 
     @classmethod
     def available(cls, platform: Platform) -> str | None:
@@ -40,7 +46,7 @@ class OnnxRuntime:
         import onnxruntime as ort
         from onnxruntime.capi import onnxruntime_pybind11_state as pybind_state
 
-        self.signature = read_signature(model_path, ModelSection())
+        self.signature = options.signature
         self._profile = options.profile
         cuda = (
             options.cuda_device
@@ -50,7 +56,7 @@ class OnnxRuntime:
         if cuda is not None and hasattr(ort, "preload_dlls"):
             ort.preload_dlls()  # the pip nvidia-* CUDA / cuDNN libraries, before the session
         self.providers_requested = providers(cuda, tf32=options.precision != "fp32")
-        self.buckets = (
+        self.buckets: tuple[int, ...] = (
             batch_buckets(self._profile) if cuda is not None and self.signature.batched else ()
         )
         self._sessions = {

@@ -16,18 +16,18 @@ from __future__ import annotations
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from edgeserve.backends.options import LoadOptions
+from edgeserve.backends.options import LoadOptions, TritonNames
 from edgeserve.backends.tensors import check_inputs
 from edgeserve.errors import BackendError
 from edgeserve.hardware import Platform
-from edgeserve.manifest import ModelSection
-from edgeserve.signature import read_signature
 from edgeserve.types import TensorDict
 
+IR_PATH = "model/model.xml"
+"""Where `prepare` puts the OpenVINO IR in a bundle (the weights go beside it, model.bin)."""
 _GENERATED_NAME = re.compile(r"([A-Za-z][A-Za-z0-9]*)_\d+")
 
 
@@ -35,6 +35,15 @@ class OpenVINO:
     """A model compiled once for the CPU; one InferRequest per calling thread."""
 
     name = "openvino"
+    package: ClassVar[str | None] = "openvino"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
+    triton: ClassVar[TritonNames] = TritonNames("", "openvino")
+    prepared: ClassVar[tuple[str, ...]] = (IR_PATH, "model/model.bin")
+
+    @classmethod
+    def prepare(cls, model_path: Path, bundle: Path) -> None:
+        """The IR, converted once at build: loading it is faster than converting the ONNX."""
+        export_ir(model_path, bundle / IR_PATH)
 
     @classmethod
     def available(cls, platform: Platform) -> str | None:
@@ -45,9 +54,11 @@ class OpenVINO:
     def __init__(self, model_path: Path, options: LoadOptions) -> None:
         import openvino as ov
 
-        self.signature = read_signature(model_path, ModelSection())
+        self.signature = options.signature
+        self.buckets: tuple[int, ...] = ()
         self._profile = options.profile
-        source = options.ir_path or model_path
+        prepared = options.prepared / IR_PATH if options.prepared else None
+        source = prepared if prepared and prepared.is_file() else model_path
         try:
             core = ov.Core()
             model = core.read_model(str(source))

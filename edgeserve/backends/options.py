@@ -8,20 +8,34 @@ from typing import Literal
 
 from edgeserve.backends.tensors import ShapeProfile
 from edgeserve.errors import ConfigError
+from edgeserve.types import Signature
 
 Precision = Literal["fp32", "fp16", "int8", "auto"]
 
 
 @dataclass(frozen=True)
-class LoadOptions:
-    """`device` is "cpu" or "cuda:N"; `profile` bounds the input shapes (TensorRT needs one)."""
+class TritonNames:
+    """How Triton names a backend in model metadata and config (`platform`, `backend`) and the
+    kind of its instance group."""
 
+    platform: str
+    backend: str
+    instance_kind: str = "KIND_CPU"
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """`signature` is the one the bundle holds (backends never read the model for it); `device`
+    is "cpu" or "cuda:N"; `profile` bounds the input shapes (TensorRT needs one); `prepared` is
+    the folder where the backend's `prepare` wrote its files (the bundle), if it did."""
+
+    signature: Signature
     precision: Precision = "fp32"
     threads: int = 0
     instances: int = 1
     device: str = "cpu"
     profile: ShapeProfile | None = None
-    ir_path: Path | None = None
+    prepared: Path | None = None
     cache_dir: Path | None = None
 
     @property

@@ -22,17 +22,15 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from edgeserve.backends import cuda
-from edgeserve.backends.options import LoadOptions, Precision
+from edgeserve.backends.options import LoadOptions, Precision, TritonNames
 from edgeserve.backends.tensors import ShapeProfile, check_inputs, shape_profile
 from edgeserve.errors import BackendError
 from edgeserve.hardware import Platform
-from edgeserve.manifest import ModelSection
-from edgeserve.signature import read_signature
 from edgeserve.types import TensorDict
 
 log = logging.getLogger(__name__)
@@ -45,6 +43,16 @@ class TensorRT:
     """A cached engine; one execution context, stream and set of buffers per calling thread."""
 
     name = "tensorrt"
+    package: ClassVar[str | None] = (
+        None  # comes with JetPack on the device (or the NVIDIA image), never from pip
+    )
+    platforms: ClassVar[tuple[str, ...]] = ("jetson", "nvidia-gpu")
+    triton: ClassVar[TritonNames] = TritonNames("tensorrt_plan", "tensorrt", "KIND_GPU")
+    prepared: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def prepare(cls, model_path: Path, bundle: Path) -> None:
+        """Nothing: an engine is specific to the GPU, so it is built on the device itself."""
 
     @classmethod
     def available(cls, platform: Platform) -> str | None:
@@ -59,7 +67,8 @@ class TensorRT:
     def __init__(self, model_path: Path, options: LoadOptions) -> None:
         import tensorrt as trt
 
-        self.signature = read_signature(model_path, ModelSection())
+        self.signature = options.signature
+        self.buckets: tuple[int, ...] = ()
         profile = options.profile or shape_profile(self.signature, max_batch_size=1)
         self._profile = {name: r.bounded(DYNAMIC_MAX) for name, r in profile.items()}
         self.device = cuda.use_device(options.cuda_device or 0)

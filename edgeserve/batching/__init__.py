@@ -4,6 +4,7 @@ batcher.py   the queue, its workers and their futures (the only part touching as
 plan.py      what runs next: a pure function of queue, policy, clock and outlook
 cost.py      what the batcher learns from its own batches (cost, arrival rate, waits)
 rows.py      stacking requests into a batch and splitting results back (pure)
+door.py      admission: requests wait, bodies unread, for room in the queue (bounded)
 """
 
 from edgeserve.batching.batcher import Batcher, BatchObserver

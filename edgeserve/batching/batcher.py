@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
+from edgeserve.batching.door import Door
+from edgeserve.batching.padding import Padding
 from edgeserve.batching.plan import BatchPolicy, plan_batch
 from edgeserve.batching.rows import key_dims, part_sizes, split_rows, stack_rows
 from edgeserve.errors import (
@@ -71,7 +73,13 @@ class Batcher:
     ) -> None:
         self._run_batch, self._observer = run_batch, observer
         self._policy = self._planning = policy  # planning drops the delay while draining
-        self._pad_axes = {s.name: s.pad_axis for s in signature.inputs if s.pad_axis is not None}
+        self._padding = Padding.of(signature)
+        if self._padding.why_not:
+            logger.warning(
+                "padding is off: %s, so requests of different lengths never share a batch. "
+                "Hint: declare [model.outputs.<name>] pad_axis (and follows, ratio)",
+                self._padding.why_not,
+            )
         self._input_fills = {spec.name: spec.pad_value for spec in signature.inputs}
         self._output_fills = {spec.name: spec.pad_value for spec in signature.outputs}
         self._queue: dict[_Item, None] = {}  # insertion-ordered: FIFO with O(1) removal
@@ -86,6 +94,7 @@ class Batcher:
         self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
         self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
         self._idle = 0  # workers asleep on an empty queue
+        self.door = Door(lambda: self._policy.max_queue_size - self._rows, policy.max_queue_size)
 
     def _outlook(self) -> Outlook:
         """What the batcher has learned so far: batch cost by size, arrival rate, waiting
@@ -97,6 +106,16 @@ class Batcher:
     def policy(self) -> BatchPolicy:
         """The policy as configured (while draining, batches form with no delay)."""
         return self._policy
+
+    @property
+    def queued_rows(self) -> int:
+        """Rows waiting to run (what max_queue_size bounds)."""
+        return self._rows
+
+    async def admit(self, deadline: float) -> None:
+        """Wait (bounded) until the queue has room for a request whose body is still unread:
+        the server calls this first, so a full queue costs no reading nor decoding (door.py)."""
+        await self.door.enter(deadline)
 
     async def start(self) -> None:
         """Start the worker tasks and their threads."""
@@ -128,8 +147,8 @@ class Batcher:
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         """Refuse new work, run what is queued within the timeout, fail the rest."""
         self._stopping = True
-        self._planning = replace(self._policy, max_queue_delay_s=0.0)
-        self._changed.set()
+        self.door.close("batcher is draining: not accepting requests")
+        self.hurry()
         if self._workers:
             _, late = await asyncio.wait(self._workers, timeout=drain_timeout_s)
             for task in late:
@@ -138,6 +157,11 @@ class Batcher:
         self._fail(list(self._queue), Unavailable("stopped before the request could run"))
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def hurry(self) -> None:
+        """Stop waiting for company (the server is draining: what is queued runs at once)."""
+        self._planning = replace(self._policy, max_queue_delay_s=0.0)
+        self._changed.set()
 
     def _admit(self, inputs: TensorDict, deadline: float, arrived: float | None) -> list[_Item]:
         if self._stopping or not self._workers:
@@ -231,7 +255,7 @@ class Batcher:
             return None
         return tuple(
             sorted(
-                (name, array.dtype.str, key_dims(array.shape, self._pad_axes.get(name)))
+                (name, array.dtype.str, key_dims(array.shape, self._padding.axes.get(name)))
                 for name, array in part.items()
             )
         )
@@ -246,6 +270,8 @@ class Batcher:
         if item in self._queue:
             del self._queue[item]
             self._rows -= item.rows
+            if self.door.waiting:
+                self.door.open()
 
     def _fail(self, items: Sequence[_Item], error: Exception) -> None:
         for item in items:
@@ -302,6 +328,7 @@ class Batcher:
         token = id(batch)
         self._busy_until[token] = start + Outlook(self._cost.table).cost_of(rows)
         clock = _PhaseClock()
+        alone: list[_Item] = []  # to run one by one: the batch failed on one item's values
         try:
             merged = stack_rows([item.inputs for item in batch], self._input_fills)
             clock.lap()
@@ -318,7 +345,10 @@ class Batcher:
             self._fail(batch, Unavailable("stopped while the request was running"))
             raise
         except Exception as exc:
-            self._fail(batch, _as_edgeserve_error(exc, rows))
+            if isinstance(exc, InvalidInput) and len(batch) > 1:
+                alone = [item for item in batch if not item.future.done()]
+            else:
+                self._fail(batch, _as_edgeserve_error(exc, rows))
             ok = False
         else:
             for item, part in zip(batch, parts, strict=True):
@@ -329,6 +359,9 @@ class Batcher:
             del self._busy_until[token]
         clock.lap()
         self._report(batch, rows, start, clock.times(), ok)
+        for item in alone:  # the backend refused a value: only its own request gets the 400
+            if not item.future.done():  # not withdrawn meanwhile
+                await self._run([item])
 
     def _timed(self, inputs: TensorDict) -> tuple[TensorDict, float]:
         start = time.perf_counter()
@@ -340,7 +373,8 @@ class Batcher:
             wrong = {n: a.shape for n, a in outputs.items() if not a.ndim or len(a) != sum(rows)}
             if wrong:
                 raise BackendError(f"outputs {wrong}: expected {sum(rows)} rows for the batch")
-        return split_rows(outputs, rows)
+        parts = split_rows(outputs, rows)
+        return self._padding.cut_all(parts, [item.inputs for item in batch])
 
     def _report(
         self, batch: list[_Item], rows: int, start: float, compute: ComputeTimes, ok: bool

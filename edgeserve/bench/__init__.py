@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgeserve.bench.fleet import Fleet
 from edgeserve.bench.inputs import (
     Body,
     ModelInputs,
@@ -47,6 +48,7 @@ def bench(
     seed: int = 0,
     ready_timeout_s: float = 120.0,
     on_level: Callable[[Level], None] | None = None,
+    processes: int = 1,
 ) -> BenchReport:
     """Measure `target` at each concurrency, then each request rate (concurrency 1 if neither).
 
@@ -54,16 +56,19 @@ def bench(
     or a folder of samples. `shapes` resolve dynamic dims (batch dim excluded). `on_level` is
     told each level as it starts (the CLI's progress display). A level where every request
     fails ends the sweep early: its `first_failure` says what the server answered.
+    `processes`: load-generator processes sharing each level (edgeserve.bench.fleet).
     """
     if protocol not in ("binary", "json"):
         raise ConfigError(f"--protocol {protocol!r}: expected binary or json")
-    if window_s <= 0 or max_windows < 3 or batch_size < 1:
-        raise ConfigError("bench: expected window_s > 0, max_windows >= 3 and batch_size >= 1")
+    if window_s <= 0 or max_windows < 3 or batch_size < 1 or processes < 1:
+        raise ConfigError(
+            "bench: expected window_s > 0, max_windows >= 3, batch_size >= 1 and processes >= 1"
+        )
     levels = [Level("concurrency", c) for c in concurrency]
     levels += [Level("request_rate", r) for r in request_rate]
     if any(level.value <= 0 for level in levels):
         raise ConfigError(f"bench: concurrency and request rate must be positive, got {levels}")
-    plan = _Plan(protocol, inputs, dict(shapes or {}), batch_size, model)
+    plan = _Plan(protocol, inputs, dict(shapes or {}), batch_size, model, processes)
     settings = Settings(window_s, max_windows, seed)
     return _run(
         _bench(
@@ -90,6 +95,7 @@ class _Plan:
     shapes: dict[str, tuple[int, ...]]
     batch_size: int
     model: str | None
+    processes: int
 
     @property
     def binary(self) -> bool:
@@ -138,13 +144,20 @@ async def _bench(
                 Request(encode_request(host, b.path, b.headers, b.body), b.items) for b in bodies
             ]
             load = Target(endpoint.host, endpoint.port, requests)
+            fleet = None
+            if plan.processes > 1:
+                fleet = Fleet(endpoint.host, endpoint.port, requests, plan.processes - 1)
             results = []
-            for level in levels:
-                if on_level is not None:
-                    on_level(level)
-                results.append(await measure_level(load, control, name, level, settings))
-                if results[-1].all_failed:
-                    break  # the next levels would send the same failing requests
+            try:
+                for level in levels:
+                    if on_level is not None:
+                        on_level(level)
+                    results.append(await measure_level(load, control, name, level, settings, fleet))
+                    if results[-1].all_failed:
+                        break  # the next levels would send the same failing requests
+            finally:
+                if fleet is not None:
+                    fleet.close()
         finally:
             await control.close()
     protocol = "invoke" if all(b.path == "/invoke" for b in bodies) else plan.protocol

@@ -90,6 +90,12 @@ class WindowLog:
         self._start = start
         self.windows: list[Window] = []
 
+    def merge(self, records: Sequence[Record]) -> None:
+        """Add records from other load processes, keeping the uncut ones in completion order."""
+        self._records.extend(records)
+        tail = sorted(self._records[self._consumed :], key=lambda record: record.ended)
+        self._records[self._consumed :] = tail
+
     def cut(self, end: float) -> Window:
         fresh = self._records[self._consumed :]
         inside = tuple(itertools.takewhile(lambda record: record.ended < end, fresh))

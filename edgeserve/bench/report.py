@@ -10,6 +10,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from edgeserve.bench.fleet import SATURATED
 from edgeserve.bench.measure import LATE_WARN_FRACTION, PERCENTILES, SERVER_PHASES, ServerSummary
 from edgeserve.bench.sweep import LevelResult
 from edgeserve.errors import ConfigError
@@ -34,8 +35,8 @@ class BenchReport:
 
     @property
     def warnings(self) -> list[str]:
-        """perf_analyzer's two warnings: an unstable level, and a client that fell behind
-        (failed requests are `failures`, an error of their own)."""
+        """perf_analyzer's two warnings (an unstable level, a client that fell behind), and a
+        load process that was itself the limit (failed requests are `failures`)."""
         notes = []
         for result in self.results:
             label = result.level.label
@@ -47,6 +48,11 @@ class BenchReport:
                 notes.append(
                     f"{label}: {result.client.late_fraction:.1%} of sends were late (send lag p99 "
                     f"{_ms(result.client.send_lag_p99)} ms): the client could not keep up"
+                )
+            if result.client_cpu >= SATURATED:
+                notes.append(
+                    f"{label}: a load process was busy {result.client_cpu:.0%} of a core: "
+                    "the load generator, not the server, may be the limit (try --processes)"
                 )
         return notes
 
@@ -98,6 +104,7 @@ def _level_json(result: LevelResult) -> dict[str, Any]:
         "latency_ms": {"avg": _ms(client.latency_mean), "std": _ms(client.latency_std), **latency},
         "late_fraction": round(client.late_fraction, 4),
         "send_lag_p99_ms": _ms(client.send_lag_p99),
+        "client_cpu": round(result.client_cpu, 3),
         "server": None if server is None else _server_json(server),
     }
 

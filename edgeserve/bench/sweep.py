@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from edgeserve.bench.loadgen import STOP_WAIT_S, Target, closed_loop, open_loop
+from edgeserve.bench.fleet import CpuMeter, Fleet, run_share, shares
+from edgeserve.bench.loadgen import STOP_WAIT_S, Target
 from edgeserve.bench.measure import (
     STABILITY_WINDOWS,
     ClientSummary,
@@ -46,6 +47,7 @@ class LevelResult:
     client: ClientSummary
     server: ServerSummary | None
     first_failure: str | None = None  # what the first failed request got ("HTTP 400: ...")
+    client_cpu: float = 0.0  # the busiest load process, as a share of one core
 
     @property
     def all_failed(self) -> bool:
@@ -68,24 +70,41 @@ class Settings:
 
 
 async def measure_level(
-    target: Target, control: Control, model: str, level: Level, settings: Settings
+    target: Target,
+    control: Control,
+    model: str,
+    level: Level,
+    settings: Settings,
+    fleet: Fleet | None = None,
 ) -> LevelResult:
-    """Load the server at `level` and cut windows until the stability rule holds."""
+    """Load the server at `level` (from this process and the fleet's helpers, if any) and cut
+    windows until the stability rule holds."""
     target.records = []
     target.first_failure = None
     poisson = level.mode == "request_rate"
+    mine, *theirs = shares(level.mode, level.value, 1 + (fleet.size if fleet else 0), settings.seed)
+    if fleet is not None:
+        fleet.start(theirs)
     stop = asyncio.Event()
-    load = asyncio.create_task(_load(target, level, stop, settings.seed))
+    load = asyncio.create_task(run_share(target, mine, stop))
     start = time.monotonic()
-    log = WindowLog(target.records, start)
+    log, meter, busiest = WindowLog(target.records, start), CpuMeter(), []
     snapshots = [await control.stats(model)]
     while len(log.windows) < settings.max_windows and not load.done():
         await asyncio.sleep(start + settings.window_s * (len(log.windows) + 1) - time.monotonic())
-        log.cut(time.monotonic())
+        end, cpu = time.monotonic(), [meter.read()]
         snapshots.append(await control.stats(model))
+        if fleet is not None:
+            records, helpers_cpu = await fleet.cut(end)
+            log.merge(records)
+            cpu += helpers_cpu
+        log.cut(end)
+        busiest.append(max(cpu))
         if is_stable(log.windows, poisson=poisson) or _nothing_succeeded(log.windows):
             break
     stop.set()
+    if fleet is not None:
+        await fleet.stop()
     with contextlib.suppress(asyncio.TimeoutError):  # a hung server must not hang the bench
         await asyncio.wait_for(load, STOP_WAIT_S + settings.window_s)
     used = log.windows[-STABILITY_WINDOWS:]
@@ -96,19 +115,13 @@ async def measure_level(
         client=summarize(used),
         server=_server(snapshots[-len(used) - 1], snapshots[-1]),
         first_failure=target.first_failure,
+        client_cpu=max(busiest[-len(used) :], default=0.0),
     )
 
 
 def _nothing_succeeded(windows: list[Window]) -> bool:
     """Every request so far failed: more windows would only repeat the failure."""
     return any(w.records for w in windows) and not any(w.successes for w in windows)
-
-
-async def _load(target: Target, level: Level, stop: asyncio.Event, seed: int) -> None:
-    if level.mode == "concurrency":
-        await closed_loop(target, int(level.value), stop)
-    else:
-        await open_loop(target, level.value, stop, seed)
 
 
 def _server(before: dict[str, Any] | None, after: dict[str, Any] | None) -> ServerSummary | None:

@@ -1,7 +1,8 @@
 """The ASGI app of one function: KServe v2 as Triton speaks it, `/invoke` and `/metrics`.
 
 Inference requests take their own lean path (`inference.py`); everything else (health,
-metadata, config, statistics, metrics, and routing errors) is a Starlette app. Status codes
+metadata, config, statistics, metrics, the OpenAPI document and its /docs page, and routing
+errors) is a Starlette app. Status codes
 follow Triton except where noted at the route.
 
 Not served (Triton has them): response compression by Accept-Encoding (request bodies may be
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -33,21 +35,21 @@ from edgeserve.http import metadata
 from edgeserve.http.auth import Credentials, load_credentials
 from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, check_model, route_path
+from edgeserve.http.openapi import DocsRoutes, openapi_document
 from edgeserve.http.repository import RepositoryRoutes
-from edgeserve.http.sharedmemory import SystemSharedMemoryRoutes
+from edgeserve.http.sharedmemory import SharedMemoryRoutes
+from edgeserve.http.timeouts import Timeouts
 from edgeserve.manifest import Manifest
 from edgeserve.sharedmemory import Regions
 from edgeserve.stats import ModelStats
 from edgeserve.types import Signature, TensorDict
 
-DRAIN_TIMEOUT_S = 30.0
-
 
 class ServedFunction(Protocol):
     """What the HTTP layer needs of a runtime (edgeserve.runtime.Runtime is the real one)."""
 
-    ready: bool
-
+    @property
+    def ready(self) -> bool: ...
     @property
     def name(self) -> str: ...
     @property
@@ -62,9 +64,15 @@ class ServedFunction(Protocol):
     def backend_name(self) -> str: ...
     @property
     def stats(self) -> ModelStats: ...
+    @property
+    def root(self) -> Path: ...
 
     async def start(self) -> None: ...
+    def begin_drain(self) -> None: ...
     async def stop(self, drain_timeout_s: float = ...) -> None: ...
+    async def admit(self, arrived: float) -> None:
+        """Return once a request may be read; Unavailable when it would be refused anyway."""
+
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
     ) -> TensorDict: ...
@@ -77,10 +85,15 @@ class FunctionApp:
     """The ASGI app: inference routes go straight to their handlers, the rest to Starlette."""
 
     def __init__(
-        self, inference: InferenceRoutes, rest: Starlette, credentials: Credentials | None = None
+        self,
+        inference: InferenceRoutes,
+        rest: Starlette,
+        timeouts: Timeouts,
+        credentials: Credentials | None = None,
     ) -> None:
         self.inference = inference
         self.rest = rest
+        self.timeouts = timeouts
         self.credentials = credentials
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -98,11 +111,30 @@ class FunctionApp:
                 return
         await self.rest(scope, receive, send)
 
+    def begin_drain(self) -> None:
+        """The server's shutdown has started (SIGTERM): drain within timeouts.drain_s (drain.py).
 
-def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) -> FunctionApp:
-    """The app serving `runtime`; its lifespan starts the runtime and stops it (draining)."""
-    limit = max_body_bytes or int(runtime.manifest.resources.max_body_mb * 2**20)
-    regions = Regions()
+        Readiness turns 503 and new requests are refused; requests already in flight go on
+        (their items still reach the batcher) until the bound, when the rest is answered 503."""
+        self.inference.runtime.begin_drain()
+        self.inference.drain.begin(self.timeouts.drain_s)
+
+
+def create_app(
+    runtime: ServedFunction,
+    *,
+    max_body_bytes: int | None = None,
+    timeouts: Timeouts | None = None,
+    regions: Regions | None = None,
+) -> FunctionApp:
+    """The app serving `runtime`; its lifespan starts the runtime and stops it (draining).
+
+    Defaults: the manifest's [resources] max_body_mb and timeouts; shared-memory regions of
+    this process alone (processes serving one socket share `Regions(store=folder)`)."""
+    resources = runtime.manifest.resources
+    limit = max_body_bytes or int(resources.max_body_mb * 2**20)
+    timeouts = timeouts or Timeouts.from_resources(resources)
+    regions = regions or Regions()
     endpoints = _Endpoints(runtime, regions)
 
     @asynccontextmanager
@@ -111,7 +143,7 @@ def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) ->
         try:
             yield
         finally:
-            await runtime.stop(DRAIN_TIMEOUT_S)
+            await runtime.stop(timeouts.drain_s)
 
     rest = Starlette(
         routes=endpoints.routes(),
@@ -120,7 +152,7 @@ def create_app(runtime: ServedFunction, *, max_body_bytes: int | None = None) ->
         lifespan=lifespan,
     )
     credentials = load_credentials(runtime.manifest.auth, os.environ)
-    return FunctionApp(InferenceRoutes(runtime, limit, regions), rest, credentials)
+    return FunctionApp(InferenceRoutes(runtime, limit, regions), rest, timeouts, credentials)
 
 
 class _Endpoints:
@@ -137,7 +169,9 @@ class _Endpoints:
             Route("/v2/models/stats", self.stats),
             Route("/metrics", self.metrics),
             *RepositoryRoutes(self.runtime).routes(),
-            *SystemSharedMemoryRoutes(self.regions).routes(),
+            *SharedMemoryRoutes(self.regions, "system").routes(),
+            *SharedMemoryRoutes(self.regions, "cuda").routes(),
+            *DocsRoutes(self._document()).routes(),
         ]
         for base in (model, model + "/versions/{version}"):
             routes += [
@@ -147,6 +181,17 @@ class _Endpoints:
                 Route(base + "/stats", self.stats),
             ]
         return routes
+
+    def _document(self) -> dict[str, Any]:
+        runtime = self.runtime
+        samples = runtime.root / "samples"
+        return openapi_document(
+            runtime.name,
+            runtime.model_version,
+            runtime.signature,
+            runtime.manifest,
+            samples if samples.is_dir() else None,
+        )
 
     async def live(self, request: Request) -> Response:
         return Response()

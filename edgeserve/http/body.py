@@ -63,6 +63,11 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
         raise _too_large(limit, f"the body decompresses past it ({encoding})")
     if not decoder.eof:
         raise InvalidInput(f"request body: truncated {encoding} data")
+    if decoder.unused_data:
+        raise InvalidInput(
+            f"request body: {len(decoder.unused_data)} bytes follow the end of the {encoding} "
+            "data (a gzip file of several members is not supported: send one)"
+        )
     return data
 
 

@@ -4,7 +4,9 @@ An `EdgeserveError` carries its status; `Unavailable` adds `Retry-After`, `Unaut
 `WWW-Authenticate`. Starlette's own
 HTTPExceptions (unknown route, wrong method) answer in the same JSON shape. A 500 (any other
 exception, or an EdgeserveError of status 500 such as a failed batch or handler) is a fault of
-ours: logged with its traceback, answered with a generic message that leaks nothing.
+ours: logged with its traceback, answered with a generic message that leaks nothing. A handler
+that broke its contract (`HandlerError`) is answered 500 with what it returned and what was
+expected: type names and tensor names, which the v2 metadata shows anyway.
 A client that hung up gets 499 (nginx's "client closed request"), which no one reads.
 """
 
@@ -12,13 +14,15 @@ from __future__ import annotations
 
 import logging
 import math
+from http import HTTPStatus
 
+import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from edgeserve.errors import EdgeserveError, Unauthorized, Unavailable
+from edgeserve.errors import EdgeserveError, HandlerError, Unauthorized, Unavailable
 
 logger = logging.getLogger("edgeserve.http")
 
@@ -37,12 +41,28 @@ def error_response(exc: Exception, where: str = "") -> Response:
             headers["WWW-Authenticate"] = f'Bearer realm="edgeserve"{invalid}'
 
         return JSONResponse({"error": exc.message}, status_code=exc.status, headers=headers)
+    if isinstance(exc, HandlerError):  # the function's bug, said plainly to its caller
+        logger.error("%s: %s (%s)", exc.origin or "handler", exc.message, where)
+        body = {"error": f"{exc.message} (a bug in the function's handler, not in the request)"}
+        return JSONResponse(body, status_code=500)
     if isinstance(exc, HTTPException):
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
     if isinstance(exc, ClientDisconnect):
         return Response(status_code=CLIENT_CLOSED_REQUEST)
     logger.error("unexpected error in %s", where, exc_info=exc)
     return JSONResponse({"error": INTERNAL_ERROR}, status_code=500)
+
+
+def raw_response(error: EdgeserveError) -> bytes:
+    """`error` as HTTP/1.1 bytes that close the connection: for the protocol layer, which answers
+    (a slow client's 408) where no ASGI response can be sent."""
+    body = orjson.dumps({"error": error.message})
+    head = (
+        f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
 
 
 async def http_exception_handler(request: Request, exc: Exception) -> Response:

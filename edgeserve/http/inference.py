@@ -21,12 +21,15 @@ from typing import TYPE_CHECKING, TypeVar
 
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from edgeserve.errors import InvalidInput, ModelNotFound
 from edgeserve.http import invoke, v2
 from edgeserve.http.body import read_body
+from edgeserve.http.drain import Drain
 from edgeserve.http.errors import error_response
+from edgeserve.http.sharedmemory import ClientRegions
 from edgeserve.sharedmemory import Regions
 
 if TYPE_CHECKING:
@@ -44,6 +47,7 @@ class Call:
     headers: dict[str, str]
     body: bytes
     arrived: float  # time.monotonic() when the request reached the app
+    client: str = ""  # the client's host (after uvicorn's trusted proxy headers)
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class InferenceRoutes:
         self.runtime = runtime
         self.limit = limit
         self.regions = regions
+        self.drain = Drain()
         self._v2_infer, self._invoke = self._asgi(self.v2_infer), self._asgi(self.invoke)
 
     def app_for(self, path: str) -> ASGIApp | None:
@@ -77,23 +82,14 @@ class InferenceRoutes:
         match = _V2_INFER.fullmatch(call.path)
         assert match is not None  # app_for routes only matching paths here
         check_model(runtime, match["model"], match["version"], infer=True)
-        decoded = v2.decode_request(
-            call.body, call.headers.get(v2.HEADER_LENGTH), self.regions.read
-        )
+        shared = ClientRegions(self.regions, call.client)
+        decoded = v2.decode_request(call.body, call.headers.get(v2.HEADER_LENGTH), shared.read)
         v2.check_outputs(decoded, runtime.signature)
-        for wanted in decoded.outputs or ():
-            if wanted.place is not None:
-                self.regions.check(f"output `{wanted.name}`", wanted.place)
+        shared.check_outputs(decoded.outputs or ())
         timeout_s = v2.request_timeout_s(decoded)
         results = await runtime.infer(decoded.inputs, timeout_s, arrived=call.arrived)
         outputs = v2.response_outputs(decoded, results, runtime.signature)
-        for output in outputs:
-            if output.place is not None:
-                self.regions.write(
-                    f"output `{output.name}`",
-                    output.place,
-                    v2.tensor_bytes(output.data, output.datatype),
-                )
+        shared.write_outputs(outputs)
         content, header_length = v2.encode_response(
             runtime.name, runtime.model_version, decoded.id, outputs
         )
@@ -109,24 +105,46 @@ class InferenceRoutes:
         return Reply(content, media_type)
 
     def _asgi(self, handler: Handler) -> ASGIApp:
-        limit = self.limit
-
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             arrived = time.monotonic()
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            task = asyncio.current_task()
+            assert task is not None
+            self.drain.tasks.add(task)
+            reply: Reply | Response
             try:
-                if scope["method"] != "POST":
-                    raise HTTPException(405, headers={"Allow": "POST"})
-                body = await read_body(receive, headers, limit)
-                call = Call(route_path(scope), headers, body, arrived)
-                reply = await until_disconnected(receive, handler(call))
+                reply = await self._reply(handler, scope, receive, headers, arrived)
             except Exception as exc:
-                where = f"{scope['method']} {scope['path']}"
-                await error_response(exc, where)(scope, receive, send)
-                return
-            await _send(send, reply)
+                reply = error_response(exc, f"{scope['method']} {scope['path']}")
+            finally:
+                self.drain.tasks.discard(task)
+            if isinstance(reply, Reply):
+                await _send(send, reply)
+            else:
+                await reply(scope, receive, send)
 
         return app
+
+    async def _reply(
+        self,
+        handler: Handler,
+        scope: Scope,
+        receive: Receive,
+        headers: dict[str, str],
+        arrived: float,
+    ) -> Reply:
+        """The request read and handled; at the drain bound, the 503 that says so."""
+        try:
+            if scope["method"] != "POST":
+                raise HTTPException(405, headers={"Allow": "POST"})
+            self.drain.check_open()
+            await self.runtime.admit(arrived)  # a full queue costs no reading nor decoding
+            body = await read_body(receive, headers, self.limit)
+            client = (scope.get("client") or ("",))[0]
+            call = Call(route_path(scope), headers, body, arrived, client)
+            return await until_disconnected(receive, handler(call))
+        except asyncio.CancelledError as cancelled:
+            raise self.drain.answer(cancelled) from None
 
 
 def route_path(scope: Scope) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from edgeserve import datatypes
-from edgeserve.errors import InvalidInput
+from edgeserve.errors import HandlerError, InvalidInput
 
 NDARRAY_EXT = 1
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
@@ -66,12 +66,22 @@ def _unpack_ext(code: int, data: bytes) -> Any:
 
 
 def encode_result(result: Any, accept: str | None) -> tuple[bytes, str]:
-    """The response body and its media type, chosen by the Accept header."""
+    """The response body and its media type, chosen by the Accept header.
+
+    A result that JSON or msgpack cannot carry is the handler's bug (HandlerError, 500)."""
     accepted = (accept or "").lower()
-    for msgpack_type in MSGPACK_TYPES:
-        if msgpack_type in accepted:
-            return msgpack.packb(result, default=_builtin), msgpack_type
-    return orjson.dumps(result, default=_builtin, option=orjson.OPT_SERIALIZE_NUMPY), JSON_TYPE
+    try:
+        for msgpack_type in MSGPACK_TYPES:
+            if msgpack_type in accepted:
+                return msgpack.packb(result, default=_builtin), msgpack_type
+        options = orjson.OPT_SERIALIZE_NUMPY
+        return orjson.dumps(result, default=_builtin, option=options), JSON_TYPE
+    except (TypeError, ValueError) as exc:
+        raise HandlerError(
+            f"handler.postprocess returned {type(result).__name__} holding what a response "
+            f"cannot carry ({exc}); expected JSON-like values: dict, list, str, numbers, "
+            "np.ndarray"
+        ) from None
 
 
 def _builtin(value: Any) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgeserve.backends import BY_NAME, TritonNames
 from edgeserve.manifest import Manifest
 from edgeserve.types import Signature, TensorSpec
 
@@ -20,13 +21,6 @@ EXTENSIONS = (
     "system_shared_memory",
 )
 
-# backend name -> (Triton `platform`, Triton `backend`); metadata shows platform, else backend
-_TRITON_NAMES = {
-    "onnxruntime": ("onnxruntime_onnx", "onnxruntime"),
-    "openvino": ("", "openvino"),
-    "tensorrt": ("tensorrt_plan", "tensorrt"),
-}
-
 
 def server_metadata(version: str) -> dict[str, Any]:
     return {"name": "edgeserve", "version": version, "extensions": list(EXTENSIONS)}
@@ -34,8 +28,8 @@ def server_metadata(version: str) -> dict[str, Any]:
 
 def platform(backend_name: str) -> str:
     """Triton's metadata `platform`: the config's platform if it has one, else its backend."""
-    platform_name, backend = _TRITON_NAMES.get(backend_name, ("", backend_name))
-    return platform_name or backend
+    names = _triton(backend_name)
+    return names.platform or names.backend
 
 
 def model_metadata(
@@ -54,13 +48,13 @@ def model_config(
     name: str, backend_name: str, manifest: Manifest, signature: Signature
 ) -> dict[str, Any]:
     """Triton's ModelConfig JSON for this function (the fields clients and perf_analyzer read)."""
-    platform_name, backend = _TRITON_NAMES.get(backend_name, ("", backend_name))
+    names = _triton(backend_name)
     batching = manifest.batching
     max_batch_size = batching.max_batch_size if signature.batched else 0
     config: dict[str, Any] = {
         "name": name,
-        "platform": platform_name,
-        "backend": backend,
+        "platform": names.platform,
+        "backend": names.backend,
         "version_policy": {"latest": {"num_versions": 1}},
         "max_batch_size": max_batch_size,
         "input": [
@@ -72,7 +66,7 @@ def model_config(
         "instance_group": [
             {
                 "name": name,
-                "kind": "KIND_GPU" if backend == "tensorrt" else "KIND_CPU",
+                "kind": names.instance_kind,
                 "count": batching.instances,
                 "gpus": [],
                 "secondary_devices": [],
@@ -124,3 +118,9 @@ def _dynamic_batching(manifest: Manifest) -> dict[str, Any]:
             "max_queue_size": batching.max_queue_size,
         },
     }
+
+
+def _triton(backend_name: str) -> TritonNames:
+    """How Triton names this backend (its row of the backend table)."""
+    backend = BY_NAME.get(backend_name)
+    return backend.triton if backend else TritonNames("", backend_name)

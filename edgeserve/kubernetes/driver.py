@@ -14,20 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeserve.backends import BACKENDS
 from edgeserve.errors import ConfigError
 from edgeserve.image import BuiltImage, build_image, find_tool, plan_image, push_image
 from edgeserve.kubernetes.manifests import Workload, render, to_yaml
 from edgeserve.kubernetes.scaling import concurrency_for
 from edgeserve.kubernetes.settings import KubernetesSettings
-from edgeserve.server import GRACEFUL_SHUTDOWN_S
 from edgeserve.targets import DeployResult
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
     from edgeserve.image.plan import ImagePlan
-    from edgeserve.targets.profile import TargetProfile
+    from edgeserve.profiles import TargetProfile
 
-CPU_BACKEND_PACKAGES = re.compile(r"^(openvino|onnxruntime)([=<>!~ ].*)?$")
+_CPU_PACKAGES = [b.package for b in BACKENDS if "cpu" in b.platforms and b.package]
+CPU_BACKEND_PACKAGES = re.compile(rf"^({'|'.join(map(re.escape, _CPU_PACKAGES))})([=<>!~ ].*)?$")
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -139,7 +140,7 @@ def workload(bundle: Bundle, settings: KubernetesSettings, image: str) -> Worklo
         ),
         memory_mb=settings.memory_mb or manifest.resources.memory_mb,
         request_timeout_s=manifest.batching.timeout_ms / 1000,
-        drain_s=GRACEFUL_SHUTDOWN_S,
+        drain_s=manifest.resources.drain_timeout_s,
     )
 
 

@@ -1,8 +1,8 @@
-"""Target kinds and their deploy drivers: one driver per kind, behind one small protocol,
-found by name in `DRIVERS`; `deploy()` is what `edgeserve deploy` calls.
+"""Deploying to targets: one driver per target kind (edgeserve.kinds), behind one small protocol.
 
-A driver module is imported only when its target is used, so `boto3` (aws-lambda) or an SSH
-client (jetson) load only for the command that needs them.
+`deploy()` is what `edgeserve deploy` calls. A driver module is imported only when its target
+is used, so `boto3` (aws-lambda) or an SSH client (jetson) load only for the command that
+needs them.
 """
 
 from __future__ import annotations
@@ -14,21 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from edgeserve.errors import ConfigError
+from edgeserve.kinds import KINDS, kind_named
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
-    from edgeserve.targets.profile import TargetProfile
-
-DRIVERS: dict[str, str | None] = {
-    "aws-lambda": "edgeserve.aws_lambda.driver:DRIVER",
-    "jetson": "edgeserve.targets.jetson:DRIVER",
-    "knative": "edgeserve.kubernetes.driver:KNATIVE",
-    "kserve": "edgeserve.kubernetes.driver:KSERVE",
-    "kubernetes": "edgeserve.kubernetes.driver:KUBERNETES",
-    "local": None,
-}
-"""Driver name (a profile's `driver`) -> "module:attribute" of the driver object; None for a
-target with nothing to package or deploy (`local` runs with `edgeserve serve`)."""
+    from edgeserve.profiles import TargetProfile
 
 
 @dataclass(frozen=True)
@@ -58,7 +48,7 @@ class Driver(Protocol):
 def deploy(path: Path, target: str | Path, *, hosts: Sequence[str] = ()) -> DeployResult:
     """Ship the function at `path` (a bundle, or a source folder built here first) to `target`
     (a profile name or .toml path), health-check it, and roll back if it fails."""
-    from edgeserve.bundle import open_or_build
+    from edgeserve.builder import open_or_build
 
     profile = target_profile(target, path, hosts)
     bundle = open_or_build(path, targets=(str(target),))  # a profile file: the file given
@@ -67,7 +57,7 @@ def deploy(path: Path, target: str | Path, *, hosts: Sequence[str] = ()) -> Depl
 
 def target_profile(target: str | Path, path: Path, hosts: Sequence[str] = ()) -> TargetProfile:
     """The profile for a function at `path`, narrowed to `hosts` where the driver has several."""
-    from edgeserve.targets.profile import load_target
+    from edgeserve.profiles import load_target
 
     profile = load_target(target, path if path.is_dir() else path.parent)
     if not hosts:
@@ -83,11 +73,7 @@ def target_profile(target: str | Path, path: Path, hosts: Sequence[str] = ()) ->
 
 def driver_for(profile: TargetProfile) -> Driver:
     """The driver a profile names, imported on first use."""
-    if profile.driver not in DRIVERS:
-        raise ConfigError(
-            f"{profile.source}: unknown driver {profile.driver!r}; known: {sorted(DRIVERS)}"
-        )
-    spec = DRIVERS[profile.driver]
+    spec = kind_named(profile.driver, str(profile.source)).driver
     if spec is None:
         raise ConfigError(
             f"target {profile.name!r} (driver {profile.driver!r}) has nothing to deploy; "
@@ -109,13 +95,14 @@ def package_targets(
 ) -> list[Path]:
     """What `build --target T` writes for each target whose driver packages: `<out>/<name>-<T>/`.
 
-    Only names in `DRIVERS` (shipped or overridden profiles) are packaged."""
-    from edgeserve.targets.profile import load_target
+    Only kinds with a driver (their shipped or overridden profiles) are packaged; `local` is
+    planned by `build` alone."""
+    from edgeserve.profiles import load_target
 
     written = []
-    for name in (name for name in targets if name in DRIVERS):  # build-only targets: no profile
+    for name in (name for name in targets if name in KINDS and KINDS[name].driver):
         profile = load_target(name, function_dir)
-        if DRIVERS.get(profile.driver) is not None:
+        if KINDS[profile.driver].driver is not None:
             folder = out / f"{bundle.name}-{profile.name}"
             written.append(driver_for(profile).package(bundle, profile, folder))
     return written

@@ -34,13 +34,13 @@ from rich.text import Text
 from edgeserve.archive import write_archive
 from edgeserve.bundle import Bundle
 from edgeserve.errors import ConfigError, DeployError, EdgeserveError
+from edgeserve.profiles import TargetProfile
 from edgeserve.targets import DeployResult
 from edgeserve.targets import releases as rel
 from edgeserve.targets.fleet import on_every, rollout
 from edgeserve.targets.jetson_settings import JetsonSettings
 from edgeserve.targets.lock import device_lock
 from edgeserve.targets.preflight import Device, inspect, preflight
-from edgeserve.targets.profile import TargetProfile
 from edgeserve.targets.services import SERVICES, ServiceSpec, check_image_l4t, fetch
 from edgeserve.targets.ssh import Remote
 

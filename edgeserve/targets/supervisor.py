@@ -39,6 +39,7 @@ from typing import Any
 
 import uvicorn
 
+from edgeserve.http.server import DrainingServer, uvicorn_config
 from edgeserve.targets.releases import BUNDLE_DIR
 
 STATE_FILE = "run/state.json"
@@ -47,7 +48,8 @@ LOG_FILE = "run/service.log"
 HANDOVER_GRACE_S = 0.5
 """How long a retiring child keeps just-accepted connections before closing idle ones."""
 DRAIN_S = 35.0
-"""How long an old child may drain after SIGTERM (the server's own grace is 30 s)."""
+"""How long an old child may drain after SIGTERM (it exits at its [resources] drain_timeout_s,
+30 s by default)."""
 BIND_WAIT_S = 10.0
 """How long a starting supervisor retries a port still held by a dying child."""
 PR_SET_PDEATHSIG = 1
@@ -192,7 +194,7 @@ def run(args: argparse.Namespace) -> None:
         supervisor.respawn_if_dead()
 
 
-class _HandoverServer(uvicorn.Server):
+class _HandoverServer(DrainingServer):
     """A uvicorn server that says when it accepts connections, and lets go of them gently.
 
     uvicorn's shutdown closes every connection without a request in progress, which includes
@@ -218,14 +220,12 @@ class _HandoverServer(uvicorn.Server):
 
 def child(args: argparse.Namespace) -> None:
     """One release serving on the supervisor's socket (the app is built as `serve` builds it)."""
-    from edgeserve.server import GRACEFUL_SHUTDOWN_S, load_app
+    from edgeserve.server import load_app
 
     sock = socket.socket(fileno=args.fd)
-    app = load_app(Path(args.release))
-    config = uvicorn.Config(
-        app, timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_S), access_log=False
+    _HandoverServer(uvicorn_config(load_app(Path(args.release))), args.notify_fd).run(
+        sockets=[sock]
     )
-    _HandoverServer(config, args.notify_fd).run(sockets=[sock])
 
 
 def _parser() -> argparse.ArgumentParser:

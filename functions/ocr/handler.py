@@ -6,8 +6,9 @@ it to a float32 [1, 32, W] strip where background is 0.0 and ink is 1.0 (whateve
 page's polarity). One item per line; a line with wide gaps (tab stops) or wider than
 MAX_WIDTH after resizing is cut into several items, whose texts are joined with a space.
 Boxes are given in the coordinates of the image as sent.
-postprocess: greedy CTC decoding of each item's logits [T, C] (blank = class 0), trimmed to
-the item's own T = W // 4 because the server pads widths across a batch.
+postprocess: greedy CTC decoding of each item's logits [T, C] (blank = class 0). Lines of
+different widths share padded batches; the server cuts each line's logits back to its own
+T = W // 4 (function.toml: [model.outputs.logits] follows the image width, ratio 0.25).
 """
 
 from __future__ import annotations
@@ -61,14 +62,14 @@ def preprocess(payload: Any, ctx: Any) -> list[dict[str, np.ndarray]]:
     page = to_gray(load_image(payload, max_pixels))
     gray, mask, angle = deskew(page)
     items: list[dict[str, np.ndarray]] = []
-    owners: list[tuple[int, int]] = []  # (line index, frames) for each item
+    owners: list[int] = []  # the line index of each item
     boxes: list[list[int]] = []
     for box in find_lines(mask):
         for x0, x1 in split_line(gray, box):
             x0, y0, x1, y1 = _pad_box(gray.shape, (x0, box[1], x1, box[3]))
             strip = normalize_line(gray[y0:y1, x0:x1])
             items.append({"image": strip})
-            owners.append((len(boxes), strip.shape[2] // DOWNSAMPLE))
+            owners.append(len(boxes))
         boxes.append(_unrotate_box(box, angle, page.shape, gray.shape))
     ctx.state["owners"], ctx.state["boxes"] = owners, boxes
     return items
@@ -76,12 +77,12 @@ def preprocess(payload: Any, ctx: Any) -> list[dict[str, np.ndarray]]:
 
 def postprocess(items: list[dict[str, np.ndarray]], ctx: Any) -> dict[str, Any]:
     """Greedy CTC per item, pieces joined per line; confidence = mean max-probability per char."""
-    owners: list[tuple[int, int]] = ctx.state.get("owners", [])
+    owners: list[int] = ctx.state.get("owners", [])
     boxes: list[list[int]] = ctx.state.get("boxes", [])
     pieces: list[list[tuple[str, list[float]]]] = [[] for _ in boxes]
-    for item, (line, frames) in zip(items, owners, strict=True):
+    for item, line in zip(items, owners, strict=True):
         logits = np.asarray(item["logits"], dtype=np.float32)
-        pieces[line].append(ctc_greedy(logits.reshape(-1, logits.shape[-1])[:frames]))
+        pieces[line].append(ctc_greedy(logits.reshape(-1, logits.shape[-1])))
     lines = []
     for box, parts in zip(boxes, pieces, strict=True):
         text = " ".join(t for t, _ in parts if t)

@@ -1,6 +1,6 @@
 """Target profiles (targets/*.toml): which driver deploys a function, and that driver's settings.
 
-    driver = "aws-lambda"          # a name in edgeserve.targets.DRIVERS
+    driver = "aws-lambda"          # a target kind: a name in edgeserve.kinds.KINDS
     description = "..."
     [settings]                     # validated by the driver's own model (extra keys are errors)
     region = "us-east-1"
@@ -19,9 +19,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from edgeserve.errors import ConfigError
+from edgeserve.kinds import kind_named
 from edgeserve.manifest import describe_validation_error
 
-SHIPPED_DIR = Path(__file__).parents[1] / "templates" / "targets"
+SHIPPED_DIR = Path(__file__).parent / "templates" / "targets"
 
 Settings = TypeVar("Settings", bound=BaseModel)
 
@@ -62,13 +63,7 @@ def load_target(name_or_path: str | Path, function_dir: Path | None = None) -> T
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, str(path))) from None
-    from edgeserve.targets import DRIVERS
-
-    if head.driver not in DRIVERS:
-        raise ConfigError(
-            f"{path}: field `driver`: unknown driver {head.driver!r}; "
-            f"expected one of {sorted(DRIVERS)}"
-        )
+    kind_named(head.driver, f"{path}: field `driver`")
     return TargetProfile(path.stem, head.driver, head.description, head.settings, path)
 
 

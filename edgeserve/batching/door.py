@@ -1,0 +1,78 @@
+"""Admission: where a request waits, its body unread, until the batcher's queue has room.
+
+A request enters at once while the queue has room and nobody waits before it. Otherwise it
+waits in line (first come, first in) until rows are freed, for at most `DOOR_WAIT_S` and never
+past its deadline; then it is refused with 503 and Retry-After, its body still unread.
+
+Why wait at all instead of refusing at once: a client that re-sends the moment it is refused
+(a closed loop, perf_analyzer, most retry loops) turns instant refusals into a spin that eats
+the cores the model needs. Measured on 2 cores (docs/performance.md, "Overload"): with
+instant refusals, good answers at 256 connections fell to a fraction of the 16-connection
+figure; waiting at the door costs a timer, not a core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+
+from edgeserve.errors import Unavailable
+
+DOOR_WAIT_S = 1.0
+"""The longest a request waits for room: Retry-After's own unit, so a refused client that
+honours it comes back when the server said it would have waited anyway."""
+
+
+class Door:
+    """The line in front of one queue; `room()` says how many rows the queue can take now."""
+
+    def __init__(self, room: Callable[[], int], limit: int, wait_s: float = DOOR_WAIT_S) -> None:
+        self._room = room
+        self._limit = limit
+        self._wait_s = wait_s
+        self._line: deque[asyncio.Future[None]] = deque()
+        self._entering = 0  # let in, not yet queued (they read their body first)
+        self._closed: str | None = None
+
+    @property
+    def waiting(self) -> int:
+        return len(self._line)
+
+    async def enter(self, deadline: float) -> None:
+        """Return once the request may read its body and queue; else raise Unavailable."""
+        if self._closed is not None:
+            raise Unavailable(self._closed)
+        if not self._line and self._room() - self._entering > 0:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._line.append(waiter)
+        wait_s = min(self._wait_s, deadline - time.monotonic())
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), max(wait_s, 0.0))
+        except TimeoutError:
+            if not waiter.done():  # nobody let it in meanwhile
+                raise Unavailable(
+                    f"queue full: {self._limit - self._room()} of {self._limit} rows waiting, "
+                    f"and no room within {wait_s:.2f} s",
+                    retry_after_s=self._wait_s,
+                ) from None
+        finally:
+            if waiter in self._line:
+                self._line.remove(waiter)
+            elif waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._entering -= 1
+        waiter.result()  # the door closed while it waited: Unavailable
+
+    def open(self) -> None:
+        """Rows were freed: let in as many as now fit, first come first."""
+        while self._line and self._room() - self._entering > 0:
+            self._line.popleft().set_result(None)
+            self._entering += 1
+
+    def close(self, reason: str) -> None:
+        """Draining: refuse newcomers and everyone waiting."""
+        self._closed = reason
+        while self._line:
+            self._line.popleft().set_exception(Unavailable(reason))

@@ -1,0 +1,146 @@
+"""Time bounds on slow clients, kept by uvicorn's own HTTP protocol (h11 or httptools).
+
+    header_timeout_s  from a connection's start, or the end of its previous response, until the
+                      next request's headers are complete; some bytes but not all by then: 408
+                      and close; nothing at all: close (there is no request to answer)
+    body_timeout_s    from a request's headers until its body is complete: 408 and close,
+                      unless the app has answered already
+    idle_timeout_s    a kept-alive connection with no new request is closed (uvicorn's
+                      timeout_keep_alive)
+
+Headers are also capped in size (MAX_HEADER_BYTES: 431), and bytes uvicorn cannot parse as HTTP
+get a JSON 400 rather than its plain-text one.
+
+uvicorn bounds only the idle time; a connection that sends nothing, or half its headers or half
+its body, would hold a slot for ever. The bounds live in the protocol rather than the app so that
+the inference path pays nothing for them: a request that arrives whole never arms a body timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from edgeserve.errors import EdgeserveError, HeadersTooLarge, InvalidInput, RequestTimeout
+from edgeserve.http.errors import raw_response
+from edgeserve.manifest import ResourcesSection
+
+MAX_HEADER_BYTES = 64 * 1024
+"""A request's line and headers together (nginx allows 32 KiB, uvicorn's h11 16 KiB)."""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """The bounds a server keeps, in seconds (defaults: the manifest's [resources])."""
+
+    header_s: float
+    body_s: float
+    idle_s: float
+    drain_s: float
+
+    @classmethod
+    def from_resources(cls, resources: ResourcesSection, **overrides: float | None) -> Timeouts:
+        """The manifest's values, each replaced by an override that is not None (CLI flags)."""
+        chosen = {
+            "header_s": resources.header_timeout_s,
+            "body_s": resources.body_timeout_s,
+            "idle_s": resources.idle_timeout_s,
+            "drain_s": resources.drain_timeout_s,
+        }
+        chosen.update({name: value for name, value in overrides.items() if value is not None})
+        return cls(**chosen)
+
+
+def protocol_class(timeouts: Timeouts, http: str = "auto") -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol `http` ("auto": httptools, else h11) keeping the header and body
+    bounds."""
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
+
+    base = import_from_string(HTTP_PROTOCOLS[http])
+    attributes = {"header_timeout_s": timeouts.header_s, "body_timeout_s": timeouts.body_s}
+    return type(f"Bounded{base.__name__}", (_Bounded, base), attributes)
+
+
+class _Bounded:
+    """Mixed into a uvicorn protocol class: one timer per connection, re-armed per phase.
+
+    A request's headers are complete once uvicorn has made a new request cycle (`self.cycle`);
+    its body once that cycle has no `more_body`.
+    """
+
+    header_timeout_s: float
+    body_timeout_s: float
+    cycle: Any
+    transport: asyncio.Transport
+    loop: asyncio.AbstractEventLoop
+    _timer: asyncio.TimerHandle | None = None
+    _phase: str | None = None  # "header", "body" or None (nothing to wait for)
+    _watched: Any = None  # the cycle before the awaited headers, or the one whose body is awaited
+    _header_bytes = 0  # bytes of the awaited headers received so far
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._await_headers()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)  # type: ignore[misc]
+        if self._phase == "header":
+            self._header_bytes += len(data)
+            if self.cycle is not self._watched:  # the headers are complete
+                self._arm(None)
+                if self.cycle.more_body:
+                    self._watched = self.cycle
+                    self._arm("body", self.body_timeout_s)
+            elif self._header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
+                self._refuse(HeadersTooLarge(f"request headers: over {MAX_HEADER_BYTES} bytes"))
+        elif self._phase == "body" and not self._watched.more_body:
+            self._arm(None)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]
+        if not self.transport.is_closing():
+            self._await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._arm(None)
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes that are not HTTP, in JSON like every other error."""
+        self._refuse(InvalidInput(f"not a valid HTTP/1.1 request ({msg})"))
+
+    def _await_headers(self) -> None:
+        self._watched, self._header_bytes = self.cycle, 0
+        self._arm("header", self.header_timeout_s)
+
+    def _arm(self, phase: str | None, delay_s: float = 0.0) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._phase = phase
+        self._timer = None if phase is None else self.loop.call_later(delay_s, self._expired)
+
+    def _expired(self) -> None:
+        phase, self._timer = self._phase, None
+        if self.transport.is_closing():
+            return
+        if phase == "header" and self._header_bytes:
+            self._refuse(_late("headers", "header", self.header_timeout_s))
+        elif phase == "body" and not self._watched.response_started:
+            self._watched.disconnected = True  # the app's receive() sees a disconnect
+            self._watched.message_event.set()
+            self._refuse(_late("body", "body", self.body_timeout_s))
+        self.transport.close()
+
+    def _refuse(self, error: EdgeserveError) -> None:
+        """Answer `error` and close: the request can't be read any further."""
+        self.transport.write(raw_response(error))
+        self.transport.close()
+
+
+def _late(part: str, setting: str, bound_s: float) -> RequestTimeout:
+    return RequestTimeout(
+        f"the request's {part} did not arrive within {bound_s:g} s ([resources] "
+        f"{setting}_timeout_s of the function); the connection is closed"
+    )

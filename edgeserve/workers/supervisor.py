@@ -1,0 +1,200 @@
+"""The supervisor: the parent of the fronts and the inference process, and nothing else.
+
+    bind the socket -> start the inference process and the fronts -> watch them:
+        a front died        -> start it again (its requests died with it; the inference
+                               process saw its connection close and dropped their items)
+        inference died      -> start it again; meanwhile every front says not ready (503)
+        inference died before it was ever ready, or a front kept dying within seconds of
+        its start -> stop everything, fail (a broken install must not restart forever)
+    SIGTERM / SIGINT: stop the fronts (each drains its requests) -> stop the inference process
+    -> exit; one bound (`drain_s`) for all of it, then whatever is left is killed.
+
+Each front listens on its own socket bound with SO_REUSEPORT to the same address, so the kernel
+spreads new connections evenly over the fronts (one accept queue shared by all would let the
+first front to wake take most connections, and keep-alive connections stay where they land).
+The supervisor holds the port with a socket of its own that never listens (it takes no
+connections, and a restarted front binds the port again), and the board, so the counters
+outlive any child. Children run in their own process group (a terminal's Ctrl+C
+reaches only the supervisor, which stops them in order) and die with it (PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from edgeserve.workers.board import RESTARTS, Board
+from edgeserve.workers.layout import ChildConfig
+
+if TYPE_CHECKING:
+    from edgeserve.bundle import Bundle
+    from edgeserve.http.tls import TlsFiles
+
+log = logging.getLogger("edgeserve")
+
+WATCH_S = 0.05
+"""How often the supervisor looks at its children (it does nothing else)."""
+KILL_WAIT_S = 5.0
+QUICK_DEATH_S = 10.0
+QUICK_DEATHS = 3
+"""A front that dies this many times in a row, each within QUICK_DEATH_S of its start, fails
+the server: it will not come up (a bad handler import, a broken install)."""
+
+
+@dataclass
+class _Child:
+    module: str
+    config: ChildConfig
+    process: subprocess.Popen[bytes]
+    started: float = 0.0
+    quick_deaths: int = 0  # in a row, its predecessors included
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+class Supervisor:
+    """Starts, watches, restarts and stops the processes of one server."""
+
+    def __init__(self, config: ChildConfig, port_holder: socket.socket, board: Board) -> None:
+        self.config = config
+        self.port_holder = port_holder
+        self.board = board
+        self.stopping = False
+        self.inference = self._spawn("edgeserve.workers.inference", config)
+        self.fronts = [
+            self._spawn("edgeserve.workers.front", replace(config, front=index))
+            for index in range(config.fronts)
+        ]
+
+    def watch(self) -> int:
+        """Keep every child alive until SIGTERM/SIGINT; then stop them all. The exit status."""
+        signal.signal(signal.SIGTERM, self._stop_signal)
+        signal.signal(signal.SIGINT, self._stop_signal)
+        while not self.stopping:
+            if not self.inference.alive():
+                if not self._was_ready():
+                    log.error("the inference process failed before it was ready")
+                    self.stop()
+                    return 1
+                self._restart_inference()
+            for index, front in enumerate(self.fronts):
+                if not front.alive():
+                    log.warning("front %d exited (%s): starting it again", index, _how(front))
+                    quick = time.monotonic() - front.started < QUICK_DEATH_S
+                    if quick and front.quick_deaths + 1 >= QUICK_DEATHS:
+                        log.error("front %d keeps failing at start: stopping", index)
+                        self.stop()
+                        return 1
+                    self.fronts[index] = self._spawn(front.module, front.config)
+                    self.fronts[index].quick_deaths = front.quick_deaths + 1 if quick else 0
+            time.sleep(WATCH_S)
+        self.stop()
+        return 0
+
+    def stop(self) -> None:
+        """Fronts first (they drain their requests), then the inference process; one bound."""
+        deadline = time.monotonic() + self.config.drain_s
+        if self.inference.alive():
+            self.inference.process.send_signal(signal.SIGUSR1)  # the fronts' items: no waiting
+        _terminate(self.fronts, deadline)
+        self.port_holder.close()
+        _terminate([self.inference], deadline)
+
+    def _restart_inference(self) -> None:
+        log.warning("the inference process exited (%s): starting it again", _how(self.inference))
+        self.board.cells[RESTARTS] += 1
+        self.board.publish_queue(0, 0)
+        with_socket = Path(self.config.socket_path)
+        with_socket.unlink(missing_ok=True)
+        self.inference = self._spawn(self.inference.module, self.config)
+
+    def _was_ready(self) -> bool:
+        """The inference process listens on its socket only once it is ready."""
+        return Path(self.config.socket_path).exists()
+
+    def _spawn(self, module: str, config: ChildConfig) -> _Child:
+        process = subprocess.Popen(
+            [sys.executable, *config.argv(module)], pass_fds=[config.board_fd], process_group=0
+        )
+        return _Child(module, config, process, time.monotonic())
+
+    def _stop_signal(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+
+def serve_workers(
+    bundle: Bundle,
+    *,
+    host: str,
+    port: int,
+    fronts: int,
+    backend: str | None,
+    log_level: str,
+    drain_s: float,
+    timeouts: dict[str, float | None],
+    tls: TlsFiles | None = None,
+) -> int:
+    """Serve with `fronts` front processes and one inference process; the exit status."""
+    port_holder = reuse_port_socket(host, port)
+    host, port = port_holder.getsockname()[:2]
+    board = Board.create(fronts, bundle.manifest.batching.max_batch_size)
+    with tempfile.TemporaryDirectory(prefix="edgeserve-") as scratch:
+        config = ChildConfig(
+            bundle=str(bundle.root),
+            socket_path=str(Path(scratch) / "inference.sock"),
+            regions_dir=str(Path(scratch) / "regions"),
+            board_fd=board.fd,
+            fronts=fronts,
+            drain_s=drain_s,
+            log_level=log_level,
+            backend=backend,
+            host=host,
+            port=port,
+            tls=None if tls is None else asdict(tls),
+            timeouts=timeouts,
+        )
+        supervisor = Supervisor(config, port_holder, board)
+        scheme = "http" if tls is None else "https"
+        print(
+            f"edgeserve: {fronts} front processes and 1 inference process "
+            f"serving on {scheme}://{host}:{port}",
+            flush=True,
+        )
+        return supervisor.watch()
+
+
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port) with SO_REUSEPORT: every front binds one."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _terminate(children: list[_Child], deadline: float) -> None:
+    for child in children:
+        if child.alive():
+            child.process.send_signal(signal.SIGTERM)
+    for child in children:
+        try:
+            child.process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.error("pid %d did not stop within the drain bound: killed", child.process.pid)
+            child.process.kill()
+            child.process.wait(KILL_WAIT_S)
+
+
+def _how(child: _Child) -> str:
+    code = child.process.returncode
+    return f"signal {-code}" if code is not None and code < 0 else f"status {code}"

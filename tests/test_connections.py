@@ -1,0 +1,168 @@
+"""Connections against a real `edgeserve serve` (uvicorn, httptools) on 127.0.0.1, over raw
+sockets. Slow clients: a connection that sends nothing is closed, half a request's headers or
+half its body gets a JSON 408, each within its configured bound. Bytes that are not HTTP get a
+JSON 400, endless headers a 431. Other clients are served meanwhile."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from edgeserve.builder import build
+from edgeserve.http import create_app
+from edgeserve.http.timeouts import Timeouts, protocol_class
+from edgeserve.runtime import Runtime
+from tests import rawhttp
+from tests.models import mlp_model, write_function
+from tests.server import running
+from tests.threaded_server import serving
+
+MANIFEST = """
+[function]
+name = "mlp"
+[batching]
+max_batch_size = 8
+max_queue_delay_ms = 1
+[backend]
+prefer = ["onnxruntime"]
+[resources]
+header_timeout_s = 30
+idle_timeout_s = 1
+"""
+HEADER_S, BODY_S = 1.0, 1.5  # given on the command line: flags override the manifest
+BODY = orjson.dumps(
+    {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}]}
+)
+REQUEST = rawhttp.head("/v2/models/mlp/infer", len(BODY)).replace(b"close", b"keep-alive")
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    source = write_function(tmp_path_factory.mktemp("slow") / "mlp", mlp_model, MANIFEST)
+    flags = ("--header-timeout", str(HEADER_S), "--body-timeout", str(BODY_S))
+    with running(source, *flags) as (base, _):
+        yield base
+
+
+def read_until_closed(sock: socket.socket) -> tuple[bytes, float]:
+    """Everything the server sends until it closes, and how long that took."""
+    started = time.monotonic()
+    return rawhttp.read_all(sock), time.monotonic() - started
+
+
+def json_error(response: bytes) -> tuple[int, str]:
+    status, headers, body = rawhttp.parse(response)
+    assert headers["connection"] == "close"
+    return status, orjson.loads(body)["error"]
+
+
+def assert_served(url: str) -> None:
+    response = httpx.post(f"{url}/v2/models/mlp/infer", content=BODY, timeout=5)
+    assert response.status_code == 200, response.text
+
+
+def test_a_connection_that_sends_nothing_is_closed_at_the_header_bound(url: str) -> None:
+    with rawhttp.connect(url) as sock:
+        assert_served(url)  # the silent connection holds nothing up
+        received, waited = read_until_closed(sock)
+    assert received == b""  # no request, nothing to answer
+    assert HEADER_S - 0.2 < waited < HEADER_S + 1.0
+
+
+def test_half_the_headers_get_a_408_at_the_header_bound(url: str) -> None:
+    with rawhttp.connect(url) as sock:
+        sock.sendall(REQUEST[:40])
+        assert_served(url)
+        received, waited = read_until_closed(sock)
+    status, error = json_error(received)
+    assert status == 408
+    assert error.startswith(f"the request's headers did not arrive within {HEADER_S:g} s")
+    assert waited < HEADER_S + 1.0
+
+
+def test_half_the_body_gets_a_408_at_the_body_bound(url: str) -> None:
+    with rawhttp.connect(url) as sock:
+        sock.sendall(REQUEST + BODY[:20])
+        started = time.monotonic()
+        assert_served(url)
+        received, _ = read_until_closed(sock)
+        waited = time.monotonic() - started
+    status, error = json_error(received)
+    assert status == 408
+    assert error.startswith(f"the request's body did not arrive within {BODY_S:g} s")
+    assert BODY_S - 0.2 < waited < BODY_S + 1.0
+
+
+def test_a_body_sent_slowly_but_within_the_bound_is_served(url: str) -> None:
+    with rawhttp.connect(url) as sock:
+        sock.sendall(REQUEST)
+        for start in range(0, len(BODY), len(BODY) // 3 + 1):
+            time.sleep(0.3)
+            sock.sendall(BODY[start : start + len(BODY) // 3 + 1])
+        head = sock.recv(65536)
+    assert head.startswith(b"HTTP/1.1 200"), head
+
+
+def test_a_kept_alive_connection_is_closed_when_idle(url: str) -> None:
+    with rawhttp.connect(url) as sock:
+        sock.sendall(REQUEST + BODY)
+        received, waited = read_until_closed(sock)
+    assert rawhttp.parse(received)[0] == 200  # answered, then closed after idle_timeout_s = 1
+    assert 0.8 < waited < 1.0 + 1.0
+
+
+def test_the_manifest_gives_the_defaults(tmp_path: Path) -> None:
+    """header_timeout_s = 30 in the manifest holds when no flag overrides it."""
+    source = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    with running(source, "--body-timeout", "5") as (base, _), rawhttp.connect(base) as sock:
+        sock.sendall(REQUEST[:40])
+        sock.settimeout(HEADER_S + 1.0)
+        with pytest.raises(TimeoutError):
+            sock.recv(1)  # still waiting well past the flag's 1 s of the other server
+
+
+CHUNKED = REQUEST.replace(b"content-length:", b"transfer-encoding: chunked\r\nx-was:")
+NOT_HTTP = "not a valid HTTP/1.1 request"
+
+
+@pytest.mark.parametrize(
+    ("what", "sent", "status", "words"),
+    [
+        ("not HTTP", b"\x00\x01\x02 hello\r\n\r\n", 400, NOT_HTTP),
+        ("bad length", REQUEST.replace(b"content-length: ", b"content-length: x"), 400, NOT_HTTP),
+        ("bad chunk", CHUNKED + b"zz\r\n", 400, NOT_HTTP),
+        ("header flood", REQUEST[:40] + b"x-pad: " + b"a" * 80_000, 431, "request headers: over"),
+    ],
+)
+def test_bytes_that_are_not_a_request_get_a_json_4xx(
+    url: str, what: str, sent: bytes, status: int, words: str
+) -> None:
+    with rawhttp.connect(url) as sock:
+        sock.sendall(sent)
+        received, waited = read_until_closed(sock)
+    got, error = json_error(received)
+    assert (got, waited < HEADER_S) == (status, True), what
+    assert error.startswith(words), what
+    assert_served(url)
+
+
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+def test_both_of_uvicorn_s_http_implementations_keep_the_bounds(tmp_path: Path, http: str) -> None:
+    """uvicorn speaks h11 where httptools is not installed: the bounds hold with either."""
+    source = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    timeouts = Timeouts(header_s=0.5, body_s=0.5, idle_s=1, drain_s=1)
+    app = create_app(Runtime.load(build(source, tmp_path / "bundle")), timeouts=timeouts)
+    cases = [(REQUEST[:40], 408), (REQUEST + BODY[:20], 408), (b"\x00\x01 hi\r\n\r\n", 400)]
+    with serving(app, http=protocol_class(timeouts, http)) as url:
+        for sent, status in cases:
+            with rawhttp.connect(url) as sock:
+                sock.sendall(sent)
+                received, waited = read_until_closed(sock)
+            assert (json_error(received)[0], waited < 1.5) == (status, True), (http, sent[:20])
+        assert_served(url)

@@ -1,0 +1,151 @@
+"""A handler's mistakes, as its author meets them: `edgeserve build` names the file, the line and
+the sample; `edgeserve serve` names the source file (not the bundle cache) and answers the client
+with what the handler returned and what was expected."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from edgeserve.cli import main
+from tests.models import mlp_model, write_function
+from tests.server import running
+
+MANIFEST = (
+    '[function]\nname = "mlp"\n[handler]\nmodule = "handler"\n[backend]\nprefer = ["onnxruntime"]\n'
+)
+GOOD = """\
+import numpy as np
+
+def preprocess(payload, ctx):
+    return [{"x": np.asarray(payload["x"], dtype=np.float32)}]
+
+def postprocess(items, ctx):
+    return {"y": items[0]["y"]}
+"""
+SAMPLE = json.dumps({"x": [0.5] * 16})
+
+
+def _function(tmp_path: Path, handler: str, sample: bool = True) -> Path:
+    folder = write_function(tmp_path / "fn", mlp_model, MANIFEST, handler)
+    if sample:
+        (folder / "samples").mkdir()
+        (folder / "samples" / "request.json").write_text(SAMPLE)
+    return folder
+
+
+def _build(folder: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(["build", str(folder), "--out", str(folder.parent / "out")])
+    captured = capsys.readouterr()
+    return code, " ".join((captured.out + captured.err).split())
+
+
+def test_build_runs_a_good_handler_on_the_samples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, said = _build(_function(tmp_path, GOOD), capsys)
+    assert code == 0
+    assert "handler: ran samples/request.json through preprocess, model, postprocess" in said
+
+
+@pytest.mark.parametrize(
+    ("handler", "expected"),
+    [
+        (
+            GOOD.replace("def preprocess(payload, ctx):", "def preprocess(payload, ctx)"),
+            "{file}:3: syntax error in the handler: expected ':': def preprocess(payload, ctx)",
+        ),
+        (
+            "import numpy as np\nimport tokenizerz\n" + GOOD,
+            "{file}:2: the handler failed to import: ModuleNotFoundError: No module named "
+            "'tokenizerz'. Hint: install it, and list it in [handler] requirements",
+        ),
+        (
+            GOOD.replace('return [{"x"', 'return {"x"').replace("float32)}]", "float32)}"),
+            "{file}: on request.json: handler.preprocess returned dict; expected "
+            "list[dict[str, np.ndarray]]",
+        ),
+        (
+            GOOD.replace("dtype=np.float32", "dtype=np.float64"),
+            "{file}: on request.json: handler.preprocess item 0, `x`: got FP64 [16]; expected "
+            "FP32 [16] (-1: any size)",
+        ),
+        (
+            GOOD.replace('{"x": np.asarray', '{"input": np.asarray'),
+            "{file}: on request.json: handler.preprocess item 0 has keys ['input']; expected "
+            "the model's inputs ['x']",
+        ),
+        (
+            GOOD.replace('payload["x"]', 'payload["features"]'),
+            "{file}:4: handler.preprocess raised KeyError: 'features' (on {folder}/samples/"
+            "request.json)",
+        ),
+        (
+            GOOD.replace('return {"y": items[0]["y"]}', 'return {"y": {1, 2}}'),
+            "{file}: on request.json: handler.postprocess returned dict holding what a response "
+            "cannot carry",
+        ),
+    ],
+    ids=["syntax", "import", "not a list", "dtype", "names", "raises", "unencodable"],
+)
+def test_build_names_the_file_the_line_and_what_was_expected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], handler: str, expected: str
+) -> None:
+    folder = _function(tmp_path, handler)
+    code, said = _build(folder, capsys)
+    assert code == 2
+    assert said.startswith("error: ")
+    assert expected.format(file=folder / "handler.py", folder=folder) in said
+    assert "built" not in said
+
+
+def test_build_says_when_a_sample_does_not_fit_the_handler(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handler = GOOD.replace(
+        "def preprocess(payload, ctx):\n",
+        "from edgeserve.errors import InvalidInput\n\ndef preprocess(payload, ctx):\n"
+        "    if 'x' not in payload:\n"
+        "        raise InvalidInput('expected {\"x\": [16 numbers]}')\n",
+    )
+    folder = _function(tmp_path, handler)
+    (folder / "samples" / "request.json").write_text('{"pixels": []}')
+    code, said = _build(folder, capsys)
+    assert code == 2
+    assert f"{folder}/samples/request.json: handler.preprocess refused this sample " in said
+    assert 'expected {"x": [16 numbers]}. Hint: make the sample a request the handler' in said
+
+
+def test_serve_answers_a_contract_violation_clearly_and_logs_the_source_file(
+    tmp_path: Path,
+) -> None:
+    bad = GOOD.replace('return [{"x"', 'return {"x"').replace("float32)}]", "float32)}")
+    folder = _function(tmp_path, bad, sample=False)  # no sample: nothing for build to catch
+    with running(folder) as (url, server):
+        answer = httpx.post(f"{url}/invoke", json=json.loads(SAMPLE), timeout=30)
+        refused = httpx.post(f"{url}/invoke", json={"nothing": 1}, timeout=30)
+    assert answer.status_code == 500
+    assert answer.json() == {
+        "error": "handler.preprocess returned dict; expected list[dict[str, np.ndarray]] "
+        "(a bug in the function's handler, not in the request)"
+    }
+    log = "".join(server.output)
+    assert f"{folder}/handler.py: handler.preprocess returned dict" in log
+    assert refused.status_code == 500  # a KeyError in the handler: a fault, its traceback logged
+    assert f'File "{folder}/handler.py", line 4, in preprocess' in log  # the user's file
+    assert "/bundles/" not in log  # never the copy in the bundle cache
+
+
+def test_serve_names_the_source_file_when_the_handler_does_not_import(tmp_path: Path) -> None:
+    folder = _function(tmp_path, "import tokenizerz\n" + GOOD, sample=False)
+    with (
+        pytest.raises(RuntimeError, match="server did not start") as failed,
+        running(folder, timeout_s=60),
+    ):
+        pass
+    said = str(failed.value)
+    assert f"{folder}/handler.py:1: the handler failed to import: ModuleNotFoundError" in said
+    assert "/bundles/" not in said
