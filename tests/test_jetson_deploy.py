@@ -130,6 +130,8 @@ class Poller:
 
     def __init__(self, base: str) -> None:
         self.base, self.answers, self.stopped = base, [], threading.Event()
+        self.timed: list[tuple[float, str | None]] = []
+        """(time.monotonic(), version or None when the request failed), for measuring gaps."""
         self.thread = threading.Thread(target=self._poll, daemon=True)
 
     def __enter__(self) -> Poller:
@@ -144,9 +146,12 @@ class Poller:
         deadline = time.monotonic() + POLL_LIMIT_S
         while not self.stopped.is_set() and time.monotonic() < deadline:
             try:
-                self.answers.append(served_version(self.base))
+                version: str | None = served_version(self.base)
+                self.answers.append(str(version))
             except httpx.HTTPError as exc:
+                version = None
                 self.answers.append(f"failed: {exc!r}")
+            self.timed.append((time.monotonic(), version))
             time.sleep(0.02)
 
 
