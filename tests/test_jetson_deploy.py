@@ -38,7 +38,12 @@ pytestmark = [
 
 DEVICE_PYTHON = str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "python")
 POLL_LIMIT_S = 120.0
-BROKEN_HANDLER = 'raise RuntimeError("this handler is broken on purpose [/etc/model.conf]")\n'
+BROKEN_HANDLER = """\
+from pathlib import Path
+
+if "releases" in Path(__file__).parts:  # deployed: the build imports it fine, the device cannot
+    raise RuntimeError("this handler is broken on purpose [/etc/model.conf]")
+"""
 
 
 def _build(source: Path, out: Path, version: str) -> Bundle:

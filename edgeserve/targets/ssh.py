@@ -150,19 +150,17 @@ class Remote:
             )
         return DeployError(f"host {self.host}: `{shlex.join(argv)}` failed (exit {code}): {detail}")
 
-    def copy_tree(
-        self, src: Path, dest: str, link_dest: str | None = None, keep: tuple[str, ...] = ()
-    ) -> str:
+    def copy_tree(self, src: Path, dest: str, link_dest: str | None = None) -> str:
         """Copy the directory `src` to `dest` on the device; return the tool used.
 
         rsync (when both ends have it) sends only what changed and hard-links files equal to
         those in `link_dest` (the current release), so a release costs only its changes on disk.
-        Files in `dest` that `src` lacks are deleted, except the top-level names in `keep`.
+        Files in `dest` that `src` lacks are deleted.
         Without rsync the tree is streamed as tar over ssh: everything is sent, nothing deleted.
         """
         self.run(["mkdir", "-p", dest])
         if self.has_rsync:
-            self._rsync_tree(src, dest, link_dest, keep)
+            self._rsync_tree(src, dest, link_dest)
             return "rsync"
         self._tar_tree(src, dest)
         return "tar"
@@ -172,14 +170,11 @@ class Remote:
         """Whether both this machine and the device have rsync (asked once per device)."""
         return shutil.which("rsync") is not None and self.succeeds(["rsync", "--version"])
 
-    def _rsync_tree(
-        self, src: Path, dest: str, link_dest: str | None, keep: tuple[str, ...]
-    ) -> None:
+    def _rsync_tree(self, src: Path, dest: str, link_dest: str | None) -> None:
         # --checksum: builds are reproducible, so two different files can share size and mtime;
         # rsync's quick check would then hard-link the old one into the new release.
         argv = ["rsync", "-a", "--checksum", "--delete", "--protect-args"]
         argv += ["-e", shlex.join(self.ssh_argv())]
-        argv += [f"--exclude=/{name}" for name in keep]
         if link_dest is not None:
             argv.append(f"--link-dest={link_dest}")
         argv += [f"{src}/", f"{self.host}:{dest}/"]
