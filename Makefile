@@ -23,6 +23,7 @@ check: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports  # the layers and no cycles: [tool.importlinter] in pyproject.toml
 
 demo: install
 	$(BIN)/python functions/ocr/demo.py

@@ -9,7 +9,8 @@ contract, and blamed in the user's words when it breaks.
 A mistake in the handler is the function author's, not the client's: a broken import fails the
 build (and `serve`) naming the user's file and line; a contract violation at serve time answers
 500 with what was returned and what was expected (and logs the file); `InvalidInput` raised by
-the handler about its payload answers 400.
+the handler about its payload answers 400, and so does an item whose dim sizes do not fit the
+model (the sizes may be the client's: see `check_items`).
 """
 
 from __future__ import annotations
@@ -69,13 +70,20 @@ def _import_hint(exc: Exception) -> str:
     return ""
 
 
-def check_items(items: Any, signature: Signature) -> list[TensorDict]:
-    """preprocess's result, checked against the contract; HandlerError says what is wrong."""
+def check_items(items: Any, signature: Signature, *, sizes: bool = True) -> list[TensorDict]:
+    """preprocess's result, checked against the contract; HandlerError says what is wrong.
+
+    What the handler's code alone decides is always checked: a list of dicts of the model's
+    inputs, ndarrays of each input's datatype and rank. Dim sizes (`sizes`) may come from the
+    request (a handler passing a client's array along): at serve time they are left to the
+    check at the door, which answers the client 400 naming the tensor; build checks them on
+    the function's own samples.
+    """
     if not isinstance(items, list | tuple):
         raise HandlerError(f"handler.preprocess returned {_kind(items)}; expected {ITEMS_TYPE}")
     expected = {spec.name: _item_dims(spec, signature) for spec in signature.inputs}
     for position, item in enumerate(items):
-        _check_item(position, item, expected, signature.inputs)
+        _check_item(position, item, expected, signature.inputs, sizes)
     return list(items)
 
 
@@ -84,7 +92,11 @@ def _item_dims(spec: TensorSpec, signature: Signature) -> tuple[int, ...]:
 
 
 def _check_item(
-    position: int, item: Any, dims: dict[str, tuple[int, ...]], specs: Sequence[TensorSpec]
+    position: int,
+    item: Any,
+    dims: dict[str, tuple[int, ...]],
+    specs: Sequence[TensorSpec],
+    sizes: bool,
 ) -> None:
     where_ = f"handler.preprocess item {position}"
     if not isinstance(item, dict):
@@ -99,8 +111,8 @@ def _check_item(
         if not isinstance(value, np.ndarray):
             raise HandlerError(f"{where_}, `{spec.name}` is {_kind(value)}; expected np.ndarray")
         want = dims[spec.name]
-        fits = value.ndim == len(want) and all(
-            w in (-1, g) for w, g in zip(want, value.shape, strict=False)
+        fits = value.ndim == len(want) and (
+            not sizes or all(w in (-1, g) for w, g in zip(want, value.shape, strict=False))
         )
         if value.dtype != DATATYPES[spec.datatype].numpy or not fits:
             raise HandlerError(

@@ -12,8 +12,8 @@ The wiring batcher -> backend is written out here (`LocalEngine`): the batcher c
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Iterable, Sequence
 from pathlib import Path
@@ -23,24 +23,30 @@ import numpy as np
 
 from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
-from edgeserve.backends.tensors import shape_profile
-from edgeserve.batching import Batcher, BatchPolicy
+from edgeserve.batching import ONE_REQUEST, Batcher, BatchPolicy, stack_rows
+from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
 from edgeserve.handler import check_items, import_handler
 from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
 from edgeserve.samples import example_inputs
-from edgeserve.signature import check_inputs, check_names
+from edgeserve.shapes import ShapeProfile, shape_profile
 from edgeserve.stats import ModelStats
 from edgeserve.types import Backend, Context, TensorDict, TensorSpec
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
-    from edgeserve.manifest import Manifest
+    from edgeserve.manifest import BatchingSection, Manifest
     from edgeserve.types import Signature
 
 log = logging.getLogger("edgeserve")
 T = TypeVar("T")
+
+
+GPU_SWITCH_INTERVAL_S = 0.0005
+"""With a GPU, a batch thread that finishes a copy or a run must get the GIL back from the
+event loop at once: at Python's default 5 ms, a ResNet-18 batch of 32 took 2.1x its in-process
+time inside the server on an H100, at 0.5 ms 1.4x (benchmarks/RESULTS-gpu.md)."""
 
 
 class Engine(Protocol):
@@ -49,6 +55,10 @@ class Engine(Protocol):
 
     @property
     def backend_name(self) -> str: ...
+    @property
+    def profile(self) -> ShapeProfile | None:
+        """The shapes its backend was loaded for: the data plane refuses others at the door."""
+
     @property
     def ready(self) -> bool:
         """Whether batches can run (a RemoteEngine is not while the inference process restarts)."""
@@ -76,7 +86,9 @@ class LocalEngine:
     ) -> None:
         self.backend = backend
         self.signature = signature
-        self.batcher = Batcher(backend.infer, signature, policy, stats)
+        # a backend with bound buffers (ONNX Runtime on CUDA) assembles each batch into them
+        assemble = getattr(backend, "assemble", stack_rows)
+        self.batcher = Batcher(backend.infer, signature, policy, stats, assemble)
         self.submit = self.batcher.submit
         self.admit = self.batcher.admit
         self.check_room = self.batcher.check_room
@@ -85,6 +97,10 @@ class LocalEngine:
     @property
     def backend_name(self) -> str:
         return self.backend.name
+
+    @property
+    def profile(self) -> ShapeProfile | None:
+        return self.backend.profile
 
     async def start(self) -> None:
         """Start the batcher, then run one batch per preferred size (and backend bucket)."""
@@ -106,6 +122,7 @@ class Runtime:
         self.bundle = bundle
         self.engine = engine
         self.stats = stats or ModelStats(bundle.manifest.function.name, self.model_version)
+        self.checks = self._door()
         self.handler = (
             None
             if bundle.handler_path is None
@@ -121,21 +138,22 @@ class Runtime:
         bundle: Bundle,
         *,
         backend: str | None = None,
-        lambda_mode: bool = False,
+        batching: BatchingSection | None = None,
         stats: ModelStats | None = None,
     ) -> Runtime:
         """Load the model on the backend that fits this machine (or the one asked for).
 
-        On Lambda one invocation runs at a time per instance, so waiting for company is pure
-        latency: the batcher adds no delay and runs one batch at a time.
-        """
+        `batching` replaces the manifest's [batching] where a front knows better (Lambda runs
+        one invocation at a time: aws_lambda/adapter.py)."""
         manifest = bundle.manifest
         started = time.perf_counter()
         platform = probe()
         choice = choose(platform, prefer=_planned_backends(bundle), override=backend)
-        policy = BatchPolicy.from_manifest(manifest.batching, batched=bundle.signature.batched)
-        if lambda_mode:
-            policy = dataclasses.replace(policy, max_queue_delay_s=0.0, instances=1)
+        section = batching or manifest.batching
+        policy = BatchPolicy.from_manifest(section, batched=bundle.signature.batched)
+        device = default_device(platform)
+        if device != "cpu":
+            sys.setswitchinterval(GPU_SWITCH_INTERVAL_S)
         loaded = load_backend(
             choice.name,
             bundle.model_path,
@@ -144,7 +162,7 @@ class Runtime:
             precision=manifest.backend.precision,
             threads=manifest.backend.threads,
             instances=policy.instances,
-            device=default_device(platform),
+            device=device,
             profile=shape_profile(
                 bundle.signature, policy.max_batch_size, policy.preferred_batch_sizes
             ),
@@ -195,6 +213,7 @@ class Runtime:
             return
         started = time.perf_counter()
         await self.engine.start()
+        self.checks = self._door()  # a remote engine says its shapes once connected
         self.timings["warmup_s"] = time.perf_counter() - started
         self._housekeeping = asyncio.create_task(trim_when_idle(self._requests_seen))
         self.started = True
@@ -257,6 +276,11 @@ class Runtime:
             results = await _all_or_none(self._run_item(item, when) for item in items)
             return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
 
+    def _door(self) -> InputChecks:
+        """The checks every request passes, against the shapes the engine's backend takes."""
+        batching = self.signature.batched and self.manifest.batching.max_batch_size > 0
+        return InputChecks(self.signature, self.engine.profile, batching)
+
     def _requests_seen(self) -> int:
         counters = self.stats.snapshot()
         return counters.success.count + counters.fail.count
@@ -265,13 +289,13 @@ class Runtime:
         return _Counted(self.stats)
 
     async def _run(self, inputs: TensorDict, when: _Arrival) -> TensorDict:
-        check_inputs(self.signature, inputs)
-        return await self.engine.submit(inputs, when.deadline, when.arrived)
+        checked = self.checks(inputs)  # the one check: the engine and backend trust it
+        return await self.engine.submit(checked, when.deadline, when.arrived)
 
     def _checked(self, items: Any) -> list[TensorDict]:
         """preprocess's items held to the contract; a violation names the handler's file."""
         try:
-            return check_items(items, self.signature)
+            return check_items(items, self.signature, sizes=False)
         except HandlerError as exc:
             raise HandlerError(exc.message, str(self.bundle.handler_source)) from None
 
@@ -359,13 +383,16 @@ def _tensor(spec: TensorSpec, value: Any) -> np.ndarray:
 
 
 async def _all_or_none(work: Iterable[Awaitable[T]]) -> list[T]:
-    """Await all; on the first failure cancel the rest (their queued items leave the queue)
-    and raise that failure itself, not an exception group."""
+    """Await all as one request (ONE_REQUEST: the batcher fails its waiting items together);
+    on the first failure cancel the rest and raise that failure, not an exception group."""
+    token = ONE_REQUEST.set(object())  # the tasks copy this context
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(_awaited(one)) for one in work]
     except BaseExceptionGroup as failed:
         raise failed.exceptions[0] from None
+    finally:
+        ONE_REQUEST.reset(token)
     return [task.result() for task in tasks]
 
 

@@ -4,7 +4,7 @@ A client creates a region (POSIX shared memory, `shm_open` under /dev/shm), regi
 of it under a name, then names that region (and an offset and byte size inside it) in place of
 a tensor's data, for inputs and outputs alike. One registry holds every kind of region under one
 namespace, as Triton's shared-memory manager does: `kind` tells system regions from CUDA ones
-(another module adds those; a region only has to read and write host bytes).
+(`cudamemory`; a region only has to read and write host bytes).
 
 Inputs are read without a copy: the tensor is a read-only view of the mapping. Unregistering
 drops the registry's reference only; a mapping still viewed by a request in flight stays mapped
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from edgeserve.cudamemory import open_cuda_region
 from edgeserve.errors import InvalidInput, ModelNotFound
 
 SHM_ROOT = Path("/dev/shm")  # noqa: S108 - where Linux keeps POSIX shm_open objects
@@ -126,16 +127,7 @@ def open_system_region(name: str, body: Mapping[str, Any]) -> Region:
     return SystemRegion.open(name, body["key"], body.get("offset", 0), body["byte_size"])
 
 
-def no_cuda_regions(name: str, body: Mapping[str, Any]) -> Region:
-    """Where this server has no CUDA region support: register is refused, while status lists
-    none and unregister is a no-op, as clients that clean up every kind expect."""
-    raise InvalidInput(
-        f"CUDA shared memory region `{name}`: not served here (no GPU support in this server). "
-        "Hint: use system shared memory (/v2/systemsharedmemory)"
-    )
-
-
-OPENERS: dict[str, Opener] = {"system": open_system_region, "cuda": no_cuda_regions}
+OPENERS: dict[str, Opener] = {"system": open_system_region, "cuda": open_cuda_region}
 
 
 class Regions:

@@ -7,14 +7,12 @@ dynamic first dimension; otherwise the function serves one request per run, unba
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 from edgeserve import datatypes
-from edgeserve.errors import ConfigError, InvalidInput, did_you_mean
+from edgeserve.errors import ConfigError, did_you_mean
 from edgeserve.manifest import ModelSection, TensorOverride
 from edgeserve.types import Signature, TensorSpec
 
@@ -137,51 +135,3 @@ def _check_overrides_exist(
                     f"{where}: [model.{kind}.{name}]: the model has no {kind[:-1]} `{name}`; "
                     f"expected one of {known}{did_you_mean(name, known)}"
                 )
-
-
-def check_names(signature: Signature, names: Iterable[object]) -> None:
-    """Refuse a set of input names other than the model's (names may be anything a client sent)."""
-    expected = {spec.name for spec in signature.inputs}
-    given = set(names)
-    unknown = sorted(map(str, given - expected))
-    missing = sorted(expected - given)
-    if unknown or missing:
-        raise InvalidInput(
-            f"inputs: expected {sorted(expected)}"
-            + (f"; unknown {unknown}" if unknown else "")
-            + (f"; missing {missing}" if missing else "")
-        )
-
-
-def check_inputs(signature: Signature, inputs: dict[str, np.ndarray]) -> None:
-    """Refuse inputs that do not fit the signature, saying which tensor and what was expected."""
-    check_names(signature, inputs)
-    rows = {name: array.shape[0] if array.ndim else None for name, array in inputs.items()}
-    for spec in signature.inputs:
-        _check_tensor(spec, inputs[spec.name])
-    if signature.batched and len(set(rows.values())) > 1:
-        raise InvalidInput(
-            f"inputs: every tensor needs the same batch size (first dim), got {rows}"
-        )
-
-
-def _check_tensor(spec: TensorSpec, array: np.ndarray) -> None:
-    datatype = datatypes.DATATYPES[spec.datatype]
-    fits_dtype = array.dtype == datatype.numpy or (
-        spec.datatype == "BYTES" and array.dtype.kind in "OSU"
-    )
-    fits_dims = array.ndim == len(spec.dims) and all(
-        want in (-1, got) for want, got in zip(spec.dims, array.shape, strict=True)
-    )
-    if not (fits_dtype and fits_dims):
-        raise InvalidInput(
-            f"tensor `{spec.name}`: expected {list(spec.dims)} {spec.datatype}, "
-            f"got {list(array.shape)} {_datatype_name(array.dtype)}"
-        )
-
-
-def _datatype_name(dtype: np.dtype) -> str:
-    try:
-        return datatypes.from_numpy(dtype).name
-    except ValueError:
-        return str(dtype)

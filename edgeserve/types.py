@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from edgeserve.shapes import ShapeProfile
 
 TensorDict = dict[str, np.ndarray]
 """Tensors by name; the first axis is the batch axis wherever batching applies."""
@@ -63,11 +66,16 @@ class Context:
 class Backend(Protocol):
     """An inference engine holding one loaded model: runs one batch at a time per call.
 
-    `buckets`: batch sizes it keeps state for (ONNX Runtime's CUDA sessions), warmed at start
-    besides the preferred sizes; empty for most."""
+    It trusts its inputs: the data plane checked them against `profile` (the shapes it was
+    loaded for, each input's min and max per axis; None: any the signature allows). `buckets`:
+    batch sizes it keeps state for (ONNX Runtime's CUDA sessions), warmed at start besides the
+    preferred sizes; empty for most."""
 
     name: str
     buckets: tuple[int, ...]
+
+    @property
+    def profile(self) -> ShapeProfile | None: ...
 
     def infer(self, inputs: TensorDict) -> TensorDict: ...
 

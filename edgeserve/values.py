@@ -11,12 +11,17 @@ NaN and infinity are floats like any other (binary tensors carry them too).
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import numpy as np
 
 from edgeserve.datatypes import Datatype
 from edgeserve.errors import InvalidInput
+
+MAX_ELEMENTS = 2**48
+"""The most elements a client's shape may describe, zero dims aside (numpy refuses shapes whose
+product overflows its index type even when a zero dim makes the tensor empty)."""
 
 _ACCEPTED: dict[str, tuple[frozenset[type], str]] = {
     "b": (frozenset({bool}), "booleans"),
@@ -45,6 +50,8 @@ def to_array(data: Any, datatype: Datatype, where: str, max_depth: int) -> np.nd
     flat, dims = _flatten(data, max(max_depth, 1), where)
     accepted, wanted = _ACCEPTED[datatype.numpy.kind]
     found = set(map(type, flat))
+    if float in found and datatype.numpy.kind in "iu":
+        _check_integral_range(flat, datatype, where)
     if not found <= accepted:
         names = sorted(_FOUND.get(kind, kind.__name__) for kind in found - accepted)
         raise InvalidInput(f"{where}: expected {wanted}, found {', '.join(names)}")
@@ -53,6 +60,24 @@ def to_array(data: Any, datatype: Datatype, where: str, max_depth: int) -> np.nd
         array[:] = [item.encode("utf-8") if isinstance(item, str) else item for item in flat]
         return array.reshape(dims)
     return _numbers(flat, datatype, where).reshape(dims)
+
+
+def to_shape(value: Any, where: str) -> tuple[int, ...]:
+    """A shape a client sent (v2 `shape`, a msgpack array's dims): non-negative ints whose
+    product a tensor can hold; InvalidInput, prefixed with `where`, otherwise."""
+    if not isinstance(value, list) or not all(map(is_count, value)):
+        raise InvalidInput(f"{where}: `shape` must be a list of non-negative ints, got {value!r}")
+    if math.prod(max(dim, 1) for dim in value) > MAX_ELEMENTS:
+        raise InvalidInput(
+            f"{where}: shape {value} describes more elements than a tensor can hold "
+            f"(its non-zero dims multiply past 2**48)"
+        )
+    return tuple(value)
+
+
+def is_count(value: Any) -> bool:
+    """A non-negative JSON integer (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _flatten(data: Any, max_depth: int, where: str) -> tuple[list[Any], tuple[int, ...]]:
@@ -74,6 +99,18 @@ def _flatten(data: Any, max_depth: int, where: str) -> tuple[list[Any], tuple[in
         flat = list(itertools.chain.from_iterable(flat))
         dims.append(width)
     return flat, tuple(dims)
+
+
+def _check_integral_range(flat: list[Any], datatype: Datatype, where: str) -> None:
+    """A whole number too large for int64 arrives from a JSON parser as a float: it is out of
+    range, not a fraction."""
+    info = np.iinfo(datatype.numpy)
+    for item in flat:
+        if isinstance(item, float) and item.is_integer() and not info.min <= item <= info.max:
+            raise InvalidInput(
+                f"{where}: a value ({item:.0f}) is out of the range of {datatype.name} "
+                f"({info.min} .. {info.max})"
+            )
 
 
 def _numbers(flat: list[Any], datatype: Datatype, where: str) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
@@ -72,6 +72,16 @@ def nest(body: bytes, levels: int, leaf: bytes = b"1") -> bytes:
     """`body` with the string DEEP replaced by `leaf` in `levels` lists (deeper than orjson
     writes, as deep as it reads)."""
     return body.replace(orjson.dumps(DEEP), b"[" * levels + leaf + b"]" * levels)
+
+
+def with_request(**fields: Any) -> bytes:
+    """A valid JSON infer request with request-level fields (outputs, parameters) set."""
+    return orjson.dumps({**orjson.loads(v2_body()), **fields})
+
+
+MANY_UNKNOWN = [
+    {"name": f"x{i}", "datatype": "FP32", "shape": [0], "data": []} for i in range(1000)
+]
 
 
 def binary_fp32(size: Any, tail: bytes, header_length: str | None = None) -> Bad:
@@ -143,7 +153,13 @@ CORPUS: list[Bad] = [
     Bad("count mismatch", v2_body(shape=[2, 3]), 400, f"{FP32_WHERE[:-6]}[2, 3]: expected 6"),
     Bad("wrong dims", v2_body(shape=[3, 1]), 400, "tensor `in_FP32`: expected [-1, 3] FP32"),
     Bad("wrong datatype", v2_body(datatype="FP64"), 400, "expected [-1, 3] FP32, got [1, 3] FP64"),
-    Bad("huge shape", v2_body(shape=[10**12, 10**12]), 400, "expected 1000000000000000000000000"),
+    Bad("huge shape", v2_body(shape=[10**12, 10**12]), 400, "more elements than a tensor can"),
+    Bad(
+        "shape past int64 with a zero dim",
+        v2_body(shape=[0, 2**62, 2**62], data=[]),
+        400,
+        "shape [0, 4611686018427387904, 4611686018427387904] describes more elements",
+    ),
     # v2 JSON: values v2 refuses
     Bad(
         "FP32 null", v2_body(data=[None, 1, 2]), 400, f"{FP32_WHERE}: expected numbers, found null"
@@ -220,6 +236,37 @@ CORPUS: list[Bad] = [
         "has no version `9`",
         path="/v2/models/identity/versions/9/infer",
     ),
+    Bad(
+        "INT64 past 64 bits (a float to JSON parsers)",
+        nest(v2_body(input="INT64", data=DEEP), 1, b"18446744073709551616, 1, 2"),
+        400,
+        "a value (18446744073709551616) is out of the range of INT64",
+    ),
+    Bad(
+        "output asked twice",
+        with_request(outputs=[{"name": "out_FP32"}, {"name": "out_FP32"}]),
+        400,
+        "output `out_FP32`: requested twice",
+    ),
+    Bad(
+        "binary_data a string",
+        with_request(outputs=[{"name": "out_FP32", "parameters": {"binary_data": "no"}}]),
+        400,
+        "output `out_FP32`: `parameters`: binary_data: expected true or false, got 'no'",
+    ),
+    Bad(
+        "binary_data_output a number",
+        with_request(parameters={"binary_data_output": 1}),
+        400,
+        "request `parameters`: binary_data_output: expected true or false, got 1",
+    ),
+    Bad(
+        "1000 unknown inputs",
+        with_request(inputs=[*orjson.loads(v2_body())["inputs"], *MANY_UNKNOWN]),
+        400,
+        "unknown ['x0', 'x1', 'x10', 'x100', 'x101', 'x102', 'x103', 'x104', 'x105', 'x106'] "
+        "and 990 more",
+    ),
     Bad("GET on infer", b"", 405, "Method Not Allowed", method="GET"),
     # the binary extension: lies in Inference-Header-Content-Length and binary_data_size
     binary_fp32(12, b"\0" * 12, "100000"),
@@ -231,8 +278,9 @@ CORPUS: list[Bad] = [
     binary_fp32(8, b"\0" * 8),
     binary_fp32(12, b"\0" * 16),
     binary_fp32(True, b"\0"),
-    binary_fp32(-4, b""),
+    replace(binary_fp32(-4, b""), words="expected a non-negative integer byte count, got -4"),
     binary_fp32("12", b"\0" * 12),
+    replace(binary_fp32(12.0, b"\0" * 12), words="binary_data_size: expected a non-negative"),
     binary_fp32(2**63, b"\0" * 12),
     # encodings and sizes: bombs and lies
     Bad("gzip bomb", gzip.compress(b"\0" * (LIMIT * 64)), 413, "over the limit", headers=GZIP),
@@ -280,7 +328,7 @@ CORPUS: list[Bad] = [
     to_invoke("msgpack bytes keys", payload() | {b"k": 1}, "unknown [\"b'k'\"]", MSGPACK),
     to_invoke("msgpack garbage", b"\xc1\xc1", "not valid msgpack", MSGPACK),
     to_invoke("msgpack truncated", _msgpack(payload())[:-3], "not valid msgpack", MSGPACK),
-    to_invoke("msgpack deep", b"\x91" * 5000 + b"\x01", "not valid msgpack", MSGPACK),
+    to_invoke("msgpack deep", b"\x91" * 5000 + b"\x01", "nested deeper than msgpack", MSGPACK),
     to_invoke("msgpack NaN into INT64", payload(INT64=[[NAN, 1, 2]]), "found fractions", MSGPACK),
     to_invoke("msgpack FP32 bytes", payload(FP32=[[b"1", 1, 2]]), "found bytes", MSGPACK),
     to_invoke("msgpack ext datetime", payload(FP32=array_ext("M8[s]")), "no KServe v2", MSGPACK),
@@ -288,4 +336,17 @@ CORPUS: list[Bad] = [
     to_invoke("msgpack ext cut", ext(b"\x93\x01"), "not valid msgpack", MSGPACK),
     to_invoke("msgpack ext object", ext(_msgpack(["|O", [1], bytes(8)])), "numpy array", MSGPACK),
     to_invoke("msgpack ext size", ext(_msgpack(["<f4", [1, 3], bytes(8)])), "numpy array", MSGPACK),
+    to_invoke(
+        "msgpack ext negative dim",
+        ext(_msgpack(["<f4", [-1, 3], bytes(12)])),
+        "msgpack ext 1: `shape` must be a list of non-negative ints, got [-1, 3]",
+        MSGPACK,
+    ),
+    to_invoke(
+        "msgpack ext shape past int64",
+        payload(FP32=ext(_msgpack(["<f4", [0, 2**62, 2**62], b""]))),
+        "describes more elements than a tensor can hold",
+        MSGPACK,
+    ),
+    to_invoke("msgpack ext garbage", ext(b"\xc1"), "numpy array: malformed data", MSGPACK),
 ]

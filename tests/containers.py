@@ -85,7 +85,11 @@ def container(image: str, port: int = 8080) -> Iterator[tuple[str, str, float]]:
     )
     url = f"http://127.0.0.1:{host_port}"
     try:
-        wait_http(f"{url}/v2/health/ready", 120)
+        try:
+            wait_http(f"{url}/v2/health/ready", 120)
+        except TimeoutError as exc:
+            logs = subprocess.run(["podman", "logs", name], capture_output=True, text=True)
+            raise TimeoutError(f"{exc}; container log:\n{logs.stdout}{logs.stderr}") from None
         yield name, url, time.monotonic() - started
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, check=False)

@@ -210,23 +210,35 @@ def classifier_model(path: Path, seed: int = 0) -> Path:
     )
 
 
-def slow_model(path: Path, depth: int = 20, rows: int = 256, dim: int = 1024) -> Path:
+def slow_model(
+    path: Path, depth: int = 20, rows: int = 256, dim: int = 1024, vocab: int | None = None
+) -> Path:
     """x [N, 1, dim] FP32 -> y [N]: x tiled to [N, rows, dim], then `depth` MatMuls by one
-    [dim, dim] weight, summed: about 0.3 s a row on one CPU core, for tests that need a queue."""
+    [dim, dim] weight, summed: about 0.3 s a row on one CPU core, for tests that need a queue.
+    With `vocab`, the input is tokens INT64 [N, rows] looked up in a [vocab, dim] table (a token
+    past it is refused by ONNX Runtime while the batch runs)."""
     rng = np.random.default_rng(0)
     weight = (rng.standard_normal((dim, dim)) / np.sqrt(dim)).astype(np.float32)
-    nodes = [helper.make_node("Tile", ["x", "repeats"], ["h0"])]
+    if vocab is None:
+        first = helper.make_node("Tile", ["x", "repeats"], ["h0"])
+        given = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, dim])
+        table = numpy_helper.from_array(np.array([1, rows, 1], np.int64), "repeats")
+    else:
+        first = helper.make_node("Gather", ["table", "tokens"], ["h0"])
+        given = helper.make_tensor_value_info("tokens", TensorProto.INT64, ["N", rows])
+        table = numpy_helper.from_array(rng.random((vocab, dim), dtype=np.float32), "table")
+    nodes = [first]
     for layer in range(depth):
         nodes.append(helper.make_node("MatMul", [f"h{layer}", "w"], [f"h{layer + 1}"]))
     nodes.append(helper.make_node("ReduceSum", [f"h{depth}", "axes"], ["y"], keepdims=0))
     graph = helper.make_graph(
         nodes,
         "slow",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, dim])],
+        [given],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
         [
             numpy_helper.from_array(weight, "w"),
-            numpy_helper.from_array(np.array([1, rows, 1], np.int64), "repeats"),
+            table,
             numpy_helper.from_array(np.array([1, 2], np.int64), "axes"),
         ],
     )

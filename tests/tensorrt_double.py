@@ -233,16 +233,16 @@ def tensorrt_module(gpu: Gpu, version: str) -> types.ModuleType:
 
         def build_serialized_network(self, network: Network, config: BuilderConfig) -> bytes | None:
             assert network.onnx_path, "build before parse"
-            assert "WORKSPACE" in config.pools and len(config.profiles) == 1
-            shapes = config.profiles[0].shapes
-            for name, dims in network.inputs.items():
-                assert name in shapes or all(d > 0 for d in dims), (
-                    f"dynamic input {name} has no shape"
-                )
+            assert "WORKSPACE" in config.pools and config.profiles, "no optimization profile"
+            for shapes in (profile.shapes for profile in config.profiles):
+                for name, dims in network.inputs.items():
+                    assert name in shapes or all(d > 0 for d in dims), (
+                        f"dynamic input {name} has no shape"
+                    )
             build = {
                 "version": version,
                 "onnx": network.onnx_path,
-                "profile": shapes,
+                "profiles": [profile.shapes for profile in config.profiles],
                 "flags": sorted(f.name for f in config.flags),
                 "timing_blob": config.timing.blob.decode() if config.timing else None,
             }
@@ -278,12 +278,20 @@ def tensorrt_module(gpu: Gpu, version: str) -> types.ModuleType:
     class ExecutionContext:
         def __init__(self, engine: Engine) -> None:
             self.engine = engine
+            self.profile = 0
             self.shapes: dict[str, tuple] = {}
             self.addresses: dict[str, int] = {}
             gpu.calls.append(("create_execution_context",))
 
+        def set_optimization_profile_async(self, index: int, stream_handle: int) -> bool:
+            assert 0 <= index < len(self.engine.profiles), f"no profile {index}"
+            assert stream_handle in gpu.streams and not self.shapes, "set the profile first"
+            self.profile = index
+            gpu.calls.append(("set_optimization_profile_async", index))
+            return True
+
         def set_input_shape(self, name: str, shape: tuple) -> bool:
-            low, _, high = self.engine.profile[name]
+            low, _, high = self.engine.profiles[self.profile][name]
             assert all(lo <= n <= hi for lo, n, hi in zip(low, shape, high, strict=True)), shape
             self.shapes[name] = tuple(shape)
             return True
@@ -322,7 +330,9 @@ def tensorrt_module(gpu: Gpu, version: str) -> types.ModuleType:
     class Engine:
         def __init__(self, plan: dict) -> None:
             self.session = ort.InferenceSession(plan["onnx"], providers=["CPUExecutionProvider"])
-            self.profile = {n: tuple(map(tuple, s)) for n, s in plan["profile"].items()}
+            self.profiles = [
+                {n: tuple(map(tuple, s)) for n, s in shapes.items()} for shapes in plan["profiles"]
+            ]
             self.input_names = [i.name for i in self.session.get_inputs()]
             self.output_names = [o.name for o in self.session.get_outputs()]
             self.names = self.input_names + self.output_names

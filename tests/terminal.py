@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
+import re
 import subprocess
 from collections.abc import Sequence
 
@@ -21,3 +22,8 @@ def in_terminal(command: Sequence[str], timeout_s: float = 120) -> tuple[int, st
             chunks.append(chunk)
     os.close(main_fd)
     return process.wait(timeout=timeout_s), b"".join(chunks).decode("utf-8", "replace")
+
+
+def plain(text: str) -> str:
+    """`text` without its colour and cursor escape codes: the words a user reads."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)

@@ -6,6 +6,7 @@ a 4xx with a JSON error that says what was wrong, never a 5xx, and the next requ
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import io
 import shutil
@@ -27,7 +28,7 @@ from edgeserve.http import create_app
 from edgeserve.http.invoke import NDARRAY_EXT
 from edgeserve.runtime import Runtime
 from tests.bad_requests import CORPUS, GOOD_ROW, INFER, INPUTS, LIMIT, Bad, v2_body
-from tests.models import identity_model, sequence_model, write_function
+from tests.models import identity_model, sequence_model, slow_model, write_function
 from tests.test_tritonclient import MANIFEST
 from tests.threaded_server import serving
 
@@ -273,6 +274,18 @@ def test_an_image_mode_the_handler_cannot_convert_is_a_400_that_says_so(ocr: htt
     assert "mode LAB cannot be converted to grey" in response.json()["error"]
 
 
+def test_a_decompression_bomb_names_one_limit_the_handler_s(ocr: httpx.Client) -> None:
+    """30000x30000 one-bit pixels compress to a small PNG; Pillow refuses its header with its own
+    limit, which must not appear beside the handler's as a second, contradicting one."""
+    bomb = image_bytes(Image.new("1", (30_000, 30_000), 1), "PNG")
+    response = ocr.post("/invoke", content=bomb, headers={"content-type": "image/png"})
+    assert response.status_code == 413
+    error = response.json()["error"]
+    assert error.startswith("image too large: its header declares more than ")
+    assert error.endswith("pixels; the limit is 25000000")
+    assert "DOS attack" not in error
+
+
 def test_a_page_with_more_lines_than_the_queue_holds_is_refused_at_once(ocr: httpx.Client) -> None:
     page = Image.new("L", (400, 40 * 6), 255)
     draw = ImageDraw.Draw(page)
@@ -373,3 +386,42 @@ def test_a_value_the_model_refuses_fails_its_own_request_not_its_batch(tmp_path:
     assert bad.status_code == 400
     assert "idx=99" in bad.json()["error"]
     assert batches["execution_count"] >= 2  # they met in one batch, then ran alone
+
+
+PAGES = """
+[function]
+name = "pages"
+[batching]
+max_batch_size = 8
+preferred_batch_sizes = [8]
+max_queue_delay_ms = 200
+[handler]
+module = "handler"
+[backend]
+prefer = ["onnxruntime"]
+"""
+LINES_HANDLER = """
+import numpy as np
+
+def preprocess(payload, ctx):  # one item per line of tokens, as OCR makes one per text line
+    return [{"tokens": np.asarray(line, dtype=np.int64)} for line in payload["lines"]]
+
+def postprocess(items, ctx):
+    return len(items)
+"""
+
+
+def test_when_one_item_fails_the_request_s_waiting_items_are_withdrawn(tmp_path: Path) -> None:
+    """A page of 5 lines, the second holding a token past the vocabulary: the batch of all 5
+    is refused, so they run one by one; once the second fails, the 3 after it never run."""
+    model = functools.partial(slow_model, depth=4, rows=16, vocab=32)
+    source = write_function(tmp_path / "pages", model, PAGES, LINES_HANDLER)
+    app = create_app(Runtime.load(build(source, tmp_path / "bundle")))
+    good, bad = [1] * 16, [1] * 15 + [99]
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        response = client.post("/invoke", json={"lines": [good, bad, good, good, good]})
+        assert response.status_code == 400
+        assert "idx=99" in response.json()["error"]
+        stats = client.get("/v2/models/pages/stats").json()["model_stats"][0]
+        assert (stats["execution_count"], stats["inference_count"]) == (1, 1)  # the first line
+        assert client.post("/invoke", json={"lines": [good] * 3}).json() == 3

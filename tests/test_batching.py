@@ -654,13 +654,6 @@ async def test_unbatched_model_runs_each_request_alone_as_given() -> None:
     assert [float(a["y"][0]) for a in answers] == [0.0, 3.0, 6.0, 9.0]
 
 
-@in_loop
-async def test_rows_must_agree_across_inputs() -> None:
-    async with serving(Affine(), policy()) as batcher:
-        with pytest.raises(InvalidInput, match="same number"):
-            await batcher.submit({"x": np.zeros((2, 2)), "z": np.zeros((3, 2))}, soon())
-
-
 def test_padded_inputs_share_a_batch_on_onnxruntime(tmp_path: Path) -> None:
     session = ort.InferenceSession(
         str(varlen_model(tmp_path / "v.onnx")), providers=["CPUExecutionProvider"]

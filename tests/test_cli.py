@@ -158,6 +158,21 @@ def test_help_manifest_prints_the_reference_that_ships_with_the_package(tmp_path
     assert "docs/" not in manifest  # a pip-installed edgeserve has no docs/ folder
 
 
+def test_the_manifest_reference_names_every_key_of_the_schema() -> None:
+    """The shipped reference keeps up with function.toml's schema (pydantic's, read here)."""
+    from edgeserve.manifest import Manifest, TensorOverride
+
+    text = _run("help", "manifest").stdout
+    for section, field in Manifest.model_fields.items():
+        assert f"## [{section}]" in text, section
+        keys = getattr(field.annotation, "model_fields", {})
+        for key in keys:  # a key (`    key = `), or a table of its own (`[handler.options]`)
+            written = rf"^    ({key} = |\[{section}\.{key}[.\]])"
+            assert re.search(written, text, re.MULTILINE), f"{section}.{key}"
+    for key in TensorOverride.model_fields:
+        assert re.search(rf"^    {key} = ", text, re.MULTILINE), key
+
+
 def test_cache_list_and_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each edit of a served source makes a bundle; the cache keeps the most recent ones."""
     monkeypatch.setenv("EDGESERVE_CACHE_DIR", str(tmp_path / "cache"))

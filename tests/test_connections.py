@@ -129,6 +129,11 @@ def test_the_manifest_gives_the_defaults(tmp_path: Path) -> None:
 
 CHUNKED = REQUEST.replace(b"content-length:", b"transfer-encoding: chunked\r\nx-was:")
 NOT_HTTP = "not a valid HTTP/1.1 request"
+LINE_END = REQUEST.index(b"\r\n") + 2
+WHOLE_BUT_LARGE = (
+    REQUEST[:LINE_END] + b"x-pad: " + b"a" * 100_000 + b"\r\n" + REQUEST[LINE_END:] + BODY
+)
+"""A valid request whose headers pass the cap, sent whole: a single read may hold them all."""
 
 
 @pytest.mark.parametrize(
@@ -138,6 +143,7 @@ NOT_HTTP = "not a valid HTTP/1.1 request"
         ("bad length", REQUEST.replace(b"content-length: ", b"content-length: x"), 400, NOT_HTTP),
         ("bad chunk", CHUNKED + b"zz\r\n", 400, NOT_HTTP),
         ("header flood", REQUEST[:40] + b"x-pad: " + b"a" * 80_000, 431, "request headers: over"),
+        ("whole headers over the cap", WHOLE_BUT_LARGE, 431, "request headers: over 65536"),
     ],
 )
 def test_bytes_that_are_not_a_request_get_a_json_4xx(

@@ -27,6 +27,12 @@ def postprocess(items, ctx):
     return {"y": items[0]["y"]}
 """
 SAMPLE = json.dumps({"x": [0.5] * 16})
+REFUSING = GOOD.replace(  # a handler that refuses a payload without "x" (InvalidInput: 400)
+    "def preprocess(payload, ctx):\n",
+    "from edgeserve.errors import InvalidInput\n\ndef preprocess(payload, ctx):\n"
+    "    if 'x' not in payload:\n"
+    "        raise InvalidInput('expected {\"x\": [16 numbers]}')\n",
+)
 
 
 def _function(tmp_path: Path, handler: str, sample: bool = True) -> Path:
@@ -105,13 +111,7 @@ def test_build_names_the_file_the_line_and_what_was_expected(
 def test_build_says_when_a_sample_does_not_fit_the_handler(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    handler = GOOD.replace(
-        "def preprocess(payload, ctx):\n",
-        "from edgeserve.errors import InvalidInput\n\ndef preprocess(payload, ctx):\n"
-        "    if 'x' not in payload:\n"
-        "        raise InvalidInput('expected {\"x\": [16 numbers]}')\n",
-    )
-    folder = _function(tmp_path, handler)
+    folder = _function(tmp_path, REFUSING)
     (folder / "samples" / "request.json").write_text('{"pixels": []}')
     code, said = _build(folder, capsys)
     assert code == 2
@@ -119,14 +119,17 @@ def test_build_says_when_a_sample_does_not_fit_the_handler(
     assert 'expected {"x": [16 numbers]}. Hint: make the sample a request the handler' in said
 
 
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one process", "front processes"])
 def test_serve_answers_a_contract_violation_clearly_and_logs_the_source_file(
-    tmp_path: Path,
+    tmp_path: Path, workers: str
 ) -> None:
     bad = GOOD.replace('return [{"x"', 'return {"x"').replace("float32)}]", "float32)}")
     folder = _function(tmp_path, bad, sample=False)  # no sample: nothing for build to catch
-    with running(folder) as (url, server):
+    with running(folder, "--workers", workers) as (url, server):
         answer = httpx.post(f"{url}/invoke", json=json.loads(SAMPLE), timeout=30)
         refused = httpx.post(f"{url}/invoke", json={"nothing": 1}, timeout=30)
+        generic = httpx.get(f"{url}/v2/health/ready")
+    assert generic.status_code == 200  # the server goes on serving
     assert answer.status_code == 500
     assert answer.json() == {
         "error": "handler.preprocess returned dict; expected list[dict[str, np.ndarray]] "
@@ -137,6 +140,28 @@ def test_serve_answers_a_contract_violation_clearly_and_logs_the_source_file(
     assert refused.status_code == 500  # a KeyError in the handler: a fault, its traceback logged
     assert f'File "{folder}/handler.py", line 4, in preprocess' in log  # the user's file
     assert "/bundles/" not in log  # never the copy in the bundle cache
+
+
+def test_serve_answers_400_when_the_handler_refuses_its_input(tmp_path: Path) -> None:
+    with running(_function(tmp_path, REFUSING, sample=False)) as (url, _):
+        refused = httpx.post(f"{url}/invoke", json={"pixels": []}, timeout=30)
+    assert refused.status_code == 400
+    assert refused.json() == {"error": 'expected {"x": [16 numbers]}'}
+
+
+def test_serve_blames_the_client_for_sizes_and_the_handler_for_types(tmp_path: Path) -> None:
+    """GOOD passes the client's `x` along: a wrong length is the client's (400, the tensor
+    named), a float64 array is the handler's own doing (500 that says so)."""
+    sloppy = GOOD.replace("dtype=np.float32", "dtype=payload.get('dtype', 'float32')")
+    with running(_function(tmp_path, sloppy, sample=False)) as (url, _):
+        short = httpx.post(f"{url}/invoke", json={"x": [0.5] * 3}, timeout=30)
+        wide = httpx.post(f"{url}/invoke", json={"x": [0.5] * 16, "dtype": "float64"}, timeout=30)
+    assert short.status_code == 400
+    assert short.json() == {"error": "tensor `x`: expected [-1, 16] FP32, got [1, 3] FP32"}
+    assert wide.status_code == 500
+    assert wide.json()["error"].startswith(
+        "handler.preprocess item 0, `x`: got FP64 [16]; expected FP32 [16]"
+    )
 
 
 def test_serve_names_the_source_file_when_the_handler_does_not_import(tmp_path: Path) -> None:

@@ -217,3 +217,39 @@ def _image_id(reference: str) -> str:
         capture_output=True,
         text=True,
     ).stdout.strip()
+
+
+def test_deploy_pushes_by_digest_and_applies_to_a_stand_in_api_server(
+    built: Built, registry_host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`edgeserve deploy`: the real image build and push; the apply and the wait go to the
+    STAND-IN API server (tests/kube_standin.py), as no cluster can run here."""
+    from tests.kube_standin import stand_in_api_server
+
+    with stand_in_api_server(tmp_path) as (kubeconfig, store):
+        (built.source / "knative-deploy.toml").write_text(
+            (built.source / "knative.toml")
+            .read_text()
+            .replace(
+                "[settings]",
+                "[settings]\n"
+                f'kubeconfig = "{kubeconfig}"\nnamespace = "models"\nready_timeout_s = 10',
+            )
+        )
+        capsys.readouterr()
+        assert main(["deploy", str(built.source), "--target", "knative-deploy"]) == 0
+        out = capsys.readouterr().out
+        service = store.read(("serving.knative.dev/v1", "services", "models", "mlp"))
+    assert "deployed mlp 2 to knative at http://mlp.models.example.com" in out
+    assert service is not None
+    image = service["spec"]["template"]["spec"]["containers"][0]["image"]
+    repository, digest = image.split("@")
+    assert repository == f"{registry_host}/edgeserve-test/mlp"
+    manifest = httpx.get(
+        f"http://{registry_host}/v2/edgeserve-test/mlp/manifests/{digest}",
+        headers={
+            "Accept": "application/vnd.oci.image.manifest.v1+json, "
+            "application/vnd.docker.distribution.manifest.v2+json"
+        },
+    )
+    assert manifest.status_code == 200  # the digest the cluster would pull exists

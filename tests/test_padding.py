@@ -106,7 +106,7 @@ def test_a_wrong_ratio_is_caught_on_the_first_padded_batch() -> None:
     assert padding.cuts == (Cut("p", 1, "t", 1, 0.25),)
     parts = [{"p": np.zeros((1, 5))}, {"p": np.zeros((1, 5))}]  # the model halved 10: 5
     with pytest.raises(BackendError, match=r"ratio 0.25 says 2. Hint: fix \[model.outputs.p\]"):
-        padding.cut_all(parts, [{"t": np.zeros((1, 10))}, {"t": np.zeros((1, 4))}])
+        padding.cut_all(parts, [{"t": np.zeros((1, 10))}, {"t": np.zeros((1, 4))}], {"t": 10})
 
 
 @pytest.mark.parametrize(

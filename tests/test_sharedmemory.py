@@ -19,6 +19,7 @@ import tritonclient.http as triton
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor, serialized_byte_size
 
+from edgeserve import cudamemory
 from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from edgeserve.http import create_app
@@ -270,6 +271,7 @@ def test_a_symlink_in_dev_shm_is_not_followed(url: str, tmp_path: Path) -> None:
     assert f"cannot open key '/{link.name}'" in response.json()["error"]
 
 
+@pytest.mark.skipif(cudamemory.available(), reason="this machine serves CUDA regions")
 def test_cuda_shared_memory_without_cuda_region_support(
     client: triton.InferenceServerClient,
 ) -> None:

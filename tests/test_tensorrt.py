@@ -17,9 +17,10 @@ import pytest
 from edgeserve.backends import load_backend
 from edgeserve.backends.cuda import Buffers, Device, use_device
 from edgeserve.backends.tensorrt import build_engine, engine_cache_dir
-from edgeserve.backends.tensors import ShapeRange, shape_profile
+from edgeserve.dataplane import InputChecks
 from edgeserve.errors import BackendError, InvalidInput
 from edgeserve.manifest import ModelSection
+from edgeserve.shapes import ShapeRange, shape_profile
 from edgeserve.signature import read_signature
 from tests import tensorrt_double
 from tests.models import mlp_model, varlen_model
@@ -51,7 +52,10 @@ def test_engine_builds_and_runs_with_tensorrt_double(
         x = np.random.default_rng(rows).standard_normal((rows, 16)).astype(np.float32)
         np.testing.assert_array_equal(backend.infer({"x": x})["y"], _expected(model, x))
     (build,) = gpu.builds
-    assert build["profile"] == {"x": ((1, 16), (8, 16), (16, 16))}
+    rows = (1, 2, 4, 8, 16)  # one profile per batch bucket, each of its one shape
+    assert build["profiles"] == [{"x": ((r, 16), (r, 16), (r, 16))} for r in rows]
+    # 1 row runs on the profile of 1, 5 rows (padded) on that of 8, 16 on that of 16
+    assert [call[1] for call in gpu.called("set_optimization_profile_async")] == [0, 3, 4]
     assert "TF32" not in build["flags"]  # fp32 means fp32: TF32 off
     copies = [call[1] for call in gpu.called("cudaMemcpyAsync")]
     assert copies == ["cudaMemcpyHostToDevice", "cudaMemcpyDeviceToHost"] * 3
@@ -80,7 +84,7 @@ def test_precision_maps_to_builder_flags_by_version_with_tensorrt_double(
     flags: list,
 ) -> None:
     gpu = tensorrt_double.install(monkeypatch, version)
-    build_engine(model, precision, MLP_PROFILE, H200, cache_dir=tmp_path)  # type: ignore[arg-type]
+    build_engine(model, precision, [MLP_PROFILE], H200, cache_dir=tmp_path)  # type: ignore[arg-type]
     assert gpu.builds[0]["flags"] == flags
 
 
@@ -88,21 +92,21 @@ def test_engine_cache_is_keyed_by_model_precision_gpu_and_version_with_tensorrt_
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, model: Path
 ) -> None:
     gpu = tensorrt_double.install(monkeypatch, TRT10)
-    plan = build_engine(model, "fp32", MLP_PROFILE, H200, cache_dir=tmp_path)
-    assert build_engine(model, "fp32", MLP_PROFILE, H200, cache_dir=tmp_path) == plan
+    plan = build_engine(model, "fp32", [MLP_PROFILE], H200, cache_dir=tmp_path)
+    assert build_engine(model, "fp32", [MLP_PROFILE], H200, cache_dir=tmp_path) == plan
     assert len(gpu.builds) == 1
     others = {
-        build_engine(model, "fp16", MLP_PROFILE, H200, cache_dir=tmp_path),
+        build_engine(model, "fp16", [MLP_PROFILE], H200, cache_dir=tmp_path),
         build_engine(
-            model, "fp32", MLP_PROFILE, Device(0, "Orin (nvgpu)", (8, 7)), cache_dir=tmp_path
+            model, "fp32", [MLP_PROFILE], Device(0, "Orin (nvgpu)", (8, 7)), cache_dir=tmp_path
         ),
         build_engine(
-            model, "fp32", {"x": ShapeRange((1, 16), (4, 16), (8, 16))}, H200, cache_dir=tmp_path
+            model, "fp32", [{"x": ShapeRange((1, 16), (4, 16), (8, 16))}], H200, cache_dir=tmp_path
         ),
     }
     assert len(others | {plan}) == 4 and len(gpu.builds) == 4
     tensorrt_double.install(monkeypatch, "10.3.0.31", gpu)
-    assert build_engine(model, "fp32", MLP_PROFILE, H200, cache_dir=tmp_path) != plan
+    assert build_engine(model, "fp32", [MLP_PROFILE], H200, cache_dir=tmp_path) != plan
     assert sorted(p.name.split("-")[0] for p in tmp_path.glob("*.plan")) == ["mlp"] * 5
 
 
@@ -110,8 +114,8 @@ def test_timing_cache_is_saved_and_reused_with_tensorrt_double(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, model: Path
 ) -> None:
     gpu = tensorrt_double.install(monkeypatch, TRT10)
-    build_engine(model, "fp32", MLP_PROFILE, H200, cache_dir=tmp_path)
-    build_engine(model, "fp16", MLP_PROFILE, H200, cache_dir=tmp_path)
+    build_engine(model, "fp32", [MLP_PROFILE], H200, cache_dir=tmp_path)
+    build_engine(model, "fp16", [MLP_PROFILE], H200, cache_dir=tmp_path)
     assert [b["timing_blob"] for b in gpu.builds] == ["", "+timing"]
     (timing,) = tmp_path.glob("timing-*.cache")
     assert timing.name == "timing-10.3.0.30-NVIDIA-H200-sm90.cache"
@@ -150,7 +154,8 @@ def test_variable_length_axis_uses_the_profile_with_tensorrt_double(
     gpu = tensorrt_double.install(monkeypatch, TRT11)
     default = shape_profile(read_signature(model, ModelSection()), max_batch_size=8)
     load_backend("tensorrt", model, device="cuda:0", profile=default, cache_dir=tmp_path).close()
-    assert gpu.builds[0]["profile"] == {"x": ((1, 1), (8, 256), (8, 2048))}  # capped: DYNAMIC_MAX
+    # L is no padded axis: no buckets, one profile over the range (capped: DYNAMIC_MAX)
+    assert gpu.builds[0]["profiles"] == [{"x": ((1, 1), (8, 256), (8, 2048))}]
     profile = {"x": ShapeRange((1, 1), (4, 32), (8, 64))}
     backend = load_backend("tensorrt", model, device="cuda:0", profile=profile, cache_dir=tmp_path)
     for shape in ((1, 3), (8, 64), (2, 17)):
@@ -158,8 +163,41 @@ def test_variable_length_axis_uses_the_profile_with_tensorrt_double(
         got = backend.infer({"x": x})
         for output in ("total", "doubled"):
             np.testing.assert_array_equal(got[output], _expected(model, x, output))
+    door = InputChecks(read_signature(model, ModelSection()), backend.profile, batching=True)
     with pytest.raises(InvalidInput, match=r"tensor `x`: shape \[2, 65\] is outside the range"):
-        backend.infer({"x": np.zeros((2, 65), np.float32)})
+        door({"x": np.zeros((2, 65), np.float32)})  # the data plane refuses what it cannot run
+    backend.close()
+
+
+def test_width_buckets_are_optimization_profiles_with_tensorrt_double(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same buckets as ONNX Runtime's sessions: one profile per (rows, width) bucket, built
+    once; every batch runs padded on its bucket's profile and comes back cut to its rows."""
+    model = varlen_model(tmp_path / "varlen.onnx")
+    gpu = tensorrt_double.install(monkeypatch, TRT10)
+    signature = read_signature(
+        model, ModelSection.model_validate({"inputs": {"x": {"pad_axis": 1}}})
+    )
+    profile = {"x": ShapeRange((1, 1), (8, 64), (8, 300))}
+    backend = load_backend(
+        "tensorrt", model, signature=signature, device="cuda:0", profile=profile, cache_dir=tmp_path
+    )
+    (build,) = gpu.builds
+    widths = (64, 96, 128, 192, 256, 300)
+    assert build["profiles"] == [
+        {"x": ((r, w), (r, w), (r, w))} for r in (1, 2, 4, 8) for w in widths
+    ]
+    rng = np.random.default_rng(4)
+    for rows, width in ((3, 100), (1, 7), (8, 300), (2, 64)):
+        part = {"x": rng.standard_normal((rows, width)).astype(np.float32)}
+        got = backend.infer(backend.assemble([part], {"x": 0.0}))  # type: ignore[attr-defined]
+        np.testing.assert_allclose(got["total"], part["x"].sum(axis=1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got["doubled"][:, :width], 2 * part["x"])
+        assert not got["doubled"][:, width:].any()
+    indices = [call[1] for call in gpu.called("set_optimization_profile_async")]
+    assert indices == [2 * 6 + 2, 0, 3 * 6 + 5, 1 * 6 + 0]  # (rows bucket, width bucket)
+    assert len(gpu.builds) == 1
     backend.close()
 
 
@@ -170,7 +208,7 @@ def test_an_unparsable_model_is_a_backend_error_with_tensorrt_double(
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00garbage")
     with pytest.raises(BackendError, match=r"tensorrt: cannot parse .*bad.onnx: ModelImporter"):
-        build_engine(bad, "fp32", MLP_PROFILE, H200, cache_dir=tmp_path)
+        build_engine(bad, "fp32", [MLP_PROFILE], H200, cache_dir=tmp_path)
     assert list(tmp_path.glob("*.plan")) == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import tomllib
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from edgeserve.errors import ConfigError
 from edgeserve.manifest import load_manifest
 from edgeserve.tune import Candidate, Trial, candidates, choose, update_batching
 from tests.models import mlp_model
+from tests.terminal import in_terminal, plain
 
 
 def test_grid_covers_every_combination_once() -> None:
@@ -145,3 +147,14 @@ def test_tune_says_why_candidates_failed(
     assert "tune: every candidate failed; the first: " in captured.err
     assert "budget" not in captured.err
     assert (source / "function.toml").read_text() == MANIFEST  # nothing written
+
+
+def test_tune_shows_its_sweep_live_on_a_terminal(tmp_path: Path) -> None:
+    source = mlp_source(tmp_path)
+    argv = [*tune_argv(source, "0,1"), "--preferred", "none", "--dry-run"]
+    code, output = in_terminal([sys.executable, "-m", "edgeserve", *argv])
+    output = plain(output)
+    assert code == 0, output
+    assert "tune: max_batch 4, delay 1 ms" in output and "1/2" in output  # the live line
+    assert "not written" in output
+    assert (source / "function.toml").read_text() == MANIFEST

@@ -8,6 +8,7 @@ import orjson
 import pytest
 import tritonclient.http as triton
 
+from edgeserve.dataplane import InferRequest, OutputTensor, check_outputs, response_outputs
 from edgeserve.datatypes import DATATYPES
 from edgeserve.errors import InvalidInput
 from edgeserve.http import v2
@@ -42,7 +43,7 @@ def expected_decoded(datatype: str, array: np.ndarray) -> np.ndarray:
 
 def client_request(
     tensors: dict[str, tuple[str, np.ndarray]], binary: bool, **kwargs
-) -> v2.InferRequest:
+) -> InferRequest:
     """Encode with tritonclient exactly as it sends, then decode with ours."""
     inputs = []
     for name, (datatype, array) in tensors.items():
@@ -55,9 +56,7 @@ def client_request(
     return v2.decode_request(body, None if json_size is None else str(json_size))
 
 
-def client_result(
-    outputs: list[v2.OutputTensor], request_id: str | None = None
-) -> triton.InferResult:
+def client_result(outputs: list[OutputTensor], request_id: str | None = None) -> triton.InferResult:
     """Encode with ours, then parse with tritonclient exactly as it reads a response."""
     body, header_length = v2.encode_response("m", "1", request_id, outputs)
     return triton.InferResult.from_response_body(body, header_length=header_length)
@@ -87,14 +86,14 @@ def test_every_json_datatype_decodes_from_tritonclient_json(datatype: str) -> No
 @pytest.mark.parametrize("datatype", list(DATATYPES))
 def test_every_datatype_encodes_for_tritonclient_binary(datatype: str) -> None:
     data = expected_decoded(datatype, SAMPLES[datatype])
-    result = client_result([v2.OutputTensor("t", data, datatype, binary=True)])
+    result = client_result([OutputTensor("t", data, datatype, binary=True)])
     assert result.get_output("t")["datatype"] == datatype
     np.testing.assert_array_equal(result.as_numpy("t"), SAMPLES[datatype])
 
 
 @pytest.mark.parametrize("datatype", JSON_DATATYPES)
 def test_every_json_datatype_encodes_for_tritonclient_json(datatype: str) -> None:
-    result = client_result([v2.OutputTensor("t", SAMPLES[datatype], datatype, binary=False)])
+    result = client_result([OutputTensor("t", SAMPLES[datatype], datatype, binary=False)])
     expected = SAMPLES[datatype]
     if datatype == "BYTES":  # JSON carries text: the client reads str back
         expected = np.vectorize(lambda b: b.decode())(expected).astype(object)
@@ -114,8 +113,8 @@ def test_binary_only_for_some_outputs_and_in_the_order_asked() -> None:
     ]
     request = client_request(tensors, binary=True, outputs=outputs, request_id="req-7")
     signature = signature_of({name: datatype for name, (datatype, _) in tensors.items()})
-    v2.check_outputs(request, signature)
-    sent = v2.response_outputs(request, request.inputs, signature)
+    check_outputs(request, signature)
+    sent = response_outputs(request, request.inputs, signature)
     assert [(o.name, o.binary) for o in sent] == [("c", False), ("b", True)]
     body, header_length = v2.encode_response("m", "1", request.id, sent)
     header = orjson.loads(body[:header_length])
@@ -135,13 +134,13 @@ def test_no_outputs_named_means_all_binary_as_tritonclient_asks() -> None:
     assert request.outputs is None and request.binary_output
     assert request.parameters == {"binary_data_output": True}
     signature = signature_of({"a": "FP32", "b": "INT64"})
-    sent = v2.response_outputs(request, request.inputs, signature)
+    sent = response_outputs(request, request.inputs, signature)
     assert [(o.name, o.binary) for o in sent] == [("a", True), ("b", True)]
 
 
 def test_all_json_response_has_no_header_length_and_no_id_when_none_given() -> None:
     body, header_length = v2.encode_response(
-        "m", "2", None, [v2.OutputTensor("y", np.arange(4).reshape(2, 2), "INT64", False)]
+        "m", "2", None, [OutputTensor("y", np.arange(4).reshape(2, 2), "INT64", False)]
     )
     assert header_length is None
     assert orjson.loads(body) == {
@@ -255,18 +254,18 @@ def test_outputs_are_checked_before_running_the_model() -> None:
         InvalidInput,
         match=r"output `z`: the model has no such output; its outputs are \['h', 'y'\]",
     ):
-        v2.check_outputs(v2.decode_request(orjson.dumps(ask(("z", {}))), None), signature)
+        check_outputs(v2.decode_request(orjson.dumps(ask(("z", {}))), None), signature)
     with pytest.raises(InvalidInput, match="output `h`: BF16 travels only as binary"):
-        v2.check_outputs(
+        check_outputs(
             v2.decode_request(orjson.dumps(ask(("h", {"binary_data": False}))), None), signature
         )
-    v2.check_outputs(
+    check_outputs(
         v2.decode_request(orjson.dumps(ask(("h", {"binary_data": True}))), None), signature
     )
 
 
 def test_bytes_that_are_not_utf8_cannot_be_json_output() -> None:
     with pytest.raises(InvalidInput, match="output `t`: holds bytes that are not UTF-8"):
-        v2.encode_response("m", "1", None, [v2.OutputTensor("t", NOT_UTF8, "BYTES", binary=False)])
-    result = client_result([v2.OutputTensor("t", NOT_UTF8, "BYTES", binary=True)])
+        v2.encode_response("m", "1", None, [OutputTensor("t", NOT_UTF8, "BYTES", binary=False)])
+    result = client_result([OutputTensor("t", NOT_UTF8, "BYTES", binary=True)])
     np.testing.assert_array_equal(result.as_numpy("t"), NOT_UTF8)

@@ -22,7 +22,7 @@ from edgeserve.errors import ConfigError
 from edgeserve.hardware import Cpu, Gpu, Platform
 from edgeserve.workers import choose_layout, usable_cores
 from edgeserve.workers.layout import quota_cores
-from tests.models import mlp_model, write_function
+from tests.models import identity_model, mlp_model, write_function
 from tests.server import Server, running
 
 MANIFEST = """
@@ -123,6 +123,23 @@ def test_two_fronts_compute_what_onnxruntime_computes(tmp_path: Path) -> None:
         np.testing.assert_allclose(invoked["y"], reference(folder, x), rtol=1e-5, atol=1e-5)
         assert stats(url)["inference_count"] >= 6  # 3 rows each way (warm-up is not counted)
         assert sum(answered for answered, _ in fronts(url).values()) >= 2
+
+
+def test_bytes_and_numbers_cross_between_the_processes_unchanged(tmp_path: Path) -> None:
+    """BYTES tensors travel inline in the control message, numbers through the arena."""
+    manifest = '[function]\nname = "identity"\n[backend]\nprefer = ["onnxruntime"]\n'
+    folder = write_function(
+        tmp_path / "identity", partial(identity_model, datatypes=("FP32", "BYTES")), manifest
+    )
+    inputs = [
+        {"name": "in_FP32", "datatype": "FP32", "shape": [2, 3], "data": [0.5, 1, 2, 3, 4, 5]},
+        {"name": "in_BYTES", "datatype": "BYTES", "shape": [2, 3], "data": list("abcdef")},
+    ]
+    with running(folder, "--workers", "2") as (url, _):
+        answer = httpx.post(f"{url}/v2/models/identity/infer", json={"inputs": inputs})
+        assert answer.status_code == 200, answer.text
+        outputs = {output["name"]: output["data"] for output in answer.json()["outputs"]}
+    assert outputs == {"out_FP32": [0.5, 1, 2, 3, 4, 5], "out_BYTES": list("abcdef")}
 
 
 def test_items_from_both_fronts_meet_in_one_batch(tmp_path: Path) -> None:

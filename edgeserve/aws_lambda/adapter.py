@@ -1,18 +1,22 @@
 """The Lambda side of a function: the same ASGI app, behind Mangum, built once per container.
 
 Mangum would run the ASGI lifespan (and so load the model) on every invocation
-(Kludex/mangum#342), so the lifespan is off and `create_handler` starts the runtime itself, on
-the event loop Mangum then reuses for every invocation: the batcher's workers live on that loop.
+(Kludex/mangum#342), so the lifespan is off and `create_handler` enters the data plane's
+`serving(runtime)` once per container, on the event loop Mangum then reuses for every
+invocation: the batcher's workers live on that loop, and the runtime serves while the
+container lives.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeserve.aws_lambda import incoming as events
+from edgeserve.dataplane.lifecycle import serving
 
 if TYPE_CHECKING:
     from mangum import Mangum
@@ -41,11 +45,20 @@ def create_handler(path: Path | None = None) -> LambdaHandler:
     # the backend Lambda ships (ONNX Runtime alone): the emulator computes the same numbers, not
     # OpenVINO's (bf16 under precision "auto") where OpenVINO happens to be installed
     backend = KINDS[TARGET].backends[0]
-    runtime = Runtime.load(Bundle.open(path or bundle_path()), backend=backend, lambda_mode=True)
+    bundle = Bundle.open(path or bundle_path())
+    # one invocation at a time per instance: waiting for company is pure latency, so the batcher
+    # adds no delay and runs one batch at a time
+    batching = bundle.manifest.batching.model_copy(
+        update={"max_queue_delay_ms": 0.0, "instances": 1}
+    )
+    runtime = Runtime.load(bundle, backend=backend, batching=batching)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    loop.run_until_complete(runtime.start())
-    return wrap(create_app(runtime), model=runtime.name)
+    lifetime = AsyncExitStack()  # held by the handler: never left while the container lives
+    loop.run_until_complete(lifetime.enter_async_context(serving(runtime)))
+    handler = wrap(create_app(runtime), model=runtime.name)
+    handler.lifetime = lifetime
+    return handler
 
 
 def wrap(app: ASGI, model: str | None = None) -> LambdaHandler:
@@ -62,6 +75,7 @@ class LambdaHandler:
 
     def __init__(self, mangum: Mangum, model: str | None) -> None:
         self.mangum, self.model = mangum, model
+        self.lifetime: AsyncExitStack | None = None  # what keeps the runtime serving
 
     def __call__(self, event: object, context: Any) -> dict[str, Any]:
         if not isinstance(event, dict):

@@ -22,12 +22,12 @@ from typing import Protocol
 
 from edgeserve.backends.onnxruntime import OnnxRuntime
 from edgeserve.backends.openvino import OpenVINO
-from edgeserve.backends.options import LoadOptions, Precision, TritonNames
+from edgeserve.backends.options import LoadOptions, Precision, TritonNames, cuda_index
 from edgeserve.backends.tensorrt import TensorRT
-from edgeserve.backends.tensors import ShapeProfile
 from edgeserve.errors import BackendError, ConfigError
 from edgeserve.hardware import Platform
 from edgeserve.manifest import ModelSection
+from edgeserve.shapes import ShapeProfile
 from edgeserve.types import Backend, Signature
 
 
@@ -115,8 +115,15 @@ def _backend(name: str, source: str) -> BackendClass:
         ) from None
 
 
+DEVICE_VAR = "EDGESERVE_DEVICE"
+
+
 def default_device(platform: Platform) -> str:
-    """The device a backend should use here: the first CUDA device, or the CPU."""
+    """The device a backend should use here: `EDGESERVE_DEVICE` (cpu, cuda:N) when set, else the
+    first CUDA device, or the CPU (set it to `cpu` to measure the CPU provider on a GPU host)."""
+    if configured := os.environ.get(DEVICE_VAR, "").strip():
+        cuda_index(configured)  # refuses a malformed value
+        return configured
     return "cuda:0" if platform.has_cuda else "cpu"
 
 
@@ -132,6 +139,7 @@ def load_backend(
     device: str = "cpu",
     profile: ShapeProfile | None = None,
     cache_dir: Path | None = None,
+    buckets: bool | None = None,
 ) -> Backend:
     """Load `model_path` (ONNX) into the named backend, with the bundle's `signature` (read from
     the model only when there is no bundle) and what the backend `prepared` in it."""
@@ -141,7 +149,7 @@ def load_backend(
 
         signature = read_signature(model_path, ModelSection())
     options = LoadOptions(
-        signature, precision, threads, instances, device, profile, prepared, cache_dir
+        signature, precision, threads, instances, device, profile, prepared, cache_dir, buckets
     )
     return backend(model_path, options)
 

@@ -1,4 +1,4 @@
-"""The little of the CUDA runtime the TensorRT backend needs, through cuda-python.
+"""The little of the CUDA runtime the backends need (buffers, pinned host memory): cuda-python.
 
 `cuda.bindings.runtime` is the cuda-python >= 12.6 / 13.x name; the old `cuda.cudart` shim (gone in
 13) is the fallback. Every call returns `(cudaError_t, *values)`; `check` turns a failure into a
@@ -27,7 +27,7 @@ def runtime() -> Any:
         return importlib.import_module("cuda.cudart")
     except ImportError:
         raise BackendError(
-            "tensorrt: cuda-python is not installed. Hint: pip install 'edgeserve[gpu]'"
+            "cuda-python is not installed. Hint: pip install 'edgeserve[gpu]'"
         ) from None
 
 
@@ -35,7 +35,7 @@ def check(result: Any, call: str) -> Any:
     """Unpack `(err, *values)`; raise BackendError naming `call` unless err is cudaSuccess."""
     err, *values = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
-        raise BackendError(f"tensorrt: CUDA call {call} failed: {getattr(err, 'name', err)}")
+        raise BackendError(f"CUDA call {call} failed: {getattr(err, 'name', err)}")
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)
@@ -59,6 +59,17 @@ def use_device(index: int) -> Device:
     return Device(index, name.rstrip("\x00"), (int(props.major), int(props.minor)))
 
 
+def pinned(nbytes: int, dtype: np.dtype) -> tuple[int, np.ndarray]:
+    """Page-locked host memory (freed by `free_pinned`) and a flat array of `dtype` over it."""
+    pointer = int(check(runtime().cudaMallocHost(max(nbytes, 1)), "cudaMallocHost"))
+    raw = (ctypes.c_byte * max(nbytes, 1)).from_address(pointer)
+    return pointer, np.frombuffer(memoryview(raw), dtype=np.uint8, count=nbytes).view(dtype)
+
+
+def free_pinned(pointer: int) -> None:
+    check(runtime().cudaFreeHost(pointer), "cudaFreeHost")
+
+
 class Buffers:
     """Device memory and pinned host memory owned by one thread's stream; freed by `free`."""
 
@@ -75,10 +86,9 @@ class Buffers:
 
     def pinned(self, nbytes: int, dtype: np.dtype) -> np.ndarray:
         """A flat array over page-locked host memory, so async copies really are async."""
-        pointer = int(check(self._cudart.cudaMallocHost(max(nbytes, 1)), "cudaMallocHost"))
+        pointer, array = pinned(nbytes, dtype)
         self._host.append(pointer)
-        raw = (ctypes.c_byte * max(nbytes, 1)).from_address(pointer)
-        return np.frombuffer(memoryview(raw), dtype=np.uint8, count=nbytes).view(dtype)
+        return array
 
     def to_device(self, pointer: int, host: np.ndarray) -> None:
         kind = self._cudart.cudaMemcpyKind.cudaMemcpyHostToDevice

@@ -4,27 +4,41 @@ Sessions use `threads` intra-op threads (0: ONNX Runtime's default), one inter-o
 sequential execution: parallelism comes from the batcher's instances, which call `run`
 concurrently (a session is safe to share between threads). Precision is the model's own: ONNX
 Runtime has no switch for it, so an fp16 or int8 model must be converted before the build.
+
+On CUDA every batch runs at a bucket shape (`buckets`: rows and padded axes rounded up), in a
+session opened and warmed for that shape alone, so no request makes cuDNN plan again; the batch
+is assembled straight into that session's pinned, bound buffers (`binding`), and outputs are cut
+back to the batch's rows. A padded axis is padded to its bucket rather than to the batch's widest
+item; the batcher cuts outputs that follow it back to each request's own length as before.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from edgeserve import datatypes
+from edgeserve.backends import cuda
+from edgeserve.backends.binding import Binding, HostMemory, Staged
+from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for
 from edgeserve.backends.options import LoadOptions, TritonNames
-from edgeserve.backends.tensors import ShapeProfile, check_inputs
+from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError, InvalidInput
 from edgeserve.hardware import Platform
-from edgeserve.types import TensorDict
+from edgeserve.shapes import Shape
+from edgeserve.types import Signature, TensorDict
 
 log = logging.getLogger(__name__)
 
 
 class OnnxRuntime:
-    """One InferenceSession, shared by every worker thread."""
+    """One InferenceSession shared by every worker thread; with buckets, one per bucket shape."""
 
     name = "onnxruntime"
     package: ClassVar[str | None] = "onnxruntime"
@@ -47,7 +61,7 @@ class OnnxRuntime:
         from onnxruntime.capi import onnxruntime_pybind11_state as pybind_state
 
         self.signature = options.signature
-        self._profile = options.profile
+        self.profile = options.profile
         cuda = (
             options.cuda_device
             if "CUDAExecutionProvider" in ort.get_available_providers()
@@ -56,66 +70,113 @@ class OnnxRuntime:
         if cuda is not None and hasattr(ort, "preload_dlls"):
             ort.preload_dlls()  # the pip nvidia-* CUDA / cuDNN libraries, before the session
         self.providers_requested = providers(cuda, tf32=options.precision != "fp32")
-        self.buckets: tuple[int, ...] = (
-            batch_buckets(self._profile) if cuda is not None and self.signature.batched else ()
-        )
-        self._sessions = {
-            bucket: self._open(ort, model_path, options) for bucket in self.buckets or (0,)
-        }
-        self.providers: list[str] = next(iter(self._sessions.values())).get_providers()
+        self._open = functools.partial(_open, ort, model_path, options, self.providers_requested)
         self._invalid_argument: type[Exception] = pybind_state.InvalidArgument
+        self._output_names = [spec.name for spec in self.signature.outputs]
+        self._fills = {spec.name: spec.pad_value for spec in self.signature.inputs}
+        bucketed = cuda is not None if options.buckets is None else options.buckets
+        numeric = all(spec.datatype != "BYTES" for spec in self.signature.inputs)
+        self.shapes = (
+            buckets_for(self.signature, self.profile)
+            if bucketed and numeric  # text cannot sit in a bound buffer
+            else Buckets()
+        )
+        self.buckets = self.shapes.rows  # already warm at load: warming them again is cheap
+        self._memory = HostMemory(pin=cuda is not None and _has_cuda_python())
+        self._cuda = cuda
+        self._sessions: dict[Key, Any] = {}
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open_buckets()
+        self.providers: list[str] = next(iter(self._sessions.values())).get_providers()
         if options.cuda_device is not None and "CUDAExecutionProvider" not in self.providers:
             log.warning("onnxruntime: CUDA was requested but only %s are usable", self.providers)
-        self._output_names = [spec.name for spec in self.signature.outputs]
 
-    def _open(self, ort: Any, model_path: Path, options: LoadOptions) -> Any:
-        try:
-            return ort.InferenceSession(
-                str(model_path), session_options(options), providers=self.providers_requested
-            )
-        except Exception as exc:  # onnxruntime raises its own Fail / InvalidGraph / RuntimeError
-            raise BackendError(f"onnxruntime: cannot load {model_path}: {exc}") from None
+    @property
+    def plans(self) -> int:
+        """Sessions opened so far: each plans its kernels for the shapes it runs (see buckets)."""
+        return len(self._sessions)
+
+    def assemble(self, parts: Sequence[TensorDict], fills: Mapping[str, float]) -> TensorDict:
+        """A batch of `parts`, written straight into its bucket's bound buffers when it has one."""
+        bucket = self.shapes.shapes(batch_shapes(parts)) if self.shapes.rows else None
+        if bucket is None:
+            return stack_rows(parts, fills)
+        return self._binding(bucket).stage(parts, fills)
 
     def infer(self, inputs: TensorDict) -> TensorDict:
-        check_inputs(inputs, self.signature.inputs, self._profile)
-        feeds = {name: _text(name, array) for name, array in inputs.items()}
-        rows = next(iter(feeds.values())).shape[0] if self.buckets else 0
-        bucket = next((b for b in self.buckets if b >= rows), 0)
-        if bucket > rows:
-            feeds = {name: _pad_rows(array, bucket) for name, array in feeds.items()}
+        if not isinstance(inputs, Staged) and self.shapes.rows:
+            inputs = self.assemble([inputs], self._fills)
         try:
-            values = self._sessions[bucket].run(self._output_names, feeds)
+            if isinstance(inputs, Staged):
+                return inputs.binding.run(len(next(iter(inputs.values()))))
+            feeds = {name: _text(name, array) for name, array in inputs.items()}
+            values = self._session(()).run(self._output_names, feeds)
         except self._invalid_argument as exc:
             raise InvalidInput(f"onnxruntime rejected the inputs: {exc}") from None
         except Exception as exc:
             raise BackendError(f"onnxruntime: inference failed: {exc}") from None
-        if bucket > rows:
-            values = [value[:rows] for value in values]
         return dict(zip(self._output_names, values, strict=True))
 
     def close(self) -> None:
         self._sessions.clear()
+        self._local = threading.local()
+        self._memory.free()
+
+    def _open_buckets(self) -> None:
+        """Open and warm a session per bucket shape (none without buckets: one for any shape)."""
+        dims = {spec.name: spec.dims for spec in self.signature.inputs}
+        if not self.shapes.decides(dims):  # a dynamic axis no bucket decides: shapes unknown
+            self._session(())
+            return
+        for shapes in self.shapes.every(dims):
+            self._binding(shapes)
+
+    def _session(self, key: Key) -> Any:
+        with self._lock:
+            if key not in self._sessions:
+                if key and self._sessions:
+                    log.info("onnxruntime: opening a session for the new bucket %s", dict(key))
+                self._sessions[key] = self._open()
+            return self._sessions[key]
+
+    def _binding(self, shapes: dict[str, Shape]) -> Binding:
+        """This thread's binding for a bucket (made, with a warm-up run, on first use)."""
+        key: Key = tuple(sorted(shapes.items()))
+        bindings = self._local.__dict__.setdefault("bindings", {})
+        if key not in bindings:
+            session = self._session(key)
+            zeros = {name: np.zeros(shape, _dtype(self.signature, name)) for name, shape in key}
+            values = session.run(self._output_names, zeros)  # the warm-up: cuDNN plans here
+            outputs = dict(zip(self._output_names, values, strict=True))
+            bindings[key] = Binding(session, zeros, outputs, self._memory, self._cuda)
+        binding: Binding = bindings[key]
+        return binding
 
 
-def batch_buckets(profile: ShapeProfile | None) -> tuple[int, ...]:
-    """Batch sizes with a CUDA session each: powers of two up to the profile's max batch, and it.
-
-    The CUDA EP re-plans its cuDNN convolutions whenever an input shape changes (measured on an
-    H200 with a ResNet-18-shaped model: 50-450 ms per change, against 0.7 ms a batch at a steady
-    shape). A session per bucket keeps every session at one batch shape; a batch is padded with
-    zero rows up to its bucket and its outputs are cut back.
-    """
-    if not profile:
-        return ()
-    highest = max(shape.max[0] for shape in profile.values() if shape.max)
-    sizes = {1 << power for power in range(highest.bit_length()) if 1 << power <= highest}
-    return tuple(sorted(sizes | {highest}))
+Key = tuple[tuple[str, Shape], ...]
+"""A bucket's input shapes, sorted by name; () is the session for shapes no bucket holds."""
 
 
-def _pad_rows(array: np.ndarray, rows: int) -> np.ndarray:
-    padded = np.zeros((rows, *array.shape[1:]), dtype=array.dtype)
-    padded[: array.shape[0]] = array
-    return padded
+def _open(ort: Any, model_path: Path, options: LoadOptions, requested: list[Any]) -> Any:
+    try:
+        return ort.InferenceSession(str(model_path), session_options(options), providers=requested)
+    except Exception as exc:  # onnxruntime raises its own Fail / InvalidGraph / RuntimeError
+        raise BackendError(f"onnxruntime: cannot load {model_path}: {exc}") from None
+
+
+def _dtype(signature: Signature, name: str) -> np.dtype:
+    datatype = next(spec.datatype for spec in signature.inputs if spec.name == name)
+    return np.dtype(datatypes.DATATYPES[datatype].numpy)
+
+
+def _has_cuda_python() -> bool:
+    try:
+        cuda.runtime()
+    except BackendError:
+        log.warning("onnxruntime: cuda-python is missing: bound buffers are not pinned")
+        return False
+    return True
 
 
 def providers(cuda_device: int | None, tf32: bool = False) -> list[Any]:

@@ -21,7 +21,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from edgeserve.backends.options import LoadOptions, TritonNames
-from edgeserve.backends.tensors import check_inputs
 from edgeserve.errors import BackendError
 from edgeserve.hardware import Platform
 from edgeserve.types import TensorDict
@@ -56,14 +55,14 @@ class OpenVINO:
 
         self.signature = options.signature
         self.buckets: tuple[int, ...] = ()
-        self._profile = options.profile
+        self.profile = options.profile
         prepared = options.prepared / IR_PATH if options.prepared else None
         source = prepared if prepared and prepared.is_file() else model_path
         try:
             core = ov.Core()
             model = core.read_model(str(source))
-            if options.profile:
-                model.reshape({n: _bounded(r.min, r.max) for n, r in options.profile.items()})
+            if self.profile:
+                model.reshape({n: _bounded(r.min, r.max) for n, r in self.profile.items()})
             self._compiled = core.compile_model(model, "CPU", compile_config(options))
         except Exception as exc:  # openvino raises RuntimeError (and subclasses) for everything
             raise BackendError(f"openvino: cannot load {source}: {_message(exc)}") from None
@@ -73,7 +72,6 @@ class OpenVINO:
         self._local = threading.local()
 
     def infer(self, inputs: TensorDict) -> TensorDict:
-        check_inputs(inputs, self.signature.inputs, self._profile)
         request = self._request()
         try:
             # share_outputs=False: OpenVINO reuses its output buffers on the next call, so copy.

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from edgeserve.backends.tensors import ShapeProfile
 from edgeserve.errors import ConfigError
+from edgeserve.shapes import ShapeProfile
 from edgeserve.types import Signature
 
 Precision = Literal["fp32", "fp16", "int8", "auto"]
@@ -37,13 +37,20 @@ class LoadOptions:
     profile: ShapeProfile | None = None
     prepared: Path | None = None
     cache_dir: Path | None = None
+    buckets: bool | None = None
+    """Run batches at bucket shapes in bound buffers (None: where CUDA is used)."""
 
     @property
     def cuda_device(self) -> int | None:
         """The CUDA device index, or None when the device is the CPU."""
-        if self.device == "cpu":
-            return None
-        kind, _, index = self.device.partition(":")
-        if kind != "cuda" or not (index or "0").isdigit():
-            raise ConfigError(f"device {self.device!r}: expected 'cpu' or 'cuda:<index>'")
-        return int(index or "0")
+        return cuda_index(self.device)
+
+
+def cuda_index(device: str) -> int | None:
+    """The CUDA device index of "cuda:N" ("cuda": 0), None for "cpu"; ConfigError otherwise."""
+    if device == "cpu":
+        return None
+    kind, _, index = device.partition(":")
+    if kind != "cuda" or not (index or "0").isdigit():
+        raise ConfigError(f"device {device!r}: expected 'cpu' or 'cuda:<index>'")
+    return int(index or "0")

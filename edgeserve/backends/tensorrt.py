@@ -7,11 +7,16 @@ Run it on a real GPU (TensorRT 10.x on JetPack 6, 11.x from pip on x86) before r
 
 Engines are specific to the GPU and the TensorRT version, so a bundle never carries one: the engine
 is built on the device on first load and cached, keyed by (model sha256, TensorRT version, GPU
-name, compute capability, precision, shape profile), in a cache that survives releases
+name, compute capability, precision, shape profiles), in a cache that survives releases
 (`EDGESERVE_ENGINE_CACHE`, else ~/.cache/edgeserve/engines); the timing cache sits next to it.
 Precision: TensorRT 10.x takes it from builder flags (fp16, int8 with fp16 fallback; "auto" = fp16;
 "fp32" also turns TF32 off, for exactness). TensorRT 11.x is strongly typed and has no such flags:
 precision comes from the ONNX file (cast or quantize it before the build).
+
+Buckets: where every dynamic dim is the batch axis or a padded axis, the engine holds one
+optimization profile per bucket shape (the same buckets as ONNX Runtime's sessions, fixed
+min = opt = max), batches are padded up to their bucket and run in a context bound to its
+profile, and outputs are cut back to the batch's rows. Otherwise one profile spans the range.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import hashlib
 import logging
 import os
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,10 +33,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from edgeserve.backends import cuda
+from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for, write_parts
 from edgeserve.backends.options import LoadOptions, Precision, TritonNames
-from edgeserve.backends.tensors import ShapeProfile, check_inputs, shape_profile
+from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError
 from edgeserve.hardware import Platform
+from edgeserve.shapes import Shape, ShapeProfile, ShapeRange, shape_profile
 from edgeserve.types import TensorDict
 
 log = logging.getLogger(__name__)
@@ -68,12 +76,22 @@ class TensorRT:
         import tensorrt as trt
 
         self.signature = options.signature
-        self.buckets: tuple[int, ...] = ()
         profile = options.profile or shape_profile(self.signature, max_batch_size=1)
-        self._profile = {name: r.bounded(DYNAMIC_MAX) for name, r in profile.items()}
+        self.profile: ShapeProfile = {n: r.bounded(DYNAMIC_MAX) for n, r in profile.items()}
+        dims = {spec.name: spec.dims for spec in self.signature.inputs}
+        shapes = buckets_for(self.signature, self.profile)
+        self.shapes = shapes if shapes.decides(dims) else Buckets()
+        self.buckets = self.shapes.rows
+        buckets = list(self.shapes.every(dims)) if self.shapes.rows else []
+        self._index = {_key(bucket): index for index, bucket in enumerate(buckets)}
+        self._profiles = [
+            {name: ShapeRange(shape, shape, shape) for name, shape in bucket.items()}
+            for bucket in buckets
+        ] or [self.profile]
+        self._fills = {spec.name: spec.pad_value for spec in self.signature.inputs}
         self.device = cuda.use_device(options.cuda_device or 0)
         plan = build_engine(
-            model_path, options.precision, self._profile, self.device, options.cache_dir
+            model_path, options.precision, self._profiles, self.device, options.cache_dir
         )
         self._runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))  # must outlive the engine
         self._engine = self._runtime.deserialize_cuda_engine(plan.read_bytes())
@@ -86,9 +104,25 @@ class TensorRT:
         self._contexts: list[_Context] = []
         self._lock = threading.Lock()
 
+    def assemble(self, parts: Sequence[TensorDict], fills: Mapping[str, float]) -> TensorDict:
+        """The batch at its bucket's padded lengths (its rows as they are), so that the batcher
+        cuts outputs against the lengths the engine ran."""
+        shapes = batch_shapes(parts)
+        bucket = self.shapes.shapes(shapes) if self.shapes.rows else None
+        if bucket is None:
+            return stack_rows(parts, fills)
+        batch = {
+            name: np.empty((shapes[name][0], *bucket[name][1:]), parts[0][name].dtype)
+            for name in bucket
+        }
+        write_parts(batch, parts, fills)
+        return batch
+
     def infer(self, inputs: TensorDict) -> TensorDict:
-        check_inputs(inputs, self.signature.inputs, self._profile)
-        return self._context().run(inputs)
+        shapes = {name: tuple(array.shape) for name, array in inputs.items()}
+        bucket = self.shapes.shapes(shapes) if self.shapes.rows else None
+        index = self._index[_key(bucket)] if bucket is not None else 0
+        return self._context(index).run(inputs, bucket, self._fills)
 
     def close(self) -> None:
         with self._lock:
@@ -100,25 +134,38 @@ class TensorRT:
     def _names(self) -> list[str]:
         return [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
 
-    def _context(self) -> _Context:
-        context = getattr(self._local, "context", None)
-        if context is None:
+    def _context(self, index: int) -> _Context:
+        """This thread's context for profile `index` (made on first use)."""
+        contexts = self._local.__dict__.setdefault("contexts", {})
+        if index not in contexts:
             cuda.use_device(self.device.index)  # the device is current per thread
-            context = _Context(self._engine, self._profile, self._dtypes, self.signature.outputs)
-            self._local.context = context
+            contexts[index] = _Context(
+                self._engine, index, self._profiles[index], self._dtypes, self.signature.outputs
+            )
             with self._lock:
-                self._contexts.append(context)
+                self._contexts.append(contexts[index])
+        context: _Context = contexts[index]
         return context
 
 
+def _key(bucket: Mapping[str, Shape]) -> tuple[tuple[str, Shape], ...]:
+    return tuple(sorted(bucket.items()))
+
+
 class _Context:
-    """One thread's execution context with buffers sized for the profile's largest shapes."""
+    """One thread's execution context on one profile, with buffers for its largest shapes."""
 
     def __init__(
-        self, engine: Any, profile: ShapeProfile, dtypes: dict[str, np.dtype], outputs: Any
+        self,
+        engine: Any,
+        index: int,
+        profile: ShapeProfile,
+        dtypes: dict[str, np.dtype],
+        outputs: Any,
     ) -> None:
         self.context = engine.create_execution_context()
         self.buffers = cuda.Buffers()
+        self.context.set_optimization_profile_async(index, int(self.buffers.stream))
         self.outputs = [spec.name for spec in outputs]
         for name, shape_range in profile.items():
             self.context.set_input_shape(name, shape_range.max)
@@ -136,11 +183,15 @@ class _Context:
             self.host[name] = self.buffers.pinned(nbytes, dtypes[name])
             self.context.set_tensor_address(name, self.device[name])
 
-    def run(self, inputs: TensorDict) -> TensorDict:
+    def run(
+        self, inputs: TensorDict, bucket: Mapping[str, Shape] | None, fills: Mapping[str, float]
+    ) -> TensorDict:
+        """Run `inputs`, padded to `bucket` when given (then outputs are cut to their rows)."""
         for name, array in inputs.items():
-            self.context.set_input_shape(name, array.shape)
-            staged = self.host[name][: array.size].reshape(array.shape)
-            np.copyto(staged, array)
+            shape = bucket[name] if bucket is not None else array.shape
+            self.context.set_input_shape(name, shape)
+            staged = self.host[name][: int(np.prod(shape))].reshape(shape)
+            write_parts({name: staged}, [{name: array}], fills)
             self.buffers.to_device(self.device[name], staged)
         shapes = {name: tuple(self.context.get_tensor_shape(name)) for name in self.outputs}
         if not self.context.execute_async_v3(int(self.buffers.stream)):
@@ -150,7 +201,8 @@ class _Context:
             results[name] = self.host[name][: int(np.prod(shape))].reshape(shape)
             self.buffers.to_host(results[name], self.device[name])
         self.buffers.synchronize()
-        return {name: array.copy() for name, array in results.items()}
+        rows = len(next(iter(inputs.values()))) if bucket is not None else None
+        return {name: array[:rows].copy() for name, array in results.items()}
 
 
 @dataclass(frozen=True)
@@ -162,7 +214,7 @@ class EngineKey:
     gpu_name: str
     compute_capability: tuple[int, int]
     precision: str
-    profile: tuple[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]
+    profiles: tuple[tuple[tuple[str, Shape, Shape, Shape], ...], ...]
 
     def digest(self) -> str:
         return hashlib.sha256(repr(self).encode()).hexdigest()[:32]
@@ -177,11 +229,13 @@ def engine_cache_dir() -> Path:
 
 
 def engine_key(
-    model_path: Path, precision: str, profile: ShapeProfile, device: cuda.Device
+    model_path: Path, precision: str, profiles: Sequence[ShapeProfile], device: cuda.Device
 ) -> EngineKey:
     import tensorrt as trt
 
-    ranges = tuple((n, r.min, r.opt, r.max) for n, r in sorted(profile.items()))
+    ranges = tuple(
+        tuple((n, r.min, r.opt, r.max) for n, r in sorted(profile.items())) for profile in profiles
+    )
     sha = hashlib.sha256(model_path.read_bytes()).hexdigest()
     return EngineKey(
         sha, trt.__version__, device.name, device.compute_capability, precision, ranges
@@ -191,13 +245,13 @@ def engine_key(
 def build_engine(
     model_path: Path,
     precision: Precision,
-    profile: ShapeProfile,
+    profiles: Sequence[ShapeProfile],
     device: cuda.Device,
     cache_dir: Path | None = None,
     workspace_bytes: int = WORKSPACE_BYTES,
 ) -> Path:
     """The cached plan for this model on this device, built (and cached) first if missing."""
-    key = engine_key(model_path, precision, profile, device)
+    key = engine_key(model_path, precision, profiles, device)
     cache = cache_dir or engine_cache_dir()
     plan = cache / f"{model_path.stem}-{key.digest()}.plan"
     if plan.is_file():
@@ -212,12 +266,16 @@ def build_engine(
         device.name,
         precision,
     )
-    _write(plan, _build(model_path, precision, profile, timing, workspace_bytes))
+    _write(plan, _build(model_path, precision, profiles, timing, workspace_bytes))
     return plan
 
 
 def _build(
-    model_path: Path, precision: str, profile: ShapeProfile, timing: Path, workspace: int
+    model_path: Path,
+    precision: str,
+    profiles: Sequence[ShapeProfile],
+    timing: Path,
+    workspace: int,
 ) -> bytes:
     import tensorrt as trt
 
@@ -231,10 +289,11 @@ def _build(
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
     _set_precision(trt, config, precision)
-    optimization = builder.create_optimization_profile()
-    for name, shape_range in profile.items():
-        optimization.set_shape(name, shape_range.min, shape_range.opt, shape_range.max)
-    config.add_optimization_profile(optimization)
+    for profile in profiles:  # in order: a profile's index is its place in `profiles`
+        optimization = builder.create_optimization_profile()
+        for name, shape_range in profile.items():
+            optimization.set_shape(name, shape_range.min, shape_range.opt, shape_range.max)
+        config.add_optimization_profile(optimization)
     blob = timing.read_bytes() if timing.is_file() else b""
     config.set_timing_cache(config.create_timing_cache(blob), ignore_mismatch=True)
     serialized = builder.build_serialized_network(network, config)

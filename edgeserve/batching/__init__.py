@@ -7,11 +7,12 @@ rows.py      stacking requests into a batch and splitting results back (pure)
 door.py      admission: requests wait, bodies unread, for room in the queue (bounded)
 """
 
-from edgeserve.batching.batcher import Batcher, BatchObserver
+from edgeserve.batching.batcher import ONE_REQUEST, Batcher, BatchObserver
 from edgeserve.batching.plan import BatchPolicy, Plan, plan_batch
 from edgeserve.batching.rows import split_rows, stack_rows
 
 __all__ = [
+    "ONE_REQUEST",
     "BatchObserver",
     "BatchPolicy",
     "Batcher",

@@ -15,8 +15,9 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -42,6 +43,10 @@ INLINE_S = 0.0005
 thread and back would cost more than the batch (and, on few cores, wait for a free core)."""
 
 
+Assemble = Callable[[Sequence[TensorDict], Mapping[str, float]], TensorDict]
+"""Parts (one per queued item) -> the batch: `stack_rows`, or a backend's own into bound buffers."""
+
+
 class BatchObserver(Protocol):
     """Told about every batch that ran: rows, each item's queue time, compute time, success."""
 
@@ -59,6 +64,12 @@ class _Item:
     arrived: float
     deadline: float
     future: asyncio.Future[TensorDict]
+    request: object | None = None  # items of one request (ONE_REQUEST) share one outcome
+
+
+ONE_REQUEST: ContextVar[object | None] = ContextVar("edgeserve_request", default=None)
+"""Set to a token around the submits of one request that became several items (a handler's):
+when one of them fails, those still waiting fail with it instead of running for nothing."""
 
 
 class Batcher:
@@ -70,8 +81,9 @@ class Batcher:
         signature: Signature,
         policy: BatchPolicy,
         observer: BatchObserver | None = None,
+        assemble: Assemble = stack_rows,
     ) -> None:
-        self._run_batch, self._observer = run_batch, observer
+        self._run_batch, self._observer, self._assemble = run_batch, observer, assemble
         self._policy = self._planning = policy  # planning drops the delay while draining
         self._padding = Padding.of(signature)
         if self._padding.why_not:
@@ -93,6 +105,7 @@ class Batcher:
         self._waits = WaitMeter()
         self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
         self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
+        self._reruns: set[_Item] = set()  # items of a refused batch waiting to run one by one
         self._idle = 0  # workers asleep on an empty queue
         self.door = Door(lambda: self._policy.max_queue_size - self._rows, policy.max_queue_size)
 
@@ -176,9 +189,11 @@ class Batcher:
         self._check_slo(rows, now, arrived)
         self._arrivals.arrived(now, rows)
         sizes = part_sizes(rows, self._policy.max_batch_size)
-        loop = asyncio.get_running_loop()
+        loop, request = asyncio.get_running_loop(), ONE_REQUEST.get()
         items = [
-            _Item(part, size, self._key(part), now, arrived, deadline, loop.create_future())
+            _Item(
+                part, size, self._key(part), now, arrived, deadline, loop.create_future(), request
+            )
             for part, size in zip(split_rows(inputs, sizes), sizes, strict=True)
         ]
         self._queue.update(dict.fromkeys(items))
@@ -197,16 +212,11 @@ class Batcher:
         return True
 
     def _rows_of(self, inputs: TensorDict) -> int:
-        """Rows of a request: 1 for an unbatched model, else the shared length of axis 0."""
+        """Rows of a request: 1 for an unbatched model, else the length of axis 0 (the same
+        for every input, and at least 1: the data plane's checks saw to it)."""
         if not self._policy.max_batch_size:
             return 1
-        counts = {name: array.shape[0] if array.ndim else 0 for name, array in inputs.items()}
-        if len(set(counts.values())) != 1 or 0 in counts.values():
-            raise InvalidInput(
-                f"inputs {counts}: expected every input to have the same number (>= 1) "
-                "of rows on axis 0 (the batch axis)"
-            )
-        return next(iter(counts.values()))
+        return int(next(iter(inputs.values())).shape[0])
 
     def check_room(self, rows: int) -> None:
         """Refuse `rows` now if the queue could never hold them (413) or cannot now (503)."""
@@ -274,7 +284,10 @@ class Batcher:
                 self.door.open()
 
     def _fail(self, items: Sequence[_Item], error: Exception) -> None:
-        for item in items:
+        """Fail `items`, and every item still waiting that belongs to one of their requests."""
+        failed = {item.request for item in items} - {None}
+        waiting = [*self._queue, *self._reruns] if failed else []
+        for item in (*items, *(item for item in waiting if item.request in failed)):
             self._dequeue(item)
             if not item.future.done():
                 item.future.set_exception(error)
@@ -330,17 +343,18 @@ class Batcher:
         clock = _PhaseClock()
         alone: list[_Item] = []  # to run one by one: the batch failed on one item's values
         try:
-            merged = stack_rows([item.inputs for item in batch], self._input_fills)
-            clock.lap()
+            parts = [item.inputs for item in batch]
             if self._run_s.get(rows, INLINE_S) < INLINE_S:
-                outputs, run_s = self._timed(merged)
+                outputs, run_s, padded = self._timed(parts, clock)
             else:
                 loop = asyncio.get_running_loop()
-                outputs, run_s = await loop.run_in_executor(self._executor, self._timed, merged)
+                outputs, run_s, padded = await loop.run_in_executor(
+                    self._executor, self._timed, parts, clock
+                )
             clock.lap()
             old = self._run_s.get(rows, run_s)
             self._run_s[rows] = old + EWMA_WEIGHT * (run_s - old)
-            parts = self._split(outputs, batch)
+            parts = self._split(outputs, batch, padded)
         except asyncio.CancelledError:
             self._fail(batch, Unavailable("stopped while the request was running"))
             raise
@@ -359,22 +373,33 @@ class Batcher:
             del self._busy_until[token]
         clock.lap()
         self._report(batch, rows, start, clock.times(), ok)
+        self._reruns.update(alone)
         for item in alone:  # the backend refused a value: only its own request gets the 400
+            self._reruns.discard(item)
             if not item.future.done():  # not withdrawn meanwhile
                 await self._run([item])
 
-    def _timed(self, inputs: TensorDict) -> tuple[TensorDict, float]:
+    def _timed(
+        self, parts: list[TensorDict], clock: _PhaseClock
+    ) -> tuple[TensorDict, float, dict[str, int]]:
+        """Assemble and run a batch (on a worker thread: a large copy stays off the loop);
+        also the lengths the batch was padded to (a backend's bucket may pad past its widest)."""
         start = time.perf_counter()
-        return self._run_batch(inputs), time.perf_counter() - start
+        merged = self._assemble(parts, self._input_fills)
+        clock.lap()
+        outputs = self._run_batch(merged)
+        return outputs, time.perf_counter() - start, self._padding.lengths(merged)
 
-    def _split(self, outputs: TensorDict, batch: list[_Item]) -> list[TensorDict]:
+    def _split(
+        self, outputs: TensorDict, batch: list[_Item], padded: dict[str, int]
+    ) -> list[TensorDict]:
         rows = [item.rows for item in batch]
         if self._policy.max_batch_size:
             wrong = {n: a.shape for n, a in outputs.items() if not a.ndim or len(a) != sum(rows)}
             if wrong:
                 raise BackendError(f"outputs {wrong}: expected {sum(rows)} rows for the batch")
         parts = split_rows(outputs, rows)
-        return self._padding.cut_all(parts, [item.inputs for item in batch])
+        return self._padding.cut_all(parts, [item.inputs for item in batch], padded)
 
     def _report(
         self, batch: list[_Item], rows: int, start: float, compute: ComputeTimes, ok: bool

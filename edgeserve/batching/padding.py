@@ -65,13 +65,15 @@ class Padding:
             return cls({}, (), f"outputs {', '.join(uncut)} vary in length but follow no input")
         return cls(axes, cuts)
 
-    def cut_all(self, parts: list[TensorDict], inputs: list[TensorDict]) -> list[TensorDict]:
+    def cut_all(
+        self, parts: list[TensorDict], inputs: list[TensorDict], padded: Mapping[str, int]
+    ) -> list[TensorDict]:
         """Each request's outputs cut back to its own lengths, once the batch's outputs are
-        checked against the declared ratio; a batch that was not padded is left as it is."""
+        checked against the declared ratio; a batch that was not padded is left as it is.
+        `padded`: the lengths the batch ran at (its widest request's, or its bucket's)."""
         if not self.cuts:
             return parts
         lengths = [self.lengths(one) for one in inputs]
-        padded = {name: max(own[name] for own in lengths) for name in self.axes}
         if all(own == padded for own in lengths):
             return parts
         self.check(parts, padded)

@@ -17,8 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -30,55 +29,17 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from edgeserve import __version__
-from edgeserve.errors import Unauthorized, Unavailable
-from edgeserve.http import metadata
+from edgeserve.dataplane import DataPlane, ServedFunction, serving
+from edgeserve.dataplane.metadata import server_metadata
+from edgeserve.errors import Unauthorized
 from edgeserve.http.auth import Credentials, load_credentials
 from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
-from edgeserve.http.inference import InferenceRoutes, check_model, route_path
+from edgeserve.http.inference import InferenceRoutes, route_path
 from edgeserve.http.openapi import DocsRoutes, openapi_document
 from edgeserve.http.repository import RepositoryRoutes
 from edgeserve.http.sharedmemory import SharedMemoryRoutes
 from edgeserve.http.timeouts import Timeouts
-from edgeserve.manifest import Manifest
 from edgeserve.sharedmemory import Regions
-from edgeserve.stats import ModelStats
-from edgeserve.types import Signature, TensorDict
-
-
-class ServedFunction(Protocol):
-    """What the HTTP layer needs of a runtime (edgeserve.runtime.Runtime is the real one)."""
-
-    @property
-    def ready(self) -> bool: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def version(self) -> str: ...
-    @property
-    def model_version(self) -> str: ...
-    @property
-    def manifest(self) -> Manifest: ...
-    @property
-    def signature(self) -> Signature: ...
-    @property
-    def backend_name(self) -> str: ...
-    @property
-    def stats(self) -> ModelStats: ...
-    @property
-    def root(self) -> Path: ...
-
-    async def start(self) -> None: ...
-    def begin_drain(self) -> None: ...
-    async def stop(self, drain_timeout_s: float = ...) -> None: ...
-    async def admit(self, arrived: float) -> None:
-        """Return once a request may be read; Unavailable when it would be refused anyway."""
-
-    async def infer(
-        self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
-    ) -> TensorDict: ...
-    async def invoke(
-        self, payload: Any, content_type: str, *, arrived: float | None = None
-    ) -> Any: ...
 
 
 class FunctionApp:
@@ -139,11 +100,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await runtime.start()
-        try:
+        async with serving(runtime, timeouts.drain_s):
             yield
-        finally:
-            await runtime.stop(timeouts.drain_s)
 
     rest = Starlette(
         routes=endpoints.routes(),
@@ -158,6 +116,7 @@ def create_app(
 class _Endpoints:
     def __init__(self, runtime: ServedFunction, regions: Regions) -> None:
         self.runtime = runtime
+        self.plane = DataPlane(runtime)
         self.regions = regions
 
     def routes(self) -> list[Route]:
@@ -197,24 +156,15 @@ class _Endpoints:
         return Response()
 
     async def ready(self, request: Request) -> Response:
-        """503 while loading or draining (Triton says 400; 503 is what probes and LBs expect)."""
-        if not self.runtime.ready:
-            raise Unavailable(
-                f"`{self.runtime.name}` is not ready (loading, warming up or draining)"
-            )
+        self.plane.check_ready()
         return Response()
 
     async def server_metadata(self, request: Request) -> Response:
-        return JSONResponse(metadata.server_metadata(__version__))
+        return JSONResponse(server_metadata(__version__))
 
     async def model_metadata(self, request: Request) -> Response:
         self._check_model(request)
-        runtime = self.runtime
-        return JSONResponse(
-            metadata.model_metadata(
-                runtime.name, runtime.model_version, runtime.backend_name, runtime.signature
-            )
-        )
+        return JSONResponse(self.plane.model_metadata())
 
     async def model_ready(self, request: Request) -> Response:
         self._check_model(request)
@@ -222,12 +172,7 @@ class _Endpoints:
 
     async def model_config(self, request: Request) -> Response:
         self._check_model(request)
-        runtime = self.runtime
-        return JSONResponse(
-            metadata.model_config(
-                runtime.name, runtime.backend_name, runtime.manifest, runtime.signature
-            )
-        )
+        return JSONResponse(self.plane.model_config())
 
     async def stats(self, request: Request) -> Response:
         if "model" in request.path_params:
@@ -241,4 +186,4 @@ class _Endpoints:
 
     def _check_model(self, request: Request) -> None:
         params = request.path_params
-        check_model(self.runtime, params["model"], params.get("version"))
+        self.plane.check_model(params["model"], params.get("version"))

@@ -24,7 +24,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from edgeserve.errors import InvalidInput, ModelNotFound
+from edgeserve.dataplane import DataPlane
 from edgeserve.http import invoke, v2
 from edgeserve.http.body import read_body
 from edgeserve.http.drain import Drain
@@ -33,7 +33,7 @@ from edgeserve.http.sharedmemory import ClientRegions
 from edgeserve.sharedmemory import Regions
 
 if TYPE_CHECKING:
-    from edgeserve.http.app import ServedFunction
+    from edgeserve.dataplane import ServedFunction
 
 T = TypeVar("T")
 WATCH_AFTER_S = 0.02
@@ -66,6 +66,7 @@ class InferenceRoutes:
 
     def __init__(self, runtime: ServedFunction, limit: int, regions: Regions) -> None:
         self.runtime = runtime
+        self.plane = DataPlane(runtime)
         self.limit = limit
         self.regions = regions
         self.drain = Drain()
@@ -78,20 +79,17 @@ class InferenceRoutes:
         return self._v2_infer if _V2_INFER.fullmatch(path) else None
 
     async def v2_infer(self, call: Call) -> Reply:
-        runtime = self.runtime
         match = _V2_INFER.fullmatch(call.path)
         assert match is not None  # app_for routes only matching paths here
-        check_model(runtime, match["model"], match["version"], infer=True)
+        self.plane.check_model(match["model"], match["version"], infer=True)
         shared = ClientRegions(self.regions, call.client)
         decoded = v2.decode_request(call.body, call.headers.get(v2.HEADER_LENGTH), shared.read)
-        v2.check_outputs(decoded, runtime.signature)
         shared.check_outputs(decoded.outputs or ())
-        timeout_s = v2.request_timeout_s(decoded)
-        results = await runtime.infer(decoded.inputs, timeout_s, arrived=call.arrived)
-        outputs = v2.response_outputs(decoded, results, runtime.signature)
+        outputs = await self.plane.infer(decoded, arrived=call.arrived)
         shared.write_outputs(outputs)
+        function = self.plane.function
         content, header_length = v2.encode_response(
-            runtime.name, runtime.model_version, decoded.id, outputs
+            function.name, function.model_version, decoded.id, outputs
         )
         if header_length is None:
             return Reply(content, "application/json")
@@ -154,26 +152,6 @@ def route_path(scope: Scope) -> str:
     if root and path.startswith(root + "/"):
         return path[len(root) :]
     return path
-
-
-def check_model(
-    runtime: ServedFunction, model: str, version: str | None, *, infer: bool = False
-) -> None:
-    """Unknown model: 404, but 400 on infer; unknown version: 404 everywhere.
-
-    These are Triton's answers (its infer path reports an unknown model as INVALID_ARG), kept
-    so that clients and retry policies written against Triton see the same codes. A version
-    is the integer model version or, beside it, the function's own ("1.2.0").
-    """
-    name = runtime.name
-    if model != name:
-        error = InvalidInput if infer else ModelNotFound
-        raise error(f"unknown model `{model}`: this server serves `{name}`")
-    if version is not None and version not in (runtime.model_version, runtime.version):
-        raise ModelNotFound(
-            f"model `{name}` has no version `{version}`; it serves version "
-            f"`{runtime.model_version}` (function version `{runtime.version}`)"
-        )
 
 
 async def _send(send: Send, reply: Reply) -> None:

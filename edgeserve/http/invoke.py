@@ -16,7 +16,7 @@ import msgpack
 import numpy as np
 import orjson
 
-from edgeserve import datatypes
+from edgeserve import datatypes, values
 from edgeserve.errors import HandlerError, InvalidInput
 
 NDARRAY_EXT = 1
@@ -40,7 +40,7 @@ def decode_payload(body: bytes, content_type: str) -> Any:
         try:
             return msgpack.unpackb(body, ext_hook=_unpack_ext, raw=False)
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            raise InvalidInput(f"request body: not valid msgpack: {exc}") from None
+            raise InvalidInput(f"request body: not valid msgpack: {_reason(exc)}") from None
     return body
 
 
@@ -56,13 +56,21 @@ def _unpack_ext(code: int, data: bytes) -> Any:
         return msgpack.ExtType(code, data)
     try:
         dtype, shape, raw = msgpack.unpackb(data)
-        array = np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(shape)
+        dims = values.to_shape(shape, f"request body: msgpack ext {NDARRAY_EXT}")
+        array = np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(dims)
         datatypes.from_numpy(array.dtype)  # a dtype v2 has (frombuffer refuses objects)
     except (ValueError, TypeError) as exc:
         raise ValueError(
-            f"ext {NDARRAY_EXT} is not a [dtype, shape, bytes] numpy array: {exc}"
+            f"ext {NDARRAY_EXT} is not a [dtype, shape, bytes] numpy array: {_reason(exc)}"
         ) from None
     return array
+
+
+def _reason(exc: Exception) -> str:
+    """What msgpack found wrong (some of its errors carry no message)."""
+    if isinstance(exc, msgpack.StackError):
+        return "nested deeper than msgpack allows"
+    return str(exc) or f"malformed data ({type(exc).__name__})"
 
 
 def encode_result(result: Any, accept: str | None) -> tuple[bytes, str]:

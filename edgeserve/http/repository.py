@@ -25,7 +25,7 @@ from edgeserve.errors import InvalidInput
 from edgeserve.http.body import json_object
 
 if TYPE_CHECKING:
-    from edgeserve.http.app import ServedFunction
+    from edgeserve.dataplane import ServedFunction
 
 ONE_FUNCTION = "this server serves one function, `{name}`, fixed when its bundle was built"
 

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from edgeserve.dataplane.requests import OutputTensor, RequestedOutput
 from edgeserve.errors import Forbidden
 from edgeserve.http import v2
 from edgeserve.http.body import json_object
@@ -76,14 +77,14 @@ class ClientRegions:
         check_local(self.client)
         return self.regions.read(where, place)
 
-    def check_outputs(self, wanted: Iterable[v2.RequestedOutput]) -> None:
+    def check_outputs(self, wanted: Iterable[RequestedOutput]) -> None:
         """Refuse, before running, outputs asked into a region that cannot take them."""
         for output in wanted:
             if output.place is not None:
                 check_local(self.client)
                 self.regions.check(f"output `{output.name}`", output.place)
 
-    def write_outputs(self, outputs: Iterable[v2.OutputTensor]) -> None:
+    def write_outputs(self, outputs: Iterable[OutputTensor]) -> None:
         for output in outputs:
             if output.place is not None:
                 data = v2.tensor_bytes(output.data, output.datatype)

@@ -79,24 +79,37 @@ class _Bounded:
     _phase: str | None = None  # "header", "body" or None (nothing to wait for)
     _watched: Any = None  # the cycle before the awaited headers, or the one whose body is awaited
     _header_bytes = 0  # bytes of the awaited headers received so far
+    _header_tail = b""  # their last 3 bytes: a blank line may span two reads
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)  # type: ignore[misc]
         self._await_headers()
 
     def data_received(self, data: bytes) -> None:
+        if self._phase == "header" and self._headers_past_cap(data):
+            if not self.transport.is_closing():
+                self._refuse(HeadersTooLarge(f"request headers: over {MAX_HEADER_BYTES} bytes"))
+            return  # never parsed: no request cycle starts
         super().data_received(data)  # type: ignore[misc]
         if self._phase == "header":
-            self._header_bytes += len(data)
             if self.cycle is not self._watched:  # the headers are complete
                 self._arm(None)
                 if self.cycle.more_body:
                     self._watched = self.cycle
                     self._arm("body", self.body_timeout_s)
-            elif self._header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
-                self._refuse(HeadersTooLarge(f"request headers: over {MAX_HEADER_BYTES} bytes"))
         elif self._phase == "body" and not self._watched.more_body:
             self._arm(None)
+
+    def _headers_past_cap(self, data: bytes) -> bool:
+        """Whether the awaited headers, counted up to their blank line when `data` holds it,
+        pass MAX_HEADER_BYTES; headers that arrive whole in one read count too."""
+        seen = self._header_tail + data
+        end = seen.find(b"\r\n\r\n")
+        counted = len(data) if end < 0 else end + 4 - len(self._header_tail)
+        past = self._header_bytes + counted > MAX_HEADER_BYTES
+        self._header_bytes += len(data)
+        self._header_tail = seen[-3:]
+        return past
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
@@ -112,7 +125,7 @@ class _Bounded:
         self._refuse(InvalidInput(f"not a valid HTTP/1.1 request ({msg})"))
 
     def _await_headers(self) -> None:
-        self._watched, self._header_bytes = self.cycle, 0
+        self._watched, self._header_bytes, self._header_tail = self.cycle, 0, b""
         self._arm("header", self.header_timeout_s)
 
     def _arm(self, phase: str | None, delay_s: float = 0.0) -> None:

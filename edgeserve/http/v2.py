@@ -6,6 +6,9 @@ Inputs carry `parameters.binary_data_size`; outputs ask for binary with `paramet
 or all at once with the request's `parameters.binary_data_output`. Numbers are little-endian,
 row-major; a BYTES element is a 4-byte little-endian length and its bytes; BF16 (raw bits in
 uint16, see datatypes.py) travels only in binary. BYTES elements decode to `bytes` objects.
+
+A decoded body is the data plane's `InferRequest`; the data plane's `OutputTensor`s become the
+response body. Nothing here checks a request against the model: the data plane does.
 """
 
 from __future__ import annotations
@@ -13,49 +16,22 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
 
 from edgeserve import values
-from edgeserve.datatypes import DATATYPES, Datatype, from_numpy
+from edgeserve.dataplane.requests import InferRequest, OutputTensor, RequestedOutput
+from edgeserve.datatypes import DATATYPES, Datatype
 from edgeserve.errors import InvalidInput
 from edgeserve.sharedmemory import Slice
-from edgeserve.types import Signature, TensorDict
+from edgeserve.types import TensorDict
 
 ReadSlice = Callable[[str, Slice], memoryview]
 """Reads an input's bytes from a registered shared-memory region (`Regions.read`)."""
 
 HEADER_LENGTH = "inference-header-content-length"
-
-
-@dataclass(frozen=True)
-class RequestedOutput:
-    name: str
-    binary: bool
-    place: Slice | None = None  # written to shared memory, not sent
-
-
-@dataclass(frozen=True)
-class InferRequest:
-    """A decoded request; `outputs` is None when the client asked for all of them."""
-
-    id: str | None
-    parameters: Mapping[str, Any]
-    inputs: TensorDict
-    outputs: tuple[RequestedOutput, ...] | None
-    binary_output: bool
-
-
-@dataclass(frozen=True)
-class OutputTensor:
-    name: str
-    data: np.ndarray
-    datatype: str
-    binary: bool
-    place: Slice | None = None
 
 
 def decode_request(
@@ -85,7 +61,7 @@ def decode_request(
         parameters=parameters,
         inputs=inputs,
         outputs=_requested_outputs(header, parameters),
-        binary_output=bool(parameters.get("binary_data_output", False)),
+        binary_output=_flag(parameters, "binary_data_output", False, "request `parameters`"),
     )
 
 
@@ -136,7 +112,7 @@ def _decode_input(
     if not isinstance(name, str):
         raise InvalidInput(f"an input: expected a string `name`, got {name!r}")
     datatype = _datatype(name, entry.get("datatype"))
-    shape = _shape(name, entry.get("shape"))
+    shape = values.to_shape(entry.get("shape"), f"tensor `{name}`")
     parameters = _mapping(entry.get("parameters", {}), f"tensor `{name}`: `parameters`")
     where = f"tensor `{name}`"
     place = shared_memory_slice(where, parameters)
@@ -155,17 +131,18 @@ def _decode_input(
         return name, _from_json(name, datatype, shape, entry["data"]), offset
     if "data" in entry:
         raise InvalidInput(f"tensor `{name}`: has both `data` and parameters.binary_data_size")
-    if not _is_count(size) or offset + size > len(binary):
+    if not values.is_count(size):
         raise InvalidInput(
-            f"tensor `{name}`: binary_data_size {size!r} runs past the body "
+            f"tensor `{name}`: parameters.binary_data_size: expected a non-negative integer "
+            f"byte count, got {size!r}"
+        )
+    if offset + size > len(binary):
+        raise InvalidInput(
+            f"tensor `{name}`: binary_data_size {size} runs past the body "
             f"({len(binary) - offset} binary bytes left)"
         )
     chunk = binary[offset : offset + size]
     return name, _from_binary(name, datatype, shape, chunk), offset + size
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _datatype(name: str, value: Any) -> Datatype:
@@ -175,15 +152,6 @@ def _datatype(name: str, value: Any) -> Datatype:
             f"tensor `{name}`: unknown datatype {value!r}; expected one of {sorted(DATATYPES)}"
         )
     return datatype
-
-
-def _shape(name: str, value: Any) -> tuple[int, ...]:
-    valid = isinstance(value, list) and all(map(_is_count, value))
-    if not valid:
-        raise InvalidInput(
-            f"tensor `{name}`: `shape` must be a list of non-negative ints, got {value!r}"
-        )
-    return tuple(value)
 
 
 def _from_json(name: str, datatype: Datatype, shape: tuple[int, ...], data: Any) -> np.ndarray:
@@ -233,8 +201,8 @@ def _requested_outputs(
     entries = header.get("outputs")
     if entries is None or entries == []:
         return None
-    default = bool(parameters.get("binary_data_output", False))
-    outputs = []
+    default = _flag(parameters, "binary_data_output", False, "request `parameters`")
+    outputs: list[RequestedOutput] = []
     for entry in _list(entries, "request `outputs`"):
         entry = _mapping(entry, "a requested output")
         name = entry.get("name")
@@ -243,9 +211,20 @@ def _requested_outputs(
         params = _mapping(entry.get("parameters", {}), f"output `{name}`: `parameters`")
         if "classification" in params:
             raise InvalidInput(f"output `{name}`: the classification extension is not supported")
+        if any(output.name == name for output in outputs):
+            raise InvalidInput(f"output `{name}`: requested twice in `outputs`")
         place = shared_memory_slice(f"output `{name}`", params)
-        outputs.append(RequestedOutput(name, bool(params.get("binary_data", default)), place))
+        binary = _flag(params, "binary_data", default, f"output `{name}`: `parameters`")
+        outputs.append(RequestedOutput(name, binary, place))
     return tuple(outputs)
+
+
+def _flag(parameters: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    """A boolean parameter; any other JSON type is refused rather than read as truthy."""
+    value = parameters.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{where}: {key}: expected true or false, got {value!r}")
+    return value
 
 
 def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | None:
@@ -264,47 +243,6 @@ def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | No
             raise InvalidInput(f"{where}: {key} must be a non-negative integer, got {value!r}")
         counts.append(value)
     return Slice(region, counts[0], counts[1])
-
-
-def check_outputs(request: InferRequest, signature: Signature) -> None:
-    """Refuse, before running the model, outputs it lacks and BF16 outputs asked for as JSON."""
-    specs = {spec.name: spec for spec in signature.outputs}
-    wanted = request.outputs or tuple(RequestedOutput(n, request.binary_output) for n in specs)
-    for output in wanted:
-        spec = specs.get(output.name)
-        if spec is None:
-            raise InvalidInput(
-                f"output `{output.name}`: the model has no such output; "
-                f"its outputs are {sorted(specs)}"
-            )
-        if spec.datatype == "BF16" and not output.binary and output.place is None:
-            raise InvalidInput(
-                f"output `{output.name}`: BF16 travels only as binary data; "
-                "ask for it with parameters.binary_data = true"
-            )
-
-
-def response_outputs(
-    request: InferRequest, results: TensorDict, signature: Signature
-) -> list[OutputTensor]:
-    """The tensors to send, in the order asked (all outputs in model order when none were named)."""
-    datatypes = {spec.name: spec.datatype for spec in signature.outputs}
-    if request.outputs is None:
-        wanted = [
-            RequestedOutput(name, request.binary_output) for name in datatypes if name in results
-        ]
-    else:
-        wanted = list(request.outputs)
-    return [
-        OutputTensor(
-            o.name,
-            results[o.name],
-            datatypes.get(o.name) or from_numpy(results[o.name].dtype).name,
-            o.binary,
-            o.place,
-        )
-        for o in wanted
-    ]
 
 
 def encode_response(
@@ -363,15 +301,3 @@ def _to_json(output: OutputTensor) -> Any:
             f"output `{output.name}`: holds bytes that are not UTF-8, which JSON cannot carry; "
             "ask for it with parameters.binary_data = true"
         ) from None
-
-
-def request_timeout_s(request: InferRequest) -> float | None:
-    """Triton's `timeout` request parameter, in microseconds; a bad value is the client's error."""
-    value = request.parameters.get("timeout")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(
-            f"parameters.timeout: expected a positive integer of microseconds, got {value!r}"
-        )
-    return value / 1e6

@@ -191,9 +191,9 @@ def _stage(plan: ImagePlan, python: BasePython, sources: dict[str, Path], contex
             )
             prune(folder)
         elif layer.name == "edgeserve":
-            _copy_tree(Path(edgeserve.__file__).parent, folder / "edgeserve", {".py", ".typed"})
+            _copy_tree(Path(edgeserve.__file__).parent, folder / "edgeserve")  # + templates
         else:
-            _copy_tree(sources[layer.name], folder, None)
+            _copy_tree(sources[layer.name], folder)
 
 
 def prune(packages: Path) -> None:
@@ -205,12 +205,11 @@ def prune(packages: Path) -> None:
                 shutil.rmtree(path)
 
 
-def _copy_tree(source: Path, dest: Path, suffixes: set[str] | None) -> None:
+def _copy_tree(source: Path, dest: Path) -> None:
+    """Every file but compiled bytecode (the image compiles its own)."""
     for path in sorted(source.rglob("*")):
         relative = path.relative_to(source)
-        if not path.is_file() or "__pycache__" in relative.parts:
-            continue
-        if suffixes is None or path.suffix in suffixes:
+        if path.is_file() and "__pycache__" not in relative.parts and path.suffix != ".pyc":
             (dest / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, dest / relative)
 

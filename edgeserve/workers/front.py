@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from edgeserve.batching import BatchPolicy
-from edgeserve.bundle import Bundle
 from edgeserve.errors import PayloadTooLarge, Unavailable
 from edgeserve.http.app import create_app
 from edgeserve.http.server import DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
+from edgeserve.shapes import ShapeProfile
 from edgeserve.sharedmemory import Regions
 from edgeserve.types import TensorDict
 from edgeserve.workers import wire
@@ -59,6 +59,7 @@ class RemoteEngine:
         self._connected = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
         self.backend_name = "?"
+        self.profile: ShapeProfile | None = None  # told by the inference process (HELLO)
 
     @property
     def ready(self) -> bool:
@@ -101,8 +102,8 @@ class RemoteEngine:
 
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict:
         size = block_size(inputs)
-        offset = self._blocks.allocate(size)
-        if offset is None:  # arena full: the tensors travel inline, slower but still answered
+        offset = self._blocks.allocate(size) if size else None
+        if offset is None:  # arena full (or BYTES only): the tensors travel inline
             offset, size = 0, 0
         placed = self.arena.place(inputs, offset, size)
         result: TensorDict = await self._ask(
@@ -154,7 +155,7 @@ class RemoteEngine:
         sock.setblocking(False)
         reader, writer = await asyncio.open_unix_connection(sock=sock)
         try:
-            _, self.backend_name = await wire.receive(reader)
+            _, self.backend_name, self.profile = await wire.receive(reader)
         except BaseException:
             writer.close()
             raise
@@ -194,7 +195,7 @@ class RemoteEngine:
 def run_front(config: ChildConfig) -> None:
     """Serve HTTP on this front's socket with a Runtime whose engine is remote, under the same
     uvicorn settings, timeouts and drain as the one-process server (http/server.py)."""
-    bundle = Bundle.open(Path(config.bundle))
+    bundle = config.open_bundle()
     batching = bundle.manifest.batching
     board = Board(config.board_fd, config.fronts, batching.max_batch_size)
     policy = BatchPolicy.from_manifest(batching, batched=bundle.signature.batched)

@@ -22,7 +22,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from edgeserve.bundle import Bundle
 from edgeserve.errors import BackendError, EdgeserveError, Unavailable
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.runtime import LocalEngine, Runtime
@@ -56,7 +55,7 @@ class InferenceServer:
                 continue
             conn.setblocking(False)
             reader, writer = await asyncio.open_unix_connection(sock=conn)
-            wire.send(writer, (wire.HELLO, self.engine.backend_name))
+            wire.send(writer, (wire.HELLO, self.engine.backend_name, self.engine.profile))
             arena = Arena(fds[0], hello["arena_bytes"])
             task = asyncio.create_task(self.serve_front(reader, writer, arena, hello["front"]))
             self.fronts.add(task)
@@ -132,7 +131,7 @@ def _forget(tasks: dict[int, asyncio.Task[None]], key: int, _: object) -> None:
 
 async def serve_inference(config: ChildConfig) -> None:
     """Load, warm up, then serve fronts on `config.socket_path` until SIGTERM."""
-    bundle = Bundle.open(Path(config.bundle))
+    bundle = config.open_bundle()
     board = Board(config.board_fd, config.fronts, bundle.manifest.batching.max_batch_size)
     stats = SharedStats(bundle.name, bundle.manifest.function.model_version, board, None)
     runtime = Runtime.load(bundle, backend=config.backend, stats=stats)

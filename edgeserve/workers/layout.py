@@ -25,10 +25,11 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from edgeserve.bundle import Bundle
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import Platform
 
@@ -115,6 +116,13 @@ class ChildConfig:
     port: int = 0
     tls: dict[str, Any] | None = None  # edgeserve.http.tls.TlsFiles' fields
     timeouts: dict[str, float | None] = field(default_factory=dict)  # serve's overrides
+    source: str | None = None  # the function folder a cached bundle came from (for messages)
+
+    def open_bundle(self) -> Bundle:
+        """The bundle, knowing its source folder: the handler's errors name the user's file."""
+        return replace(
+            Bundle.open(Path(self.bundle)), source=Path(self.source) if self.source else None
+        )
 
     def argv(self, module: str) -> list[str]:
         return ["-m", module, json.dumps(asdict(self))]

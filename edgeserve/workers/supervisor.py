@@ -150,6 +150,7 @@ def serve_workers(
     with tempfile.TemporaryDirectory(prefix="edgeserve-") as scratch:
         config = ChildConfig(
             bundle=str(bundle.root),
+            source=None if bundle.source is None else str(bundle.source),
             socket_path=str(Path(scratch) / "inference.sock"),
             regions_dir=str(Path(scratch) / "regions"),
             board_fd=board.fd,

@@ -2,7 +2,7 @@
 over one unix stream socket per front (the measured choice: benchmarks/channels.py).
 
     front -> inference    hello {front, arena_bytes} with the arena's fd (SCM_RIGHTS)
-    inference -> front    (HELLO, backend name)
+    inference -> front    (HELLO, backend name, shape profile)
     front -> inference    (SUBMIT, id, placed inputs, block, deadline, arrived)
                           (WAIT, id, deadline)    the board shows a full queue: wait in line
                           (CANCEL, id)            the client hung up: drop its items if queued

@@ -147,7 +147,10 @@ def _decode(data: bytes, max_pixels: int) -> Image.Image:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data), formats=FORMATS)
     except Image.DecompressionBombError as err:
-        raise PayloadTooLarge(f"image too large: {err}; the limit is {max_pixels} pixels") from err
+        declared = f"more than {2 * Image.MAX_IMAGE_PIXELS} " if Image.MAX_IMAGE_PIXELS else ""
+        raise PayloadTooLarge(
+            f"image too large: its header declares {declared}pixels; the limit is {max_pixels}"
+        ) from err
     except (OSError, SyntaxError, ValueError) as err:
         raise InvalidInput(
             f"the {len(data)} bytes starting {data[:8]!r} are not an image: "

@@ -1,7 +1,8 @@
-"""What every backend checks before it runs (names, dtypes, shapes) and the shape ranges it serves.
+"""The shape profile: per input, the smallest, the most frequent and the largest shape served.
 
-Checking here, against the model's own signature, gives one clear `InvalidInput` message whatever
-the engine (ONNX Runtime, OpenVINO and TensorRT word their shape errors differently, or not at all).
+The runtime derives it from the signature and the batching settings; a backend compiles for it
+(TensorRT's optimization profile, OpenVINO's bounded reshape) and says which shapes it accepts
+(`Backend.profile`); the data plane refuses, at the door, a request outside it.
 """
 
 from __future__ import annotations
@@ -9,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edgeserve import datatypes
-from edgeserve.errors import ConfigError, InvalidInput
-from edgeserve.types import Signature, TensorDict, TensorSpec
+from edgeserve.errors import ConfigError
+from edgeserve.types import Signature
 
 Shape = tuple[int, ...]
 
@@ -70,38 +70,3 @@ def _dim_range(dim: int, dynamic: tuple[int, int, int]) -> tuple[int, int, int]:
     if dim < 0:
         raise ConfigError(f"dimension {dim} is neither fixed nor -1 (dynamic)")
     return (dim, dim, dim)
-
-
-def check_inputs(
-    inputs: TensorDict, specs: Sequence[TensorSpec], profile: ShapeProfile | None
-) -> None:
-    """Raise InvalidInput unless `inputs` holds exactly the model's tensors, of fitting shape."""
-    expected = {spec.name for spec in specs}
-    unknown = sorted(set(inputs) - expected)
-    missing = sorted(expected - set(inputs))
-    if unknown or missing:
-        raise InvalidInput(
-            f"inputs: expected tensors {sorted(expected)}, got {sorted(inputs)}"
-            f" (unknown: {unknown or '-'}, missing: {missing or '-'})"
-        )
-    for spec in specs:
-        _check_tensor(inputs[spec.name], spec, profile.get(spec.name) if profile else None)
-
-
-def _check_tensor(array: object, spec: TensorSpec, within: ShapeRange | None) -> None:
-    dtype = datatypes.DATATYPES[spec.datatype].numpy
-    shape = tuple(getattr(array, "shape", ()))
-    got_dtype = getattr(array, "dtype", type(array).__name__)
-    fits = len(shape) == len(spec.dims) and all(
-        want in (-1, got) for want, got in zip(spec.dims, shape, strict=True)
-    )
-    if not fits or got_dtype != dtype:
-        raise InvalidInput(
-            f"tensor `{spec.name}`: expected {list(spec.dims)} {dtype}, "
-            f"got {list(shape)} {got_dtype}"
-        )
-    if within is not None and not within.admits(shape):
-        raise InvalidInput(
-            f"tensor `{spec.name}`: shape {list(shape)} is outside the range this model was "
-            f"loaded for: {list(within.min)} .. {list(within.max)}"
-        )

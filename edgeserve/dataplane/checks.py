@@ -1,0 +1,107 @@
+"""The checks at the door: a request's tensors held, once, to the model and its shape profile.
+
+Every front's request passes here before it reaches the batcher: the names, each tensor's
+datatype and dims against the signature, the rows on the batch axis, and every other axis
+within what the backend was loaded for (`Backend.profile`: min and max per axis). A request
+that can never run is refused alone, with a 400 naming the tensor, the axis and the allowed
+range. What passes cannot fail the batch it joins (a batch pads only up to its largest member,
+which is within the profile), so the batcher and the backends trust their inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from edgeserve import datatypes
+from edgeserve.errors import InvalidInput
+from edgeserve.shapes import UNBOUNDED, ShapeProfile, ShapeRange
+from edgeserve.types import Signature, TensorDict, TensorSpec
+
+
+class InputChecks:
+    """The door of one loaded model. `batching`: the first axis holds rows the batcher may
+    split and stack (its range is the batcher's business: a large request is split)."""
+
+    def __init__(self, signature: Signature, profile: ShapeProfile | None, batching: bool) -> None:
+        self.signature = signature
+        self.batching = batching and signature.batched
+        self.profile = profile or {}
+
+    def __call__(self, inputs: TensorDict) -> TensorDict:
+        """The inputs, in the model's order, BYTES as object arrays; InvalidInput if they do
+        not fit."""
+        check_names(self.signature, inputs)
+        checked = {spec.name: _checked(spec, inputs[spec.name]) for spec in self.signature.inputs}
+        self._check_rows(checked)
+        for name, array in checked.items():
+            if name in self.profile:
+                self._check_range(name, array.shape, self.profile[name])
+        return checked
+
+    def _check_rows(self, inputs: TensorDict) -> None:
+        if not self.signature.batched:
+            return
+        rows = {name: array.shape[0] for name, array in inputs.items()}
+        if len(set(rows.values())) > 1 or (self.batching and 0 in rows.values()):
+            raise InvalidInput(
+                f"inputs {rows}: expected every input to have the same number (>= 1) "
+                "of rows on axis 0 (the batch axis)"
+            )
+
+    def _check_range(self, name: str, shape: tuple[int, ...], allowed: ShapeRange) -> None:
+        first = 1 if self.batching else 0
+        for axis in range(first, len(shape)):
+            low, high = allowed.min[axis], allowed.max[axis]
+            if shape[axis] < low or (high != UNBOUNDED and shape[axis] > high):
+                top = "any" if high == UNBOUNDED else str(high)
+                raise InvalidInput(
+                    f"tensor `{name}`: shape {list(shape)} is outside the range this model was "
+                    f"loaded for: axis {axis} is {shape[axis]}, allowed {low}..{top} "
+                    f"(shapes {list(allowed.min)} .. {list(allowed.max)})"
+                )
+
+
+def check_names(signature: Signature, names: Iterable[object]) -> None:
+    """Refuse a set of input names other than the model's (names may be anything a client sent)."""
+    expected = {spec.name for spec in signature.inputs}
+    given = set(names)
+    unknown = sorted(map(str, given - expected))
+    missing = sorted(expected - given)
+    if unknown or missing:
+        raise InvalidInput(
+            f"inputs: expected {sorted(expected)}"
+            + (f"; unknown {_first(unknown)}" if unknown else "")
+            + (f"; missing {_first(missing)}" if missing else "")
+        )
+
+
+def _first(names: list[str], shown: int = 10) -> str:
+    """At most `shown` names: a request may carry thousands, the error stays readable."""
+    if len(names) <= shown:
+        return str(names)
+    return f"{names[:shown]} and {len(names) - shown} more"
+
+
+def _checked(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
+    """The tensor if it fits its spec (BYTES given as str or bytes arrays become objects)."""
+    datatype = datatypes.DATATYPES[spec.datatype]
+    text = spec.datatype == "BYTES" and array.dtype.kind in "SU"
+    fits_dtype = array.dtype == datatype.numpy or text
+    fits_dims = array.ndim == len(spec.dims) and all(
+        want in (-1, got) for want, got in zip(spec.dims, array.shape, strict=True)
+    )
+    if not (fits_dtype and fits_dims):
+        raise InvalidInput(
+            f"tensor `{spec.name}`: expected {list(spec.dims)} {spec.datatype}, "
+            f"got {list(array.shape)} {_datatype_name(array.dtype)}"
+        )
+    return array.astype(object) if text else array
+
+
+def _datatype_name(dtype: np.dtype) -> str:
+    try:
+        return datatypes.from_numpy(dtype).name
+    except ValueError:
+        return str(dtype)

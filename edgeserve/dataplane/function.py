@@ -1,0 +1,106 @@
+"""What every front calls: a `ServedFunction` (the seam to a runtime) behind a `DataPlane`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from edgeserve.dataplane import metadata
+from edgeserve.dataplane.requests import (
+    InferRequest,
+    OutputTensor,
+    Parameters,
+    check_outputs,
+    response_outputs,
+)
+from edgeserve.errors import InvalidInput, ModelNotFound, Unavailable
+from edgeserve.manifest import Manifest
+from edgeserve.stats import ModelStats
+from edgeserve.types import Signature, TensorDict
+
+
+class ServedFunction(Protocol):
+    """What a front needs of a runtime: edgeserve.runtime.Runtime, or a proxy that forwards to
+    an inference process. Fronts use only this, never the runtime's insides."""
+
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def model_version(self) -> str: ...
+    @property
+    def manifest(self) -> Manifest: ...
+    @property
+    def signature(self) -> Signature: ...
+    @property
+    def backend_name(self) -> str: ...
+    @property
+    def stats(self) -> ModelStats: ...
+    @property
+    def root(self) -> Path: ...
+
+    async def start(self) -> None: ...
+    def begin_drain(self) -> None: ...
+    async def stop(self, drain_timeout_s: float = ...) -> None: ...
+    async def admit(self, arrived: float) -> None:
+        """Return once a request may be read; Unavailable when it would be refused anyway."""
+
+    async def infer(
+        self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
+    ) -> TensorDict: ...
+    async def invoke(
+        self, payload: Any, content_type: str, *, arrived: float | None = None
+    ) -> Any: ...
+
+
+class DataPlane:
+    """Protocol-neutral inference and model information over one function."""
+
+    def __init__(self, function: ServedFunction) -> None:
+        self.function = function
+
+    async def infer(self, request: InferRequest, *, arrived: float) -> list[OutputTensor]:
+        """Check what the request asks of the model, run it, select the outputs it asked for.
+
+        `arrived` (time.monotonic()) is when it reached the front: its deadline counts from
+        there."""
+        function = self.function
+        check_outputs(request, function.signature)
+        parameters = Parameters.of(request.parameters)
+        results = await function.infer(request.inputs, parameters.timeout_s, arrived=arrived)
+        return response_outputs(request, results, function.signature)
+
+    def check_ready(self) -> None:
+        """503 while loading or draining (Triton says 400; 503 is what probes and LBs expect)."""
+        if not self.function.ready:
+            raise Unavailable(
+                f"`{self.function.name}` is not ready (loading, warming up or draining)"
+            )
+
+    def model_metadata(self) -> dict[str, Any]:
+        f = self.function
+        return metadata.model_metadata(f.name, f.model_version, f.backend_name, f.signature)
+
+    def model_config(self) -> dict[str, Any]:
+        f = self.function
+        return metadata.model_config(f.name, f.backend_name, f.manifest, f.signature)
+
+    def check_model(self, model: str, version: str | None, *, infer: bool = False) -> None:
+        """Unknown model: 404, but 400 on infer; unknown version: 404 everywhere.
+
+        These are Triton's answers (its infer path reports an unknown model as INVALID_ARG), kept
+        so that clients and retry policies written against Triton see the same codes. A version
+        is the integer model version or, beside it, the function's own ("1.2.0").
+        """
+        f = self.function
+        if model != f.name:
+            error = InvalidInput if infer else ModelNotFound
+            raise error(f"unknown model `{model}`: this server serves `{f.name}`")
+        if version is not None and version not in (f.model_version, f.version):
+            raise ModelNotFound(
+                f"model `{f.name}` has no version `{version}`; it serves version "
+                f"`{f.model_version}` (function version `{f.version}`)"
+            )

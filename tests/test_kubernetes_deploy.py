@@ -1,0 +1,167 @@
+"""Apply / wait / status / rollback against a STAND-IN for the Kubernetes API server
+(tests/kube_standin.py): no kube-apiserver, Knative or KServe controller can run here, so
+these show edgeserve's side of the protocol (kubeconfig and token, server-side apply, merge
+patches, the waits, which revision gets traffic when) and not how a live cluster answers.
+
+The stand-in decides readiness by image name: `never-ready` never becomes ready, `crash` fails.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from edgeserve.builder import build
+from edgeserve.bundle import Bundle
+from edgeserve.cli import main
+from edgeserve.errors import DeployError
+from edgeserve.kubernetes.driver import workload
+from edgeserve.kubernetes.manifests import render
+from edgeserve.kubernetes.rollouts import rollout_for
+from edgeserve.kubernetes.settings import KubernetesSettings
+from tests.kube_standin import Store, stand_in_api_server
+from tests.models import mlp_model, write_function
+
+REPO = "registry.example.com/team/mlp@sha256:"
+GOOD_1, GOOD_2 = REPO + "1" * 64, REPO + "2" * 64
+NEVER_READY = "registry.example.com/team/never-ready@sha256:" + "3" * 64
+CRASH = "registry.example.com/team/crash@sha256:" + "4" * 64
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    root = tmp_path_factory.mktemp("deploy")
+    source = write_function(root / "src", mlp_model, '[function]\nname = "mlp"\nversion = "1"\n')
+    return build(source, root / "bundle", targets=("knative", "kserve", "kubernetes"))
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path) -> Iterator[tuple[KubernetesSettings, Store, Path]]:
+    with stand_in_api_server(tmp_path) as (kubeconfig, store):
+        settings = KubernetesSettings(
+            kubeconfig=str(kubeconfig), namespace="models", ready_timeout_s=3, min_scale=1
+        )
+        yield settings, store, kubeconfig
+
+
+def ship(kind: str, bundle: Bundle, settings: KubernetesSettings, image: str, version: str):
+    work = replace(workload(bundle, settings, image), version=version)  # as a new release
+    manifests = render(kind, work)
+    return rollout_for(kind, settings).deploy("mlp", version, manifests)
+
+
+def profile(folder: Path, kind: str, kubeconfig: Path) -> Path:
+    path = folder / f"{kind}-stand-in.toml"
+    path.write_text(
+        f'driver = "{kind}"\n[settings]\nkubeconfig = "{kubeconfig}"\n'
+        'namespace = "models"\nready_timeout_s = 3\nmin_scale = 1\n'
+    )
+    return path
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    capsys.readouterr()
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_knative_deploy_moves_traffic_only_to_a_ready_revision_stand_in(
+    bundle: Bundle,
+    stand_in: tuple[KubernetesSettings, Store, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings, _, kubeconfig = stand_in
+    first = ship("knative", bundle, settings, GOOD_1, "1")
+    assert first.url == "http://mlp.models.example.com" and first.previous_version is None
+    second = ship("knative", bundle, settings, GOOD_2, "2")
+    assert second.previous_version == first.details["revision"]
+    with pytest.raises(DeployError, match=f"traffic stays on {second.details['revision']}"):
+        ship("knative", bundle, settings, NEVER_READY, "3")
+    target = str(profile(tmp_path, "knative", kubeconfig))
+    status = cli_json(capsys, "status", "mlp", "--target", target)
+    assert status["traffic"] == [{"revision": second.details["revision"], "percent": 100}]
+    assert [(r["version"], r["ready"]) for r in status["revisions"]] == [
+        ("1", True),
+        ("2", True),
+        ("3", False),
+    ]
+
+    assert main(["rollback", "mlp", "--target", target]) == 0
+    assert "rolled back mlp on knative to 1" in capsys.readouterr().out
+    status = cli_json(capsys, "status", "mlp", "--target", target)
+    assert status["traffic"] == [{"revision": first.details["revision"], "percent": 100}]
+
+
+def test_knative_a_failing_first_revision_fails_the_deploy_stand_in(
+    bundle: Bundle, stand_in: tuple[KubernetesSettings, Store, Path]
+) -> None:
+    settings, _, _ = stand_in
+    with pytest.raises(DeployError, match=r"failed: ExitCode1.*no revision was serving before"):
+        ship("knative", bundle, settings, CRASH, "1")
+
+
+def test_kserve_canary_zero_until_ready_then_rollback_stand_in(
+    bundle: Bundle,
+    stand_in: tuple[KubernetesSettings, Store, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings, _, kubeconfig = stand_in
+    first = ship("kserve", bundle, settings, GOOD_1, "1")
+    second = ship("kserve", bundle, settings, GOOD_2, "2")
+    assert (first.details["revision"], second.previous_version) == ("mlp-predictor-00001",) * 2
+    with pytest.raises(
+        DeployError, match="did not become ready within 3s; traffic stays on mlp-predictor-00002"
+    ):
+        ship("kserve", bundle, settings, NEVER_READY, "3")
+    target = str(profile(tmp_path, "kserve", kubeconfig))
+    status = cli_json(capsys, "status", "mlp", "--target", target)
+    assert status["traffic"][-1] == {"revision": "mlp-predictor-00002", "percent": 100}
+    assert status["canary_traffic_percent"] == 0  # the failed revision was never promoted
+
+    fixed = ship("kserve", bundle, settings, GOOD_1.replace("1", "5"), "4")
+    assert main(["rollback", "mlp", "--target", target]) == 0
+    status = cli_json(capsys, "status", "mlp", "--target", target)
+    assert {"revision": fixed.previous_version, "percent": 100} in status["traffic"]
+
+
+def test_kubernetes_rollout_undo_and_rollback_stand_in(
+    bundle: Bundle,
+    stand_in: tuple[KubernetesSettings, Store, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings, _, kubeconfig = stand_in
+    first = ship("kubernetes", bundle, settings, GOOD_1, "1")
+    assert first.url == "http://mlp.models.svc.cluster.local"
+    ship("kubernetes", bundle, settings, GOOD_2, "2")
+    with pytest.raises(DeployError, match="rolled back to the previous pod template"):
+        ship("kubernetes", bundle, settings, CRASH, "3")
+    target = str(profile(tmp_path, "kubernetes", kubeconfig))
+    status = cli_json(capsys, "status", "mlp", "--target", target)
+    live = [r for r in status["revisions"] if r["revision"] == status["revision"]]
+    assert live[0]["image"] == GOOD_2  # the crashing template was undone
+    assert main(["rollback", "mlp", "--target", target]) == 0
+    status = cli_json(capsys, "status", "mlp", "--target", target)
+    live = [r for r in status["revisions"] if r["revision"] == status["revision"]]
+    assert live[0]["image"] == GOOD_1
+
+
+def test_a_wrong_token_is_an_error_naming_the_server_stand_in(
+    bundle: Bundle, stand_in: tuple[KubernetesSettings, Store, Path], tmp_path: Path
+) -> None:
+    settings, _, kubeconfig = stand_in
+    config = json.loads(kubeconfig.read_text())
+    config["users"][0]["user"]["token"] = "wrong"
+    other = tmp_path / "wrong-kubeconfig"
+    other.write_text(json.dumps(config))
+    wrong = settings.model_copy(update={"kubeconfig": str(other)})
+    with pytest.raises(
+        DeployError, match=r"http://127\.0\.0\.1:\d+ namespace models.*Unauthorized"
+    ):
+        ship("knative", bundle, wrong, GOOD_1, "1")
