@@ -26,6 +26,7 @@ from edgeserve.bundle import (
     Bundle,
     canonical_json,
     content_hash,
+    is_function_source,
     list_files,
     sha256_file,
     signature_to_json,
@@ -43,14 +44,14 @@ from edgeserve.types import Signature
 RUNTIME_PACKAGES = (
     "msgpack",
     "numpy",
-    "onnx",
     "orjson",
     "prometheus-client",
     "pydantic",
     "starlette",
 )
 """What the runtime itself imports, on every target; the kind adds its server, each planned
-backend its own package (backends.BY_NAME[name].package)."""
+backend its own package (backends.BY_NAME[name].package). Not onnx: a bundle carries its
+signature, so only building reads the model with it (23 MB less in a Lambda zip)."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
     The cache entry is keyed by a hash of the source files and the build plan, so an edited
     source builds again and an unchanged one opens at once.
     """
-    if not _is_source(path):
+    if not is_function_source(path):
         return Bundle.open(path)
     plan = plan_build(path, targets=targets)
     cached = bundles_dir() / f"{plan.manifest.function.name}-{plan.fingerprint()[:16]}"
@@ -196,11 +197,6 @@ def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
     bundle = write_bundle(plan, cached)
     prune(keep=cached)
     return replace(bundle, source=path)
-
-
-def _is_source(path: Path) -> bool:
-    """A function source folder, not a bundle (reading a bundle never builds)."""
-    return (path / MANIFEST_NAME).is_file() and not (path / BUNDLE_FILE).exists()
 
 
 def archive_name(plan: BuildPlan, target: str) -> str:

@@ -85,6 +85,7 @@ def signature_to_json(signature: Signature) -> dict[str, Any]:
             "pad_value": tensor.pad_value,
             "follows": tensor.follows,
             "ratio": tensor.ratio,
+            "index_range": None if tensor.index_range is None else list(tensor.index_range),
         }
 
     return {
@@ -104,6 +105,7 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
             tensor["pad_value"],
             tensor.get("follows"),
             tensor.get("ratio", 1.0),
+            _index_range(tensor.get("index_range")),
         )
 
     return Signature(
@@ -111,6 +113,11 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
         outputs=tuple(spec(tensor) for tensor in data["outputs"]),
         batched=data["batched"],
     )
+
+
+def _index_range(value: list[int] | None) -> tuple[int, int] | None:
+    """Bundles built before inputs had an index range have none (no bound is kept)."""
+    return None if value is None else (value[0], value[1])
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,11 @@ class Bundle:
                 f"not {target!r}; Hint: rebuild with `edgeserve build --target {target}`"
             ) from None
         return plan
+
+
+def is_function_source(path: Path) -> bool:
+    """A function source folder, not a bundle (reading a bundle never builds)."""
+    return (path / MANIFEST_NAME).is_file() and not (path / BUNDLE_FILE).exists()
 
 
 def _not_a_bundle(path: Path) -> str:

@@ -10,8 +10,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from edgeserve.builder import open_or_build
-from edgeserve.bundle import Bundle
+from edgeserve.bundle import Bundle, is_function_source
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import probe
 from edgeserve.http.app import FunctionApp, create_app
@@ -48,7 +47,7 @@ def serve(
     """
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
     started = time.perf_counter()
-    bundle = open_or_build(path)
+    bundle = _open(path)
     port = bundle.manifest.resources.port if port is None else port
     if fd is None:
         check_port(host, port)
@@ -105,7 +104,7 @@ def _bind_error(host: str, port: int, exc: OSError) -> str:
 def load_app(path: Path, backend: str | None = None) -> FunctionApp:
     """Open (or build) the bundle at `path` and load it: the app every server of it runs."""
     started = time.perf_counter()
-    return _load(open_or_build(path), backend, started)
+    return _load(_open(path), backend, started)
 
 
 def _load(
@@ -114,3 +113,13 @@ def _load(
     runtime = Runtime.load(bundle, backend=backend)
     runtime.timings["open_s"] = time.perf_counter() - started - runtime.timings["load_s"]
     return create_app(runtime, timeouts=timeouts)
+
+
+def _open(path: Path) -> Bundle:
+    """The bundle at `path`, built first when it is a function source. Building needs the onnx
+    package; serving a built bundle (on a device, in an image) must not, hence the late import."""
+    if not is_function_source(path):
+        return Bundle.open(path)
+    from edgeserve.builder import open_or_build
+
+    return open_or_build(path)

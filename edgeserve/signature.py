@@ -38,8 +38,27 @@ def read_signature(
     inputs = [_spec(v, section.inputs, where, "inputs") for v in graph_inputs]
     outputs = [_spec(v, section.outputs, where, "outputs") for v in graph.output]
     outputs = [_resolve_follows(spec, inputs, where) for spec in outputs]
+    inputs = [_with_index_range(spec, graph) for spec in inputs]
     batched = all(spec.dims and spec.dims[0] == -1 for spec in inputs + outputs)
     return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched)
+
+
+def _with_index_range(spec: TensorSpec, graph: onnx.GraphProto) -> TensorSpec:
+    """An integer input the graph uses directly as the indices of a Gather over a weight (an
+    embedding's token ids) may only hold -n..n-1 for the n rows gathered: some backends
+    (OpenVINO) answer other ids with zeros instead of an error, so the door refuses them."""
+    weights = {init.name: tuple(init.dims) for init in graph.initializer}
+    bounds = []
+    for node in graph.node:
+        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] != spec.name:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        table = weights.get(node.input[0])
+        if table is not None and -len(table) <= axis < len(table):
+            bounds.append(table[axis])
+    if not bounds:
+        return spec
+    return dataclasses.replace(spec, index_range=(-min(bounds), min(bounds) - 1))
 
 
 def dims_of(value: onnx.ValueInfoProto) -> tuple[int, ...]:

@@ -27,6 +27,7 @@ class TensorSpec:
     pad_value: float = 0.0
     follows: str | None = None  # outputs: the input whose pad axis `pad_axis` follows...
     ratio: float = 1.0  # ...with floor(its length x ratio) entries (batching/padding.py)
+    index_range: tuple[int, int] | None = None  # inputs: the values a lookup table allows
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.dims)}

@@ -23,6 +23,9 @@ MAX_ELEMENTS = 2**48
 """The most elements a client's shape may describe, zero dims aside (numpy refuses shapes whose
 product overflows its index type even when a zero dim makes the tensor empty)."""
 
+MAX_RANK = 32
+"""The most dims a client's shape may have (numpy's own limit is 32 or 64 by version)."""
+
 _ACCEPTED: dict[str, tuple[frozenset[type], str]] = {
     "b": (frozenset({bool}), "booleans"),
     "i": (frozenset({int}), "integers"),
@@ -67,6 +70,8 @@ def to_shape(value: Any, where: str) -> tuple[int, ...]:
     product a tensor can hold; InvalidInput, prefixed with `where`, otherwise."""
     if not isinstance(value, list) or not all(map(is_count, value)):
         raise InvalidInput(f"{where}: `shape` must be a list of non-negative ints, got {value!r}")
+    if len(value) > MAX_RANK:
+        raise InvalidInput(f"{where}: `shape` has {len(value)} dims; expected at most {MAX_RANK}")
     if math.prod(max(dim, 1) for dim in value) > MAX_ELEMENTS:
         raise InvalidInput(
             f"{where}: shape {value} describes more elements than a tensor can hold "

@@ -236,6 +236,13 @@ CORPUS: list[Bad] = [
         "has no version `9`",
         path="/v2/models/identity/versions/9/infer",
     ),
+    Bad("shape of 10000 dims", v2_body(shape=[1] * 10_000, data=[1]), 400, "has 10000 dims"),
+    Bad(
+        "1000 dims, nested as deep",
+        nest(v2_body(shape=[1] * 1000, data=DEEP), 1000),
+        400,
+        "tensor `in_FP32`: `shape` has 1000 dims; expected at most 32",
+    ),
     Bad(
         "INT64 past 64 bits (a float to JSON parsers)",
         nest(v2_body(input="INT64", data=DEEP), 1, b"18446744073709551616, 1, 2"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -161,12 +162,17 @@ def identity_model(path: Path, datatypes: tuple[str, ...], row: int = 3) -> Path
     return _save(graph, path)
 
 
-def sequence_model(path: Path, vocab: int = 32, width: int = 8, seed: int = 0) -> Path:
-    """tokens INT64 [N, L] -> embedding mean FP32 [N, width]: Gather, ReduceMean (a text model)."""
+def sequence_model(
+    path: Path, vocab: int = 32, width: int = 8, seed: int = 0, hidden_lookup: bool = False
+) -> Path:
+    """tokens INT64 [N, L] -> embedding mean FP32 [N, width]: Gather, ReduceMean (a text model).
+    `hidden_lookup`: the tokens reach the Gather through an Identity, so the door cannot bound
+    them by the table's rows (signature.py) and a token past it fails in the backend."""
     rng = np.random.default_rng(seed)
     table = numpy_helper.from_array(rng.normal(0, 1, (vocab, width)).astype(np.float32), "table")
     nodes = [
-        helper.make_node("Gather", ["table", "tokens"], ["embedded"]),
+        *_lookup_prelude(hidden_lookup),
+        helper.make_node("Gather", ["table", _ids(hidden_lookup)], ["embedded"]),
         helper.make_node("ReduceMean", ["embedded"], ["pooled"], axes=[1], keepdims=0),
     ]
     graph = helper.make_graph(
@@ -175,6 +181,34 @@ def sequence_model(path: Path, vocab: int = 32, width: int = 8, seed: int = 0) -
         [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["N", "L"])],
         [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["N", width])],
         [table],
+    )
+    return _save(graph, path)
+
+
+def _lookup_prelude(hidden: bool) -> list[onnx.NodeProto]:
+    return [helper.make_node("Identity", ["tokens"], ["ids"])] if hidden else []
+
+
+def _ids(hidden: bool) -> str:
+    return "ids" if hidden else "tokens"
+
+
+def exported_names_model(path: Path) -> Path:
+    """Tensor names as exporters write them: `input.1` (PyTorch), `serving/x:0` (TensorFlow)
+    FP32 [N, 4] -> `StatefulPartitionedCall:0` (their sum), `onnx::Out 1` (the first)."""
+    nodes = [
+        helper.make_node("Add", ["input.1", "serving/x:0"], ["StatefulPartitionedCall:0"]),
+        helper.make_node("Identity", ["input.1"], ["onnx::Out 1"]),
+    ]
+    tensor = functools.partial(helper.make_tensor_value_info, elem_type=TensorProto.FLOAT)
+    graph = helper.make_graph(
+        nodes,
+        "exported",
+        [tensor("input.1", shape=["N", 4]), tensor("serving/x:0", shape=["N", 4])],
+        [
+            tensor("StatefulPartitionedCall:0", shape=["N", 4]),
+            tensor("onnx::Out 1", shape=["N", 4]),
+        ],
     )
     return _save(graph, path)
 
@@ -211,12 +245,18 @@ def classifier_model(path: Path, seed: int = 0) -> Path:
 
 
 def slow_model(
-    path: Path, depth: int = 20, rows: int = 256, dim: int = 1024, vocab: int | None = None
+    path: Path,
+    depth: int = 20,
+    rows: int = 256,
+    dim: int = 1024,
+    vocab: int | None = None,
+    hidden_lookup: bool = False,
 ) -> Path:
     """x [N, 1, dim] FP32 -> y [N]: x tiled to [N, rows, dim], then `depth` MatMuls by one
     [dim, dim] weight, summed: about 0.3 s a row on one CPU core, for tests that need a queue.
     With `vocab`, the input is tokens INT64 [N, rows] looked up in a [vocab, dim] table (a token
-    past it is refused by ONNX Runtime while the batch runs)."""
+    past it is refused by ONNX Runtime while the batch runs, when `hidden_lookup` hides the
+    lookup from the door as in `sequence_model`)."""
     rng = np.random.default_rng(0)
     weight = (rng.standard_normal((dim, dim)) / np.sqrt(dim)).astype(np.float32)
     if vocab is None:
@@ -224,10 +264,10 @@ def slow_model(
         given = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, dim])
         table = numpy_helper.from_array(np.array([1, rows, 1], np.int64), "repeats")
     else:
-        first = helper.make_node("Gather", ["table", "tokens"], ["h0"])
+        first = helper.make_node("Gather", ["table", _ids(hidden_lookup)], ["h0"])
         given = helper.make_tensor_value_info("tokens", TensorProto.INT64, ["N", rows])
         table = numpy_helper.from_array(rng.random((vocab, dim), dtype=np.float32), "table")
-    nodes = [first]
+    nodes = [*_lookup_prelude(hidden_lookup and vocab is not None), first]
     for layer in range(depth):
         nodes.append(helper.make_node("MatMul", [f"h{layer}", "w"], [f"h{layer + 1}"]))
     nodes.append(helper.make_node("ReduceSum", [f"h{depth}", "axes"], ["y"], keepdims=0))

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from edgeserve.aws_lambda.driver import AwsLambda
-from edgeserve.aws_lambda.package import at_most, check_size, dockerfile, package_image, package_zip
+from edgeserve.aws_lambda.image import lambda_image_plan
+from edgeserve.aws_lambda.package import at_most, check_size, package_zip
 from edgeserve.aws_lambda.sam import sam_template
 from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.bundle import Bundle
@@ -100,23 +101,23 @@ def test_pins_give_way_to_older_versions_only_where_no_wheel_fits(
     assert at_most(requirement) == resolved
 
 
-def test_image_context_is_single_arch_on_the_lambda_base_image(
-    bundle: Bundle, tmp_path: Path
-) -> None:
+def test_the_image_is_single_arch_on_the_lambda_base_image(bundle: Bundle) -> None:
+    """The plan alone (pure); tests/test_image.py builds and runs a Lambda image for real."""
     settings = LambdaSettings(package_type="image", architecture="arm64", python_version="3.12")
-    context = package_image(bundle, settings, tmp_path)
-
-    text = (context / "Dockerfile").read_text()
-    assert text == dockerfile(settings)
-    assert "FROM --platform=linux/arm64 public.ecr.aws/lambda/python:3.12\n" in text
+    plan = lambda_image_plan(bundle, settings, bundle.requirements("aws-lambda"))
+    text = plan.containerfile()
+    assert text.startswith("FROM --platform=linux/arm64 public.ecr.aws/lambda/python:3.12\n")
+    assert "COPY --chown=0:0 app /var/task\n" in text and "WORKDIR /var/task\n" in text
+    assert "USER" not in text and "ENTRYPOINT" not in text  # the base's entry point and user
     assert text.endswith('CMD ["app.handler"]\n')
-    assert (context / "requirements.txt").read_text().splitlines() == bundle.requirements(
-        "aws-lambda"
-    )
-    assert (context / "bundle" / "edgeserve.json").is_file()
-    assert (context / "app.py").is_file() and (
-        context / "edgeserve" / "aws_lambda" / "adapter.py"
-    ).is_file()
+    assert plan.requirements == tuple(bundle.requirements("aws-lambda"))
+
+
+def test_another_base_gets_the_runtime_interface_client(bundle: Bundle) -> None:
+    settings = LambdaSettings(package_type="image", base_image="debian-python:3.11")
+    plan = lambda_image_plan(bundle, settings, ["numpy==2.0"])
+    assert plan.requirements == ("numpy==2.0", "awslambdaric")
+    assert 'ENTRYPOINT ["python3", "-m", "awslambdaric"]\n' in plan.containerfile()
 
 
 @pytest.mark.skipif(CFN_LINT is None, reason="cfn-lint is not installed")

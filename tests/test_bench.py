@@ -207,6 +207,7 @@ def test_cli_shows_the_first_failure_stops_early_and_exits_non_zero(
     assert [level["value"] for level in levels] == [1]  # c=4 would fail the same way: skipped
     assert levels[0]["windows"] == 1 and levels[0]["requests"] == 0  # stopped after one window
     assert levels[0]["first_failure"].startswith("HTTP 400: ")
+    assert "unstable" not in captured.out  # the failure is the news, not the stability
 
 
 def _bench_output(url: str, terminal: bool) -> str:

@@ -110,6 +110,7 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
                 "pad_value": 0.0,
                 "follows": None,
                 "ratio": 1.0,
+                "index_range": None,
             }
         ],
         "outputs": [
@@ -121,6 +122,7 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
                 "pad_value": 0.0,
                 "follows": None,
                 "ratio": 1.0,
+                "index_range": None,
             }
         ],
     }
@@ -152,7 +154,6 @@ requirements = ["pillow>=10", "regex"]
     common = [
         "msgpack",
         "numpy",
-        "onnx",
         "onnxruntime",
         "orjson",
         "prometheus-client",

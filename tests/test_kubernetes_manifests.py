@@ -180,3 +180,14 @@ def test_a_function_name_that_is_no_dns_label_is_refused(tmp_path: Path) -> None
     bundle = build(source, tmp_path / "bundle", targets=("knative",))
     with pytest.raises(ConfigError, match="DNS-1035"):
         workload(bundle, settings(), IMAGE)
+
+
+def test_the_shipped_gpu_profile_asks_for_a_gpu_and_stays_warm(bundle: Bundle) -> None:
+    gpu = load_target("knative-gpu").settings_as(KubernetesSettings)
+    service = knative_service(workload(bundle, gpu, IMAGE))
+    template = service["spec"]["template"]
+    assert schema_errors("knative-service", service) == []
+    assert template["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    notes = template["metadata"]["annotations"]
+    assert notes["autoscaling.knative.dev/min-scale"] == "1"
+    assert notes["autoscaling.knative.dev/scale-down-delay"] == "300s"

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeserve.aws_lambda.package import needs_s3, package_image, package_zip
+from edgeserve.aws_lambda.package import needs_s3, package_image, package_zip, requirements
 from edgeserve.aws_lambda.sam import sam_template
 from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.errors import ConfigError, DeployError
@@ -75,10 +75,13 @@ class AwsLambda:
             return {"ZipFile": archive.read_bytes()}
         if not settings.image_repository:
             raise ConfigError(
-                'package_type = "image" needs settings.image_repository (the ECR repository URI); '
-                "build and push the context from `edgeserve build --target aws-lambda` first"
+                'package_type = "image" needs settings.image_repository: the ECR repository URI '
+                "deploy pushes the image to (log in first: aws ecr get-login-password | podman "
+                "login --username AWS --password-stdin <registry>)"
             )
-        return {"ImageUri": f"{settings.image_repository}:{bundle.content_hash[:12]}"}
+        from edgeserve.aws_lambda.image import push_lambda_image
+
+        return {"ImageUri": push_lambda_image(bundle, settings, requirements(bundle, settings))}
 
 
 def upload_to_s3(archive: Path, settings: LambdaSettings, key: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Packaging for AWS Lambda: a zip with manylinux wheels, or an image build context, plus SAM.
+"""Packaging for AWS Lambda: a zip with manylinux wheels, or an image (aws_lambda/image.py).
 
 Both layouts are the same task root: `app.py` (handler `app.handler`), the `edgeserve`
 package, the bundle under `bundle/`, and the runtime requirements. The zip is deterministic
@@ -8,7 +8,6 @@ package, the bundle under `bundle/`, and the runtime requirements. The zip is de
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -55,40 +54,19 @@ def package_zip(bundle: Bundle, settings: LambdaSettings, out: Path) -> Path:
 
 
 def package_image(bundle: Bundle, settings: LambdaSettings, out: Path) -> Path:
-    """Write a Docker build context at `<out>/image` on the AWS Lambda Python base image."""
-    context = out / "image"
-    if context.exists():
-        shutil.rmtree(context)
-    for name, source in _task_root(bundle):
-        target = context / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-    (context / "requirements.txt").write_text(
-        "".join(f"{line}\n" for line in requirements(bundle, settings))
-    )
-    (context / "Dockerfile").write_text(dockerfile(settings))
-    return context
+    """Build the function's image (aws_lambda/image.py); its build context stays at
+    `<out>/image` (SAM builds from it too) and its size per layer goes to `<out>/image.txt`."""
+    from edgeserve.aws_lambda.image import build_lambda_image
+
+    built = build_lambda_image(bundle, settings, requirements(bundle, settings), out / "image")
+    (out / "image.txt").write_text("\n".join(built.describe()) + "\n", encoding="utf-8")
+    return out / "image"
 
 
 def requirements(bundle: Bundle, settings: LambdaSettings) -> list[str]:
     """The profile's own requirements if it lists them, else the bundle's pinned ones."""
     own = settings.requirements
     return bundle.requirements(TARGET) if own is None else list(own)
-
-
-def dockerfile(settings: LambdaSettings) -> str:
-    """A single-arch image: Lambda refuses multi-arch manifest lists."""
-    return (
-        f"# docker build --platform {settings.docker_platform} --provenance=false -t REPO:TAG .\n"
-        f"FROM --platform={settings.docker_platform} "
-        f"public.ecr.aws/lambda/python:{settings.python_version}\n"
-        "COPY requirements.txt ${LAMBDA_TASK_ROOT}/\n"
-        'RUN pip install --no-cache-dir -r requirements.txt --target "${LAMBDA_TASK_ROOT}"\n'
-        "COPY edgeserve ${LAMBDA_TASK_ROOT}/edgeserve\n"
-        f"COPY {BUNDLE_DIR} ${{LAMBDA_TASK_ROOT}}/{BUNDLE_DIR}\n"
-        "COPY app.py ${LAMBDA_TASK_ROOT}/\n"
-        'CMD ["app.handler"]\n'
-    )
 
 
 def check_size(unzipped: int, where: Path) -> None:

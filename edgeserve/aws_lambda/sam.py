@@ -15,7 +15,7 @@ LOGICAL_ID = "Function"
 
 
 def sam_template(function: str, settings: LambdaSettings, code: str) -> str:
-    """`code`: the zip (zip) or the Docker context folder (image), relative to the template."""
+    """`code`: the zip (zip) or the image's build context folder (image), relative to it."""
     properties: dict[str, Any] = {
         "FunctionName": settings.name_for(function),
         "MemorySize": settings.memory_mb,
@@ -29,7 +29,7 @@ def sam_template(function: str, settings: LambdaSettings, code: str) -> str:
     resource: dict[str, Any] = {"Type": "AWS::Serverless::Function", "Properties": properties}
     if settings.package_type == "image":
         resource["Metadata"] = {
-            "Dockerfile": "Dockerfile",
+            "Dockerfile": "Containerfile",
             "DockerContext": code,
             "DockerTag": "latest",
         }

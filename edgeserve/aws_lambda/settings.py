@@ -19,6 +19,8 @@ GLIBC_MINOR = 34
 Amazon Linux 2 and deprecated, are left out: its glibc 2.26 loads no wheel of numpy 2.3+ or
 onnxruntime 1.17+, and older onnxruntime breaks on the numpy 2 that pip would pair it with.)"""
 
+AWS_BASE = "public.ecr.aws/lambda/python"
+"""AWS's Lambda base images: the runtime interface client is their entry point."""
 ENDPOINT_ENV = "EDGESERVE_AWS_ENDPOINT_URL"
 ROLE_ENV = "EDGESERVE_AWS_ROLE_ARN"
 
@@ -38,6 +40,12 @@ class LambdaSettings(BaseModel):
     python_version: Literal["3.12", "3.13", "3.14"] = "3.12"
     package_type: Literal["zip", "image"] = "zip"
     image_repository: str = ""
+    """package_type image: where deploy pushes the image (an ECR repository URI)."""
+    base_image: str | None = None
+    """package_type image: default public.ecr.aws/lambda/python:<python_version>; another
+    glibc Python base gets awslambdaric as its entry point."""
+    image_tool: Literal["auto", "podman", "buildah", "docker"] = "auto"
+    registry_tls_verify: bool = True
     alias: str = Field(default="live", pattern=r"^[A-Za-z_-][A-Za-z0-9_-]{0,127}$")
     url_auth_type: Literal["NONE", "AWS_IAM", "off"] = "AWS_IAM"
     reserved_concurrency: int | None = Field(default=None, ge=0)
@@ -51,6 +59,10 @@ class LambdaSettings(BaseModel):
     code_bucket: str = Field(default="", pattern=r"^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$")
     """Where zips over 50 MB go (Lambda takes those only from S3); empty: a bucket named
     edgeserve-code-<account>-<region>, created on first use."""
+
+    @property
+    def image_base(self) -> str:
+        return self.base_image or f"{AWS_BASE}:{self.python_version}"
 
     def name_for(self, function: str) -> str:
         """The Lambda function name: the profile's, else the bundle's function name."""

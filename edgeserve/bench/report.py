@@ -40,7 +40,7 @@ class BenchReport:
         notes = []
         for result in self.results:
             label = result.level.label
-            if not result.stable:
+            if not result.stable and not result.all_failed:  # failures are said apart
                 notes.append(
                     f"{label}: unstable after {result.windows} windows (figures of the last 3)"
                 )

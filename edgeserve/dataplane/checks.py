@@ -34,6 +34,8 @@ class InputChecks:
         not fit."""
         check_names(self.signature, inputs)
         checked = {spec.name: _checked(spec, inputs[spec.name]) for spec in self.signature.inputs}
+        for spec in self.signature.inputs:
+            _check_indices(spec, checked[spec.name])
         self._check_rows(checked)
         for name, array in checked.items():
             if name in self.profile:
@@ -98,6 +100,20 @@ def _checked(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
             f"got {list(array.shape)} {_datatype_name(array.dtype)}"
         )
     return array.astype(object) if text else array
+
+
+def _check_indices(spec: TensorSpec, array: np.ndarray) -> None:
+    """Values of an index input (token ids) within the rows of the table the model looks up."""
+    if spec.index_range is None or array.size == 0:
+        return
+    low, high = spec.index_range
+    found = [int(array.min()), int(array.max())]
+    bad = [value for value in found if not low <= value <= high]
+    if bad:
+        raise InvalidInput(
+            f"tensor `{spec.name}`: value {bad[0]} is out of range: the model looks it up in a "
+            f"table of {high + 1} rows, expected {low}..{high}"
+        )
 
 
 def _datatype_name(dtype: np.dtype) -> str:

@@ -66,37 +66,40 @@ def build_image(
     tool: ImageTool,
     sources: dict[str, Path],
     *,
-    containerfile_copy: Path | None = None,
+    context: Path | None = None,
 ) -> BuiltImage:
     """Build `plan` with `tool`; `sources` maps a layer name to the folder it copies
-    (`packages` and `edgeserve` are staged here and need no source)."""
-    python = probe_base(tool, plan.base)
+    (`packages` and `edgeserve` are staged here and need no source). With `context`, the
+    build context (Containerfile included) is staged there and kept, else in a scratch folder."""
+    python = probe_base(tool, plan.base, plan.platform)
     with tempfile.TemporaryDirectory(prefix="edgeserve-image-") as scratch:
-        context = Path(scratch)
-        _stage(plan, python, sources, context)
-        (context / "Containerfile").write_text(plan.containerfile(), encoding="utf-8")
-        if containerfile_copy is not None:
-            containerfile_copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(context / "Containerfile", containerfile_copy)
-        _run(
-            tool,
-            ["build", "-f", str(context / "Containerfile"), "-t", plan.reference, str(context)],
+        folder = context or Path(scratch)
+        if folder.exists() and context is not None:
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        _stage(plan, python, sources, folder)
+        (folder / "Containerfile").write_text(plan.containerfile(), encoding="utf-8")
+        platform = ["--platform", plan.platform] if plan.platform else []
+        build = [
             "build",
-            timeout_s=_BUILD_TIMEOUT_S,
-        )
-    return BuiltImage(
-        plan.reference,
-        image_size(tool, plan.reference),
-        layer_sizes(tool, plan.reference),
-        tool.name,
-        python,
-    )
+            *platform,
+            "-f",
+            str(folder / "Containerfile"),
+            "-t",
+            plan.reference,
+            str(folder),
+        ]
+        _run(tool, build, "build", timeout_s=_BUILD_TIMEOUT_S)
+    size, layers = image_size(tool, plan.reference), layer_sizes(tool, plan.reference)
+    return BuiltImage(plan.reference, size, layers, tool.name, python)
 
 
-def probe_base(tool: ImageTool, base: str) -> BasePython:
-    """Run the base's python3 once: its version, machine and glibc decide the wheels."""
+def probe_base(tool: ImageTool, base: str, platform: str | None = None) -> BasePython:
+    """Run the base's python3 once: its version, machine and glibc decide the wheels (for
+    another `platform` the machine needs its emulation, binfmt/qemu, as any such build does)."""
+    chosen = ["--platform", platform] if platform else []
     if tool.name == "buildah":
-        container = _run(tool, ["from", "--quiet", base], "probe the base").strip()
+        container = _run(tool, ["from", "--quiet", *chosen, base], "probe the base").strip()
         try:
             out = _run(
                 tool,
@@ -108,7 +111,18 @@ def probe_base(tool: ImageTool, base: str) -> BasePython:
     else:
         out = _run(
             tool,
-            ["run", "--rm", "--network", "none", "--entrypoint", "python3", base, "-c", _PROBE],
+            [
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                *chosen,
+                "--entrypoint",
+                "python3",
+                base,
+                "-c",
+                _PROBE,
+            ],
             "probe the base",
         )
     major_minor, machine, glibc = out.split("\n")[:3]

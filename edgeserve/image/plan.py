@@ -67,6 +67,8 @@ class ImagePlan:
     layers: tuple[Layer, ...]
     command: tuple[str, ...]
     entrypoint: tuple[str, ...] = ()
+    workdir: str | None = None
+    platform: str | None = None  # "linux/arm64": build for it (else the base's own)
     user: str | None = NONROOT
     port: int | None = None
     env: tuple[tuple[str, str], ...] = ()
@@ -78,7 +80,9 @@ class ImagePlan:
 
     def containerfile(self) -> str:
         """The Containerfile: COPY per layer, one RUN (compileall), no shell form anywhere."""
-        lines = [f"FROM {self.base}"]
+        lines = [
+            f"FROM --platform={self.platform} {self.base}" if self.platform else f"FROM {self.base}"
+        ]
         if self.labels:
             lines.append("LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in self.labels))
         env = {"PYTHONPATH": f"{APP}:{PACKAGES}", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -88,6 +92,8 @@ class ImagePlan:
             lines.append(f"COPY --chown=0:0 {layer.name} {layer.path}")
             if layer.compiled:  # by the image's own Python: its .pyc format
                 lines.append(_compile(layer.path))
+        if self.workdir:
+            lines.append(f"WORKDIR {self.workdir}")
         if self.user:
             lines.append(f"USER {self.user}")
         if self.port:

@@ -43,12 +43,9 @@ class KubernetesDriver:
         image.txt (size and per-layer cost) into `out`."""
         settings = profile.settings_as(KubernetesSettings)
         plan = image_plan(bundle, profile.name, settings)
-        built = build_image(
-            plan,
-            find_tool(settings.image_tool),
-            {"bundle": bundle.root},
-            containerfile_copy=out / "Containerfile",
-        )
+        built = build_image(plan, find_tool(settings.image_tool), {"bundle": bundle.root})
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "Containerfile").write_text(plan.containerfile(), encoding="utf-8")
         (out / "image.txt").write_text("\n".join(built.describe()) + "\n", encoding="utf-8")
         manifests = out / "manifests.yaml"
         manifests.write_text(self.manifests_yaml(bundle, settings, built.reference))

@@ -95,12 +95,12 @@ def package_targets(
 ) -> list[Path]:
     """What `build --target T` writes for each target whose driver packages: `<out>/<name>-<T>/`.
 
-    Only kinds with a driver (their shipped or overridden profiles) are packaged; `local` is
-    planned by `build` alone."""
+    Every target whose profile's kind has a driver is packaged (a kind's name, or any profile
+    of such a kind: `knative-gpu`); `local` is planned by `build` alone."""
     from edgeserve.profiles import load_target
 
     written = []
-    for name in (name for name in targets if name in KINDS and KINDS[name].driver):
+    for name in targets:
         profile = load_target(name, function_dir)
         if KINDS[profile.driver].driver is not None:
             folder = out / f"{bundle.name}-{profile.name}"
