@@ -43,14 +43,22 @@ def read_signature(
     return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched)
 
 
+_SAME_VALUES = {"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose"}
+"""Ops whose first output holds their first input's values (reshaped or retyped): token ids
+reach an embedding's Gather through them in exported models."""
+
+
 def _with_index_range(spec: TensorSpec, graph: onnx.GraphProto) -> TensorSpec:
-    """An integer input the graph uses directly as the indices of a Gather over a weight (an
-    embedding's token ids) may only hold -n..n-1 for the n rows gathered: some backends
-    (OpenVINO) answer other ids with zeros instead of an error, so the door refuses them."""
+    """An integer input whose values the graph uses as the indices of a Gather over a weight
+    (an embedding's token ids), directly or through `_SAME_VALUES` ops, may only hold -n..n-1
+    for the n rows gathered: some backends (OpenVINO) answer other ids with zeros instead of
+    an error, so the door refuses them."""
     weights = {init.name: tuple(init.dims) for init in graph.initializer}
-    bounds = []
-    for node in graph.node:
-        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] != spec.name:
+    carried, bounds = {spec.name}, []
+    for node in graph.node:  # ONNX lists nodes in topological order
+        if node.op_type in _SAME_VALUES and node.input and node.input[0] in carried:
+            carried.add(node.output[0])
+        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in carried:
             continue
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
         table = weights.get(node.input[0])

@@ -163,16 +163,18 @@ def identity_model(path: Path, datatypes: tuple[str, ...], row: int = 3) -> Path
 
 
 def sequence_model(
-    path: Path, vocab: int = 32, width: int = 8, seed: int = 0, hidden_lookup: bool = False
+    path: Path, vocab: int = 32, width: int = 8, seed: int = 0, via: str | None = None
 ) -> Path:
     """tokens INT64 [N, L] -> embedding mean FP32 [N, width]: Gather, ReduceMean (a text model).
-    `hidden_lookup`: the tokens reach the Gather through an Identity, so the door cannot bound
-    them by the table's rows (signature.py) and a token past it fails in the backend."""
+    `via`: an op between the tokens and the Gather: "Cast" (to INT32, as exporters write),
+    which the door sees through, or "Abs", arithmetic it does not follow, so that the door
+    cannot bound the tokens by the table's rows (signature.py) and one past it fails in the
+    backend."""
     rng = np.random.default_rng(seed)
     table = numpy_helper.from_array(rng.normal(0, 1, (vocab, width)).astype(np.float32), "table")
     nodes = [
-        *_lookup_prelude(hidden_lookup),
-        helper.make_node("Gather", ["table", _ids(hidden_lookup)], ["embedded"]),
+        *_lookup_prelude(via),
+        helper.make_node("Gather", ["table", _ids(via)], ["embedded"]),
         helper.make_node("ReduceMean", ["embedded"], ["pooled"], axes=[1], keepdims=0),
     ]
     graph = helper.make_graph(
@@ -185,12 +187,15 @@ def sequence_model(
     return _save(graph, path)
 
 
-def _lookup_prelude(hidden: bool) -> list[onnx.NodeProto]:
-    return [helper.make_node("Identity", ["tokens"], ["ids"])] if hidden else []
+def _lookup_prelude(via: str | None) -> list[onnx.NodeProto]:
+    if via is None:
+        return []
+    cast = {"to": TensorProto.INT32} if via == "Cast" else {}
+    return [helper.make_node(via, ["tokens"], ["ids"], **cast)]
 
 
-def _ids(hidden: bool) -> str:
-    return "ids" if hidden else "tokens"
+def _ids(via: str | None) -> str:
+    return "tokens" if via is None else "ids"
 
 
 def exported_names_model(path: Path) -> Path:
@@ -250,13 +255,13 @@ def slow_model(
     rows: int = 256,
     dim: int = 1024,
     vocab: int | None = None,
-    hidden_lookup: bool = False,
+    via: str | None = None,
 ) -> Path:
     """x [N, 1, dim] FP32 -> y [N]: x tiled to [N, rows, dim], then `depth` MatMuls by one
     [dim, dim] weight, summed: about 0.3 s a row on one CPU core, for tests that need a queue.
     With `vocab`, the input is tokens INT64 [N, rows] looked up in a [vocab, dim] table (a token
-    past it is refused by ONNX Runtime while the batch runs, when `hidden_lookup` hides the
-    lookup from the door as in `sequence_model`)."""
+    past it is refused by ONNX Runtime while the batch runs, when `via` hides the lookup from
+    the door as in `sequence_model`)."""
     rng = np.random.default_rng(0)
     weight = (rng.standard_normal((dim, dim)) / np.sqrt(dim)).astype(np.float32)
     if vocab is None:
@@ -264,10 +269,10 @@ def slow_model(
         given = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, dim])
         table = numpy_helper.from_array(np.array([1, rows, 1], np.int64), "repeats")
     else:
-        first = helper.make_node("Gather", ["table", _ids(hidden_lookup)], ["h0"])
+        first = helper.make_node("Gather", ["table", _ids(via)], ["h0"])
         given = helper.make_tensor_value_info("tokens", TensorProto.INT64, ["N", rows])
         table = numpy_helper.from_array(rng.random((vocab, dim), dtype=np.float32), "table")
-    nodes = [*_lookup_prelude(hidden_lookup and vocab is not None), first]
+    nodes = [*_lookup_prelude(via if vocab is not None else None), first]
     for layer in range(depth):
         nodes.append(helper.make_node("MatMul", [f"h{layer}", "w"], [f"h{layer + 1}"]))
     nodes.append(helper.make_node("ReduceSum", [f"h{depth}", "axes"], ["y"], keepdims=0))

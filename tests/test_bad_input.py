@@ -369,9 +369,9 @@ def token_request(tokens: list[int]) -> dict[str, Any]:
 
 def test_a_value_the_model_refuses_fails_its_own_request_not_its_batch(tmp_path: Path) -> None:
     """Token 99 of a 32-token vocabulary, looked up where the door cannot see (through an
-    Identity), passes every check at the door, and ONNX Runtime refuses it while running the
+    Abs), passes every check at the door, and ONNX Runtime refuses it while running the
     batch it shares with 7 good requests: only it gets the 400."""
-    model = functools.partial(sequence_model, hidden_lookup=True)
+    model = functools.partial(sequence_model, via="Abs")
     source = write_function(tmp_path / "tokens", model, BATCHING)
     app = create_app(Runtime.load(build(source, tmp_path / "bundle")))
 
@@ -390,13 +390,16 @@ def test_a_value_the_model_refuses_fails_its_own_request_not_its_batch(tmp_path:
     assert batches["execution_count"] >= 2  # they met in one batch, then ran alone
 
 
+@pytest.mark.parametrize("via", [None, "Cast"])
 @pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
 def test_a_token_past_the_embedding_table_is_a_400_on_every_backend(
-    tmp_path: Path, backend: str
+    tmp_path: Path, backend: str, via: str | None
 ) -> None:
     """OpenVINO (the CPU default) answers token ids past an embedding's rows with zeros, not an
-    error: the door bounds an input the model gathers a weight's rows by, on every route."""
-    source = write_function(tmp_path / "tokens", sequence_model, '[function]\nname = "tokens"\n')
+    error: the door bounds an input the model gathers a weight's rows by (directly, or cast to
+    INT32 first as exporters do), on every route."""
+    model = functools.partial(sequence_model, via=via)
+    source = write_function(tmp_path / "tokens", model, '[function]\nname = "tokens"\n')
     app = create_app(Runtime.load(build(source, tmp_path / "bundle"), backend=backend))
     with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         assert client.post(INFER_TOKENS, json=token_request([0, 31, -32])).status_code == 200
@@ -440,7 +443,7 @@ def postprocess(items, ctx):
 def test_when_one_item_fails_the_request_s_waiting_items_are_withdrawn(tmp_path: Path) -> None:
     """A page of 5 lines, the second holding a token past the vocabulary: the batch of all 5
     is refused, so they run one by one; once the second fails, the 3 after it never run."""
-    model = functools.partial(slow_model, depth=4, rows=16, vocab=32, hidden_lookup=True)
+    model = functools.partial(slow_model, depth=4, rows=16, vocab=32, via="Abs")
     source = write_function(tmp_path / "pages", model, PAGES, LINES_HANDLER)
     app = create_app(Runtime.load(build(source, tmp_path / "bundle")))
     good, bad = [1] * 16, [1] * 15 + [99]
