@@ -37,7 +37,7 @@ from edgeserve.errors import BundleError, ConfigError, did_you_mean
 from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.precision import PrecisionCheck, check_precision
-from edgeserve.profiles import load_target
+from edgeserve.profiles import load_target, target_name
 from edgeserve.signature import read_signature
 from edgeserve.types import Signature
 
@@ -334,7 +334,7 @@ def _target_plan(target: str, manifest: Manifest, backend: str | None, source: P
             f"runs on target {target!r} (platform {kind.platform}: {list(fits)})"
         )
     requirements = _requirements(kind, backends, manifest)
-    return TargetPlan(target, kind.platform, backends, requirements)
+    return TargetPlan(target_name(target), kind.platform, backends, requirements)
 
 
 def _target_kind(target: str, source: Path) -> TargetKind:

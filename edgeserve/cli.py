@@ -19,7 +19,7 @@ from rich.text import Text
 
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
-from edgeserve.errors import EdgeserveError
+from edgeserve.errors import ConfigError, DeployError, EdgeserveError
 from edgeserve.progress import live_log
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
     from edgeserve.scaffold import init_function
 
     path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
-    console.print(f"[green]created[/] {path}  (next: edgeserve build {path})")
+    _say("created", "green", f"{path}  (next: edgeserve build {path})")
     return 0
 
 
@@ -53,21 +53,19 @@ def _cmd_build(args: argparse.Namespace) -> int:
         archive=args.archive,
         report=lambda step: console.print(step.describe(), markup=False, soft_wrap=True),
     )
-    console.print(
-        f"[green]built[/] {bundle.manifest.function.name} -> {bundle.root}  "
-        f"hash {bundle.content_hash[:12]}"
-    )
+    name, digest = bundle.manifest.function.name, bundle.content_hash[:12]
+    _say("built", "green", f"{name} -> {bundle.root}  hash {digest}")
     if not bundle.signature.batched:
         fixed = [spec.name for spec in bundle.signature.inputs + bundle.signature.outputs
                  if not spec.dims or spec.dims[0] != -1]  # fmt: skip
-        console.print(
-            f"[yellow]batching off:[/] {', '.join(fixed)} has no dynamic first dim, so every "
-            "request runs alone (export the model with a dynamic batch axis to batch)"
-        )
+        _say(
+            "batching off:", "yellow", f"{', '.join(fixed)} has no dynamic first dim, so every "
+            "request runs alone (export the model with a dynamic batch axis to batch)",
+        )  # fmt: skip
     with live_log(err_console, "packaging"):  # pip's downloads, live on a terminal
         packaged = package_targets(bundle, args.target, out.parent / "dist", source)
     for written in packaged:
-        console.print(f"[green]packaged[/] {written}")
+        _say("packaged", "green", str(written))
         if (report := written.parent / "image.txt").is_file():  # an image's size per layer
             console.print(report.read_text(encoding="utf-8"), markup=False, end="", soft_wrap=True)
     return 0
@@ -108,7 +106,7 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
 
     body, content_type = _invoke_body(args)
     result = invoke(args.url, body, content_type, timeout_s=args.timeout)
-    console.print_json(json.dumps(result)) if not isinstance(result, str) else console.print(result)
+    console.print_json(json.dumps(result)) if not isinstance(result, str) else _say("", "", result)
     return 0
 
 
@@ -133,11 +131,11 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     choice = choose(platform, override=args.backend)
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in describe(platform, choice):
-        table.add_row(key, value)
+        table.add_row(Text(key), Text(value))
     from edgeserve.image.tools import describe_tools
 
     for key, value in describe_tools():  # which tool builds images (Kubernetes, Lambda), why
-        table.add_row(key, value)
+        table.add_row(Text(key), Text(value))
     console.print(table)
     return 0
 
@@ -174,7 +172,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     out = err_console if args.json == "-" else console
     out.print(render_table(report))
     for note in report.warnings:
-        out.print(f"[yellow]warning:[/] {note}", highlight=False)
+        _say("warning:", "yellow", note, out)
     if args.json:
         text = json.dumps(report.to_json(), indent=2) + "\n"
         if args.json == "-":
@@ -183,7 +181,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             Path(args.json).write_text(text, encoding="utf-8")
     if args.plot != "":
         plot = write_plot(report, Path(args.plot or f"bench-{report.model}.png"))
-        out.print(f"plot: {plot}")
+        _say("plot:", "", str(plot), out)
     if report.failures:
         raise EdgeserveError("bench: requests failed\n" + "\n".join(report.failures))
     return 0
@@ -195,7 +193,7 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
     with live_log(err_console, f"deploying to {args.target}"):
         result = deploy(Path(args.path), args.target, hosts=args.host)
     where = f" at {result.url}" if result.url else ""
-    console.print(f"[green]deployed[/] {result.name} {result.version} to {result.target}{where}")
+    _say("deployed", "green", f"{result.name} {result.version} to {result.target}{where}")
     return 0
 
 
@@ -203,7 +201,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from edgeserve.targets import driver_for, target_profile
 
     profile = target_profile(args.target, Path(args.path), args.host)
-    console.print_json(json.dumps(driver_for(profile).status(_function_name(args.path), profile)))
+    report = driver_for(profile).status(_function_name(args.path), profile)
+    console.print_json(json.dumps(report))
+    unreachable = [
+        key for key, part in report.items() if isinstance(part, dict) and "error" in part
+    ]
+    if unreachable:
+        _say("error:", "red", f"no status from {', '.join(unreachable)} (see `error`)", err_console)
+        return DeployError.exit_code
     return 0
 
 
@@ -212,7 +217,19 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
 
     profile = target_profile(args.target, Path(args.path), args.host)
     result = driver_for(profile).rollback(_function_name(args.path), profile)
-    console.print(f"[green]rolled back[/] {result.name} on {result.target} to {result.version}")
+    _say("rolled back", "green", f"{result.name} on {result.target} to {result.version}")
+    return 0
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    from edgeserve.targets import driver_for, target_profile
+
+    profile = target_profile(args.target, Path(args.path), args.host)
+    stop = getattr(driver_for(profile), "stop", None)
+    if stop is None:
+        raise ConfigError(f"target {profile.name!r} (driver {profile.driver}) has no `stop`")
+    stop(_function_name(args.path), profile)
+    _say("stopped", "green", f"{_function_name(args.path)} on {profile.name}")
     return 0
 
 
@@ -238,7 +255,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
     # cache key matches) and caches it; later loads of any release of this model reuse it.
     runtime = Runtime.load(Bundle.open(Path(args.bundle)), backend="tensorrt")
     took = runtime.timings["load_s"]
-    console.print(f"[green]engine ready[/] for {runtime.name} in {took:.1f}s: {engine_cache_dir()}")
+    _say("engine ready", "green", f"for {runtime.name} in {took:.1f}s: {engine_cache_dir()}")
     return 0
 
 
@@ -273,7 +290,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if result.best is None:
         raise EdgeserveError(_tune_failure(result))
     where = f"written to {result.written}" if result.written else "not written (--dry-run)"
-    console.print(f"best: {result.best.candidate.settings()}  {where}")
+    _say("best:", "", f"{result.best.candidate.settings()}  {where}")
     return 0
 
 
@@ -298,12 +315,12 @@ def _tune_table(result: TuneResult, concurrency: int) -> Table:
     for trial in result.trials:
         c = trial.candidate
         over = "over" if trial.p99_ms > result.budget_ms else ""
-        mark = "[green]chosen[/]" if trial is result.best else over
+        mark = "chosen" if trial is result.best else over
         table.add_row(
             str(c.max_batch_size), str(list(c.preferred_batch_sizes) or "-"),
             f"{c.max_queue_delay_ms:g}", str(c.instances),
             f"{trial.items_per_s:.0f}", f"{trial.p99_ms:.1f}",
-            "failed (below)" if trial.errors else mark,
+            Text("failed (below)") if trial.errors else Text(mark, style="green" if mark else ""),
         )  # fmt: skip
     return table
 
@@ -332,10 +349,10 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         limit = bounds.max_mb if args.max_mb is None else args.max_mb
         removed = cache.prune(cache.Bounds(keep, limit))
         freed = sum(entry.size_bytes for entry in removed) / 2**20
-        console.print(f"removed {len(removed)} bundles ({freed:.1f} MB) from {cache.bundles_dir()}")
+        _say("removed", "", f"{len(removed)} bundles ({freed:.1f} MB) from {cache.bundles_dir()}")
         return 0
     found = cache.entries()
-    console.print(f"{len(found)} bundles in {cache.bundles_dir()}", soft_wrap=True, highlight=False)
+    _say("", "", f"{len(found)} bundles in {cache.bundles_dir()}")
     table = Table()
     for column in ("bundle", "MB", "last used"):
         table.add_column(column, justify="left" if column == "bundle" else "right")
@@ -584,6 +601,7 @@ def _parser() -> argparse.ArgumentParser:
         ("deploy", _cmd_deploy, "ship to a target, health-check it, roll back on failure"),
         ("status", _cmd_status, "what runs on a target: version, health, backend (per host)"),
         ("rollback", _cmd_rollback, "switch a target back to the release before the current one"),
+        ("stop", _cmd_stop, "stop a function's service on a target (its releases stay)"),
     ):
         p = add(verb, func, help_)
         p.add_argument("path", help="function source folder or bundle (status/rollback: or name)")
@@ -656,13 +674,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say(label: str, style: str, text: str, out: Console = console) -> None:
+    """`label` in its colour, then `text` as plain text: never read as markup, so brackets in
+    a path, an rsync message or a device's error print as they are."""
+    line = Text.assemble((label, style), " ", text) if label else Text(text)
+    out.print(line, highlight=False, soft_wrap=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(args.func(args))
     except EdgeserveError as exc:
-        # plain text: brackets in a message (`[model.inputs.x]`) are not rich markup
-        err_console.print(Text.assemble(("error:", "red"), " ", exc.message), soft_wrap=True)
+        _say("error:", "red", exc.message, err_console)  # plain text, brackets and all
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

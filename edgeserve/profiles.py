@@ -67,10 +67,21 @@ def load_target(name_or_path: str | Path, function_dir: Path | None = None) -> T
     return TargetProfile(path.stem, head.driver, head.description, head.settings, path)
 
 
+def is_path(name_or_path: str) -> bool:
+    """Whether `--target` names a profile file (`lab.toml`, `x/lab`) rather than a name."""
+    given = Path(name_or_path)
+    return given.suffix == ".toml" or len(given.parts) > 1
+
+
+def target_name(name_or_path: str) -> str:
+    """The name a target goes by: a profile file's stem, else the name as given."""
+    return Path(name_or_path).stem if is_path(name_or_path) else name_or_path
+
+
 def find_target(name_or_path: str, function_dir: Path | None = None) -> Path:
     """The profile file: a path as given, else the first `<name>.toml` on the search path."""
     given = Path(name_or_path)
-    if given.suffix == ".toml" or len(given.parts) > 1:
+    if is_path(name_or_path):
         if given.is_file():
             return given
         raise ConfigError(f"target profile {given}: no such file")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -190,6 +191,26 @@ def _lookup_prelude(hidden: bool) -> list[onnx.NodeProto]:
 
 def _ids(hidden: bool) -> str:
     return "ids" if hidden else "tokens"
+
+
+def exported_names_model(path: Path) -> Path:
+    """Tensor names as exporters write them: `input.1` (PyTorch), `serving/x:0` (TensorFlow)
+    FP32 [N, 4] -> `StatefulPartitionedCall:0` (their sum), `onnx::Out 1` (the first)."""
+    nodes = [
+        helper.make_node("Add", ["input.1", "serving/x:0"], ["StatefulPartitionedCall:0"]),
+        helper.make_node("Identity", ["input.1"], ["onnx::Out 1"]),
+    ]
+    tensor = functools.partial(helper.make_tensor_value_info, elem_type=TensorProto.FLOAT)
+    graph = helper.make_graph(
+        nodes,
+        "exported",
+        [tensor("input.1", shape=["N", 4]), tensor("serving/x:0", shape=["N", 4])],
+        [
+            tensor("StatefulPartitionedCall:0", shape=["N", 4]),
+            tensor("onnx::Out 1", shape=["N", 4]),
+        ],
+    )
+    return _save(graph, path)
 
 
 def pair_model(path: Path) -> Path:

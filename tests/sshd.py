@@ -22,6 +22,7 @@ from pathlib import Path
 
 SSHD = Path("/usr/sbin/sshd")
 START_TIMEOUT_S = 10.0
+DEVICE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
 SSHD_CONFIG = """\
 ListenAddress 127.0.0.1
@@ -37,6 +38,7 @@ UsePAM no
 PermitRootLogin prohibit-password
 AllowUsers {user}
 LogLevel ERROR
+SetEnv PATH={path}
 """
 
 CLIENT_HOST = """\
@@ -80,8 +82,9 @@ class SshFleet:
                 process.wait()
 
 
-def start_fleet(root: Path, aliases: list[str]) -> SshFleet:
-    """Start one sshd per alias under `root`; the caller must `stop()` the fleet."""
+def start_fleet(root: Path, aliases: list[str], path: str = DEVICE_PATH) -> SshFleet:
+    """Start one sshd per alias under `root`; the caller must `stop()` the fleet. `path` is
+    the PATH of commands run on the devices (a test may put its own tools first)."""
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
     user = getpass.getuser()
@@ -92,7 +95,7 @@ def start_fleet(root: Path, aliases: list[str]) -> SshFleet:
     hosts, pinned = [], []
     try:
         for alias in aliases:
-            port, host_key, process = _start_one(root / f"sshd-{alias}", user, identity)
+            port, host_key, process = _start_one(root / f"sshd-{alias}", user, identity, path)
             fleet.ports[alias], fleet.processes = port, [*fleet.processes, process]
             pinned.append(f"[127.0.0.1]:{port} {host_key.with_suffix('.pub').read_text().strip()}")
             hosts.append(CLIENT_HOST.format(alias=alias, port=port, user=user, identity=identity,
@@ -106,7 +109,7 @@ def start_fleet(root: Path, aliases: list[str]) -> SshFleet:
 
 
 def _start_one(
-    folder: Path, user: str, identity: Path
+    folder: Path, user: str, identity: Path, path: str
 ) -> tuple[int, Path, subprocess.Popen[bytes]]:
     folder.mkdir()
     host_key = _keygen(folder / "host_key")
@@ -114,8 +117,9 @@ def _start_one(
     authorized.write_text(identity.with_suffix(".pub").read_text())
     port = _free_port()
     config = folder / "sshd_config"
-    config.write_text(SSHD_CONFIG.format(port=port, host_key=host_key, pid_file=folder / "sshd.pid",
-                                         authorized_keys=authorized, user=user))  # fmt: skip
+    fields = {"port": port, "host_key": host_key, "pid_file": folder / "sshd.pid",
+              "authorized_keys": authorized, "user": user, "path": path}  # fmt: skip
+    config.write_text(SSHD_CONFIG.format(**fields))
     with (folder / "sshd.log").open("wb") as log:
         argv = [str(SSHD), "-D", "-e", "-f", str(config)]
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)

@@ -7,6 +7,7 @@ installs packages; `allow_arch = ["x86_64"]` lets this machine stand in for an a
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import socket
@@ -43,7 +44,7 @@ BROKEN_HANDLER = """\
 from pathlib import Path
 
 if Path(__file__).parent.name == "handler":
-    raise RuntimeError("this handler is broken on purpose")
+    raise RuntimeError("this handler is broken on purpose [/etc/model.conf]")
 """
 
 
@@ -136,6 +137,8 @@ class Poller:
 
     def __init__(self, base: str) -> None:
         self.base, self.answers, self.stopped = base, [], threading.Event()
+        self.timed: list[tuple[float, str | None]] = []
+        """(time.monotonic(), version or None when the request failed), for measuring gaps."""
         self.thread = threading.Thread(target=self._poll, daemon=True)
 
     def __enter__(self) -> Poller:
@@ -150,9 +153,12 @@ class Poller:
         deadline = time.monotonic() + POLL_LIMIT_S
         while not self.stopped.is_set() and time.monotonic() < deadline:
             try:
-                self.answers.append(served_version(self.base))
+                version: str | None = served_version(self.base)
+                self.answers.append(str(version))
             except httpx.HTTPError as exc:
+                version = None
                 self.answers.append(f"failed: {exc!r}")
+            self.timed.append((time.monotonic(), version))
             time.sleep(0.02)
 
 
@@ -281,7 +287,7 @@ def _profile_toml(settings: dict[str, Any]) -> str:
     def value(item: Any) -> str:
         if isinstance(item, list):
             return "[" + ", ".join(value(part) for part in item) + "]"
-        return f'"{item}"' if isinstance(item, str) else str(item)
+        return json.dumps(item) if isinstance(item, str) else str(item)
 
     lines = ['driver = "jetson"', "[settings]"]
     lines += [f"{k} = {value(v)}" for k, v in settings.items() if k != "overrides"]

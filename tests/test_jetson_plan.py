@@ -10,7 +10,7 @@ import pytest
 
 from edgeserve.errors import ConfigError, DeployError
 from edgeserve.targets import releases as rel
-from edgeserve.targets.jetson import rollout
+from edgeserve.targets.fleet import rollout
 from edgeserve.targets.jetson_settings import JetsonSettings
 from edgeserve.targets.preflight import Device, parse_facts, parse_free_mb, problems
 from edgeserve.targets.services import (
@@ -19,6 +19,7 @@ from edgeserve.targets.services import (
     docker_run_argv,
     render_unit,
 )
+from edgeserve.targets.ssh import host_key_problem
 
 LAYOUT = rel.Layout("/home/nvidia/edgeserve", "ocr")
 
@@ -66,20 +67,31 @@ def test_name_of_reads_readlink_output() -> None:
     assert rel.name_of("\n") is None
 
 
-def test_previous_release_is_the_one_deployed_before_current() -> None:
-    names = rel.newest_first("3-c\n2-b\n1-a\n.tmp\n")
-    assert names == ["3-c", "2-b", "1-a"]
-    assert rel.previous_release(names, "3-c") == "2-b"
-    assert rel.previous_release(names, "2-b") == "1-a"
-    assert rel.previous_release(names, "1-a") is None
-    assert rel.previous_release(names, None) == "3-c"
+def test_the_live_record_drops_what_is_gone_and_starts_from_a_legacy_current() -> None:
+    assert rel.lines("3-c\n\n1-a\n.tmp\n") == ["3-c", "1-a"]
+    assert rel.live_history(["1-a", "2-b", "3-c"], "3-c", ["3-c", "1-a"]) == ["1-a", "3-c"]
+    assert rel.live_history([], "2-b", ["1-a", "2-b"]) == ["2-b"]
+    assert rel.live_history([], None, ["1-a"]) == []
 
 
-def test_prunable_keeps_newest_and_protected() -> None:
-    names = ["5-e", "4-d", "3-c", "2-b", "1-a"]
-    assert rel.prunable(names, keep=2, protect={"5-e", "4-d"}) == ["3-c", "2-b", "1-a"]
-    assert rel.prunable(names, keep=2, protect={"1-a"}) == ["3-c", "2-b"]
-    assert rel.prunable(names, keep=9, protect=set()) == []
+def test_rollback_goes_below_current_and_pops_it() -> None:
+    """The issue's sequence: 1.0.2 failed (never recorded); rollback twice never reaches it."""
+    history = rel.went_live(rel.went_live([], "1.0.0"), "1.0.1")
+    assert rel.went_live(history, "1.0.1") == ["1.0.0", "1.0.1"]
+    target, below = rel.rollback_target(history, "1.0.1")
+    assert (target, below) == ("1.0.0", ["1.0.0"])
+    again = rel.went_live(below, "1.0.1")
+    assert rel.rollback_target(again, "1.0.1") == ("1.0.0", ["1.0.0"])
+    assert rel.rollback_target(["1.0.0"], "1.0.0") == (None, ["1.0.0"])
+    assert rel.rollback_target(["a", "b", "a"], "a") == ("b", ["a", "b"])
+
+
+def test_pruning_keeps_current_the_rollback_target_and_the_newest_live() -> None:
+    history = ["1-a", "2-b", "3-c", "4-d"]
+    assert rel.keep_set(history, 1, "4-d") == {"4-d", "3-c"}
+    assert rel.keep_set(history, 3, "4-d") == {"4-d", "3-c", "2-b"}
+    existing = ["1-a", "2-b", "3-c", "4-d", "5-failed"]
+    assert rel.prunable(existing, {"4-d", "3-c"}) == ["1-a", "2-b", "5-failed"]
 
 
 def test_resolve_root_expands_tilde_and_refuses_relative() -> None:
@@ -116,13 +128,17 @@ def test_preflight_problems_name_every_reason() -> None:
     assert orin.jetpack == "6.2"
 
 
-def test_systemd_unit_renders_the_function() -> None:
+def test_systemd_unit_runs_the_supervisor_and_reloads_it_to_switch() -> None:
     unit = render_unit(spec())
+    python = sys.executable
     assert (
-        f"ExecStart={sys.executable} -m edgeserve serve /home/nvidia/edgeserve/ocr/current" in unit
+        f"ExecStart={python} -m edgeserve.targets.supervisor run /home/nvidia/edgeserve/ocr "
+        f"--host 0.0.0.0 --port 8080 --start-timeout 300.0 --python {python}\n" in unit
     )
+    assert "ExecReload=/bin/kill -HUP $MAINPID\n" in unit and "KillMode=mixed\n" in unit
     assert "Environment=EDGESERVE_ENGINE_CACHE=/home/nvidia/edgeserve/engines" in unit
-    assert "MemoryMax=2048M" in unit and "Restart=always" in unit and "$" not in unit
+    assert "MemoryMax=4096M" in unit and "Restart=always" in unit
+    assert unit.count("$") == 1
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
@@ -161,10 +177,20 @@ def test_l4t_image_must_match_the_device_major() -> None:
         check_image_l4t("nvcr.io/nvidia/l4t-jetpack:r35.4.1", "36.4.3")
 
 
-def test_settings_refuse_disabled_host_key_checking() -> None:
-    with pytest.raises(ValueError, match="StrictHostKeyChecking=no"):
-        JetsonSettings(hosts=("a",), ssh_options=("StrictHostKeyChecking=no",))
-    JetsonSettings(hosts=("a",), ssh_options=("StrictHostKeyChecking=accept-new",))
+@pytest.mark.parametrize(
+    ("effective", "refused"),
+    [
+        ("stricthostkeychecking false\nuserknownhostsfile ~/.ssh/known_hosts", True),
+        ("stricthostkeychecking accept-new\nuserknownhostsfile /dev/null", True),
+        ("stricthostkeychecking accept-new\nuserknownhostsfile /dev/null /dev/null", True),
+        ("stricthostkeychecking accept-new\nuserknownhostsfile ~/.ssh/known_hosts", False),
+        ("stricthostkeychecking true\nuserknownhostsfile /dev/null", False),
+        ("stricthostkeychecking ask\nuserknownhostsfile ~/.ssh/known_hosts", False),
+    ],
+)
+def test_host_key_problem_reads_what_ssh_G_prints(effective: str, refused: bool) -> None:
+    """`ssh -G` output (lowercase keys, canonical values); spellings are tested through ssh."""
+    assert (host_key_problem(effective) is not None) is refused
 
 
 def test_settings_select_hosts_and_groups_in_profile_order() -> None:
@@ -189,7 +215,7 @@ def test_rollout_stops_at_a_failing_canary() -> None:
     with pytest.raises(
         DeployError, match=r"canary a failed, rollout stopped; not touched: \['b', 'c'\]"
     ):
-        rollout(settings.hosts, settings, each)
+        rollout(settings.hosts, settings.max_parallel, True, each)
     assert touched == ["a"]
 
 
@@ -201,5 +227,9 @@ def test_rollout_reports_every_failed_host_after_the_canary() -> None:
             raise DeployError(f"host {host}: down")
         return host
 
-    with pytest.raises(DeployError, match="2 of 2 hosts failed:\nb: host b: down\nc: host c: down"):
-        rollout(settings.hosts, settings, each)
+    with pytest.raises(DeployError) as caught:
+        rollout(settings.hosts, settings.max_parallel, True, each)
+    assert caught.value.message == (
+        "2 of 3 hosts failed; a (canary) succeeded and stays on the new release:\n"
+        "b: host b: down\nc: host c: down"
+    )

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from openapi_spec_validator import validate
 
 from edgeserve.cli import main
 from edgeserve.scaffold import init_function
-from tests.models import pair_model, sequence_model
+from tests.models import exported_names_model, pair_model, sequence_model
 from tests.server import served
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -101,3 +102,20 @@ def test_a_fixed_batch_model_says_it_is_not_batched(tmp_path: Path) -> None:
         dom = _browser(f"{url}/docs", "--dump-dom").stdout
     assert "The first dims are fixed: every request runs alone." in dom
     assert "<code>features</code>" in dom and "<code>mask</code>" in dom
+
+
+def test_tensor_names_of_exported_models_make_a_valid_document(tmp_path: Path) -> None:
+    """TensorFlow and PyTorch exports name tensors `serving/x:0`, `onnx::Out 1`: the document
+    still validates as OpenAPI 3.1 (component keys are `[A-Za-z0-9._-]+`), the schemas keep
+    the names, and its examples are requests the server accepts."""
+    model = exported_names_model(tmp_path / "exported.onnx")
+    assert main(["init", str(tmp_path / "exported"), "--model", str(model)]) == 0
+    with served(tmp_path / "exported") as url:
+        document = httpx.get(f"{url}/openapi.json").json()
+        validate(document)
+        titles = {schema.get("title") for schema in document["components"]["schemas"].values()}
+        assert {"input.1", "serving/x:0", "StatefulPartitionedCall:0", "onnx::Out 1"} <= titles
+        infer = document["paths"]["/v2/models/exported/infer"]["post"]["requestBody"]
+        example = infer["content"]["application/json"]["example"]
+        answer = httpx.post(f"{url}/v2/models/exported/infer", json=example)
+        assert answer.status_code == 200, answer.text

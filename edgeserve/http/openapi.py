@@ -9,6 +9,8 @@ The document is pure data built once per app from the signature, the manifest an
 
 from __future__ import annotations
 
+import itertools
+import re
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from edgeserve.samples import (
 )
 from edgeserve.types import Signature, TensorSpec
 
+_UNSAFE_KEY = re.compile(r"[^A-Za-z0-9._-]")
 JSON_TYPES = {"FP16": "number", "FP32": "number", "FP64": "number", "BF16": "number"}
 JSON_TYPES |= {"BOOL": "boolean", "BYTES": "string"}
 ERRORS = {
@@ -151,8 +154,8 @@ def _describe(spec: TensorSpec) -> str:
 
 
 def _schemas(signature: Signature) -> dict[str, Any]:
-    inputs = {f"input_{s.name}": _tensor_schema(s, "input") for s in signature.inputs}
-    outputs = {f"output_{s.name}": _tensor_schema(s, "output") for s in signature.outputs}
+    inputs = _keyed("input", signature.inputs)
+    outputs = _keyed("output", signature.outputs)
     return {
         **inputs,
         **outputs,
@@ -169,6 +172,21 @@ def _schemas(signature: Signature) -> dict[str, Any]:
             "properties": {"error": {"type": "string", "description": "what, where, expected"}},
         },
     }
+
+
+def _keyed(role: str, specs: tuple[TensorSpec, ...]) -> dict[str, Any]:
+    """Each tensor's schema under a component key OpenAPI allows (`[A-Za-z0-9._-]+`): exported
+    models name tensors `serving_default_x:0` or `onnx::Gemm_0`; the schema's title keeps the
+    name. Keys that the replacement makes equal get a number."""
+    keyed: dict[str, Any] = {}
+    for spec in specs:
+        key = base = f"{role}_{_UNSAFE_KEY.sub('_', spec.name)}"
+        for number in itertools.count(2):
+            if key not in keyed:
+                break
+            key = f"{base}_{number}"
+        keyed[key] = _tensor_schema(spec, role)
+    return keyed
 
 
 def _message(key: str, tensors: dict[str, Any]) -> dict[str, Any]:

@@ -51,7 +51,7 @@ def deploy(path: Path, target: str | Path, *, hosts: Sequence[str] = ()) -> Depl
     from edgeserve.builder import open_or_build
 
     profile = target_profile(target, path, hosts)
-    bundle = open_or_build(path, targets=(profile.name,))
+    bundle = open_or_build(path, targets=(str(target),))  # a profile file: the file given
     return driver_for(profile).deploy(bundle, profile)
 
 

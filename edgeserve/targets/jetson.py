@@ -2,17 +2,20 @@
 
 Per host, each step shown as it runs:
 
-    1. preflight   reachable, arch, L4T/JetPack, free disk, python3
-    2. copy        the bundle into releases/<version>-<hash12> (rsync --link-dest current)
-    3. install     a per-release venv with the runtime requirements (or the profile's python)
-    4. engine      `edgeserve engine build` on the device when the plan starts with tensorrt
-    5. switch      `current` -> the new release (ln -s + mv -T: one rename)
-    6. restart     the service manager makes `current` live (systemd, docker, process)
-    7. health      GET /v2/health/ready on the device within the deadline
-    8. prune       keep the newest `keep_releases`
+    1. preflight   reachable, host keys checked, arch, L4T/JetPack, free disk, python3, flock
+    2. lock        the device's deploy lock: one deploy, rollback or stop at a time per device
+    3. copy        the bundle into releases/<version>-<hash12> (rsync --link-dest current)
+    4. install     a per-release venv with the runtime requirements (or the profile's python)
+    5. engine      `edgeserve engine build` on the device when the plan starts with tensorrt
+    6. switch      `current` -> the new release (ln -s + mv -T: one rename)
+    7. restart     the service manager makes `current` live (systemd, docker, process)
+    8. health      GET /v2/health/ready on the device within the deadline, and the service
+                   must be serving this very release
+    9. record      the release joins the device's record of live releases; prune the rest
 
-A failure in 5-7 switches `current` back and restarts the previous release. A fleet goes canary
-first, then the rest `max_parallel` at a time; a failing canary stops the rollout.
+A failure in 6-8 switches `current` back to the last live release, restarts it and deletes the
+failed one (it never went live, so rollback can never pick it). A fleet goes canary first, then
+the rest `max_parallel` at a time; a failing canary stops the rollout.
 """
 
 from __future__ import annotations
@@ -21,20 +24,22 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from rich.console import Console
+from rich.text import Text
 
 from edgeserve.archive import write_archive
 from edgeserve.bundle import Bundle
-from edgeserve.errors import ConfigError, DeployError
+from edgeserve.errors import ConfigError, DeployError, EdgeserveError
 from edgeserve.profiles import TargetProfile
 from edgeserve.targets import DeployResult
 from edgeserve.targets import releases as rel
+from edgeserve.targets.fleet import on_every, rollout
 from edgeserve.targets.jetson_settings import JetsonSettings
+from edgeserve.targets.lock import device_lock
 from edgeserve.targets.preflight import Device, inspect, preflight
 from edgeserve.targets.services import SERVICES, ServiceSpec, check_image_l4t, fetch
 from edgeserve.targets.ssh import Remote
@@ -54,15 +59,16 @@ class StepLog:
     def step(self, host: str, name: str) -> Iterator[Callable[[str], None]]:
         notes: list[str] = []
         started = time.monotonic()
-        with self.console.status(f"{host}: {name} ..."):
+        with self.console.status(Text(f"{host}: {name} ...")):
             try:
                 yield notes.append
-            except DeployError:
-                self.console.print(f"[red]✗[/] {host}: {name} failed", highlight=False)
+            except EdgeserveError:
+                self.console.print(Text.assemble(("✗", "red"), f" {host}: {name} failed"))
                 raise
         took = time.monotonic() - started
         detail = f" ({'; '.join(notes)})" if notes else ""
-        self.console.print(f"[green]✓[/] {host}: {name}{detail} {took:.1f}s", highlight=False)
+        line = Text.assemble(("✓", "green"), f" {host}: {name}{detail} {took:.1f}s")
+        self.console.print(line, highlight=False)
 
 
 @dataclasses.dataclass
@@ -97,12 +103,13 @@ class HostRun:
         spec = ServiceSpec(
             self.target, layout, self.settings.bind, self.port, python, device.user,
             self.memory_mb, self.settings.health_timeout_s, self.settings.image,
+            self.settings.docker_runtime,
         )  # fmt: skip
         return device, spec
 
     def deployed_port(self, layout: rel.Layout) -> int:
         """The port in the manifest of the live release (what status and rollback talk to)."""
-        text = self.remote.sh('cat "$1" 2>/dev/null || true', f"{layout.current}/edgeserve.json")
+        text = self.remote.sh(rel.READ_SCRIPT, f"{layout.current}/{rel.BUNDLE_DIR}/edgeserve.json")
         port: int = json.loads(text)["manifest"]["resources"]["port"] if text else 8080
         return port
 
@@ -110,28 +117,49 @@ class HostRun:
         return rel.name_of(self.remote.sh(rel.CURRENT_SCRIPT, spec.layout.current))
 
     def releases(self, spec: ServiceSpec) -> list[str]:
-        return rel.newest_first(self.remote.sh(rel.LIST_SCRIPT, spec.layout.releases))
+        return rel.lines(self.remote.sh(rel.LIST_SCRIPT, spec.layout.releases))
+
+    def history(self, spec: ServiceSpec, current: str | None) -> list[str]:
+        """The device's record of the releases that went live, oldest first."""
+        recorded = rel.lines(self.remote.sh(rel.READ_SCRIPT, spec.layout.live))
+        return rel.live_history(recorded, current, self.releases(spec))
+
+    def record(self, spec: ServiceSpec, history: list[str]) -> None:
+        self.remote.sh(rel.RECORD_SCRIPT, spec.layout.live, *history)
+
+    @contextmanager
+    def locked(self, spec: ServiceSpec, action: str) -> Iterator[None]:
+        """The device's deploy lock, held for the block (another deploy there waits for it)."""
+        wait_s, started = self.settings.lock_timeout_s, time.monotonic()
+        with ExitStack() as held:
+            with self.log.step(self.host, "lock") as note:
+                held.enter_context(device_lock(self.remote, spec.layout.lock, wait_s, action))
+                note(f"{spec.layout.lock}, waited {time.monotonic() - started:.1f}s")
+            yield
 
     def deploy(self, bundle: Bundle, plan: str) -> dict[str, Any]:
         _, spec = self.prepare()
-        previous = self.current(spec)
         name = rel.release_name(bundle.version, bundle.content_hash)
-        path = spec.layout.release(name)
-        with self.log.step(self.host, "copy") as note:
-            link_dest = spec.layout.release(previous) if previous else None
-            note(self.remote.copy_tree(bundle.root, path, link_dest, keep=(".venv",)))
-            self.remote.run(["touch", path])
-        python = self.install(bundle, plan, path)
-        if bundle.backends(plan)[:1] == ("tensorrt",):
-            with self.log.step(self.host, "engine"):
-                cache = f"EDGESERVE_ENGINE_CACHE={spec.layout.engines}"
-                self.remote.run(["env", cache, python, "-m", "edgeserve", "engine", "build", path])
-        self.go_live(spec, name, previous)
-        self.prune(spec, keep={name, previous or name})
+        with self.locked(spec, f"deploy of {bundle.name} {name}"):
+            history = self.history(spec, self.current(spec))
+            previous = history[-1] if history else None
+            path = spec.layout.bundle(name)
+            with self.log.step(self.host, "copy") as note:
+                link_dest = spec.layout.bundle(previous) if previous else None
+                note(self.remote.copy_tree(bundle.root, path, link_dest))
+            python = self.install(bundle, plan, spec.layout.release(name))
+            if bundle.backends(plan)[:1] == ("tensorrt",):
+                with self.log.step(self.host, "engine"):
+                    cache = f"EDGESERVE_ENGINE_CACHE={spec.layout.engines}"
+                    argv = ["env", cache, python, "-m", "edgeserve", "engine", "build", path]
+                    self.remote.run(argv)
+            self.go_live(spec, name, previous, history)
+            self.finish(spec, rel.went_live(history, name))
         return {"release": name, "previous": previous, "url": f"http://{self.host}:{self.port}"}
 
     def install(self, bundle: Bundle, plan: str, path: str) -> str:
-        """The release's interpreter: the profile's as is, else a fresh venv of the release."""
+        """The release's interpreter: the profile's as is, else a fresh venv in the release
+        folder `path`, beside its bundle, with the bundle's pinned requirements."""
         with self.log.step(self.host, "install") as note:
             if self.config.python:
                 note(f"using the profile's python {self.config.python}, nothing installed")
@@ -140,52 +168,82 @@ class HostRun:
             self.remote.run(["python3", "-m", "venv", "--system-site-packages", venv])
             version = bundle.metadata.get("edgeserve_version", "")
             edgeserve = self.settings.edgeserve_requirement or f"edgeserve=={version}"
-            requirements = f"{path}/requirements/{plan}.txt"
+            requirements = f"{path}/{rel.BUNDLE_DIR}/requirements/{plan}.txt"
             pip = [f"{venv}/bin/python", "-m", "pip", "install", "--quiet", "-r", requirements]
             self.remote.run([*pip, edgeserve])
             return f"{venv}/bin/python"
 
-    def go_live(self, spec: ServiceSpec, name: str, previous: str | None) -> None:
-        """Switch, restart, check health; on failure switch back and restart `previous`."""
+    def go_live(
+        self, spec: ServiceSpec, name: str, previous: str | None, history: list[str]
+    ) -> None:
+        """Switch, restart, check; on failure go back to `previous` and delete what failed."""
         try:
             with self.log.step(self.host, "switch") as note:
                 self.remote.sh(rel.SWITCH_SCRIPT, rel.link_target(name), spec.layout.current)
                 note(f"current -> {name}")
-            self.restart_and_check(spec)
+            self.restart_and_check(spec, name)
         except DeployError as failure:
             if previous is None:
+                self.abandon(spec, name)
                 raise DeployError(
                     f"{failure.message}\n(no previous release to go back to)"
                 ) from None
             self.revert(spec, previous)
+            self.finish(spec, history)
             raise DeployError(f"{failure.message}\nrolled back to {previous}") from None
 
-    def restart_and_check(self, spec: ServiceSpec) -> None:
+    def restart_and_check(self, spec: ServiceSpec, name: str) -> None:
+        service = SERVICES[self.settings.service]
         with self.log.step(self.host, f"restart ({self.settings.service})"):
-            SERVICES[self.settings.service].restart(self.remote, spec)
+            service.restart(self.remote, spec)
         with self.log.step(self.host, "health") as note:
             fetch(self.remote, spec, "/v2/health/ready", self.settings.health_timeout_s)
-            note(f"{spec.local_url}/v2/health/ready answered on the device")
+            live = rel.name_of(service.live_release(self.remote, spec) or "")
+            if live != name:
+                raise DeployError(
+                    f"host {self.host}: after the switch the service runs {live}, not {name} "
+                    "(something else changed the device meanwhile)"
+                )
+            note(f"{spec.local_url}/v2/health/ready answered on the device, serving {name}")
 
     def revert(self, spec: ServiceSpec, previous: str) -> None:
         with self.log.step(self.host, f"roll back to {previous}"):
             self.remote.sh(rel.SWITCH_SCRIPT, rel.link_target(previous), spec.layout.current)
-            self.restart_and_check(spec)
+            self.restart_and_check(spec, previous)
 
-    def prune(self, spec: ServiceSpec, keep: set[str]) -> None:
-        with self.log.step(self.host, "prune") as note:
-            doomed = rel.prunable(self.releases(spec), self.settings.keep_releases, keep)
+    def abandon(self, spec: ServiceSpec, name: str) -> None:
+        """A first release that failed: stop it and leave the device as it found it."""
+        with self.log.step(self.host, f"remove {name}"):
+            SERVICES[self.settings.service].stop(self.remote, spec)
+            self.remote.run(["rm", "-f", spec.layout.current])
+            self.finish(spec, [])
+
+    def finish(self, spec: ServiceSpec, history: list[str], prune: bool = True) -> None:
+        """Write the live record, then keep `keep_releases` of it; what never went live goes.
+
+        A rollback does not prune: the release it left stays for inspection until a deploy."""
+        with self.log.step(self.host, "record + prune" if prune else "record") as note:
+            self.record(spec, history)
+            current = history[-1] if history else None
+            kept = rel.keep_set(history, self.settings.keep_releases, current)
+            doomed = rel.prunable(self.releases(spec), kept) if prune else []
             if doomed:
                 self.remote.sh(rel.PRUNE_SCRIPT, spec.layout.releases, *doomed)
-            note(f"removed {len(doomed)}, kept {self.settings.keep_releases}")
+            note(f"live now {current}; removed {len(doomed)}, kept {len(kept)}")
 
     def rollback(self) -> dict[str, Any]:
         _, spec = self.prepare()
-        current = self.current(spec)
-        target = rel.previous_release(self.releases(spec), current)
-        if target is None or target == current:
-            raise DeployError(f"host {self.host}: no release before {current} to roll back to")
-        self.go_live(spec, target, current)
+        with self.locked(spec, f"rollback of {self.function}"):
+            current = self.current(spec)
+            history = self.history(spec, current)
+            target, below = rel.rollback_target(history, current)
+            if target is None:
+                raise DeployError(
+                    f"host {self.host}: no live release before {current} to roll back to "
+                    f"(live record: {history})"
+                )
+            self.go_live(spec, target, current, history)
+            self.finish(spec, below, prune=False)
         return {"release": target, "previous": current, "url": f"http://{self.host}:{self.port}"}
 
     def status(self) -> dict[str, Any]:
@@ -193,8 +251,10 @@ class HostRun:
         current = self.current(spec)
         if current is None:
             return {"release": None, "health": "not deployed"}
-        meta = json.loads(self.remote.run(["cat", f"{spec.layout.current}/edgeserve.json"]))
+        bundle = f"{spec.layout.current}/{rel.BUNDLE_DIR}/edgeserve.json"
+        meta = json.loads(self.remote.run(["cat", bundle]))
         report = {"release": current, "version": meta["manifest"]["function"]["version"]}
+        report["service"] = SERVICES[self.settings.service].state(self.remote, spec)
         try:
             model = json.loads(
                 fetch(self.remote, spec, f"/v2/models/{self.function}", STATUS_TIMEOUT_S)
@@ -206,37 +266,11 @@ class HostRun:
             report["health"] = f"down: {exc.message.splitlines()[-1]}"
         return report
 
-    def stop(self) -> None:
+    def stop(self) -> dict[str, Any]:
         _, spec = self.prepare(checked=False)
-        SERVICES[self.settings.service].stop(self.remote, spec)
-
-
-def rollout(
-    hosts: tuple[str, ...], settings: JetsonSettings, each: Callable[[str], T]
-) -> dict[str, T]:
-    """Run `each` on the canary, then on the others in parallel; a failing canary stops it all."""
-    if len(hosts) == 1:
-        return {hosts[0]: each(hosts[0])}
-    if not settings.canary:
-        return in_parallel(hosts, settings.max_parallel, each)
-    canary, rest = hosts[0], hosts[1:]
-    try:
-        first = each(canary)
-    except DeployError as exc:
-        raise DeployError(
-            f"canary {canary} failed, rollout stopped; not touched: {list(rest)}:\n{exc.message}"
-        ) from None
-    return {canary: first, **in_parallel(rest, settings.max_parallel, each)}
-
-
-def in_parallel(hosts: tuple[str, ...], limit: int, each: Callable[[str], T]) -> dict[str, T]:
-    """`each` on every host, `limit` at a time; every failure is reported, none hides another."""
-    with ThreadPoolExecutor(max_workers=limit) as pool:
-        futures = {host: pool.submit(each, host) for host in hosts}
-    failures = [f"{h}: {f.exception()}" for h, f in futures.items() if f.exception() is not None]
-    if failures:
-        raise DeployError(f"{len(failures)} of {len(hosts)} hosts failed:\n" + "\n".join(failures))
-    return {host: future.result() for host, future in futures.items()}
+        with self.locked(spec, f"stop of {self.function}"):
+            SERVICES[self.settings.service].stop(self.remote, spec)
+        return {"release": self.current(spec), "service": "stopped"}
 
 
 class JetsonDriver:
@@ -261,31 +295,33 @@ class JetsonDriver:
             run.memory_mb, run.port = resources.memory_mb, resources.port
             return run.deploy(bundle, plan)
 
-        hosts = rollout(settings.hosts, settings, self._on(settings, bundle.name, profile, each))
+        on_host = self._on(settings, bundle.name, profile, each)
+        hosts = rollout(settings.hosts, settings.max_parallel, settings.canary, on_host)
         return self._result(profile, bundle.name, bundle.version, hosts)
 
     def rollback(self, name: str, profile: TargetProfile) -> DeployResult:
         settings = profile.settings_as(JetsonSettings)
-        hosts = rollout(
-            settings.hosts, settings, self._on(settings, name, profile, HostRun.rollback)
-        )
+        on_host = self._on(settings, name, profile, HostRun.rollback)
+        back = "on the release it went back to"
+        hosts = rollout(settings.hosts, settings.max_parallel, settings.canary, on_host, back)
         return self._result(profile, name, next(iter(hosts.values()))["release"], hosts)
 
     def status(self, name: str, profile: TargetProfile) -> dict[str, Any]:
+        """Every host's state; an unreachable host's entry is its `error`, hiding no other."""
         settings = profile.settings_as(JetsonSettings)
         on_host = self._on(settings, name, profile, HostRun.status)
-        return {host: on_host(host) for host in settings.hosts}
+        done, failures = on_every(settings.hosts, settings.max_parallel, on_host)
+        return {h: done[h] if h in done else {"error": failures[h]} for h in settings.hosts}
 
     def with_hosts(self, profile: TargetProfile, names: tuple[str, ...]) -> TargetProfile:
         """`deploy --host`: the profile narrowed to these hosts or groups."""
         return with_hosts(profile, names)
 
-    def stop(self, name: str, profile: TargetProfile) -> None:
-        """Stop the function's service on every host (its releases stay)."""
+    def stop(self, name: str, profile: TargetProfile) -> dict[str, Any]:
+        """Stop the function's service on every host (its releases stay; deploy starts it)."""
         settings = profile.settings_as(JetsonSettings)
         on_host = self._on(settings, name, profile, HostRun.stop)
-        for host in settings.hosts:
-            on_host(host)
+        return rollout(settings.hosts, settings.max_parallel, False, on_host, "stopped")
 
     def _on(
         self,

@@ -31,6 +31,7 @@ class JetsonSettings(_Strict):
     ssh_port: int | None = Field(default=None, ge=1, le=65535)
     ssh_config: Path | None = None
     ssh_options: tuple[str, ...] = ()
+    """`ssh -o` options; any that turns host key checking off is refused (see ssh.py)."""
     connect_timeout_s: int = Field(default=10, ge=1)
     install_root: str = "~/edgeserve"
     service: Literal["systemd", "docker", "process"] = "systemd"
@@ -45,6 +46,9 @@ class JetsonSettings(_Strict):
     canary: bool = True
     max_parallel: int = Field(default=4, ge=1)
     health_timeout_s: float = Field(default=300.0, gt=0)
+    lock_timeout_s: float = Field(default=900.0, ge=0)
+    """How long a deploy waits for another one on the same device to finish (0: fail at once)."""
+    docker_runtime: str = "nvidia"
     overrides: dict[str, HostOverride] = {}
 
     @model_validator(mode="after")
@@ -54,9 +58,6 @@ class JetsonSettings(_Strict):
         unknown = sorted(set(self.overrides) - set(self.hosts))
         if unknown:
             raise ValueError(f"overrides name hosts not in `hosts`: {unknown}")
-        risky = [opt for opt in self.ssh_options if opt.lower().startswith("stricthostkeychecking")]
-        if any(opt.split("=", 1)[-1].strip().lower() == "no" for opt in risky):
-            raise ValueError("StrictHostKeyChecking=no turns host key checks off; use accept-new")
         return self
 
     def select(self, names: tuple[str, ...]) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ echo "arch=$(uname -m)"
 echo "home=$HOME"
 echo "user=$(id -un)"
 echo "python3=$(command -v python3)"
+echo "flock=$(command -v flock)"
 echo "l4t=$(head -n 1 /etc/nv_tegra_release 2>/dev/null)"
 """
 
@@ -36,6 +37,7 @@ class Device:
     python3: str
     l4t: str | None
     free_mb: int
+    flock: str = "flock"
 
     @property
     def jetpack(self) -> str | None:
@@ -72,6 +74,7 @@ def inspect(remote: Remote, settings: JetsonSettings, install_root: str, functio
         python3=facts.get("python3", ""),
         l4t=parse_l4t(facts.get("l4t", "")),
         free_mb=parse_free_mb(space),
+        flock=facts.get("flock", ""),
     )
 
 
@@ -87,6 +90,8 @@ def problems(device: Device, settings: JetsonSettings) -> list[str]:
         found.append(f"{device.free_mb} MB free under {device.root}, need {settings.min_free_mb}")
     if not device.python3:
         found.append("no python3 on PATH (the health check and the venv need it)")
+    if not device.flock:
+        found.append("no flock on PATH (the deploy lock needs it; it is in util-linux)")
     return found
 
 

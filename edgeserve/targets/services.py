@@ -15,10 +15,11 @@ import string
 import time
 from dataclasses import dataclass
 from importlib import resources
-from typing import Protocol
+from pathlib import PurePosixPath
+from typing import Any, Protocol
 
 from edgeserve.errors import ConfigError, DeployError
-from edgeserve.targets.releases import Layout
+from edgeserve.targets.releases import BUNDLE_DIR, Layout
 from edgeserve.targets.ssh import Remote
 
 HEALTH_SCRIPT = """\
@@ -44,7 +45,19 @@ START_SCRIPT = (
 )
 """Start detached (its own session, no tty, stdio in the log) and print the pid."""
 PROBE_SCRIPT = 'kill -0 "$2" 2>/dev/null || { echo dead; exit 0; }; cat "$1" 2>/dev/null || true'
+LIVENESS_SCRIPT = (
+    'pid=$(cat "$1" 2>/dev/null) || { echo stopped; exit 0; }; '
+    'kill -0 "$pid" 2>/dev/null && echo running || echo "dead $pid"'
+)
+"""`running`, `stopped` (no pid file: stopped on purpose) or `dead PID` (killed, never stopped)."""
+STOP_SCRIPT = (
+    'kill -TERM "$1" && i=0 && while kill -0 "$1" 2>/dev/null && [ $i -lt "$2" ]; '
+    "do sleep 1; i=$((i + 1)); done"
+)
+"""SIGTERM the pid $1, then wait up to $2 s for it to exit."""
 POLL_S = 0.3
+DRAIN_S = 35.0
+"""How long a supervisor may take to drain its release (supervisor.DRAIN_S)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,7 @@ class ServiceSpec:
     memory_mb: int
     start_timeout_s: float
     image: str | None = None
+    docker_runtime: str = "nvidia"
 
     @property
     def unit(self) -> str:
@@ -73,9 +87,16 @@ class ServiceSpec:
 
 
 class Service(Protocol):
-    def restart(self, remote: Remote, spec: ServiceSpec) -> None: ...
+    def restart(self, remote: Remote, spec: ServiceSpec) -> None:
+        """Make the release `current` names live."""
 
     def stop(self, remote: Remote, spec: ServiceSpec) -> None: ...
+
+    def state(self, remote: Remote, spec: ServiceSpec) -> str:
+        """`running`, `stopped`, or why it is neither (shown by `status`)."""
+
+    def live_release(self, remote: Remote, spec: ServiceSpec) -> str | None:
+        """The release folder the running service serves (what a deploy verifies)."""
 
 
 def fetch(remote: Remote, spec: ServiceSpec, path: str, timeout_s: float) -> str:
@@ -83,92 +104,143 @@ def fetch(remote: Remote, spec: ServiceSpec, path: str, timeout_s: float) -> str
     return remote.run(["python3", "-c", HEALTH_SCRIPT, spec.local_url + path, str(timeout_s)])
 
 
-class ProcessService:
-    """`edgeserve.targets.supervisor` started detached; a restart is a SIGHUP hand-over."""
+def supervisor_argv(spec: ServiceSpec) -> list[str]:
+    """The supervisor of the function (edgeserve.targets.supervisor), whoever starts it."""
+    argv = [spec.python, "-m", "edgeserve.targets.supervisor", "run", spec.layout.fn_dir]
+    argv += ["--host", spec.bind, "--port", str(spec.port)]
+    return [*argv, "--start-timeout", str(spec.start_timeout_s), "--python", spec.python]
 
-    def restart(self, remote: Remote, spec: ServiceSpec) -> None:
-        before = self.state(remote, spec)
-        if before is None:
-            started = remote.sh(START_SCRIPT, spec.layout.fn_dir, *self._supervisor_argv(spec))
-            pid, seen = started.strip(), None
-        else:
-            pid, seen = str(before["pid"]), before["generation"]
-            remote.run(["kill", "-HUP", pid])
-        after = self._await_generation(remote, spec, pid, seen)
-        if after.get("error"):
-            tail = self._log_tail(remote, spec)
-            raise DeployError(f"host {remote.host}: {after['error']}\n{tail}")
 
-    def stop(self, remote: Remote, spec: ServiceSpec) -> None:
-        state = self.state(remote, spec)
-        if state is not None:
-            remote.run(["kill", "-TERM", str(state["pid"])])
+class Supervised:
+    """What the `process` and `systemd` managers share: the supervisor, its state and its log.
 
-    def state(self, remote: Remote, spec: ServiceSpec) -> dict[str, object] | None:
+    A switch is a SIGHUP to the running supervisor (no gap, see supervisor.py); the new
+    generation in `run/state.json` says whether the new release took over."""
+
+    def supervisor_state(self, remote: Remote, spec: ServiceSpec) -> dict[str, Any] | None:
         """The running supervisor's state, or None when none runs."""
         paths = (spec.layout.run_file("state.json"), spec.layout.run_file("supervisor.pid"))
         text = remote.sh(STATE_SCRIPT, *paths)
         return json.loads(text) if text.strip() else None
 
-    def _supervisor_argv(self, spec: ServiceSpec) -> list[str]:
-        argv = ["env", f"EDGESERVE_ENGINE_CACHE={spec.layout.engines}", spec.python, "-m"]
-        argv += ["edgeserve.targets.supervisor", "run", spec.layout.fn_dir, "--host", spec.bind]
-        argv += ["--port", str(spec.port), "--start-timeout", str(spec.start_timeout_s)]
-        return [*argv, "--python", spec.python]
+    def state(self, remote: Remote, spec: ServiceSpec) -> str:
+        said = remote.sh(LIVENESS_SCRIPT, spec.layout.run_file("supervisor.pid")).strip()
+        if said.startswith("dead"):
+            return (
+                f"dead: the supervisor (pid {said.split()[-1]}) was killed; "
+                "the next deploy or rollback starts it again"
+            )
+        return said
 
-    def _await_generation(
-        self, remote: Remote, spec: ServiceSpec, pid: str, seen: object
-    ) -> dict[str, object]:
-        """The supervisor's state once it has tried the release (a new generation)."""
+    def live_release(self, remote: Remote, spec: ServiceSpec) -> str | None:
+        state = self.supervisor_state(remote, spec)
+        return str(state["release"]) if state and state.get("release") else None
+
+    def await_generation(self, remote: Remote, spec: ServiceSpec, pid: str, seen: object) -> None:
+        """Wait for the supervisor to try the release (a new generation); raise if it failed."""
         deadline = time.monotonic() + spec.start_timeout_s + 10
         while time.monotonic() < deadline:
             text = remote.sh(PROBE_SCRIPT, spec.layout.run_file("state.json"), pid).strip()
             if text == "dead":
                 raise DeployError(
                     f"host {remote.host}: the supervisor of {spec.layout.function} exited\n"
-                    f"{self._log_tail(remote, spec)}"
+                    f"{self.log_tail(remote, spec)}"
                 )
             state = json.loads(text) if text else None
             if state is not None and state["generation"] != seen:
-                return state
+                if state.get("error"):
+                    tail = self.log_tail(remote, spec)
+                    raise DeployError(f"host {remote.host}: {state['error']}\n{tail}")
+                return
             time.sleep(POLL_S)
         raise DeployError(
             f"host {remote.host}: the supervisor of {spec.layout.function} did not report the new "
             f"release within {spec.start_timeout_s} s; see {spec.layout.run_file('service.log')}"
         )
 
-    def _log_tail(self, remote: Remote, spec: ServiceSpec) -> str:
+    def log_tail(self, remote: Remote, spec: ServiceSpec) -> str:
         return remote.run(["tail", "-n", "20", spec.layout.run_file("service.log")])
 
 
-class SystemdService:
-    """A unit rendered from templates/systemd, installed into /etc/systemd/system."""
+class ProcessService(Supervised):
+    """The supervisor started detached over ssh (development boxes without systemd)."""
 
     def restart(self, remote: Remote, spec: ServiceSpec) -> None:
-        staged = f"{spec.layout.fn_dir}/{spec.unit}.service"
-        remote.write(staged, render_unit(spec).encode())
+        before = self.supervisor_state(remote, spec)
+        if before is None:
+            argv = ["env", f"EDGESERVE_ENGINE_CACHE={spec.layout.engines}", *supervisor_argv(spec)]
+            pid, seen = remote.sh(START_SCRIPT, spec.layout.fn_dir, *argv).strip(), None
+        else:
+            pid, seen = str(before["pid"]), before["generation"]
+            remote.run(["kill", "-HUP", pid])
+        self.await_generation(remote, spec, pid, seen)
+
+    def stop(self, remote: Remote, spec: ServiceSpec) -> None:
+        """SIGTERM the supervisor and wait until it has drained its release and exited."""
+        state = self.supervisor_state(remote, spec)
+        if state is not None:
+            remote.sh(STOP_SCRIPT, str(state["pid"]), str(int(DRAIN_S + 5)))
+
+
+class SystemdService(Supervised):
+    """The supervisor as a systemd unit (templates/systemd): a switch is `systemctl reload`.
+
+    systemd restarts the supervisor if it dies (Restart=always), and the supervisor restarts
+    its release's process if that dies; a new unit file means one cold restart."""
+
+    def restart(self, remote: Remote, spec: ServiceSpec) -> None:
         sudo = [] if spec.user == "root" else ["sudo", "-n"]
-        installed = f"/etc/systemd/system/{spec.unit}.service"
-        remote.run([*sudo, "install", "-m", "0644", staged, installed])
-        remote.run([*sudo, "systemctl", "daemon-reload"])
-        remote.run([*sudo, "systemctl", "enable", "--quiet", f"{spec.unit}.service"])
-        remote.run([*sudo, "systemctl", "restart", f"{spec.unit}.service"])
+        unit = f"{spec.unit}.service"
+        installed = f"/etc/systemd/system/{unit}"
+        staged = f"{spec.layout.fn_dir}/{unit}"
+        remote.write(staged, render_unit(spec).encode())
+        changed = not remote.succeeds(["cmp", "-s", staged, installed])
+        if changed:
+            remote.run([*sudo, "install", "-m", "0644", staged, installed])
+            remote.run([*sudo, "systemctl", "daemon-reload"])
+            remote.run([*sudo, "systemctl", "enable", "--quiet", unit])
+        before = self.supervisor_state(remote, spec)
+        running = before is not None and remote.succeeds(["systemctl", "is-active", "-q", unit])
+        verb = "reload" if running and not changed else "restart"
+        remote.run([*sudo, "systemctl", verb, unit])
+        pid = remote.run(["systemctl", "show", "-p", "MainPID", "--value", unit]).strip()
+        seen = before["generation"] if verb == "reload" and before else None
+        self.await_generation(remote, spec, pid, seen)
 
     def stop(self, remote: Remote, spec: ServiceSpec) -> None:
         sudo = [] if spec.user == "root" else ["sudo", "-n"]
         remote.run([*sudo, "systemctl", "stop", f"{spec.unit}.service"])
 
+    def state(self, remote: Remote, spec: ServiceSpec) -> str:
+        unit = f"{spec.unit}.service"
+        said = remote.sh('systemctl is-active "$1" || true', unit).strip()
+        return "running" if said == "active" else f"{said} (systemctl status {unit})"
+
 
 class DockerService:
-    """`docker run --runtime nvidia` of an image that has edgeserve, with the release mounted."""
+    """`docker run --runtime nvidia` of an image that has edgeserve, with the release mounted.
+
+    A switch replaces the container, so the function is down while the new one loads."""
 
     def restart(self, remote: Remote, spec: ServiceSpec) -> None:
-        release = remote.run(["readlink", "-f", spec.layout.current]).strip()
+        release = remote.run(["readlink", "-f", f"{spec.layout.current}/{BUNDLE_DIR}"]).strip()
+        remote.succeeds(["docker", "stop", "-t", "40", spec.unit])  # drains, as SIGTERM does
         remote.succeeds(["docker", "rm", "-f", spec.unit])
         remote.run(docker_run_argv(spec, release))
 
     def stop(self, remote: Remote, spec: ServiceSpec) -> None:
         remote.run(["docker", "stop", "-t", "40", spec.unit])
+
+    def state(self, remote: Remote, spec: ServiceSpec) -> str:
+        argv = ["docker", "inspect", "--format", "{{.State.Status}}", spec.unit]
+        return remote.sh('"$@" 2>/dev/null || echo stopped', *argv).strip()
+
+    def live_release(self, remote: Remote, spec: ServiceSpec) -> str | None:
+        mount = '{{range .Mounts}}{{if eq .Destination "/srv/function"}}{{.Source}}{{end}}{{end}}'
+        text = remote.sh(
+            '"$@" 2>/dev/null || true', "docker", "inspect", "--format", mount, spec.unit
+        )
+        return str(PurePosixPath(text.strip()).parent) if text.strip() else None  # <release>/bundle
 
 
 SERVICES: dict[str, Service] = {
@@ -180,16 +252,17 @@ SERVICES: dict[str, Service] = {
 
 def render_unit(spec: ServiceSpec) -> str:
     """The systemd unit of a function, as text (paths must not contain whitespace)."""
+    command = supervisor_argv(spec)
     fields = {
         "function": spec.layout.function,
         "target": spec.target,
         "user": spec.user,
         "fn_dir": spec.layout.fn_dir,
         "engines": spec.layout.engines,
+        "memory_mb": str(2 * spec.memory_mb),  # two releases overlap during a switch
         "python": spec.python,
         "host": spec.bind,
         "port": str(spec.port),
-        "memory_mb": str(spec.memory_mb),
     }
     for name, value in fields.items():
         if not value or re.search(r"\s", value):
@@ -198,7 +271,8 @@ def render_unit(spec: ServiceSpec) -> str:
                 "or contains whitespace"
             )
     template = resources.files("edgeserve") / "templates" / "systemd" / "edgeserve.service"
-    return string.Template(template.read_text(encoding="utf-8")).substitute(fields)
+    text = string.Template(template.read_text(encoding="utf-8"))
+    return text.substitute(fields, command=" ".join(command))
 
 
 def docker_run_argv(spec: ServiceSpec, release: str) -> list[str]:
@@ -208,7 +282,7 @@ def docker_run_argv(spec: ServiceSpec, release: str) -> list[str]:
     cache = "/var/lib/edgeserve/engines"
     return [
         "docker", "run", "--detach", "--name", spec.unit, "--restart", "unless-stopped",
-        "--runtime", "nvidia", "--network", "host",
+        "--runtime", spec.docker_runtime, "--network", "host",
         "--volume", f"{release}:/srv/function:ro", "--volume", f"{spec.layout.engines}:{cache}",
         "--env", f"EDGESERVE_ENGINE_CACHE={cache}", spec.image,
         "python3", "-m", "edgeserve", "serve", "/srv/function",

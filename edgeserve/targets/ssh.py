@@ -2,9 +2,12 @@
 
 Every remote command is an argument list joined with `shlex.join`, so the remote shell sees
 each argument exactly once and quoted. Host keys are checked the way the user's ssh does
-(their ~/.ssh/config, keys and known_hosts, or the profile's `ssh_config`); nothing here turns
-that off. `BatchMode=yes` makes a missing key or an unknown host fail at once instead of
-waiting for a password prompt nobody will answer. A failed command becomes a `DeployError`
+(their ~/.ssh/config, keys and known_hosts, or the profile's `ssh_config`), and a configuration
+that turns the check off is refused before connecting: `ssh -G` prints the options OpenSSH
+itself would use for the host (every spelling, `-o` and config files, Include and Match, all
+resolved), so the check reads OpenSSH's answer instead of guessing its parser. `BatchMode=yes`
+makes a missing key or an unknown host fail at once instead of waiting for a password prompt
+nobody will answer. A failed command becomes a `DeployError`
 naming the host, the command and its stderr: the one place `ssh`, `rsync` and `tar` failures
 are translated.
 """
@@ -20,10 +23,30 @@ from functools import cached_property
 from pathlib import Path
 from types import TracebackType
 
-from edgeserve.errors import DeployError
+from edgeserve.errors import ConfigError, DeployError
 
 SSH_UNREACHABLE = 255
 """ssh's own exit status when it cannot connect or authenticate."""
+NO_KNOWN_HOSTS = "/dev/null"
+
+
+def host_key_problem(effective: str) -> str | None:
+    """Why the options `ssh -G` printed let a device's host key go unchecked, or None.
+
+    `stricthostkeychecking false` (no, off, false in any case or form) accepts any key; with
+    known hosts kept in /dev/null, `accept-new` accepts any key too, since none is remembered.
+    """
+    options: dict[str, str] = {}
+    for line in effective.splitlines():
+        key, _, value = line.partition(" ")
+        options.setdefault(key.lower(), value.strip())
+    checking = options.get("stricthostkeychecking", "ask").lower()
+    files = options.get("userknownhostsfile", "").split()
+    if checking == "false":
+        return "StrictHostKeyChecking is off (no, off and false all turn it off)"
+    if checking == "accept-new" and files and set(files) == {NO_KNOWN_HOSTS}:
+        return "StrictHostKeyChecking=accept-new with UserKnownHostsFile=/dev/null accepts any key"
+    return None
 
 
 @dataclass
@@ -44,6 +67,7 @@ class Remote:
     control_dir: Path | None = None
 
     def __enter__(self) -> Remote:
+        self.check_host_keys()
         self.control_dir = Path(tempfile.mkdtemp(prefix="edgeserve-ssh-"))
         master = [*self.ssh_argv(control="yes"), "-o", "ControlPersist=120", "-N", "-f"]
         master += ["--", self.host]
@@ -62,6 +86,19 @@ class Remote:
             self._complete([*self.ssh_argv(), "-O", "exit", "--", self.host], None)
             shutil.rmtree(self.control_dir, ignore_errors=True)
             self.control_dir = None
+
+    def check_host_keys(self) -> None:
+        """Refuse a configuration under which ssh would not check this device's host key."""
+        shown = self._complete([*self.ssh_argv(), "-G", "--", self.host], None)
+        if shown.returncode != 0:
+            raise self.failure(["ssh", "-G", self.host], shown.returncode, shown.stderr)
+        problem = host_key_problem(shown.stdout.decode(errors="replace"))
+        if problem:
+            raise ConfigError(
+                f"host {self.host}: host key checking is turned off by the profile's ssh_options "
+                f"or the ssh config: {problem}; refused. Hint: add the device's key to "
+                "known_hosts (ssh-keyscan, checked), or use StrictHostKeyChecking=accept-new"
+            )
 
     def ssh_argv(self, control: str = "no") -> list[str]:
         """`ssh` and its options, without the host: the `-e` of rsync uses the same."""
@@ -113,19 +150,17 @@ class Remote:
             )
         return DeployError(f"host {self.host}: `{shlex.join(argv)}` failed (exit {code}): {detail}")
 
-    def copy_tree(
-        self, src: Path, dest: str, link_dest: str | None = None, keep: tuple[str, ...] = ()
-    ) -> str:
+    def copy_tree(self, src: Path, dest: str, link_dest: str | None = None) -> str:
         """Copy the directory `src` to `dest` on the device; return the tool used.
 
         rsync (when both ends have it) sends only what changed and hard-links files equal to
         those in `link_dest` (the current release), so a release costs only its changes on disk.
-        Files in `dest` that `src` lacks are deleted, except the top-level names in `keep`.
+        Files in `dest` that `src` lacks are deleted.
         Without rsync the tree is streamed as tar over ssh: everything is sent, nothing deleted.
         """
         self.run(["mkdir", "-p", dest])
         if self.has_rsync:
-            self._rsync_tree(src, dest, link_dest, keep)
+            self._rsync_tree(src, dest, link_dest)
             return "rsync"
         self._tar_tree(src, dest)
         return "tar"
@@ -135,14 +170,11 @@ class Remote:
         """Whether both this machine and the device have rsync (asked once per device)."""
         return shutil.which("rsync") is not None and self.succeeds(["rsync", "--version"])
 
-    def _rsync_tree(
-        self, src: Path, dest: str, link_dest: str | None, keep: tuple[str, ...]
-    ) -> None:
+    def _rsync_tree(self, src: Path, dest: str, link_dest: str | None) -> None:
         # --checksum: builds are reproducible, so two different files can share size and mtime;
         # rsync's quick check would then hard-link the old one into the new release.
         argv = ["rsync", "-a", "--checksum", "--delete", "--protect-args"]
         argv += ["-e", shlex.join(self.ssh_argv())]
-        argv += [f"--exclude=/{name}" for name in keep]
         if link_dest is not None:
             argv.append(f"--link-dest={link_dest}")
         argv += [f"{src}/", f"{self.host}:{dest}/"]

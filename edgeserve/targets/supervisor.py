@@ -11,6 +11,10 @@ SO_REUSEPORT would each have their own queue, reset when the old one closes). A 
 exits or misses the deadline is killed and the old one keeps serving. `run/state.json` says
 which release is live, its generation, and the last failure; the deploy driver polls it.
 
+A child never outlives its supervisor: it asks the kernel (prctl PR_SET_PDEATHSIG) for SIGTERM
+when the supervisor dies, even by SIGKILL, so it stops accepting at once and frees the port for
+the next supervisor instead of serving on as an orphan nobody manages.
+
     python -m edgeserve.targets.supervisor run FUNCTION_DIR --host H --port P [--python PY]
     python -m edgeserve.targets.supervisor child RELEASE --fd N --notify-fd W   (started by run)
 """
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import errno
 import json
 import os
 import select
@@ -27,12 +33,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from edgeserve.http.server import DrainingServer, uvicorn_config
+from edgeserve.targets.releases import BUNDLE_DIR
 
 STATE_FILE = "run/state.json"
 PID_FILE = "run/supervisor.pid"
@@ -42,6 +50,9 @@ HANDOVER_GRACE_S = 0.5
 DRAIN_S = 35.0
 """How long an old child may drain after SIGTERM (it exits at its [resources] drain_timeout_s,
 30 s by default)."""
+BIND_WAIT_S = 10.0
+"""How long a starting supervisor retries a port still held by a dying child."""
+PR_SET_PDEATHSIG = 1
 
 
 class Supervisor:
@@ -74,9 +85,12 @@ class Supervisor:
         notify_r, notify_w = os.pipe()
         fd = self.sock.fileno()
         argv = [child_python(release, self.python), "-m", "edgeserve.targets.supervisor", "child"]
-        argv += [release, "--fd", str(fd), "--notify-fd", str(notify_w)]
+        argv += [str(Path(release) / BUNDLE_DIR), "--fd", str(fd), "--notify-fd", str(notify_w)]
         with (self.fn_dir / LOG_FILE).open("ab") as log:
-            child = subprocess.Popen(argv, pass_fds=(fd, notify_w), stdout=log, stderr=log)
+            child = subprocess.Popen(
+                argv, pass_fds=(fd, notify_w), stdout=log, stderr=log,
+                preexec_fn=_die_with(os.getpid()),  # one thread: safe here
+            )  # fmt: skip
         os.close(notify_w)
         try:
             ready, _, _ = select.select([notify_r], [], [], self.start_s)
@@ -118,6 +132,18 @@ def child_python(release: str, python: str | None) -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
+def _die_with(parent: int) -> Callable[[], None]:
+    """Run in the forked child before exec: SIGTERM it when `parent` dies (survives exec)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def arm() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(1)
+
+    return arm
+
+
 def _reap(child: subprocess.Popen[bytes]) -> None:
     try:
         child.wait(timeout=DRAIN_S)
@@ -127,10 +153,21 @@ def _reap(child: subprocess.Popen[bytes]) -> None:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """The one listening socket every child of this function accepts on."""
-    sock = socket.create_server((host, port), backlog=2048, reuse_port=False)
-    sock.set_inheritable(True)
-    return sock
+    """The one listening socket every child of this function accepts on.
+
+    A port still held is retried a little: the child of a killed supervisor lets go of it
+    within a moment of its SIGTERM."""
+    deadline = time.monotonic() + BIND_WAIT_S
+    while True:
+        try:
+            sock = socket.create_server((host, port), backlog=2048, reuse_port=False)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        sock.set_inheritable(True)
+        return sock
 
 
 def run(args: argparse.Namespace) -> None:
