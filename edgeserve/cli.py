@@ -117,7 +117,12 @@ def _invoke_body(args: argparse.Namespace) -> tuple[bytes, str]:
         from edgeserve.samples import content_type
 
         path = Path(args.file)
-        return path.read_bytes(), content_type(path)
+        try:
+            return path.read_bytes(), content_type(path)
+        except OSError as exc:
+            raise EdgeserveError(
+                f"invoke --file {args.file}: cannot read it ({exc.strerror})"
+            ) from None
     raise EdgeserveError("invoke needs --json TEXT or --file PATH")
 
 
@@ -535,7 +540,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="a JSON payload, as text")
     p.add_argument("--file", help="a file to send (PNG/JPEG/JSON by extension, else raw bytes)")
     p.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for the answer (default 60)"
+        "--timeout", type=_seconds, default=60.0, help="seconds to wait for the answer (default 60)"
     )
 
     p = add(
@@ -586,7 +591,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="PNG path (default bench-<model>.png; '' for none)")
     p.add_argument(
         "--ready-timeout",
-        type=float,
+        type=_seconds,
         default=120.0,
         help="seconds to wait for the server to be ready (default 120)",
     )
