@@ -176,7 +176,7 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument("--json", help="a JSON payload, as text")
     p.add_argument("--file", help="a file to send (PNG/JPEG/JSON by extension, else raw bytes)")
     p.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for the answer (default 60)"
+        "--timeout", type=_seconds, default=60.0, help="seconds to wait for the answer (default 60)"
     )
 
     p = add("bench", "measure a function's latency and throughput (perf_analyzer-style)")
@@ -225,7 +225,7 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument("--plot", help="PNG path (default bench-<model>.png; '' for none)")
     p.add_argument(
         "--ready-timeout",
-        type=float,
+        type=_seconds,
         default=120.0,
         help="seconds to wait for the server to be ready (default 120)",
     )

@@ -117,7 +117,12 @@ def _invoke_body(args: argparse.Namespace) -> tuple[bytes, str]:
         from edgeserve.samples import content_type
 
         path = Path(args.file)
-        return path.read_bytes(), content_type(path)
+        try:
+            return path.read_bytes(), content_type(path)
+        except OSError as exc:
+            raise EdgeserveError(
+                f"invoke --file {args.file}: cannot read it ({exc.strerror})"
+            ) from None
     raise EdgeserveError("invoke needs --json TEXT or --file PATH")
 
 
