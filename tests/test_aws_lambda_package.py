@@ -48,6 +48,7 @@ def test_zip_holds_the_task_root_and_is_deterministic(bundle: Bundle, tmp_path: 
         "app.py",
         "edgeserve/aws_lambda/adapter.py",
         "edgeserve/runtime.py",
+        "edgeserve/templates/openapi/docs.html",  # read when the app is created
         "tinydep/__init__.py",
     } <= set(names)
     assert {f"bundle/{name}" for name in bundle.metadata["files"]} <= set(names)

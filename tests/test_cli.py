@@ -147,6 +147,22 @@ def test_invoke_blames_a_url_it_cannot_use(capsys: pytest.CaptureFixture[str]) -
     assert "URL 'ftp://127.0.0.1:8080': expected http://HOST:PORT or HOST:PORT" in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--file", "no-such.json"], "invoke --file no-such.json: cannot read it (No such file"),
+        (["--json", "{}", "--timeout", "-1"], "--timeout: '-1': expected a positive number of"),
+        (["--json", "{}", "--timeout", "0"], "--timeout: '0': expected a positive number of"),
+    ],
+)
+def test_invoke_says_what_is_wrong_with_its_own_arguments(argv: list[str], words: str) -> None:
+    """Before any request is sent: a one-line error, no traceback."""
+    done = _run("invoke", "127.0.0.1:9", *argv)
+    assert done.returncode != 0
+    assert words in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_help_manifest_prints_the_reference_that_ships_with_the_package(tmp_path: Path) -> None:
     text = _run("help", "manifest").stdout
     for section in ("[function]", "[model]", "[handler]", "[batching]", "[backend]", "[resources]"):

@@ -165,3 +165,21 @@ def test_a_wrong_token_is_an_error_naming_the_server_stand_in(
         DeployError, match=r"http://127\.0\.0\.1:\d+ namespace models.*Unauthorized"
     ):
         ship("knative", bundle, wrong, GOOD_1, "1")
+
+
+def test_the_profile_context_picks_the_cluster_stand_in(
+    bundle: Bundle, stand_in: tuple[KubernetesSettings, Store, Path], tmp_path: Path
+) -> None:
+    """The kubeconfig's current context names a dead server; `context` picks the stand-in."""
+    settings, store, kubeconfig = stand_in
+    config = json.loads(kubeconfig.read_text())
+    config["clusters"].append({"name": "dead", "cluster": {"server": "http://127.0.0.1:9"}})
+    config["contexts"].append({"name": "dead", "context": {"cluster": "dead", "user": "edgeserve"}})
+    config["current-context"] = "dead"
+    two = tmp_path / "two-contexts"
+    two.write_text(json.dumps(config))
+    chosen = settings.model_copy(update={"kubeconfig": str(two), "context": "stand-in"})
+    assert ship("knative", bundle, chosen, GOOD_1, "1").url == "http://mlp.models.example.com"
+    assert store.read(("serving.knative.dev/v1", "services", "models", "mlp")) is not None
+    with pytest.raises(DeployError, match=r"127\.0\.0\.1:9 namespace models"):
+        ship("knative", bundle, settings.model_copy(update={"kubeconfig": str(two)}), GOOD_1, "1")

@@ -100,11 +100,8 @@ def write_zip(dest: Path, members: Iterable[tuple[str, Path]]) -> Path:
 
 def _task_root(bundle: Bundle) -> list[tuple[str, Path]]:
     package = Path(edgeserve.__file__).parent
-    sources = [
-        (name, path)
-        for name, path in _tree("edgeserve/", package)
-        if path.suffix in {".py", ".typed"}
-    ]
+    # templates included: the app reads templates/openapi/docs.html when it is created
+    sources = [(name, path) for name, path in _tree("edgeserve/", package) if path.suffix != ".pyc"]
     return [("app.py", APP_TEMPLATE), *sources, *_tree(f"{BUNDLE_DIR}/", bundle.root)]
 
 

@@ -1,0 +1,312 @@
+"""The `edgeserve` command line: verbs, options and the help users read (units, defaults).
+
+Only the grammar lives here: cli.py holds what each verb does and hands its functions in, so
+`edgeserve --help` builds this parser without importing any command's module.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator, Mapping
+
+from edgeserve import __version__
+from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _numbers(kind: Callable[[str], float]) -> Callable[[str], list[float]]:
+    """An argparse type for comma lists: `1,4,16` -> [1, 4, 16]."""
+
+    def parse(text: str) -> list[float]:
+        return [kind(part) for part in text.split(",") if part.strip()]
+
+    return parse
+
+
+DESCRIPTION = """\
+edgeserve puts one ONNX model into production as a self-contained HTTP function: a micro-batcher
+and the backend that fits the machine (OpenVINO, ONNX Runtime, TensorRT), served locally, on a
+Jetson or on AWS Lambda. Start here:
+
+  edgeserve init myfunc --model model.onnx   adopt a model (or `edgeserve init myfunc` for a demo)
+  edgeserve serve myfunc                     build it and serve it on 127.0.0.1:8080
+  edgeserve invoke 127.0.0.1:8080 --file myfunc/samples/request.json
+  open http://127.0.0.1:8080/docs            the function's API, with its tensors
+
+`edgeserve COMMAND --help` describes each command; `edgeserve help manifest` explains
+function.toml."""
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+class _BackendNames:
+    """argparse choices for --backend: the backend names of the function.toml schema, read only
+    when a command's help or its --backend value needs them (`edgeserve --help` stays light)."""
+
+    def __iter__(self) -> Iterator[str]:
+        from edgeserve.manifest import BACKEND_NAMES
+
+        return iter(BACKEND_NAMES)
+
+    def __contains__(self, name: object) -> bool:
+        return name in list(self)
+
+
+BACKENDS = _BackendNames()
+TIMEOUTS = {
+    "header": "seconds a client has to send a request's headers (then 408)",
+    "body": "seconds a client has to send a request's body, from its headers (then 408)",
+    "idle": "seconds a kept-alive connection may wait for its next request",
+    "drain": "on SIGTERM, seconds to finish what is in flight; the rest gets 503, then exit",
+}
+
+
+def _seconds(text: str) -> float:
+    """An argparse type for a time bound: a positive number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
+    return seconds
+
+
+def _port(text: str) -> int:
+    """An argparse type for TCP ports: 1-65535, or 0 for any free port."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a TCP port: expected 1-65535, or 0 for any free port"
+        )
+    return port
+
+
+def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
+    """The `edgeserve` parser; each verb runs `commands[verb]` (set as `func`)."""
+    parser = argparse.ArgumentParser(
+        prog="edgeserve", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"edgeserve {__version__}")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        sub = verbs.add_parser(name, help=help_, description=help_)
+        sub.set_defaults(func=commands[name])
+        return sub
+
+    p = add("init", "start a function: adopt your ONNX model, or scaffold a demo MLP")
+    p.add_argument("path", help="the new function folder (empty, new, or holding only a model)")
+    p.add_argument(
+        "--model",
+        help="an ONNX model to adopt: copied in, with a manifest and a sample request that "
+        "fit its inputs (default: the demo MLP, or the one .onnx already in PATH)",
+    )
+
+    p = add("build", "build a function source folder into a bundle")
+    p.add_argument("source", help="function source folder (holding function.toml)")
+    p.add_argument("--out", help="bundle folder (default: build/<folder name>)")
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        help="target profile to plan for, repeatable: local, aws-lambda, jetson or a .toml "
+        "(default: local)",
+    )
+    p.add_argument("--archive", action="store_true", help="also write dist/ archives per target")
+
+    p = add("serve", "serve a bundle or a function source folder over HTTP")
+    p.add_argument("path", help="bundle folder or archive, or function source folder")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0: all)"
+    )
+    p.add_argument(
+        "--port",
+        type=_port,
+        help="TCP port, 1-65535, 0 for any free one (default: [resources] port, else 8080)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="force a backend (default: the best one this machine has; see `edgeserve doctor`)",
+    )
+    p.add_argument(
+        "--log-level", default="info", choices=LOG_LEVELS, help="server log detail (default info)"
+    )
+    p.add_argument(
+        "--workers",
+        help="front processes: a count or `auto` (default: EDGESERVE_WORKERS, else the "
+        "manifest's [resources] workers); 1 serves in one process",
+    )
+    for name, what in TIMEOUTS.items():
+        p.add_argument(
+            f"--{name}-timeout",
+            type=_seconds,
+            metavar="S",
+            help=f"{what} (default: [resources] {name}_timeout_s)",
+        )
+    p.add_argument("--emulate", choices=["aws-lambda"], help="run it the way this target runs it")
+    p.add_argument(
+        "--event",
+        default="url",
+        choices=["url", "http", "rest", "alb"],
+        help="--emulate aws-lambda: the event source (default url: a Function URL)",
+    )
+    p.add_argument(
+        "--instances", type=int, default=1, help="--emulate: execution environments (default 1)"
+    )
+    p.add_argument("--target", help="--emulate: target profile giving memory and timeout")
+    p.add_argument("--ssl-certfile", help="serve HTTPS with this PEM certificate (chain)")
+    p.add_argument("--ssl-keyfile", help="the PEM private key of --ssl-certfile")
+    p.add_argument("--ssl-ca-certs", help="require client certificates signed by this CA (mTLS)")
+    p.add_argument(
+        "--auth-token-file",
+        help="require `Authorization: Bearer <token>` with a token from this file (one a line; "
+        "default: $EDGESERVE_AUTH_TOKEN[_FILE], else no auth)",
+    )
+
+    p = add("invoke", "send one request to a function's /invoke and print the answer")
+    p.add_argument(
+        "url", help="where the function runs: http://HOST:PORT, or HOST:PORT (http is assumed)"
+    )
+    p.add_argument("--json", help="a JSON payload, as text")
+    p.add_argument("--file", help="a file to send (PNG/JPEG/JSON by extension, else raw bytes)")
+    p.add_argument(
+        "--timeout", type=_seconds, default=60.0, help="seconds to wait for the answer (default 60)"
+    )
+
+    p = add("bench", "measure a function's latency and throughput (perf_analyzer-style)")
+    p.add_argument("target", help="function source folder, bundle, or http:// URL")
+    p.add_argument(
+        "--concurrency",
+        type=_numbers(int),
+        default=[],
+        help="closed-loop levels, comma-separated: 1,4,16 (default 1 when no --request-rate)",
+    )
+    p.add_argument(
+        "--request-rate",
+        type=_numbers(float),
+        default=[],
+        help="open-loop Poisson rates, requests/s: 100,200",
+    )
+    p.add_argument(
+        "--window-s", type=float, default=2.0, help="measurement window, seconds (default 2)"
+    )
+    p.add_argument(
+        "--max-windows",
+        type=int,
+        default=10,
+        help="windows before a level counts as unstable (default 10)",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=["binary", "json"],
+        default="binary",
+        help="v2 tensors as Triton's binary extension or JSON (default binary)",
+    )
+    p.add_argument(
+        "--inputs", help="a samples folder, or 'random' (default: the function's samples/)"
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        help="NAME:D1,D2 for a random input's dynamic dims, batch excluded (default 16 each)",
+    )
+    p.add_argument("--batch-size", type=int, default=1, help="rows per random request (default 1)")
+    p.add_argument("--model", help="model name (default: the function's, or the server's only one)")
+    p.add_argument(
+        "--json", nargs="?", const="-", help="write the report as JSON to FILE (or to stdout)"
+    )
+    p.add_argument("--plot", help="PNG path (default bench-<model>.png; '' for none)")
+    p.add_argument(
+        "--ready-timeout",
+        type=_seconds,
+        default=120.0,
+        help="seconds to wait for the server to be ready (default 120)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="load-generator processes (one drives ~20,000 requests/s per core)",
+    )
+
+    for verb, help_ in (
+        ("deploy", "ship to a target, health-check it, roll back on failure"),
+        ("status", "what runs on a target: version, health, backend (per host)"),
+        ("rollback", "switch a target back to the release before the current one"),
+        ("stop", "stop a function's service on a target (its releases stay)"),
+    ):
+        p = add(verb, help_)
+        p.add_argument("path", help="function source folder or bundle (status/rollback: or name)")
+        p.add_argument("--target", required=True, help="target profile name or .toml path")
+        p.add_argument(
+            "--host",
+            action="append",
+            default=[],
+            help="jetson: only this host or group, repeatable (default: all)",
+        )
+
+    p = add("engine", "on a device: build and cache a bundle's TensorRT engine")
+    p.add_argument("action", choices=["build"], help="what to do (build)")
+    p.add_argument("bundle", help="bundle folder")
+
+    p = add("tune", "sweep batching settings against a p99 budget; write the best")
+    p.add_argument("source", help="function source folder (its function.toml is updated)")
+    p.add_argument(
+        "--latency-budget-ms", type=float, required=True, help="p99 latency to stay within, ms"
+    )
+    p.add_argument("--concurrency", type=int, default=8, help="closed-loop clients (default 8)")
+    p.add_argument(
+        "--max-batch", type=_numbers(int), default=[8, 32], help="sizes to try (default 8,32)"
+    )
+    p.add_argument(
+        "--delay-ms",
+        type=_numbers(float),
+        default=[0, 2, 8],
+        help="max queue delays to try, ms (default 0,2,8)",
+    )
+    p.add_argument(
+        "--instances", type=_numbers(int), default=[1, 2], help="instances to try (default 1,2)"
+    )
+    p.add_argument(
+        "--preferred",
+        default="none,pow2",
+        help="preferred sizes to try: none, pow2 (default none,pow2)",
+    )
+    p.add_argument(
+        "--window-s", type=float, default=1.0, help="measurement window, seconds (default 1)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="show the table, leave the manifest")
+
+    p = add("help", "reference pages that ship with edgeserve: manifest")
+    p.add_argument("topic", choices=["manifest"], help="manifest: every key of function.toml")
+
+    p = add(
+        "cache",
+        "list or prune the bundles `serve`, `bench` and `deploy` build from source folders",
+    )
+    p.add_argument(
+        "action", choices=["list", "prune"], help="list the cached bundles, or prune them"
+    )
+    p.add_argument(
+        "--keep",
+        type=int,
+        help="prune: bundles to keep, most recently used first "
+        f"(default $EDGESERVE_CACHE_MAX_BUNDLES, else {DEFAULT_MAX_BUNDLES}; 0 empties it)",
+    )
+    p.add_argument(
+        "--max-mb",
+        type=float,
+        help="prune: megabytes to keep in all "
+        f"(default $EDGESERVE_CACHE_MAX_MB, else {DEFAULT_MAX_MB:g})",
+    )
+
+    p = add("doctor", "show the hardware, the backends found, and the choice")
+    p.add_argument("--backend", choices=BACKENDS, help="see what forcing this backend would do")
+    return parser
