@@ -230,9 +230,17 @@ def serving_image(wheelhouse: Path, scratch: Path) -> str:
     digest = hashlib.sha256()
     for wheel in sorted(wheelhouse.glob("*.whl")):
         digest.update(wheel.name.encode() + hashlib.sha256(wheel.read_bytes()).digest())
-    tag = f"localhost/edgeserve-test-serving:{digest.hexdigest()[:12]}"
+    repository = "localhost/edgeserve-test-serving"
+    tag = f"{repository}:{digest.hexdigest()[:12]}"
     if _podman_ok(["image", "exists", tag]):
         return tag
+    # each checkout's edgeserve wheel makes a new image: keep only the newest (~0.9 GB each)
+    listed = subprocess.run(
+        ["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", repository],
+        capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    for stale in listed:
+        subprocess.run(["podman", "rmi", "-f", stale], capture_output=True)
     context = scratch / "image"
     shutil.copytree(wheelhouse, context / "wheelhouse")
     packages = " ".join(sorted(w.name.split("-")[0] for w in wheelhouse.glob("*.whl")))
