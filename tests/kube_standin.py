@@ -7,8 +7,11 @@ reduced to the rules edgeserve relies on:
 
 - Knative: each new template name creates a Revision (labels `serving.knative.dev/service`
   and `configurationGeneration`); the route sends traffic only to Ready revisions.
-- KServe (Knative mode): ksvc traffic from canaryTrafficPercent and the rolled-out revisions,
-  ported from kserve's ksvc_reconciler.go and PropagateStatus (inference_service_status.go).
+- Revisions report `actualReplicas` (1 once ready) and `desiredReplicas` (1 unless failed).
+- KServe (Knative mode): the predictor's revisions belong to the Knative Service
+  `<name>-predictor` (its serving.knative.dev/service label); ksvc traffic from
+  canaryTrafficPercent and the rolled-out revisions, ported from kserve's ksvc_reconciler.go
+  and PropagateStatus (inference_service_status.go).
 - Deployment: a ReplicaSet per pod template with `deployment.kubernetes.io/revision`.
 
 Readiness is decided by the image name (the stand-in runs no containers): an image containing
@@ -181,6 +184,7 @@ class Store:
             obj["status"] = {
                 "conditions": [_condition(state, "ExitCode1")],
                 "actualReplicas": 1 if state == "True" else 0,
+                "desiredReplicas": 0 if state == "False" else 1,  # a failed one is scaled down
             }
         elif plural == "replicasets":
             state = self._ready(name, obj["spec"]["template"]["spec"])

@@ -130,6 +130,32 @@ def test_kserve_canary_zero_until_ready_then_rollback_stand_in(
     assert {"revision": fixed.previous_version, "percent": 100} in status["traffic"]
 
 
+def test_kserve_status_shows_each_predictor_revisions_replicas_stand_in(
+    bundle: Bundle,
+    stand_in: tuple[KubernetesSettings, Store, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The predictor's revisions are the Knative Service `mlp-predictor`'s, read as for knative:
+    the one that never became ready has 0 of its 1 desired replica."""
+    settings, _, kubeconfig = stand_in
+    ship("kserve", bundle, settings, GOOD_1, "1")
+    ship("kserve", bundle, settings, GOOD_2, "2")
+    with pytest.raises(DeployError, match="did not become ready"):
+        ship("kserve", bundle, settings, NEVER_READY, "3")
+    target = str(profile(tmp_path, "kserve", kubeconfig))
+    status = cli_json(capsys, "status", "mlp", "--target", target)
+    rows = [
+        (r["name"], r["version"], r["ready"], r["replicas"], r["desired_replicas"], r["image"])
+        for r in status["revisions"]
+    ]
+    assert rows == [
+        ("mlp-predictor-00001", "1", True, 1, 1, GOOD_1),
+        ("mlp-predictor-00002", "2", True, 1, 1, GOOD_2),
+        ("mlp-predictor-00003", "3", False, 0, 1, NEVER_READY),
+    ]
+
+
 def test_kubernetes_rollout_undo_and_rollback_stand_in(
     bundle: Bundle,
     stand_in: tuple[KubernetesSettings, Store, Path],

@@ -69,17 +69,17 @@ class KnativeRollout:
                 {"revision": t.get("revisionName"), "percent": t.get("percent")}
                 for t in status.get("traffic", [])
             ],
-            "revisions": [_revision_row(r) for r in self._revisions(name)],
+            "revisions": [revision_row(r) for r in revisions(self.cluster, name)],
         }
 
     def rollback(self, name: str) -> DeployResult:
         service = self.cluster.get(KSERVICE, name)
         serving = serving_revision(service)
-        revisions = self._revisions(name)
-        order = [r["metadata"]["name"] for r in revisions]
+        found = revisions(self.cluster, name)
+        order = [r["metadata"]["name"] for r in found]
         if service is None or serving not in order:
             raise DeployError(f"{self.cluster.where}: service {name} serves no known revision")
-        older = [r for r in revisions[: order.index(serving)] if is_true(r)]
+        older = [r for r in found[: order.index(serving)] if is_true(r)]
         if not older:
             raise DeployError(
                 f"{self.cluster.where}: service {name}: no ready revision older than {serving}"
@@ -119,10 +119,12 @@ class KnativeRollout:
         traffic = [{"revisionName": revision, "percent": 100}]
         self.cluster.merge(KSERVICE, name, {"spec": {"traffic": traffic}})
 
-    def _revisions(self, name: str) -> list[Obj]:
-        """The service's revisions, oldest first (by configuration generation)."""
-        found = self.cluster.select(REVISION, f"{SERVICE_LABEL}={name}")
-        return sorted(found, key=lambda r: int(r["metadata"]["labels"].get(GENERATION_LABEL, 0)))
+
+def revisions(cluster: Cluster, service: str) -> list[Obj]:
+    """The Knative Service's revisions, oldest first (by configuration generation); KServe's
+    predictor is one too (`<name>-predictor`)."""
+    found = cluster.select(REVISION, f"{SERVICE_LABEL}={service}")
+    return sorted(found, key=lambda r: int(r["metadata"]["labels"].get(GENERATION_LABEL, 0)))
 
 
 def serving_revision(service: Obj | None) -> str | None:
@@ -143,7 +145,8 @@ def _stays(serving: str | None) -> str:
     return f"traffic stays on {serving}" if serving else "no revision was serving before"
 
 
-def _revision_row(revision: Obj) -> dict[str, Any]:
+def revision_row(revision: Obj) -> dict[str, Any]:
+    """What `status` shows of one revision: version, image, ready, actual and desired replicas."""
     status = revision.get("status", {})
     containers = revision.get("spec", {}).get("containers", [{}])
     return {

@@ -14,6 +14,7 @@ from typing import Any
 
 from edgeserve.errors import DeployError
 from edgeserve.kubernetes.cluster import ISVC, Cluster, Obj, is_true
+from edgeserve.kubernetes.knative import revision_row, revisions
 from edgeserve.targets import DeployResult
 
 
@@ -83,6 +84,8 @@ class KServeRollout:
                 {"revision": t.get("revisionName"), "percent": t.get("percent")}
                 for t in predictor.get("traffic", [])
             ],
+            # in Knative mode the predictor is the Knative Service `<name>-predictor`
+            "revisions": [revision_row(r) for r in revisions(self.cluster, f"{name}-predictor")],
         }
 
     def rollback(self, name: str) -> DeployResult:
