@@ -210,7 +210,7 @@ def test_podman_kube_play_runs_the_plain_kubernetes_manifests(
 ) -> None:
     from tests.containers import free_port
 
-    docs = plain_kubernetes(workload(built.bundle, KubernetesSettings(), pulled))
+    docs = plain_kubernetes(workload(built.bundle, KubernetesSettings(min_scale=1), pulled))
     port = free_port()
     # podman has no Service object: publish the container port as a Service would expose it
     docs[0]["spec"]["template"]["spec"]["containers"][0]["ports"][0].update(

@@ -11,6 +11,7 @@ import yaml
 
 from edgeserve.builder import build
 from edgeserve.bundle import Bundle
+from edgeserve.cli import main
 from edgeserve.errors import ConfigError
 from edgeserve.kubernetes.driver import KNATIVE, image_requirements, workload
 from edgeserve.kubernetes.manifests import inference_service, knative_service, plain_kubernetes
@@ -155,7 +156,8 @@ def test_a_gpu_profile_asks_for_gpus_and_ships_onnxruntime_gpu(bundle: Bundle) -
 
 
 def test_plain_kubernetes_deployment_service_and_hpa(bundle: Bundle) -> None:
-    deployment, service, hpa = plain_kubernetes(workload(bundle, settings(max_scale=9), IMAGE))
+    work = workload(bundle, settings(min_scale=2, max_scale=9), IMAGE)
+    deployment, service, hpa = plain_kubernetes(work)
     assert [d["kind"] for d in (deployment, service, hpa)] == [
         "Deployment",
         "Service",
@@ -166,8 +168,32 @@ def test_plain_kubernetes_deployment_service_and_hpa(bundle: Bundle) -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     assert pod["terminationGracePeriodSeconds"] > DRAIN_S + 5
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
-    assert hpa["spec"]["minReplicas"] == 1 and hpa["spec"]["maxReplicas"] == 9
+    assert deployment["spec"]["replicas"] == 2
+    assert hpa["spec"]["minReplicas"] == 2 and hpa["spec"]["maxReplicas"] == 9
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+@pytest.mark.parametrize("scale", ["min_scale = 0\n", ""])  # written, or the default
+def test_build_refuses_scale_to_zero_on_plain_kubernetes(
+    bundle: Bundle, tmp_path: Path, scale: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """HPA keeps at least one pod: `build --target` a plain Kubernetes profile asking for zero
+    fails with the profile file and field named, before any image is built."""
+    profile = tmp_path / "k8s-zero.toml"
+    profile.write_text(f'driver = "kubernetes"\n[settings]\n{scale}max_scale = 3\n')
+    source = write_function(tmp_path / "src", mlp_model, MANIFEST)
+    capsys.readouterr()
+    argv = ["build", str(source), "--out", str(tmp_path / "out"), "--target", str(profile)]
+    assert main(argv) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"{profile} [settings] min_scale = 0" in said
+    assert "plain Kubernetes (HPA) cannot scale to zero" in said
+    assert "--target knative or --target kserve" in said
+    assert not (tmp_path / "dist").exists()  # nothing packaged
+    with pytest.raises(
+        ConfigError, match=r"\[settings\] min_scale = 0 .*: plain Kubernetes \(HPA\) cannot"
+    ):
+        plain_kubernetes(workload(bundle, settings(min_scale=0), IMAGE))
 
 
 def test_the_yaml_written_by_package_round_trips(bundle: Bundle) -> None:

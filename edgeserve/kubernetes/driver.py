@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from edgeserve.backends import BACKENDS
 from edgeserve.errors import ConfigError
 from edgeserve.image import BuiltImage, build_image, find_tool, plan_image, push_image
-from edgeserve.kubernetes.manifests import Workload, render, to_yaml
+from edgeserve.kubernetes.manifests import Workload, min_replicas, render, to_yaml
 from edgeserve.kubernetes.scaling import concurrency_for
 from edgeserve.kubernetes.settings import KubernetesSettings
 from edgeserve.targets import DeployResult
@@ -41,7 +41,7 @@ class KubernetesDriver:
     def package(self, bundle: Bundle, profile: TargetProfile, out: Path) -> Path:
         """Build the image (tagged, not pushed) and write manifests.yaml, Containerfile and
         image.txt (size and per-layer cost) into `out`."""
-        settings = profile.settings_as(KubernetesSettings)
+        settings = self.settings(profile)
         plan = image_plan(bundle, profile.name, settings)
         built = build_image(plan, find_tool(settings.image_tool), {"bundle": bundle.root})
         out.mkdir(parents=True, exist_ok=True)
@@ -57,7 +57,7 @@ class KubernetesDriver:
     def deploy(self, bundle: Bundle, profile: TargetProfile) -> DeployResult:
         from edgeserve.kubernetes.rollouts import rollout_for
 
-        settings = profile.settings_as(KubernetesSettings)
+        settings = self.settings(profile)
         if not settings.registry:
             raise ConfigError(
                 f"{profile.source}: settings.registry is empty; a cluster pulls images from a "
@@ -66,6 +66,14 @@ class KubernetesDriver:
         built = self.push(bundle, profile.name, settings)
         manifests = render(self.kind, workload(bundle, settings, built.digest or built.reference))
         return rollout_for(self.kind, settings).deploy(bundle.name, bundle.version, manifests)
+
+    def settings(self, profile: TargetProfile) -> KubernetesSettings:
+        """The profile's settings, refused before any image is built where this kind cannot
+        honour them (plain Kubernetes cannot scale to zero)."""
+        settings = profile.settings_as(KubernetesSettings)
+        if self.kind == "kubernetes":
+            min_replicas(settings, f"{profile.source} [settings]")
+        return settings
 
     def push(self, bundle: Bundle, target: str, settings: KubernetesSettings) -> BuiltImage:
         tool = find_tool(settings.image_tool)

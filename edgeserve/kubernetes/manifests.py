@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from edgeserve.errors import ConfigError
 from edgeserve.kubernetes.scaling import Concurrency
 from edgeserve.kubernetes.settings import KubernetesSettings
 
@@ -96,6 +97,7 @@ def plain_kubernetes(work: Workload) -> list[Manifest]:
     """Deployment + Service + HPA (CPU utilization: HPA cannot see concurrency without a
     metrics adapter), for clusters without Knative. No scale to zero (HPA's minimum is 1)."""
     settings = work.settings
+    replicas = min_replicas(settings)
     selector = {"app.kubernetes.io/name": work.name}
     container = _container(work, name=work.name, port_name="http", probe_port="http")
     container["startupProbe"] = _probe(
@@ -115,7 +117,7 @@ def plain_kubernetes(work: Workload) -> list[Manifest]:
         "kind": "Deployment",
         "metadata": _metadata(work),
         "spec": {
-            "replicas": max(settings.min_scale, 1),
+            "replicas": replicas,
             "selector": {"matchLabels": selector},
             # a new version that never becomes ready never replaces a ready pod
             "strategy": {
@@ -137,6 +139,18 @@ def plain_kubernetes(work: Workload) -> list[Manifest]:
     return [deployment, service, _hpa(work)]
 
 
+def min_replicas(settings: KubernetesSettings, where: str = "[settings]") -> int:
+    """The HPA's minimum: `min_scale`, refused rather than raised when 0 (HPA keeps at least
+    one pod, so 0 would silently cost a pod the user asked not to pay for)."""
+    if settings.min_scale == 0:
+        raise ConfigError(
+            f"{where} min_scale = 0 (the default when unset): plain Kubernetes (HPA) cannot "
+            "scale to zero, it keeps at least 1 replica. Hint: set min_scale = 1 or more, or "
+            "deploy with --target knative or --target kserve to scale to zero"
+        )
+    return settings.min_scale
+
+
 def revision_name(service: str, template: Manifest) -> str:
     """`<service>-<hash of the template>`: a changed template is a new revision, an unchanged
     one keeps its name (Knative refuses a changed template under an existing name)."""
@@ -153,7 +167,7 @@ def _hpa(work: Workload) -> Manifest:
         "metadata": _metadata(work),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": work.name},
-            "minReplicas": max(settings.min_scale, 1),
+            "minReplicas": min_replicas(settings),
             "maxReplicas": settings.max_scale,
             "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": target}}],
         },
