@@ -84,6 +84,16 @@ MANY_UNKNOWN = [
 ]
 
 
+def lying_gzip(size: int | None = None, crc: int | None = None) -> bytes:
+    """A valid request gzipped, its trailer's CRC-32 or uncompressed size replaced."""
+    body = bytearray(gzip.compress(v2_body()))
+    if crc is not None:
+        body[-8:-4] = crc.to_bytes(4, "little")
+    if size is not None:
+        body[-4:] = size.to_bytes(4, "little")
+    return bytes(body)
+
+
 def binary_fp32(size: Any, tail: bytes, header_length: str | None = None) -> Bad:
     header = orjson.dumps(
         {
@@ -301,6 +311,8 @@ CORPUS: list[Bad] = [
         headers=GZIP,
     ),
     Bad("truncated gzip", gzip.compress(v2_body())[:-12], 400, "truncated gzip", headers=GZIP),
+    Bad("gzip lying about its size", lying_gzip(size=5), 400, "incorrect length", headers=GZIP),
+    Bad("gzip with a wrong CRC", lying_gzip(crc=0), 400, "incorrect data check", headers=GZIP),
     Bad(
         "deflate bomb",
         zlib.compress(b"[" * (LIMIT * 8)),

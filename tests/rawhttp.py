@@ -47,6 +47,17 @@ def parse(response: bytes) -> tuple[int, dict[str, str], bytes]:
     return int(lines[0].split()[1]), headers, body
 
 
+def split(received: bytes) -> list[tuple[int, dict[str, str], bytes]]:
+    """Several responses read off one connection, one after the other (by Content-Length)."""
+    responses = []
+    while received:
+        status, headers, rest = parse(received)
+        length = int(headers.get("content-length", len(rest)))
+        responses.append((status, headers, rest[:length]))
+        received = rest[length:]
+    return responses
+
+
 def answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     """The response to what was sent on `sock`, read until the server closes; `sock` closed."""
     with sock:

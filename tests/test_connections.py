@@ -174,3 +174,18 @@ def test_both_of_uvicorn_s_http_implementations_keep_the_bounds(tmp_path: Path, 
                 received, waited = read_until_closed(sock)
             assert (json_error(received)[0], waited < 1.5) == (status, True), (http, sent[:20])
         assert_served(url)
+
+
+def test_pipelined_requests_are_answered_in_order_a_bad_one_alone(url: str) -> None:
+    """HTTP/1.1 pipelining: three requests sent at once on one connection, the middle one not
+    JSON; each gets its own answer, in order, and the bad one spoils neither neighbour."""
+    bad = b"xyz"
+    middle = rawhttp.head("/v2/models/mlp/infer", len(bad)).replace(b"close", b"keep-alive")
+    last = rawhttp.head("/v2/models/mlp/infer", len(BODY))  # connection: close
+    with rawhttp.connect(url) as sock:
+        sock.sendall(REQUEST + BODY + middle + bad + last + BODY)
+        received, _ = read_until_closed(sock)
+    answers = rawhttp.split(received)
+    assert [status for status, _, _ in answers] == [200, 400, 200]
+    assert orjson.loads(answers[1][2])["error"].startswith("request body: not valid JSON")
+    assert orjson.loads(answers[2][2])["outputs"][0]["name"] == "y"
