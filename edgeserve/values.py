@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 import numpy as np
+import orjson
 
 from edgeserve.datatypes import Datatype
 from edgeserve.errors import InvalidInput
@@ -43,6 +44,20 @@ _FOUND = {
     dict: "objects",
     list: "lists where values belong (the nesting is ragged)",
 }
+
+
+def from_json(data: bytes | memoryview, where: str) -> Any:
+    """A JSON document, or a 400 saying why not; JSON is UTF-8 text (RFC 8259), and a body that
+    is not is more likely another encoding, or msgpack sent as JSON, than a typo."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if "UTF-8" in str(exc):
+            raise InvalidInput(
+                f"{where}: not UTF-8 text, so not JSON (another encoding, or msgpack sent with "
+                "Content-Type application/json?)"
+            ) from None
+        raise InvalidInput(f"{where}: not valid JSON: {exc}") from None
 
 
 def to_array(data: Any, datatype: Datatype, where: str, max_depth: int) -> np.ndarray:

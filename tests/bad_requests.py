@@ -152,7 +152,22 @@ CORPUS: list[Bad] = [
     Bad("empty body", b"", 400, "not valid JSON"),
     Bad("inputs not a list", b'{"inputs": 3}', 400, "request `inputs`: expected a JSON list"),
     Bad("input not an object", b'{"inputs": [7]}', 400, "an input: expected a JSON object"),
-    Bad("invalid utf-8", b'{"inputs": "\xff"}', 400, "not valid JSON"),
+    Bad("invalid utf-8", b'{"inputs": "\xff"}', 400, "request body: not UTF-8 text, so not JSON"),
+    Bad("utf-16 json", '{"inputs": []}'.encode("utf-16"), 400, "not UTF-8 text, so not JSON"),
+    Bad(
+        "id a number",
+        orjson.dumps({"id": 5, **orjson.loads(v2_body())}),
+        400,
+        "request `id`: expected a string, got int",
+    ),
+    Bad(
+        "invoke msgpack sent as json",
+        msgpack.packb(payload()),
+        400,
+        "not UTF-8 text, so not JSON (another encoding, or msgpack sent with",
+        path="/invoke",
+        headers={"content-type": "application/json"},
+    ),
     # v2 JSON: wrong types, datatypes, shapes
     Bad("name missing", v2_body(name=None), 400, "expected a string `name`"),
     Bad("unknown datatype", v2_body(datatype="FP8"), 400, "unknown datatype 'FP8'"),

@@ -162,7 +162,7 @@ def json_body(**tensor: object) -> bytes:
 def test_nested_data_and_request_parameters_pass_through() -> None:
     body = orjson.dumps(
         {
-            "id": 42,
+            "id": "42",
             "parameters": {"priority": 1, "custom": "yes"},
             "inputs": [
                 {"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [[1, 2], [3, 4]]}

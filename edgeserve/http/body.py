@@ -10,11 +10,11 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive
 
 from edgeserve.errors import InvalidInput, PayloadTooLarge
+from edgeserve.values import from_json
 
 # Content-Encoding -> zlib wbits: gzip framing, or a zlib stream (HTTP's "deflate")
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
@@ -84,10 +84,7 @@ async def json_object(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw.strip():
         return {}
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"{request.url.path}: body is not valid JSON: {exc}") from None
+    body = from_json(raw, f"{request.url.path}: body")
     if not isinstance(body, dict):
         raise InvalidInput(f"{request.url.path}: expected a JSON object, got {type(body).__name__}")
     return body

@@ -56,8 +56,10 @@ def decode_request(
             f"but {len(binary)} bytes follow the JSON header"
         )
     request_id = header.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise InvalidInput(f"request `id`: expected a string, got {type(request_id).__name__}")
     return InferRequest(
-        id=None if request_id is None else str(request_id),
+        id=request_id,
         parameters=parameters,
         inputs=inputs,
         outputs=_requested_outputs(header, parameters),
@@ -86,11 +88,7 @@ def _json_length(body: bytes, header_length: str | None) -> int:
 
 
 def _parse_json(data: bytes | memoryview) -> dict[str, Any]:
-    try:
-        header = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"request body: not valid JSON: {exc}") from None
-    return _mapping(header, "request body")
+    return _mapping(values.from_json(data, "request body"), "request body")
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
