@@ -195,6 +195,14 @@ class Bundle:
         """The backends planned for `target`, best first."""
         return tuple(self._target(target)["backends"])
 
+    def planned_backends(self) -> tuple[str, ...]:
+        """The backends the bundle was built for, best first (the manifest's `prefer` already cut
+        to its targets' platforms): a bundle built for Jetson or with `--backend onnxruntime`,
+        served on a laptop, computes as it will where it is going, not on whatever else is
+        installed."""
+        planned = (name for target in self.targets for name in self.backends(target))
+        return tuple(dict.fromkeys(planned))
+
     def requirements(self, target: str) -> list[str]:
         """The pinned pip requirements of `target` (comments and blank lines left out)."""
         self._target(target)

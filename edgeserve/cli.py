@@ -23,10 +23,7 @@ from edgeserve.errors import ConfigError, DeployError, EdgeserveError
 from edgeserve.progress import live_log
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from edgeserve.bench import Level
-    from edgeserve.tune import TuneResult
 
 console = Console()
 err_console = Console(stderr=True)
@@ -266,7 +263,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from edgeserve.progress import progress_display
-    from edgeserve.tune import Candidate, candidates, tune
+    from edgeserve.tune import Candidate, candidates, failure_reason, render_table, tune
 
     grid = candidates(args.max_batch, args.delay_ms, args.instances, args.preferred.split(","))
     with progress_display(err_console) as progress:
@@ -287,47 +284,16 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             write=not args.dry_run,
             on_trial=on_trial,
         )
-    console.print(_tune_table(result, args.concurrency))
+    console.print(render_table(result, args.concurrency))
     for trial in result.trials:
         if trial.errors:
             settings = ", ".join(f"{k}={v}" for k, v in trial.candidate.settings().items())
             console.print(f"failed: {settings}: {trial.failure}", markup=False, soft_wrap=True)
     if result.best is None:
-        raise EdgeserveError(_tune_failure(result))
+        raise EdgeserveError(failure_reason(result))
     where = f"written to {result.written}" if result.written else "not written (--dry-run)"
     _say("best:", "", f"{result.best.candidate.settings()}  {where}")
     return 0
-
-
-def _tune_failure(result: TuneResult) -> str:
-    """Why no candidate won: every one failed (say why), or none kept p99 within the budget."""
-    failed = [trial for trial in result.trials if trial.errors]
-    if len(failed) == len(result.trials):
-        return f"tune: every candidate failed; the first: {failed[0].failure}"
-    return (
-        f"tune: no candidate kept p99 within {result.budget_ms:g} ms without failures; "
-        "raise --latency-budget-ms or lower --concurrency"
-    )
-
-
-def _tune_table(result: TuneResult, concurrency: int) -> Table:
-    from rich.table import Table
-
-    title = f"edgeserve tune: c={concurrency}, p99 budget {result.budget_ms:g} ms"
-    table = Table(title=title)
-    for column in ("max_batch", "preferred", "delay ms", "instances", "items/s", "p99 ms", ""):
-        table.add_column(column, justify="right")
-    for trial in result.trials:
-        c = trial.candidate
-        over = "over" if trial.p99_ms > result.budget_ms else ""
-        mark = "chosen" if trial is result.best else over
-        table.add_row(
-            str(c.max_batch_size), str(list(c.preferred_batch_sizes) or "-"),
-            f"{c.max_queue_delay_ms:g}", str(c.instances),
-            f"{trial.items_per_s:.0f}", f"{trial.p99_ms:.1f}",
-            Text("failed (below)") if trial.errors else Text(mark, style="green" if mark else ""),
-        )  # fmt: skip
-    return table
 
 
 def _cmd_help(args: argparse.Namespace) -> int:

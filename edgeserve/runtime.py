@@ -148,7 +148,7 @@ class Runtime:
         manifest = bundle.manifest
         started = time.perf_counter()
         platform = probe()
-        choice = choose(platform, prefer=_planned_backends(bundle), override=backend)
+        choice = choose(platform, prefer=bundle.planned_backends(), override=backend)
         section = batching or manifest.batching
         policy = BatchPolicy.from_manifest(section, batched=bundle.signature.batched)
         device = default_device(platform)
@@ -357,14 +357,6 @@ class _Arrival(NamedTuple):
 
     arrived: float
     deadline: float
-
-
-def _planned_backends(bundle: Bundle) -> tuple[str, ...]:
-    """The backends the bundle was built for, best first (the manifest's `prefer` already cut
-    to its targets' platforms): a bundle built for Jetson or with `--backend onnxruntime`, served
-    on a laptop, computes as it will where it is going, not on whatever else is installed."""
-    planned = (name for target in bundle.targets for name in bundle.backends(target))
-    return tuple(dict.fromkeys(planned))
 
 
 def _warmup_sizes(preferred: Sequence[int], policy: BatchPolicy) -> list[int]:

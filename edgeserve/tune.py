@@ -24,6 +24,8 @@ from edgeserve.errors import ConfigError, EdgeserveError
 from edgeserve.manifest import MANIFEST_NAME, load_manifest
 
 if TYPE_CHECKING:
+    from rich.table import Table as RichTable
+
     from edgeserve.bench import LevelResult
 
 PREFERRED_MODES = ("none", "pow2")
@@ -203,3 +205,36 @@ def _reason(result: LevelResult) -> str:
         return ""
     total = result.client.errors + result.client.requests
     return f"{result.client.errors} of {total} requests failed: {result.first_failure}"
+
+
+def failure_reason(result: TuneResult) -> str:
+    """Why no candidate won: every one failed (say why), or none kept p99 within the budget."""
+    failed = [trial for trial in result.trials if trial.errors]
+    if len(failed) == len(result.trials):
+        return f"tune: every candidate failed; the first: {failed[0].failure}"
+    return (
+        f"tune: no candidate kept p99 within {result.budget_ms:g} ms without failures; "
+        "raise --latency-budget-ms or lower --concurrency"
+    )
+
+
+def render_table(result: TuneResult, concurrency: int) -> RichTable:
+    """The trials as a rich table, the chosen one marked (as bench.render_table does levels)."""
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    title = f"edgeserve tune: c={concurrency}, p99 budget {result.budget_ms:g} ms"
+    table = RichTable(title=title)
+    for column in ("max_batch", "preferred", "delay ms", "instances", "items/s", "p99 ms", ""):
+        table.add_column(column, justify="right")
+    for trial in result.trials:
+        c = trial.candidate
+        over = "over" if trial.p99_ms > result.budget_ms else ""
+        mark = "chosen" if trial is result.best else over
+        table.add_row(
+            str(c.max_batch_size), str(list(c.preferred_batch_sizes) or "-"),
+            f"{c.max_queue_delay_ms:g}", str(c.instances),
+            f"{trial.items_per_s:.0f}", f"{trial.p99_ms:.1f}",
+            Text("failed (below)") if trial.errors else Text(mark, style="green" if mark else ""),
+        )  # fmt: skip
+    return table

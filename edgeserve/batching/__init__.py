@@ -5,9 +5,13 @@ plan.py      what runs next: a pure function of queue, policy, clock and outlook
 cost.py      what the batcher learns from its own batches (cost, arrival rate, waits)
 rows.py      stacking requests into a batch and splitting results back (pure)
 door.py      admission: requests wait, bodies unread, for room in the queue (bounded)
+item.py      what the queue holds: one request's rows, and the token tying a request's items
+phases.py    a batch's three compute phases, timed, and the observer told of them
 """
 
-from edgeserve.batching.batcher import ONE_REQUEST, Batcher, BatchObserver
+from edgeserve.batching.batcher import Batcher
+from edgeserve.batching.item import ONE_REQUEST
+from edgeserve.batching.phases import BatchObserver
 from edgeserve.batching.plan import BatchPolicy, Plan, plan_batch
 from edgeserve.batching.rows import split_rows, stack_rows
 

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import replace
 
 from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
 from edgeserve.batching.door import Door
+from edgeserve.batching.item import ONE_REQUEST, Item
 from edgeserve.batching.padding import Padding
+from edgeserve.batching.phases import BatchObserver, PhaseClock
 from edgeserve.batching.plan import BatchPolicy, plan_batch
 from edgeserve.batching.rows import key_dims, part_sizes, split_rows, stack_rows
 from edgeserve.errors import (
@@ -45,31 +44,6 @@ thread and back would cost more than the batch (and, on few cores, wait for a fr
 
 Assemble = Callable[[Sequence[TensorDict], Mapping[str, float]], TensorDict]
 """Parts (one per queued item) -> the batch: `stack_rows`, or a backend's own into bound buffers."""
-
-
-class BatchObserver(Protocol):
-    """Told about every batch that ran: rows, each item's queue time, compute time, success."""
-
-    def batch_done(
-        self, size: int, queue_ns: Sequence[int], compute: ComputeTimes, ok: bool
-    ) -> None: ...
-
-
-@dataclass(eq=False)
-class _Item:
-    inputs: TensorDict
-    rows: int
-    key: Hashable
-    enqueued: float
-    arrived: float
-    deadline: float
-    future: asyncio.Future[TensorDict]
-    request: object | None = None  # items of one request (ONE_REQUEST) share one outcome
-
-
-ONE_REQUEST: ContextVar[object | None] = ContextVar("edgeserve_request", default=None)
-"""Set to a token around the submits of one request that became several items (a handler's):
-when one of them fails, those still waiting fail with it instead of running for nothing."""
 
 
 class Batcher:
@@ -94,7 +68,7 @@ class Batcher:
             )
         self._input_fills = {spec.name: spec.pad_value for spec in signature.inputs}
         self._output_fills = {spec.name: spec.pad_value for spec in signature.outputs}
-        self._queue: dict[_Item, None] = {}  # insertion-ordered: FIFO with O(1) removal
+        self._queue: dict[Item, None] = {}  # insertion-ordered: FIFO with O(1) removal
         self._rows = 0
         self._changed = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
@@ -105,7 +79,7 @@ class Batcher:
         self._waits = WaitMeter()
         self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
         self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
-        self._reruns: set[_Item] = set()  # items of a refused batch waiting to run one by one
+        self._reruns: set[Item] = set()  # items of a refused batch waiting to run one by one
         self._idle = 0  # workers asleep on an empty queue
         self.door = Door(lambda: self._policy.max_queue_size - self._rows, policy.max_queue_size)
 
@@ -176,7 +150,7 @@ class Batcher:
         self._planning = replace(self._policy, max_queue_delay_s=0.0)
         self._changed.set()
 
-    def _admit(self, inputs: TensorDict, deadline: float, arrived: float | None) -> list[_Item]:
+    def _admit(self, inputs: TensorDict, deadline: float, arrived: float | None) -> list[Item]:
         if self._stopping or not self._workers:
             state = "draining" if self._stopping else "not started"
             raise Unavailable(f"batcher is {state}: not accepting requests")
@@ -191,16 +165,14 @@ class Batcher:
         sizes = part_sizes(rows, self._policy.max_batch_size)
         loop, request = asyncio.get_running_loop(), ONE_REQUEST.get()
         items = [
-            _Item(
-                part, size, self._key(part), now, arrived, deadline, loop.create_future(), request
-            )
+            Item(part, size, self._key(part), now, arrived, deadline, loop.create_future(), request)
             for part, size in zip(split_rows(inputs, sizes), sizes, strict=True)
         ]
         self._queue.update(dict.fromkeys(items))
         self._rows += rows
         return items
 
-    async def _ran_now(self, item: _Item) -> bool:
+    async def _ran_now(self, item: Item) -> bool:
         """An idle batcher runs a lone tiny request in the caller's task when the planner would
         run it at once anyway: no wake-up of a worker, no hand-off back."""
         if not self._idle or len(self._queue) != 1 or self._run_s.get(item.rows, 1.0) >= INLINE_S:
@@ -270,20 +242,20 @@ class Batcher:
             )
         )
 
-    def _drop(self, items: list[_Item]) -> None:
+    def _drop(self, items: list[Item]) -> None:
         """A request that ended (answered, failed or cancelled) leaves nothing queued."""
         for item in items:
             item.future.cancel()  # no-op when answered
             self._dequeue(item)
 
-    def _dequeue(self, item: _Item) -> None:
+    def _dequeue(self, item: Item) -> None:
         if item in self._queue:
             del self._queue[item]
             self._rows -= item.rows
             if self.door.waiting:
                 self.door.open()
 
-    def _fail(self, items: Sequence[_Item], error: Exception) -> None:
+    def _fail(self, items: Sequence[Item], error: Exception) -> None:
         """Fail `items`, and every item still waiting that belongs to one of their requests."""
         failed = {item.request for item in items} - {None}
         waiting = [*self._queue, *self._reruns] if failed else []
@@ -296,7 +268,7 @@ class Batcher:
         while batch := await self._next_batch():
             await self._run(batch)
 
-    async def _next_batch(self) -> list[_Item]:
+    async def _next_batch(self) -> list[Item]:
         """Wait until the planner says run; [] when stopping with nothing left."""
         waited_with: int | None = None  # queue length when this batch started waiting
         while True:
@@ -334,14 +306,14 @@ class Batcher:
         slo = (self._policy.latency_slo_s or 0) * 1e3
         return f"shed: cannot finish within latency_slo_ms={slo:g} even if run now"
 
-    async def _run(self, batch: list[_Item]) -> None:
+    async def _run(self, batch: list[Item]) -> None:
         """Run one batch (in the pool unless it is tiny); its outcome goes to its own items only."""
         start = time.monotonic()
         rows = sum(item.rows for item in batch)
         token = id(batch)
         self._busy_until[token] = start + Outlook(self._cost.table).cost_of(rows)
-        clock = _PhaseClock()
-        alone: list[_Item] = []  # to run one by one: the batch failed on one item's values
+        clock = PhaseClock()
+        alone: list[Item] = []  # to run one by one: the batch failed on one item's values
         try:
             parts = [item.inputs for item in batch]
             if self._run_s.get(rows, INLINE_S) < INLINE_S:
@@ -380,7 +352,7 @@ class Batcher:
                 await self._run([item])
 
     def _timed(
-        self, parts: list[TensorDict], clock: _PhaseClock
+        self, parts: list[TensorDict], clock: PhaseClock
     ) -> tuple[TensorDict, float, dict[str, int]]:
         """Assemble and run a batch (on a worker thread: a large copy stays off the loop);
         also the lengths the batch was padded to (a backend's bucket may pad past its widest)."""
@@ -391,7 +363,7 @@ class Batcher:
         return outputs, time.perf_counter() - start, self._padding.lengths(merged)
 
     def _split(
-        self, outputs: TensorDict, batch: list[_Item], padded: dict[str, int]
+        self, outputs: TensorDict, batch: list[Item], padded: dict[str, int]
     ) -> list[TensorDict]:
         rows = [item.rows for item in batch]
         if self._policy.max_batch_size:
@@ -402,7 +374,7 @@ class Batcher:
         return self._padding.cut_all(parts, [item.inputs for item in batch], padded)
 
     def _report(
-        self, batch: list[_Item], rows: int, start: float, compute: ComputeTimes, ok: bool
+        self, batch: list[Item], rows: int, start: float, compute: ComputeTimes, ok: bool
     ) -> None:
         if ok:
             self._cost.observe(rows, sum(compute) / 1e9)
@@ -413,23 +385,6 @@ class Batcher:
             self._observer.batch_done(rows, queue_ns, compute, ok)
         except Exception:
             logger.exception("batch observer failed; batching goes on")
-
-
-class _PhaseClock:
-    """Laps of one execution: gathering inputs, running the model, handing out outputs."""
-
-    __slots__ = ("_laps",)
-
-    def __init__(self) -> None:
-        self._laps = [time.perf_counter_ns()]
-
-    def lap(self) -> None:
-        self._laps.append(time.perf_counter_ns())
-
-    def times(self) -> ComputeTimes:
-        """The three phases; a batch that failed early has the missing ones as 0."""
-        laps = self._laps + [self._laps[-1]] * (4 - len(self._laps))
-        return ComputeTimes(*(later - earlier for earlier, later in itertools.pairwise(laps)))
 
 
 def _as_edgeserve_error(exc: Exception, rows: int) -> EdgeserveError:

@@ -1,0 +1,27 @@
+"""What the batcher queues: one item, a request's rows (or a part of a larger request)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from edgeserve.types import TensorDict
+
+
+@dataclass(eq=False)
+class Item:
+    inputs: TensorDict
+    rows: int
+    key: Hashable
+    enqueued: float
+    arrived: float
+    deadline: float
+    future: asyncio.Future[TensorDict]
+    request: object | None = None  # items of one request (ONE_REQUEST) share one outcome
+
+
+ONE_REQUEST: ContextVar[object | None] = ContextVar("edgeserve_request", default=None)
+"""Set to a token around the submits of one request that became several items (a handler's):
+when one of them fails, those still waiting fail with it instead of running for nothing."""
