@@ -362,6 +362,12 @@ def sweep_model(name: str, args: argparse.Namespace, results: dict[str, Any]) ->
     client = set(range(args.client_cores)) if args.client_cores else set()
     server_cores = everything - client if client else set()
     rows = results.setdefault(name, [])
+    if args.limits:
+        from benchmarks.gpu import BATCHES, in_process
+
+        limits = {b: in_process(source / "model.onnx", BENCH_SHAPES[name], b) for b in BATCHES}
+        results.setdefault("in_process", {})[name] = limits
+        print(json.dumps({name: limits}), flush=True)
     log = args.out / "serve.log"
     for workers in args.workers.split(","):
         with serving(bundle, name, workers, server_cores, log) as server:
@@ -450,13 +456,18 @@ def print_table(results: dict[str, Any]) -> None:
         "gpu_util",
     ]
     for name, rows in results.items():
-        if name == "profiles":
+        if name in ("profiles", "in_process"):
             continue
         print(f"\n## {name}\n| " + " | ".join(keys) + " |\n" + "|---" * len(keys) + "|")
         for row in rows:
             print(
                 "| " + " | ".join(str(row.get(k, row.get("error", "")[:40])) for k in keys) + " |"
             )
+    for name, limits in results.get("in_process", {}).items():
+        print(
+            f"in-process {name}: "
+            + ", ".join(f"b{b} {v['plain']:.0f}/{v['bound']:.0f}" for b, v in limits.items())
+        )
     for name, roles in results.get("profiles", {}).items():
         for role, summary in roles.items():
             print(f"\n## py-spy {name} {role}: {summary.get('samples')} samples")
@@ -478,6 +489,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-s", type=int, default=6)
     parser.add_argument("--bench", action="store_true")
+    parser.add_argument("--limits", action="store_true", help="in-process items/s (CUDA)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import onnxruntime as ort
