@@ -271,15 +271,14 @@ def read_pa(report: Path) -> dict[str, Any]:
     }
 
 
-def output_bytes(model: Path) -> int:
-    """Bytes of one item's outputs (for perf_analyzer's output regions)."""
+def output_bytes(model: Path, shape: tuple[int, ...]) -> int:
+    """Bytes of one item's outputs at the benchmark's input shape (perf_analyzer's regions)."""
     import numpy as np
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     (spec,) = session.get_inputs()
-    shape = [1 if not isinstance(d, int) else d for d in spec.shape]
-    outputs = session.run(None, {spec.name: np.zeros(shape, np.float32)})
+    outputs = session.run(None, {spec.name: np.zeros((1, *shape), np.float32)})
     return sum(o.nbytes for o in outputs)
 
 
@@ -357,7 +356,7 @@ def sweep_model(name: str, args: argparse.Namespace, results: dict[str, Any]) ->
     source = write_function(name, args.work / name)
     bundle = gpu_bundle(source, args.work)
     shape = "image:" + ",".join(map(str, BENCH_SHAPES[name]))
-    out_bytes = output_bytes(source / "model.onnx")
+    out_bytes = output_bytes(source / "model.onnx", BENCH_SHAPES[name])
     everything = set(range(os.cpu_count() or 1))
     client = set(range(args.client_cores)) if args.client_cores else set()
     server_cores = everything - client if client else set()
