@@ -22,13 +22,10 @@ import contextlib
 import csv
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,44 +36,20 @@ import httpx
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.models import BENCH_SHAPES, write_function
+from benchmarks.usage import (
+    GpuSampler,
+    children,
+    children_cpu,
+    cpu_seconds,
+    machine_busy,
+    print_table,
+    summarize,
+)
 from edgeserve.bench.measure import server_delta
 from edgeserve.builder import build
 
-TICK = os.sysconf("SC_CLK_TCK")
 RATE = 200
 PA_WINDOW = ["--measurement-interval", "2000", "--stability-percentage", "50", "--max-trials", "6"]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of one process (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def machine_busy() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole machine."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]
-    return sum(values) - idle, sum(values)
-
-
-def children(parent: int) -> dict[int, str]:
-    """The supervisor's children: pid -> 'inference' or 'front'."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = (entry / "cmdline").read_bytes().decode(errors="replace")
-        except (OSError, IndexError):
-            continue
-        if ppid == parent:
-            found[int(entry.name)] = "inference" if "workers.inference" in command else "front"
-    return found
 
 
 @dataclass
@@ -114,7 +87,7 @@ def serving(bundle: str, model: str, workers: str, cores: set[int], log: Path) -
             [*command, "--workers", workers, "--log-level", "warning"],
             stdout=sink,
             stderr=subprocess.STDOUT,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,  # noqa: PLW1509
+            preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
         )
     server = Server(process, f"http://127.0.0.1:{port}", model)
     try:
@@ -138,40 +111,6 @@ def serving(bundle: str, model: str, workers: str, cores: set[int], log: Path) -
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-class GpuSampler:
-    """Mean GPU utilization (%) from nvidia-smi while the block runs; None without one."""
-
-    def __init__(self) -> None:
-        self.values: list[float] = []
-        self.process: subprocess.Popen[str] | None = None
-        self.thread: threading.Thread | None = None
-
-    def __enter__(self) -> GpuSampler:
-        if shutil.which("nvidia-smi"):
-            query = ["--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "200"]
-            self.process = subprocess.Popen(
-                ["nvidia-smi", *query], stdout=subprocess.PIPE, text=True
-            )
-            self.thread = threading.Thread(target=self._read, daemon=True)
-            self.thread.start()
-        return self
-
-    def _read(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        for line in self.process.stdout:
-            with contextlib.suppress(ValueError):
-                self.values.append(float(line.strip()))
-
-    def __exit__(self, *_: object) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait()
-
-    @property
-    def mean(self) -> float | None:
-        return round(sum(self.values) / len(self.values), 1) if self.values else None
 
 
 def perf_analyzer_binary() -> str:
@@ -202,16 +141,10 @@ def run_load(command: list[str], cores: set[int]) -> tuple[int, float, str]:
         stderr=subprocess.STDOUT,
         text=True,
         env=load_env(),
-        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,  # noqa: PLW1509
+        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
     )
     output = process.communicate()[0]
     return process.returncode, children_cpu() - before, output
-
-
-def children_cpu() -> float:
-    """CPU seconds of this process's reaped children (the load generators, their helpers)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def perf_command(
@@ -290,7 +223,7 @@ def profile(server: Server, load: list[str], cores: set[int], out: Path, seconds
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=load_env(),
-        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,  # noqa: PLW1509
+        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
     )
     time.sleep(3)
     front = server.pids("front")[0]
@@ -298,12 +231,26 @@ def profile(server: Server, load: list[str], cores: set[int], out: Path, seconds
         "inference": (server.pids("inference")[0], []),
         "inference-gil": (server.pids("inference")[0], ["--gil"]),
         "front": (front, []),
-        "front-native": (front, ["--native"]),
     }
     spies = {
         role: subprocess.Popen(
-            [spy, "record", "-r", str(RATE), "-d", str(seconds), "-p", str(pid), "-f", "raw"]
-            + [*extra, "--threads", "--nonblocking", "-o", str(out / f"pyspy-{role}.txt")],
+            [
+                spy,
+                "record",
+                "-r",
+                str(RATE),
+                "-d",
+                str(seconds),
+                "-p",
+                str(pid),
+                "-f",
+                "raw",
+                *extra,
+                "--threads",
+                "--nonblocking",
+                "-o",
+                str(out / f"pyspy-{role}.txt"),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
         )
@@ -313,39 +260,6 @@ def profile(server: Server, load: list[str], cores: set[int], out: Path, seconds
         spy_process.wait()
     process.wait()
     return {role: summarize(out / f"pyspy-{role}.txt", RATE * seconds) for role in targets}
-
-
-def summarize(raw: Path, ticks: int, top: int = 25) -> dict[str, Any]:
-    """Leaf (self) frames and edgeserve/uvicorn frames (inclusive), as shares of the samples
-    taken (`ticks`: rate x seconds, per thread): idle time is not sampled, so the shares of
-    one thread add up to the fraction of time it was busy."""
-    if not raw.exists():
-        return {"error": "no py-spy output"}
-    leaves: Counter[str] = Counter()
-    inclusive: Counter[str] = Counter()
-    threads: Counter[str] = Counter()
-    total = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        count = int(count_text)
-        frames = stack.split(";")
-        total += count
-        threads[frames[0]] += count
-        leaves[frames[-1]] += count
-        for frame in set(frames[1:]):
-            if "edgeserve" in frame or "uvicorn" in frame or "starlette" in frame:
-                inclusive[frame] += count
-
-    def shares(counter: Counter[str]) -> list[tuple[str, float]]:
-        return [(name, round(n / ticks, 3)) for name, n in counter.most_common(top)]
-
-    return {
-        "samples": total,
-        "ticks": ticks,
-        "threads": shares(threads),
-        "self": shares(leaves),
-        "inclusive": shares(inclusive),
-    }
 
 
 def gpu_bundle(source: Path, work: Path) -> str:
@@ -390,7 +304,8 @@ def sweep_model(name: str, args: argparse.Namespace, results: dict[str, Any]) ->
                     print(json.dumps(row), flush=True)
             heaviest = max(map(int, args.concurrency.split(",")))
             if args.bench and workers == args.shm_workers:
-                rows.append(bench_row(server, heaviest, shape, client, args))
+                inputs = ["--inputs", "random", "--shape", shape]
+                rows.append(bench_row(server, heaviest, inputs, client, 4, workers, args.work))
                 print(json.dumps(rows[-1]), flush=True)
             if args.profile and workers == args.shm_workers and server.pids("front"):
                 report = args.work / f"pa-{name}-profile.csv"
@@ -405,74 +320,67 @@ def sweep_model(name: str, args: argparse.Namespace, results: dict[str, Any]) ->
                 results.setdefault("profiles", {})[name] = profile(
                     server, load, client, args.out, args.profile_s
                 )
-                for role in ("inference", "inference-gil", "front", "front-native"):
+                for role in ("inference", "inference-gil", "front"):
                     target = args.out / f"pyspy-{name}-{role}.txt"
                     with contextlib.suppress(FileNotFoundError):
                         (args.out / f"pyspy-{role}.txt").replace(target)
 
 
-def bench_row(
-    server: Server, c: int, shape: str, client: set[int], args: argparse.Namespace
-) -> dict:
-    """`edgeserve bench --processes 4` (the Python load generator) at the same level."""
-    report = args.work / "bench.json"
+def bench_command(
+    server: Server, c: int, inputs: list[str], processes: int, window_s: int, report: Path
+) -> list[str]:
     command = [sys.executable, "-m", "edgeserve", "bench", server.url, "--concurrency", str(c)]
-    command += ["--processes", "4", "--inputs", "random", "--shape", shape, "--window-s", "2"]
-    command += ["--max-windows", "5", "--json", str(report), "--plot", ""]
+    command += ["--processes", str(processes), *inputs, "--window-s", str(window_s)]
+    return [*command, "--max-windows", "5", "--json", str(report), "--plot", ""]
+
+
+def bench_row(
+    server: Server,
+    c: int,
+    inputs: list[str],
+    client: set[int],
+    processes: int,
+    workers: str,
+    work: Path,
+) -> dict:
+    """`edgeserve bench --processes N` (the Python load generator) at one level."""
+    report = work / "bench.json"
+    command = bench_command(server, c, inputs, processes, 2, report)
 
     def read() -> dict[str, Any]:
         (level,) = json.loads(report.read_text())["levels"]
         return {
             "items_per_s": level["items_per_s"],
+            "requests_per_s": level["throughput_rps"],
             "p50_ms": level["latency_ms"]["p50"],
             "p99_ms": level["latency_ms"]["p99"],
         }
 
     row = measure(server, command, client, read)
-    row.update(
-        {"workers": args.shm_workers, "load": "edgeserve bench -p 4", "transport": "http", "c": c}
-    )
-    return row
+    row.update({"workers": workers, "load": f"edgeserve bench -p {processes}", "c": c})
+    return row | {"transport": "http", "fronts": len(server.pids("front"))}
 
 
-def print_table(results: dict[str, Any]) -> None:
-    keys = [
-        "workers",
-        "fronts",
-        "load",
-        "transport",
-        "c",
-        "items_per_s",
-        "p50_ms",
-        "p99_ms",
-        "mean_batch",
-        "server_compute_ms",
-        "cores_inference",
-        "cores_fronts",
-        "cores_busiest_front",
-        "cores_load",
-        "cores_machine",
-        "gpu_util",
-    ]
-    for name, rows in results.items():
-        if name in ("profiles", "in_process"):
-            continue
-        print(f"\n## {name}\n| " + " | ".join(keys) + " |\n" + "|---" * len(keys) + "|")
-        for row in rows:
-            print(
-                "| " + " | ".join(str(row.get(k, row.get("error", "")[:40])) for k in keys) + " |"
-            )
-    for name, limits in results.get("in_process", {}).items():
-        print(
-            f"in-process {name}: "
-            + ", ".join(f"b{b} {v['plain']:.0f}/{v['bound']:.0f}" for b, v in limits.items())
-        )
-    for name, roles in results.get("profiles", {}).items():
-        for role, summary in roles.items():
-            print(f"\n## py-spy {name} {role}: {summary.get('samples')} samples")
-            for kind in ("threads", "self", "inclusive"):
-                for frame, share in summary.get(kind, [])[:12]:
-                    print(f"{kind:9} {share:6.3f} {frame[:150]}")
+def sweep_function(folder: Path, args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """A function's own samples through `edgeserve bench` (its /invoke route): requests/s,
+    the server's mean batch and the cores each process used, per workers setting and level."""
+    bundle = build(folder, args.work / "build" / folder.name, targets=("jetson",))
+    inputs = ["--inputs", str(folder / "samples")]
+    label = f"{bundle.name} ({os.environ.get('EDGESERVE_DEVICE', 'default device')})"
+    rows = results.setdefault(label, [])
+    for workers in args.workers.split(","):
+        with serving(
+            str(bundle.root), bundle.name, workers, set(), args.out / "serve.log"
+        ) as server:
+            for c in map(int, args.concurrency.split(",")):
+                rows.append(bench_row(server, c, inputs, set(), args.processes, workers, args.work))
+                print(json.dumps(rows[-1]), flush=True)
+            if args.profile and server.pids("front"):
+                c = max(map(int, args.concurrency.split(",")))
+                load = bench_command(server, c, inputs, args.processes, 3, args.work / "p.json")
+                results.setdefault("profiles", {})[label] = profile(
+                    server, load, set(), args.out, args.profile_s
+                )
 
 
 def main() -> None:
@@ -489,6 +397,8 @@ def main() -> None:
     parser.add_argument("--profile-s", type=int, default=6)
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--limits", action="store_true", help="in-process items/s (CUDA)")
+    parser.add_argument("--function", type=Path, help="a function folder, its samples as load")
+    parser.add_argument("--processes", type=int, default=4, help="bench load processes")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import onnxruntime as ort
@@ -498,6 +408,9 @@ def main() -> None:
     results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
     for name in filter(None, args.models.split(",")):
         sweep_model(name, args, results)
+        (args.out / "sweep.json").write_text(json.dumps(results, indent=1))
+    if args.function:
+        sweep_function(args.function, args, results)
         (args.out / "sweep.json").write_text(json.dumps(results, indent=1))
     results.pop("args")
     print_table(results)
