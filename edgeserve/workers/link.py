@@ -48,6 +48,7 @@ class Link:
         self._writer: asyncio.StreamWriter | None = None
         self.connected = asyncio.Event()  # set once, at the first connection
         self._keeper: asyncio.Task[None] | None = None
+        self._stopping = False
         self.backend_name = "?"
         self.profile: ShapeProfile | None = None  # told by the inference process (HELLO)
 
@@ -60,6 +61,7 @@ class Link:
         self._keeper = asyncio.create_task(self._keep_connected())
 
     def stop(self) -> None:
+        self._stopping = True  # the front's own shutdown: nothing went away
         if self._keeper is not None:
             self._keeper.cancel()
         if self._writer is not None:
@@ -132,7 +134,8 @@ class Link:
         """The inference process is gone: what it held is answered 503, its blocks are free."""
         if self._writer is not None:
             self._writer.close()
-            log.warning("front %d: inference process %d went away", self.front, self.instance)
+            if not self._stopping:
+                log.warning("front %d: inference process %d went away", self.front, self.instance)
         self._writer = None
         error = Unavailable(f"inference process {self.instance} restarted; retry", RETRY_AFTER_S)
         for future, offset, size in self._pending.values():
