@@ -88,6 +88,20 @@ def test_two_cpu_instances_answer_right_and_share_the_batches_evenly(tmp_path: P
         assert sum(counts) == stats(url)["inference_count"] == 5 + 3 * 16
 
 
+def test_one_front_feeds_two_inference_processes_when_they_are_asked_for(tmp_path: Path) -> None:
+    """`--workers 1` with processes_per_device = 2: one front, both processes run batches
+    (one request at a time: ties rotate)."""
+    folder = function(tmp_path / "mlp")
+    x = np.random.default_rng(4).normal(size=(1, 16)).astype(np.float32)
+    with running(folder, "--workers", "1") as (url, server):
+        assert "1 front process and 2 inference processes" in "".join(server.output)
+        for _ in range(4):
+            answer = httpx.post(f"{url}/v2/models/mlp/infer", json=infer_body(x), timeout=30)
+            y = np.asarray(answer.json()["outputs"][0]["data"], np.float32).reshape(1, 4)
+            np.testing.assert_allclose(y, reference(folder, x), rtol=1e-5, atol=1e-5)
+        assert executions(url) == [2, 2]
+
+
 def test_a_killed_inference_process_restarts_alone_while_the_other_serves(
     tmp_path: Path,
 ) -> None:

@@ -120,8 +120,8 @@ class RemoteEngine:
             raise Unavailable(f"queue full: {queued} of {limit} rows waiting", RETRY_AFTER_S)
 
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict:
-        link = self.links[self._route()]
         rows = self._rows(inputs)
+        link = self.links[self._route(rows)]
         size = block_size(inputs)
         offset = self._blocks.allocate(size) if size else None
         if offset is None:  # arena full (or BYTES only): the tensors travel inline
@@ -136,12 +136,15 @@ class RemoteEngine:
             self._held[link.instance] -= rows
         return result
 
-    def _route(self) -> int:
-        """The ready inference process holding the fewest rows; ties rotate per request."""
-        held = self.board.held_rows()
-        start = next(self._turn)
+    def _route(self, rows: int) -> int:
+        """The ready inference process holding the fewest rows among those whose queue has
+        room for `rows` (any, when none has); ties rotate per request."""
+        held, slots = self.board.held_rows(), self.board.instance_slots()
+        limit, start = self.policy.max_queue_size, next(self._turn)
         order = [(start + i) % len(self.links) for i in range(len(self.links))]
-        return min(self._ready_links(order), key=lambda i: held[i])
+        return min(
+            self._ready_links(order), key=lambda i: (slots[i, QUEUED] + rows > limit, held[i])
+        )
 
     def _ready_links(self, order: list[int] | None = None) -> list[int]:
         ready = [i for i in order or range(len(self.links)) if self.links[i].ready]

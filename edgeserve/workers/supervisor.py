@@ -190,7 +190,8 @@ def serve_workers(
         scheme = "http" if tls is None else "https"
         where = ", ".join(layout.devices)
         print(
-            f"edgeserve: {fronts} front processes and {instances} inference processes ({where}) "
+            f"edgeserve: {_count(fronts, 'front process')} and "
+            f"{_count(instances, 'inference process')} ({where}) "
             f"serving on {scheme}://{host}:{port}",
             flush=True,
         )
@@ -223,3 +224,7 @@ def _terminate(children: list[_Child], deadline: float) -> None:
 def _how(child: _Child) -> str:
     code = child.process.returncode
     return f"signal {-code}" if code is not None and code < 0 else f"status {code}"
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'es' if count > 1 else ''}"
