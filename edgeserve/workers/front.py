@@ -18,8 +18,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from edgeserve.batching import BatchPolicy
-from edgeserve.errors import PayloadTooLarge, Unavailable
+from edgeserve.batching import ONE_REQUEST, BatchPolicy
+from edgeserve.errors import BackendError, PayloadTooLarge, Unavailable
 from edgeserve.http.app import create_app
 from edgeserve.http.server import DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
@@ -106,8 +106,10 @@ class RemoteEngine:
         if offset is None:  # arena full (or BYTES only): the tensors travel inline
             offset, size = 0, 0
         placed = self.arena.place(inputs, offset, size)
+        request = ONE_REQUEST.get()  # a handler's items: they share one outcome
+        request = request if isinstance(request, int) else None
         result: TensorDict = await self._ask(
-            (wire.SUBMIT, placed, (offset, size), deadline, arrived), offset, size
+            (wire.SUBMIT, placed, (offset, size), deadline, arrived, request), offset, size
         )
         return result
 
@@ -118,9 +120,14 @@ class RemoteEngine:
             self._free(offset, size)
             raise Unavailable("the inference process is restarting", RETRY_AFTER_S)
         key = next(self._ids)
+        try:
+            frame = wire.encode((message[0], key, *message[1:]))
+        except wire.Malformed as exc:  # a tensor of objects other than str and bytes
+            self._free(offset, size)
+            raise BackendError(f"cannot hand the request to the inference process: {exc}") from None
         future = asyncio.get_running_loop().create_future()
         self._pending[key] = (future, offset, size)
-        wire.send(writer, (message[0], key, *message[1:]))
+        writer.write(frame)
         try:
             return await future
         except asyncio.CancelledError:
@@ -131,18 +138,22 @@ class RemoteEngine:
     async def _keep_connected(self) -> None:
         while True:
             try:
-                reader = await self._connect()
-            except (OSError, asyncio.IncompleteReadError):
+                receiver = await self._connect()
+            except (OSError, asyncio.IncompleteReadError, wire.Malformed) as exc:
+                if isinstance(exc, wire.Malformed):
+                    log.error(
+                        "front %d: a wrong hello from the inference process: %s", self.front, exc
+                    )
                 await asyncio.sleep(RECONNECT_S)
                 continue
             self._connected.set()
             log.info("front %d: connected to the inference process", self.front)
             try:
-                await self._read(reader)
+                await self._read(receiver)
             finally:
                 self._disconnected()
 
-    async def _connect(self) -> asyncio.StreamReader:
+    async def _connect(self) -> wire.Receiver:
         """Connect and hand over the arena; ready once the inference process says hello."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -154,19 +165,28 @@ class RemoteEngine:
             raise
         sock.setblocking(False)
         reader, writer = await asyncio.open_unix_connection(sock=sock)
+        receiver = wire.Receiver(reader)
         try:
-            _, self.backend_name, self.profile = await wire.receive(reader)
+            _, self.backend_name, self.profile = await receiver.receive({wire.HELLO})
         except BaseException:
             writer.close()
             raise
         self._writer = writer
-        return reader
+        return receiver
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
+    async def _read(self, receiver: wire.Receiver) -> None:
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             while True:
-                _, key, result = await wire.receive(reader)
-                future, offset, size = self._pending.pop(key)
+                try:
+                    _, key, result = await receiver.receive({wire.DONE})
+                    future, offset, size = self._pending.pop(key)
+                except (wire.Malformed, KeyError) as exc:
+                    log.error(
+                        "front %d: a wrong answer from the inference process (%r): disconnecting",
+                        self.front,
+                        exc,
+                    )
+                    return
                 if not future.done():
                     if isinstance(result, BaseException):
                         future.set_exception(result)
