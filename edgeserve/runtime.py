@@ -66,7 +66,11 @@ class Engine(Protocol):
 
     @property
     def ready(self) -> bool:
-        """Whether batches can run (a RemoteEngine is not while the inference process restarts)."""
+        """Whether batches can run (a RemoteEngine is not while no inference process is up)."""
+
+    @property
+    def degraded(self) -> str | None:
+        """What is away while the rest serves (a RemoteEngine's restarting inference process)."""
 
     async def start(self) -> None: ...
     async def stop(self, drain_timeout_s: float) -> None: ...
@@ -85,6 +89,7 @@ class LocalEngine:
     """The backend and its batcher in this process; starting warms up every batch size."""
 
     ready = True
+    degraded = None
 
     def __init__(
         self, backend: Backend, signature: Signature, policy: BatchPolicy, stats: ModelStats
@@ -207,6 +212,11 @@ class Runtime:
     def ready(self) -> bool:
         """Started, not draining, and its engine can run batches."""
         return self.started and self.engine.ready
+
+    @property
+    def degraded(self) -> str | None:
+        """Ready, but with part of its engine away (readiness says which), else None."""
+        return self.engine.degraded if self.ready else None
 
     @property
     def root(self) -> Path:
