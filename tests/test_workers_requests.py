@@ -16,37 +16,18 @@ import pytest
 
 from tests.models import slow_model, write_function
 from tests.server import running
+from tests.test_bad_input import LINES_HANDLER, PAGES  # the page of lines, one item each
 from tests.test_workers import function as mlp_function
 from tests.test_workers import infer_body
 
-PAGES = """
-[function]
-name = "pages"
-[batching]
-max_batch_size = 8
-preferred_batch_sizes = [8]
-max_queue_delay_ms = {delay}
-[handler]
-module = "handler"
-[backend]
-prefer = ["onnxruntime"]
-"""
-LINES_HANDLER = """
-import numpy as np
-
-def preprocess(payload, ctx):  # one item per line of tokens, as OCR makes one per text line
-    return [{"tokens": np.asarray(line, dtype=np.int64)} for line in payload["lines"]]
-
-def postprocess(items, ctx):
-    return len(items)
-"""
 GOOD, BAD = [1] * 16, [1] * 15 + [99]  # 99: past the 32-row table, seen by ONNX Runtime only
 HOLD_MS = 1500  # how long a lone request waits for company
 
 
 def pages(folder: Path, delay_ms: float = 200) -> Path:
     model = functools.partial(slow_model, depth=4, rows=16, vocab=32, via="Abs")
-    return write_function(folder, model, PAGES.format(delay=delay_ms), LINES_HANDLER)
+    manifest = PAGES.replace("max_queue_delay_ms = 200", f"max_queue_delay_ms = {delay_ms}")
+    return write_function(folder, model, manifest, LINES_HANDLER)
 
 
 def token_body(tokens: list[int], **parameters: int) -> dict:
