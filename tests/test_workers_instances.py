@@ -9,6 +9,7 @@ import re
 import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -20,26 +21,17 @@ from edgeserve.hardware import Cpu, Gpu, Jetson, Platform
 from edgeserve.manifest import load_manifest
 from edgeserve.workers import choose_layout
 from edgeserve.workers.layout import Instance
-from tests.models import mlp_model, write_function
 from tests.server import running
+from tests.test_workers import function as workers_function
 from tests.test_workers import (
-    HANDLER,
     infer_body,
     post_in_background,
     reference,
     stats,
     wait_until,
 )
-from tests.test_workers import (
-    MANIFEST as WORKERS_MANIFEST,
-)
 
-MANIFEST = WORKERS_MANIFEST + "[resources]\nprocesses_per_device = 2\n"
-
-
-def function(folder: Path, *, delay_ms: float = 1, batch: int = 8, queue: int = 1024) -> Path:
-    manifest = MANIFEST.format(batch=batch, delay=delay_ms, queue=queue)
-    return write_function(folder, mlp_model, manifest, HANDLER)
+function = partial(workers_function, per_device=2)  # the MLP, two CPU inference processes
 
 
 def instances(url: str) -> dict[str, dict[str, float]]:
