@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from types import FrameType
 
-from edgeserve.batching import BatchPolicy
+from edgeserve.batching import ONE_REQUEST, BatchPolicy
 from edgeserve.errors import PayloadTooLarge, Unavailable
 from edgeserve.http.app import create_app
 from edgeserve.http.server import DrainingServer, uvicorn_config
@@ -135,10 +135,12 @@ class RemoteEngine:
         if offset is None:  # arena full (or BYTES only): the tensors travel inline
             offset, size = 0, 0
         placed = self.arena.place(inputs, offset, size)
+        request = ONE_REQUEST.get()  # a handler's items: they share one outcome
+        request = request if isinstance(request, int) else None
         self._held[link.instance] += rows
         try:
             result: TensorDict = await link.ask(
-                (wire.SUBMIT, placed, (offset, size), deadline, arrived), offset, size
+                (wire.SUBMIT, placed, (offset, size), deadline, arrived, request), offset, size
             )
         finally:
             self._held[link.instance] -= rows

@@ -19,10 +19,12 @@ import os
 import signal
 import socket
 from collections.abc import Coroutine
+from contextvars import Context, copy_context
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from edgeserve.batching import ONE_REQUEST
 from edgeserve.errors import BackendError, EdgeserveError, Unavailable
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.runtime import LocalEngine, Runtime
@@ -52,7 +54,7 @@ class InferenceServer:
             conn.settimeout(5.0)  # the front sends its hello right after connecting
             try:
                 hello, fds = wire.receive_hello(conn)
-            except (OSError, ConnectionError) as exc:
+            except (OSError, wire.Malformed) as exc:
                 log.warning("a front's hello failed: %s", exc)
                 conn.close()
                 continue
@@ -73,23 +75,29 @@ class InferenceServer:
     ) -> None:
         tasks: dict[int, asyncio.Task[None]] = {}
         loop = asyncio.get_running_loop()
+        receiver = wire.Receiver(reader)
         try:
             while True:
-                message = await wire.receive(reader)
+                message = await receiver.receive(wire.FROM_FRONT)
                 kind, key = message[0], message[1]
-                if kind in (wire.SUBMIT, wire.WAIT):
-                    work = (
-                        self._run(arena, *message[2:])
-                        if kind == wire.SUBMIT
-                        else (self.engine.admit(message[2]))
-                    )
-                    tasks[key] = asyncio.create_task(self._answer(writer, key, work))
-                    tasks[key].add_done_callback(partial(_forget, tasks, key))
-                    loop.call_soon(self._publish)  # after the task has queued its rows
-                elif kind == wire.CANCEL and key in tasks:
-                    tasks[key].cancel()
+                if kind == wire.CANCEL:
+                    if key in tasks:
+                        tasks[key].cancel()
+                    continue
+                if kind == wire.SUBMIT:
+                    *fields, request = message[2:]
+                    work = self._run(arena, *fields)
+                    context = _one_request(writer, request)
+                else:
+                    work, context = self.engine.admit(message[2]), None
+                task = asyncio.create_task(self._answer(writer, key, work), context=context)
+                tasks[key] = task
+                task.add_done_callback(partial(_forget, tasks, key))
+                loop.call_soon(self._publish)  # after the task has queued its rows
         except (asyncio.IncompleteReadError, ConnectionError):
             log.info("front %d went away: dropping its %d requests", front, len(tasks))
+        except wire.Malformed as exc:
+            log.error("front %d sent %s: dropping it and its %d requests", front, exc, len(tasks))
         finally:
             for task in list(tasks.values()):
                 task.cancel()
@@ -114,8 +122,16 @@ class InferenceServer:
             reply = BackendError(f"{type(exc).__name__}: {exc}")
         finally:
             self._publish()
-        if not writer.is_closing():
-            wire.send(writer, (wire.DONE, key, reply))
+        if writer.is_closing():
+            return
+        try:
+            frame = wire.encode((wire.DONE, key, reply))
+        except wire.Malformed as exc:  # outputs holding objects other than str and bytes
+            log.error("request %d: its answer cannot cross to the front: %s", key, exc)
+            frame = wire.encode(
+                (wire.DONE, key, BackendError(f"an output that cannot cross: {exc}"))
+            )
+        writer.write(frame)
 
     async def _run(
         self, arena: Arena, placed: Any, block: tuple[int, int], deadline: float, arrived: float
@@ -127,6 +143,17 @@ class InferenceServer:
     def _publish(self) -> None:
         batcher = self.engine.batcher
         self.board.publish_queue(self.instance, batcher.queued_rows, batcher.door.waiting)
+
+
+def _one_request(writer: asyncio.StreamWriter, request: int | None) -> Context | None:
+    """The context a SUBMIT runs in: a front's request of several items is one request here
+    too (ONE_REQUEST, told apart from other fronts' by their connection), so when one item
+    fails its waiting siblings fail with it instead of costing compute."""
+    if request is None:
+        return None
+    context = copy_context()
+    context.run(ONE_REQUEST.set, (writer, request))
+    return context
 
 
 def _forget(tasks: dict[int, asyncio.Task[None]], key: int, _: object) -> None:

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from edgeserve.errors import Unavailable
+from edgeserve.errors import BackendError, Unavailable
 from edgeserve.shapes import ShapeProfile
 from edgeserve.workers import wire
 from edgeserve.workers.arena import Arena
@@ -74,9 +74,14 @@ class Link:
             self._free(offset, size)
             raise Unavailable(f"inference process {self.instance} is restarting", RETRY_AFTER_S)
         key = next(self._ids)
+        try:
+            frame = wire.encode((message[0], key, *message[1:]))
+        except wire.Malformed as exc:  # a tensor of objects other than str and bytes
+            self._free(offset, size)
+            raise BackendError(f"cannot hand the request to the inference process: {exc}") from None
         future = asyncio.get_running_loop().create_future()
         self._pending[key] = (future, offset, size)
-        wire.send(writer, (message[0], key, *message[1:]))
+        writer.write(frame)
         try:
             return await future
         except asyncio.CancelledError:
@@ -87,18 +92,25 @@ class Link:
     async def _keep_connected(self) -> None:
         while True:
             try:
-                reader = await self._connect()
-            except (OSError, asyncio.IncompleteReadError):
+                receiver = await self._connect()
+            except (OSError, asyncio.IncompleteReadError, wire.Malformed) as exc:
+                if isinstance(exc, wire.Malformed):
+                    log.error(
+                        "front %d: a wrong hello from inference process %d: %s",
+                        self.front,
+                        self.instance,
+                        exc,
+                    )
                 await asyncio.sleep(RECONNECT_S)
                 continue
             self.connected.set()
             log.info("front %d: connected to inference process %d", self.front, self.instance)
             try:
-                await self._read(reader)
+                await self._read(receiver)
             finally:
                 self._disconnected()
 
-    async def _connect(self) -> asyncio.StreamReader:
+    async def _connect(self) -> wire.Receiver:
         """Connect and hand over the arena; ready once the inference process says hello."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -110,19 +122,29 @@ class Link:
             raise
         sock.setblocking(False)
         reader, writer = await asyncio.open_unix_connection(sock=sock)
+        receiver = wire.Receiver(reader)
         try:
-            _, self.backend_name, self.profile = await wire.receive(reader)
+            _, self.backend_name, self.profile = await receiver.receive({wire.HELLO})
         except BaseException:
             writer.close()
             raise
         self._writer = writer
-        return reader
+        return receiver
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
+    async def _read(self, receiver: wire.Receiver) -> None:
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             while True:
-                _, key, result = await wire.receive(reader)
-                future, offset, size = self._pending.pop(key)
+                try:
+                    _, key, result = await receiver.receive({wire.DONE})
+                    future, offset, size = self._pending.pop(key)
+                except (wire.Malformed, KeyError) as exc:
+                    log.error(
+                        "front %d: a wrong answer from inference process %d (%r): disconnecting",
+                        self.front,
+                        self.instance,
+                        exc,
+                    )
+                    return
                 if not future.done():
                     if isinstance(result, BaseException):
                         future.set_exception(result)
