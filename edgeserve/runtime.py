@@ -12,6 +12,7 @@ The wiring batcher -> backend is written out here (`LocalEngine`): the batcher c
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import sys
 import time
@@ -43,6 +44,10 @@ log = logging.getLogger("edgeserve")
 T = TypeVar("T")
 
 
+_REQUESTS = itertools.count(1)
+"""Numbers for ONE_REQUEST: a number, unlike a bare object, can name its request to another
+process (workers.wire)."""
+
 GPU_SWITCH_INTERVAL_S = 0.0005
 """With a GPU, a batch thread that finishes a copy or a run must get the GIL back from the
 event loop at once: at Python's default 5 ms, a ResNet-18 batch of 32 took 2.1x its in-process
@@ -61,7 +66,11 @@ class Engine(Protocol):
 
     @property
     def ready(self) -> bool:
-        """Whether batches can run (a RemoteEngine is not while the inference process restarts)."""
+        """Whether batches can run (a RemoteEngine is not while no inference process is up)."""
+
+    @property
+    def degraded(self) -> str | None:
+        """What is away while the rest serves (a RemoteEngine's restarting inference process)."""
 
     async def start(self) -> None: ...
     async def stop(self, drain_timeout_s: float) -> None: ...
@@ -80,6 +89,7 @@ class LocalEngine:
     """The backend and its batcher in this process; starting warms up every batch size."""
 
     ready = True
+    degraded = None
 
     def __init__(
         self, backend: Backend, signature: Signature, policy: BatchPolicy, stats: ModelStats
@@ -203,6 +213,11 @@ class Runtime:
     def ready(self) -> bool:
         """Started, not draining, and its engine can run batches."""
         return self.started and self.engine.ready
+
+    @property
+    def degraded(self) -> str | None:
+        """Ready, but with part of its engine away (readiness says which), else None."""
+        return self.engine.degraded if self.ready else None
 
     @property
     def root(self) -> Path:
@@ -378,7 +393,7 @@ def _tensor(spec: TensorSpec, value: Any) -> np.ndarray:
 async def _all_or_none(work: Iterable[Awaitable[T]]) -> list[T]:
     """Await all as one request (ONE_REQUEST: the batcher fails its waiting items together);
     on the first failure cancel the rest and raise that failure, not an exception group."""
-    token = ONE_REQUEST.set(object())  # the tasks copy this context
+    token = ONE_REQUEST.set(next(_REQUESTS))  # the tasks copy this context
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(_awaited(one)) for one in work]

@@ -53,15 +53,18 @@ def serve(
         check_port(host, port)
     load_credentials(bundle.manifest.auth, os.environ)  # a missing token fails before loading
     limits = Timeouts.from_resources(bundle.manifest.resources, **(timeouts or {}))
-    setting = workers_setting(workers, bundle.manifest.resources.workers)
-    layout = choose_layout(setting, probe(), usable_cores())
+    resources = bundle.manifest.resources
+    setting = workers_setting(workers, resources.workers)
+    layout = choose_layout(
+        setting, probe(), usable_cores(), resources.devices, resources.processes_per_device
+    )
     log.info("process layout: %s", layout.reason)
     if not layout.single and fd is None:
         return serve_workers(
             bundle,
             host=host,
             port=port,
-            fronts=layout.fronts,
+            layout=layout,
             backend=backend,
             log_level=log_level,
             timeouts=dict(timeouts or {}),

@@ -50,8 +50,12 @@ def postprocess(items, ctx):
 WAIT_S = 30.0
 
 
-def function(folder: Path, *, delay_ms: float = 1, batch: int = 8, queue: int = 1024) -> Path:
+def function(
+    folder: Path, *, delay_ms: float = 1, batch: int = 8, queue: int = 1024, per_device: int = 1
+) -> Path:
+    """The MLP with a handler; `per_device` inference processes on the CPU."""
     manifest = MANIFEST.format(batch=batch, delay=delay_ms, queue=queue)
+    manifest += f"[resources]\nprocesses_per_device = {per_device}\n"
     return write_function(folder, mlp_model, manifest, HANDLER)
 
 
@@ -159,8 +163,12 @@ def test_items_from_both_fronts_meet_in_one_batch(tmp_path: Path) -> None:
         raise AssertionError("in 10 rounds no batch held items of both fronts")
 
 
-def test_killed_fronts_drop_their_requests_and_are_started_again(tmp_path: Path) -> None:
-    folder = function(tmp_path / "mlp", delay_ms=1500)
+@pytest.mark.parametrize("per_device", [1, 2], ids=["one inference process", "two"])
+def test_killed_fronts_drop_their_requests_and_are_started_again(
+    tmp_path: Path, per_device: int
+) -> None:
+    """Every inference process drops the items of the fronts killed: none ever runs."""
+    folder = function(tmp_path / "mlp", delay_ms=1500, per_device=per_device)
     with running(folder, "--workers", "2") as (url, server), ThreadPoolExecutor(4) as pool:
         ran_before = stats(url)["inference_count"]
         calls = post_in_background(pool, url, 4)

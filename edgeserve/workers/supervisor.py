@@ -1,12 +1,14 @@
-"""The supervisor: the parent of the fronts and the inference process, and nothing else.
+"""The supervisor: the parent of the fronts and the inference processes, and nothing else.
 
-    bind the socket -> start the inference process and the fronts -> watch them:
+    bind the socket -> start the inference processes (one per device) and the fronts -> watch:
         a front died        -> start it again (its requests died with it; the inference
-                               process saw its connection close and dropped their items)
-        inference died      -> start it again; meanwhile every front says not ready (503)
-        inference died before it was ever ready, or a front kept dying within seconds of
-        its start -> stop everything, fail (a broken install must not restart forever)
-    SIGTERM / SIGINT: stop the fronts (each drains its requests) -> stop the inference process
+                               processes saw its connection close and dropped their items)
+        an inference process died -> start it alone again; meanwhile the fronts answer what
+                               it held 503, route to the others and say so in readiness
+                               (not ready only while none is there)
+        an inference process died before it was ever ready, or a front kept dying within
+        seconds of its start -> stop everything, fail (a broken install must not restart forever)
+    SIGTERM / SIGINT: stop the fronts (each drains its requests) -> stop the inference processes
     -> exit; one bound (`drain_s`) for all of it, then whatever is left is killed.
 
 Each front listens on its own socket bound with SO_REUSEPORT to the same address, so the kernel
@@ -14,13 +16,16 @@ spreads new connections evenly over the fronts (one accept queue shared by all w
 first front to wake take most connections, and keep-alive connections stay where they land).
 The supervisor holds the port with a socket of its own that never listens (it takes no
 connections, and a restarted front binds the port again), and the board, so the counters
-outlive any child. Children run in their own process group (a terminal's Ctrl+C
-reaches only the supervisor, which stops them in order) and die with it (PDEATHSIG).
+outlive any child. Each inference process gets its device in its environment
+(layout.Instance.env: CUDA_VISIBLE_DEVICES and EDGESERVE_DEVICE). Children run in their own
+process group (a terminal's Ctrl+C reaches only the supervisor, which stops them in order) and
+die with it (PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -32,7 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgeserve.workers.board import RESTARTS, Board
-from edgeserve.workers.layout import ChildConfig
+from edgeserve.workers.child import ChildConfig
+from edgeserve.workers.layout import Instance, Layout
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
@@ -54,6 +60,7 @@ class _Child:
     module: str
     config: ChildConfig
     process: subprocess.Popen[bytes]
+    env: dict[str, str] | None = None  # what its environment adds (an inference process's device)
     started: float = 0.0
     quick_deaths: int = 0  # in a row, its predecessors included
 
@@ -64,12 +71,21 @@ class _Child:
 class Supervisor:
     """Starts, watches, restarts and stops the processes of one server."""
 
-    def __init__(self, config: ChildConfig, port_holder: socket.socket, board: Board) -> None:
+    def __init__(
+        self,
+        config: ChildConfig,
+        instances: tuple[Instance, ...],
+        port_holder: socket.socket,
+        board: Board,
+    ) -> None:
         self.config = config
         self.port_holder = port_holder
         self.board = board
         self.stopping = False
-        self.inference = self._spawn("edgeserve.workers.inference", config)
+        self.inference = [
+            self._spawn("edgeserve.workers.inference", replace(config, instance=i), where.env())
+            for i, where in enumerate(instances)
+        ]
         self.fronts = [
             self._spawn("edgeserve.workers.front", replace(config, front=index))
             for index in range(config.fronts)
@@ -80,12 +96,13 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._stop_signal)
         signal.signal(signal.SIGINT, self._stop_signal)
         while not self.stopping:
-            if not self.inference.alive():
-                if not self._was_ready():
-                    log.error("the inference process failed before it was ready")
-                    self.stop()
-                    return 1
-                self._restart_inference()
+            for index, inference in enumerate(self.inference):
+                if not inference.alive():
+                    if not self._was_ready(index):
+                        log.error("inference process %d failed before it was ready", index)
+                        self.stop()
+                        return 1
+                    self._restart_inference(index)
             for index, front in enumerate(self.fronts):
                 if not front.alive():
                     log.warning("front %d exited (%s): starting it again", index, _how(front))
@@ -101,31 +118,35 @@ class Supervisor:
         return 0
 
     def stop(self) -> None:
-        """Fronts first (they drain their requests), then the inference process; one bound."""
+        """Fronts first (they drain their requests), then the inference processes; one bound."""
         deadline = time.monotonic() + self.config.drain_s
-        if self.inference.alive():
-            self.inference.process.send_signal(signal.SIGUSR1)  # the fronts' items: no waiting
+        for inference in self.inference:
+            if inference.alive():  # the fronts' items: no waiting for company
+                inference.process.send_signal(signal.SIGUSR1)
         _terminate(self.fronts, deadline)
         self.port_holder.close()
-        _terminate([self.inference], deadline)
+        _terminate(self.inference, deadline)
 
-    def _restart_inference(self) -> None:
-        log.warning("the inference process exited (%s): starting it again", _how(self.inference))
-        self.board.cells[RESTARTS] += 1
-        self.board.publish_queue(0, 0)
-        with_socket = Path(self.config.socket_path)
-        with_socket.unlink(missing_ok=True)
-        self.inference = self._spawn(self.inference.module, self.config)
+    def _restart_inference(self, index: int) -> None:
+        dead = self.inference[index]
+        log.warning("inference process %d exited (%s): starting it again", index, _how(dead))
+        self.board.instance(index)[RESTARTS] += 1
+        self.board.publish_queue(index, 0, 0)
+        Path(self.config.socket_path(index)).unlink(missing_ok=True)
+        self.inference[index] = self._spawn(dead.module, dead.config, dead.env)
 
-    def _was_ready(self) -> bool:
-        """The inference process listens on its socket only once it is ready."""
-        return Path(self.config.socket_path).exists()
+    def _was_ready(self, index: int) -> bool:
+        """An inference process listens on its socket only once it is ready."""
+        return Path(self.config.socket_path(index)).exists()
 
-    def _spawn(self, module: str, config: ChildConfig) -> _Child:
+    def _spawn(self, module: str, config: ChildConfig, env: dict[str, str] | None = None) -> _Child:
         process = subprocess.Popen(
-            [sys.executable, *config.argv(module)], pass_fds=[config.board_fd], process_group=0
+            [sys.executable, *config.argv(module)],
+            pass_fds=[config.board_fd],
+            process_group=0,
+            env={**os.environ, **env} if env else None,
         )
-        return _Child(module, config, process, time.monotonic())
+        return _Child(module, config, process, env, time.monotonic())
 
     def _stop_signal(self, signum: int, frame: object) -> None:
         self.stopping = True
@@ -136,25 +157,28 @@ def serve_workers(
     *,
     host: str,
     port: int,
-    fronts: int,
+    layout: Layout,
     backend: str | None,
     log_level: str,
     drain_s: float,
     timeouts: dict[str, float | None],
     tls: TlsFiles | None = None,
 ) -> int:
-    """Serve with `fronts` front processes and one inference process; the exit status."""
+    """Serve with the layout's front and inference processes; the exit status."""
     port_holder = reuse_port_socket(host, port)
     host, port = port_holder.getsockname()[:2]
-    board = Board.create(fronts, bundle.manifest.batching.max_batch_size)
+    fronts, instances = layout.fronts, len(layout.instances)
+    board = Board.create(fronts, instances, bundle.manifest.batching.max_batch_size)
     with tempfile.TemporaryDirectory(prefix="edgeserve-") as scratch:
         config = ChildConfig(
             bundle=str(bundle.root),
             source=None if bundle.source is None else str(bundle.source),
-            socket_path=str(Path(scratch) / "inference.sock"),
+            sockets_dir=scratch,
             regions_dir=str(Path(scratch) / "regions"),
             board_fd=board.fd,
             fronts=fronts,
+            devices=layout.devices,
+            supervisor=os.getpid(),
             drain_s=drain_s,
             log_level=log_level,
             backend=backend,
@@ -163,10 +187,12 @@ def serve_workers(
             tls=None if tls is None else asdict(tls),
             timeouts=timeouts,
         )
-        supervisor = Supervisor(config, port_holder, board)
+        supervisor = Supervisor(config, layout.instances, port_holder, board)
         scheme = "http" if tls is None else "https"
+        where = ", ".join(layout.devices)
         print(
-            f"edgeserve: {fronts} front processes and 1 inference process "
+            f"edgeserve: {_count(fronts, 'front process')} and "
+            f"{_count(instances, 'inference process')} ({where}) "
             f"serving on {scheme}://{host}:{port}",
             flush=True,
         )
@@ -199,3 +225,7 @@ def _terminate(children: list[_Child], deadline: float) -> None:
 def _how(child: _Child) -> str:
     code = child.process.returncode
     return f"signal {-code}" if code is not None and code < 0 else f"status {code}"
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'es' if count > 1 else ''}"
