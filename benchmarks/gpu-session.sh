@@ -42,7 +42,7 @@ for _ in range(180):
             perf_analyzer -m $model -u 127.0.0.1:8100 -i http --concurrency-range $c -b 1 \
                 --shape image:$shape --input-data random --measurement-interval 2000 \
                 --stability-percentage 50 --max-trials 6 -f /tmp/triton-$model-$c.csv >/dev/null
-            echo "triton $model c=$c $(tail -1 /tmp/triton-$model-$c.csv | cut -d, -f1-3,8-12)"
+            echo "triton $model c=$c (c, items/s, p50 us, p99 us): $(tail -1 /tmp/triton-$model-$c.csv | cut -d, -f1,2,10,13)"
         done
         kill $server; wait $server
         tail -3 /tmp/triton-$model.log
