@@ -8,8 +8,11 @@
                                (not ready only while none is there)
         an inference process died before it was ever ready, or a front kept dying within
         seconds of its start -> stop everything, fail (a broken install must not restart forever)
-    SIGTERM / SIGINT: stop the fronts (each drains its requests) -> stop the inference processes
-    -> exit; one bound (`drain_s`) for all of it, then whatever is left is killed.
+    SIGTERM / SIGINT: passed on to every child at once, so that one bound (`drain_s`) counts
+        from the same instant everywhere: the fronts drain their requests (at the bound, what
+        is left is answered 503), the inference processes run what is queued without waiting
+        for company and stop once their fronts have gone -> exit. A child still there
+        BACKSTOP_S past the bound is killed.
 
 Each front listens on its own socket bound with SO_REUSEPORT to the same address, so the kernel
 spreads new connections evenly over the fronts (one accept queue shared by all would let the
@@ -36,6 +39,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgeserve.http.server import BACKSTOP_S
 from edgeserve.workers.board import RESTARTS, Board
 from edgeserve.workers.child import ChildConfig
 from edgeserve.workers.layout import Instance, Layout
@@ -82,6 +86,7 @@ class Supervisor:
         self.port_holder = port_holder
         self.board = board
         self.stopping = False
+        self._stopped_at: float | None = None
         self.inference = [
             self._spawn("edgeserve.workers.inference", replace(config, instance=i), where.env())
             for i, where in enumerate(instances)
@@ -118,14 +123,19 @@ class Supervisor:
         return 0
 
     def stop(self) -> None:
-        """Fronts first (they drain their requests), then the inference processes; one bound."""
-        deadline = time.monotonic() + self.config.drain_s
-        for inference in self.inference:
-            if inference.alive():  # the fronts' items: no waiting for company
-                inference.process.send_signal(signal.SIGUSR1)
-        _terminate(self.fronts, deadline)
+        """Stop every child within the bound (see the module's docstring); kill the rest."""
+        stopped_at = self._signal_children()
         self.port_holder.close()
-        _terminate(self.inference, deadline)
+        _wait([*self.fronts, *self.inference], stopped_at + self.config.drain_s + BACKSTOP_S)
+
+    def _signal_children(self) -> float:
+        """SIGTERM to every child, once; when that was (the drain bound counts from there)."""
+        if self._stopped_at is None:
+            self._stopped_at = time.monotonic()
+            for child in [*self.fronts, *self.inference]:
+                if child.alive():
+                    child.process.send_signal(signal.SIGTERM)
+        return self._stopped_at
 
     def _restart_inference(self, index: int) -> None:
         dead = self.inference[index]
@@ -150,6 +160,7 @@ class Supervisor:
 
     def _stop_signal(self, signum: int, frame: object) -> None:
         self.stopping = True
+        self._signal_children()  # now, not at the watch loop's next turn
 
 
 def serve_workers(
@@ -208,10 +219,7 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _terminate(children: list[_Child], deadline: float) -> None:
-    for child in children:
-        if child.alive():
-            child.process.send_signal(signal.SIGTERM)
+def _wait(children: list[_Child], deadline: float) -> None:
     for child in children:
         try:
             child.process.wait(max(0.0, deadline - time.monotonic()))
