@@ -19,6 +19,10 @@ from tests.server import running
 from tests.test_workers import children, fronts, in_flight
 
 DRAIN_S = 1.0
+EXIT_MARGIN_S = 0.5
+"""After the bound and the batch running then, what exiting may take. Measured on the shared
+2-core machine (load 5.8): 0.12-0.14 s in both layouts; --workers 2 took 0.5 s before every
+process was signalled at once and the supervisor ended by the signal (1.3 s on a busier day)."""
 MANIFEST = f"""
 [function]
 name = "slow"
@@ -74,7 +78,7 @@ def test_sigterm_answers_the_rest_503_at_the_bound_and_exits_then(
         assert status == 503
         assert headers["retry-after"] == "1"
         assert orjson.loads(body)["error"].startswith("the server shut down before the request")
-    assert DRAIN_S < exited_s < DRAIN_S + batch_s + 0.7, (exited_s, batch_s)
+    assert DRAIN_S < exited_s < DRAIN_S + batch_s + EXIT_MARGIN_S, (exited_s, batch_s)
     assert left == []  # the supervisor waited for every child, and killed none
     assert "Traceback" not in "".join(server.output)
     assert "killed" not in "".join(server.output)

@@ -87,6 +87,7 @@ class Supervisor:
         self.board = board
         self.stopping = False
         self._stopped_at: float | None = None
+        self.signal: int | None = None  # the one that stopped it
         self.inference = [
             self._spawn("edgeserve.workers.inference", replace(config, instance=i), where.env())
             for i, where in enumerate(instances)
@@ -159,6 +160,7 @@ class Supervisor:
         return _Child(module, config, process, env, time.monotonic())
 
     def _stop_signal(self, signum: int, frame: object) -> None:
+        self.signal = signum
         self.stopping = True
         self._signal_children()  # now, not at the watch loop's next turn
 
@@ -206,7 +208,10 @@ def serve_workers(
             f"serving on {scheme}://{host}:{port}",
             flush=True,
         )
-        return supervisor.watch()
+        status = supervisor.watch()
+    if supervisor.signal is not None:
+        _end_by(supervisor.signal)
+    return status
 
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
@@ -227,6 +232,17 @@ def _wait(children: list[_Child], deadline: float) -> None:
             log.error("pid %d did not stop within the drain bound: killed", child.process.pid)
             child.process.kill()
             child.process.wait(KILL_WAIT_S)
+
+
+def _end_by(signum: int) -> None:
+    """End this process by the signal that stopped it, as uvicorn ends the one-process server
+    (the same exit status for both layouts), and without Python's teardown of what serving
+    imported: 0.1-0.3 s measured here, after every child had gone."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)
 
 
 def _how(child: _Child) -> str:
