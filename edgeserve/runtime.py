@@ -98,7 +98,8 @@ class LocalEngine:
         self.signature = signature
         # a backend with bound buffers (ONNX Runtime on CUDA) assembles each batch into them
         assemble = getattr(backend, "assemble", stack_rows)
-        self.batcher = Batcher(backend.infer, signature, policy, stats, assemble)
+        stage_ahead = getattr(backend, "stages_ahead", False)
+        self.batcher = Batcher(backend.infer, signature, policy, stats, assemble, stage_ahead)
         self.submit = self.batcher.submit
         self.admit = self.batcher.admit
         self.check_room = self.batcher.check_room

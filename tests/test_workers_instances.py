@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from functools import partial
@@ -21,15 +23,16 @@ from edgeserve.hardware import Cpu, Gpu, Jetson, Platform
 from edgeserve.manifest import load_manifest
 from edgeserve.workers import choose_layout
 from edgeserve.workers.layout import Instance
-from tests.server import running
-from tests.test_workers import function as workers_function
+from tests.server import Server, running
 from tests.test_workers import (
+    children,
     infer_body,
     post_in_background,
     reference,
     stats,
     wait_until,
 )
+from tests.test_workers import function as workers_function
 
 function = partial(workers_function, per_device=2)  # the MLP, two CPU inference processes
 
@@ -121,6 +124,83 @@ def test_a_killed_inference_process_restarts_alone_while_the_other_serves(
         assert [call.result() for call in post_in_background(pool, url, 2)] == [200, 200]
         assert all(after > then for after, then in zip(executions(url), before, strict=True))
         assert "inference process 0 exited (signal 9)" in "".join(server.output)
+
+
+def test_fronts_restarted_while_an_inference_process_is_away_serve_with_the_others(
+    tmp_path: Path,
+) -> None:
+    """Inference process 0 killed, its successor held stopped (SIGSTOP) before it is ready, then
+    both fronts killed: the new fronts come up on process 1 alone, degraded; process 0 joins
+    once it may go on (SIGCONT)."""
+    folder = function(tmp_path / "mlp")
+    x = np.full((1, 16), 0.5, np.float32)
+    with running(folder, "--workers", "2") as (url, server):
+        victim = int(instances(url)["0"]["pid"])
+        os.kill(victim, signal.SIGKILL)
+        successor: list[int] = []
+
+        def successor_started() -> bool:
+            successor[:] = [p for p in children(server)["inference"] if p not in _pids(url)]
+            return bool(successor)
+
+        wait_until(successor_started, 10)
+        os.kill(successor[0], signal.SIGSTOP)
+        try:
+            for pid in children(server)["front"]:
+                os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: _degraded(url) is not None, 60)
+            assert _degraded(url) == "inference process 0 (cpu) restarting: 1 of 2 serve"
+            answer = httpx.post(f"{url}/v2/models/mlp/infer", json=infer_body(x), timeout=30)
+            assert answer.status_code == 200, answer.text
+        finally:
+            os.kill(successor[0], signal.SIGCONT)
+        wait_until(lambda: _whole(url), 60)
+        assert int(instances(url)["0"]["pid"]) == successor[0]
+
+
+def test_fronts_leave_with_a_supervisor_killed_before_any_inference_process_was_ready(
+    tmp_path: Path,
+) -> None:
+    """The inference processes held stopped (SIGSTOP) while they load, the supervisor killed:
+    the fronts, still starting, have nothing to drain and exit (no orphans waiting forever)."""
+    folder = function(tmp_path / "mlp")
+    command = [sys.executable, "-m", "edgeserve", "serve", str(folder), "--port", "0"]
+    process = subprocess.Popen(
+        [*command, "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    server, found = Server(process), {"front": [], "inference": []}
+    try:
+        server.wait_for_url(60)  # printed as the children start, before they are ready
+
+        def started() -> bool:
+            found.update(children(server))
+            for pid in found["inference"]:
+                os.kill(pid, signal.SIGSTOP)
+            return [len(pids) for pids in found.values()] == [2, 2]
+
+        wait_until(started, 10)
+        wait_until(lambda: "".join(server.output).count("Waiting for application startup") == 2)
+        process.kill()
+        process.wait(10)
+        wait_until(lambda: not any(_alive(pid) for pid in found["front"]), 10)
+        assert "".join(server.output).count("before it was ready: nothing to drain") == 2
+    finally:
+        for pid in (*found["front"], *found["inference"]):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie left for a parent that is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def _pids(url: str) -> set[int]:
+    """The inference processes' pids /metrics shows (the ones that were ever ready)."""
+    return {int(entry["pid"]) for entry in instances(url).values()}
 
 
 def _degraded(url: str) -> str | None:

@@ -40,6 +40,7 @@ class ChildConfig:
     tls: dict[str, Any] | None = None  # edgeserve.http.tls.TlsFiles' fields
     timeouts: dict[str, float | None] = field(default_factory=dict)  # serve's overrides
     source: str | None = None  # the function folder a cached bundle came from (for messages)
+    supervisor: int = 0  # its pid: a child that finds another parent is an orphan already
 
     @property
     def instances(self) -> int:
@@ -68,6 +69,8 @@ def child_main(main: Callable[[ChildConfig], None]) -> None:
     config = ChildConfig(**json.loads(parser.parse_args().config))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # a killed supervisor leaves no orphans
+    if os.getppid() != config.supervisor:  # ... nor one killed before that line
+        sys.exit(f"edgeserve: the supervisor (pid {config.supervisor}) is gone")
     logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s: %(message)s")
     main(config)
     logging.shutdown()

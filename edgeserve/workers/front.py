@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 from pathlib import Path
+from types import FrameType
 
 from edgeserve.batching import ONE_REQUEST, BatchPolicy
 from edgeserve.errors import PayloadTooLarge, Unavailable
@@ -30,9 +32,9 @@ from edgeserve.sharedmemory import Regions
 from edgeserve.types import TensorDict
 from edgeserve.workers import wire
 from edgeserve.workers.arena import Arena, Blocks, block_size
-from edgeserve.workers.board import QUEUED, WAITING, Board
+from edgeserve.workers.board import QUEUED, RESTARTS, WAITING, Board
 from edgeserve.workers.child import ChildConfig, child_main
-from edgeserve.workers.link import RETRY_AFTER_S, Link
+from edgeserve.workers.link import RECONNECT_S, RETRY_AFTER_S, Link
 from edgeserve.workers.statistics import SharedStats
 from edgeserve.workers.supervisor import reuse_port_socket
 
@@ -82,10 +84,16 @@ class RemoteEngine:
         return self.links[0].profile
 
     async def start(self) -> None:
-        """Connect to every inference process; ready once all have said hello."""
+        """Connect to every inference process; ready once all have said hello but those that
+        were restarted after a fault (a front restarted meanwhile serves with the others;
+        they join when up), and at least one."""
         for link in self.links:
             link.start()
-        await asyncio.gather(*(link.connected.wait() for link in self.links))
+        restarts = self.board.instance_slots()[:, RESTARTS]
+        first_start = [link for link in self.links if not restarts[link.instance]]
+        await asyncio.gather(*(link.connected.wait() for link in first_start))
+        while not self.ready:
+            await asyncio.sleep(RECONNECT_S)
 
     async def stop(self, drain_timeout_s: float) -> None:
         # uvicorn has drained this front's requests before its lifespan stops the runtime
@@ -164,6 +172,17 @@ class RemoteEngine:
             self._blocks.free(offset, size)
 
 
+class FrontServer(DrainingServer):
+    """A front told to stop before it was ever ready has nothing to drain: it exits at once,
+    rather than wait on inference processes that may never come (its supervisor died)."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.started:  # no request was ever let in; the arena goes with the process
+            log.warning("front stopped (signal %d) before it was ready: nothing to drain", sig)
+            os._exit(0)
+        super().handle_exit(sig, frame)
+
+
 def run_front(config: ChildConfig) -> None:
     """Serve HTTP on this front's socket with a Runtime whose engine is remote, under the same
     uvicorn settings, timeouts and drain as the one-process server (http/server.py)."""
@@ -181,7 +200,7 @@ def run_front(config: ChildConfig) -> None:
     listener.listen(LISTEN_BACKLOG)
     tls = {} if config.tls is None else TlsFiles(**config.tls).uvicorn_options()
     settings = uvicorn_config(app, log_level=config.log_level, **tls)
-    DrainingServer(settings).run(sockets=[listener])
+    FrontServer(settings).run(sockets=[listener])
 
 
 if __name__ == "__main__":

@@ -191,6 +191,7 @@ def serve_workers(
             board_fd=board.fd,
             fronts=fronts,
             devices=layout.devices,
+            supervisor=os.getpid(),
             drain_s=drain_s,
             log_level=log_level,
             backend=backend,
