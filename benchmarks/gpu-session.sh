@@ -38,6 +38,8 @@ tests)
         tests/test_sharedmemory.py ;;
 triton)
     export PYTHONPATH=/tmp/pyt:$PYTHONPATH  # PyTriton wants numpy < 2, tritonclient 2.5x
+    # Triton's python backend stub sees the interpreter's own site-packages, not PYTHONPATH
+    python3 -m pip install -q --no-index --no-deps /tmp/pywhl/pyzmq-*.whl
     for model in resnet crnn; do
         shape=$([ $model = resnet ] && echo 3,224,224 || echo 1,32,128)
         # tritonserver runs from a copy in PyTriton's workspace: its grafted libraries by path
