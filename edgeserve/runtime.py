@@ -123,6 +123,7 @@ class Runtime:
         self.engine = engine
         self.stats = stats or ModelStats(bundle.manifest.function.name, self.model_version)
         self.checks = self._door()
+        self._timeout_s = bundle.manifest.batching.timeout_ms / 1000.0
         self.handler = (
             None
             if bundle.handler_path is None
@@ -243,7 +244,7 @@ class Runtime:
         Unavailable while not ready, or when no room came in time."""
         if not self.ready:
             raise Unavailable(f"`{self.name}` is not ready (loading, warming up or draining)")
-        await self.engine.admit(self._arrival(arrived).deadline)
+        await self.engine.admit(arrived + self._timeout_s)
 
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
@@ -330,8 +331,8 @@ class Runtime:
 
     def _arrival(self, arrived: float | None, timeout_s: float | None = None) -> _Arrival:
         arrived = time.monotonic() if arrived is None else arrived
-        limit = self.manifest.batching.timeout_ms / 1000.0
-        return _Arrival(arrived, arrived + (limit if timeout_s is None else min(limit, timeout_s)))
+        limit = self._timeout_s if timeout_s is None else min(self._timeout_s, timeout_s)
+        return _Arrival(arrived, arrived + limit)
 
 
 class _Counted:
