@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 import uvicorn
 
 from edgeserve.http.timeouts import protocol_class
+from edgeserve.memory import freeze_long_lived
 
 if TYPE_CHECKING:
     from edgeserve.http.app import FunctionApp
@@ -34,7 +35,13 @@ def uvicorn_config(app: FunctionApp, http: str = "auto", **settings: Any) -> uvi
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn, telling the app as its shutdown starts, so that the app keeps the drain bound."""
+    """uvicorn, telling the app as its shutdown starts, so that the app keeps the drain bound;
+    once started (the app's lifespan has loaded and warmed up the model), what the process holds
+    leaves the cyclic GC's sight (memory.freeze_long_lived)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        freeze_long_lived()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         cast("FunctionApp", self.config.app).begin_drain()

@@ -24,6 +24,7 @@ from typing import Any
 
 from edgeserve.errors import BackendError, EdgeserveError, Unavailable
 from edgeserve.http.timeouts import Timeouts
+from edgeserve.memory import freeze_long_lived
 from edgeserve.runtime import LocalEngine, Runtime
 from edgeserve.workers import wire
 from edgeserve.workers.arena import Arena
@@ -136,6 +137,7 @@ async def serve_inference(config: ChildConfig) -> None:
     stats = SharedStats(bundle.name, bundle.manifest.function.model_version, board, None)
     runtime = Runtime.load(bundle, backend=config.backend, stats=stats)
     await runtime.start()
+    freeze_long_lived()
     assert isinstance(runtime.engine, LocalEngine)  # Runtime.load builds the local one
     server = InferenceServer(runtime.engine, board)
     stop = asyncio.Event()
