@@ -30,6 +30,7 @@ from tests.test_workers import (
     post_in_background,
     reference,
     stats,
+    successor_held,
     wait_until,
 )
 from tests.test_workers import function as workers_function
@@ -106,16 +107,16 @@ def test_a_killed_inference_process_restarts_alone_while_the_other_serves(
         wait_until(lambda: [e["held_rows"] for e in instances(url).values()] == [1, 1])
         victim = int(instances(url)["0"]["pid"])
         started = time.monotonic()
-        os.kill(victim, signal.SIGKILL)
-        (first,), _ = wait(held, return_when=FIRST_COMPLETED)
-        assert first.result() == 503  # the killed one's request, answered at once, not hung
-        assert time.monotonic() - started < 1.0  # the survivor's runs after its 1.5 s delay
-        wait_until(lambda: _degraded(url) is not None, 5)  # every front has noticed
-        assert _degraded(url) == "inference process 0 (cpu) restarting: 1 of 2 serve"
-        x = np.full((1, 16), 0.25, np.float32)
-        meanwhile = httpx.post(f"{url}/v2/models/mlp/infer", json=infer_body(x), timeout=30)
-        assert meanwhile.status_code == 200  # the other process took it
-        assert sorted(call.result() for call in held) == [200, 503]
+        with successor_held(server, victim):
+            (first,), _ = wait(held, return_when=FIRST_COMPLETED)
+            assert first.result() == 503  # the killed one's request, answered at once
+            assert time.monotonic() - started < 1.0  # the survivor's runs after its 1.5 s delay
+            wait_until(lambda: _degraded(url) is not None, 5)  # every front has noticed
+            assert _degraded(url) == "inference process 0 (cpu) restarting: 1 of 2 serve"
+            x = np.full((1, 16), 0.25, np.float32)
+            meanwhile = httpx.post(f"{url}/v2/models/mlp/infer", json=infer_body(x), timeout=30)
+            assert meanwhile.status_code == 200  # the other process took it
+            assert sorted(call.result() for call in held) == [200, 503]
         wait_until(lambda: _whole(url), 60)
         restarted = instances(url)
         assert restarted["0"]["restarts"] == 1 and restarted["1"]["restarts"] == 0
@@ -135,27 +136,15 @@ def test_fronts_restarted_while_an_inference_process_is_away_serve_with_the_othe
     folder = function(tmp_path / "mlp")
     x = np.full((1, 16), 0.5, np.float32)
     with running(folder, "--workers", "2") as (url, server):
-        victim = int(instances(url)["0"]["pid"])
-        os.kill(victim, signal.SIGKILL)
-        successor: list[int] = []
-
-        def successor_started() -> bool:
-            successor[:] = [p for p in children(server)["inference"] if p not in _pids(url)]
-            return bool(successor)
-
-        wait_until(successor_started, 10)
-        os.kill(successor[0], signal.SIGSTOP)
-        try:
+        with successor_held(server, int(instances(url)["0"]["pid"])) as successor:
             for pid in children(server)["front"]:
                 os.kill(pid, signal.SIGKILL)
             wait_until(lambda: _degraded(url) is not None, 60)
             assert _degraded(url) == "inference process 0 (cpu) restarting: 1 of 2 serve"
             answer = httpx.post(f"{url}/v2/models/mlp/infer", json=infer_body(x), timeout=30)
             assert answer.status_code == 200, answer.text
-        finally:
-            os.kill(successor[0], signal.SIGCONT)
         wait_until(lambda: _whole(url), 60)
-        assert int(instances(url)["0"]["pid"]) == successor[0]
+        assert int(instances(url)["0"]["pid"]) == successor
 
 
 def test_fronts_leave_with_a_supervisor_killed_before_any_inference_process_was_ready(
@@ -196,11 +185,6 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
-
-
-def _pids(url: str) -> set[int]:
-    """The inference processes' pids /metrics shows (the ones that were ever ready)."""
-    return {int(entry["pid"]) for entry in instances(url).values()}
 
 
 def _degraded(url: str) -> str | None:
