@@ -100,7 +100,7 @@ event loop's thread only, and an extension packs its fields with a packer of its
 
 def send(writer: asyncio.StreamWriter, message: tuple[Any, ...]) -> None:
     """Queue one message on the stream (no await: the kernel's socket buffer absorbs it)."""
-    writer.write(_PACKER.pack(message))
+    writer.write(encode(message))
 
 
 def encode(message: tuple[Any, ...]) -> bytes:
@@ -128,8 +128,8 @@ class Receiver:
             data = await self._reader.read(READ_BYTES)
             if not data:
                 raise asyncio.IncompleteReadError(b"", None)
-            self._unpacker.feed(data)
             try:
+                self._unpacker.feed(data)
                 self._arrived.extend(self._unpacker)  # every message complete so far
             except Malformed as exc:
                 self._failed = exc
