@@ -43,6 +43,11 @@ def texts() -> np.ndarray:
 MESSAGES = {
     "hello": (wire.HELLO, "onnxruntime", {"x": ShapeRange((1, 3), (8, 3), (32, -1))}),
     "hello without a profile": (wire.HELLO, "openvino", None),
+    "hello, numpy's dims": (
+        wire.HELLO,
+        "tensorrt",
+        {"x": ShapeRange(*[tuple(np.array(dims, np.int64)) for dims in ((1, 3), (8, 3), (8, 3))])},
+    ),
     "submit in the arena": (
         wire.SUBMIT,
         7,

@@ -88,8 +88,8 @@ def _extension(value: object) -> msgpack.ExtType:
         cls = next(c for c in type(value).__mro__ if c in _ERROR_FIELDS)
         fields = {name: getattr(value, name) for name in _ERROR_FIELDS[cls]}
         return _ext(_ERROR, cls.__name__, value.message, fields)
-    if isinstance(value, ShapeRange):
-        return _ext(_RANGE, value.min, value.opt, value.max)
+    if isinstance(value, ShapeRange):  # dims as ints, should a backend's be numpy's
+        return _ext(_RANGE, *(tuple(map(int, dims)) for dims in (value.min, value.opt, value.max)))
     raise Malformed(f"cannot send a {type(value).__name__}")
 
 
