@@ -15,7 +15,7 @@ from edgeserve.errors import ConfigError
 from edgeserve.hardware import probe
 from edgeserve.http.app import FunctionApp, create_app
 from edgeserve.http.auth import load_credentials
-from edgeserve.http.server import BACKSTOP_S, DrainingServer, uvicorn_config
+from edgeserve.http.server import DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
@@ -68,7 +68,7 @@ def serve(
             backend=backend,
             log_level=log_level,
             timeouts=dict(timeouts or {}),
-            drain_s=limits.drain_s + BACKSTOP_S,
+            drain_s=limits.drain_s,
             tls=tls,
         )
     app = _load(bundle, backend, started, limits)

@@ -215,6 +215,14 @@ def _ready(url: str) -> bool:
         return False
 
 
+def _first(request: Callable[[], httpx.Response], status: int) -> httpx.Response:
+    """The first answer of `status` in 5 s of asking again (else the last answer)."""
+    deadline = time.monotonic() + 5
+    while (answer := request()).status_code != status and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return answer
+
+
 def test_a_killed_inference_process_is_restarted_and_readiness_says_so(tmp_path: Path) -> None:
     folder = function(tmp_path / "mlp", delay_ms=1500)
     with running(folder, "--workers", "2") as (url, server), ThreadPoolExecutor(1) as pool:
@@ -223,11 +231,13 @@ def test_a_killed_inference_process_is_restarted_and_readiness_says_so(tmp_path:
         x = np.full((1, 16), 0.25, np.float32)
         with successor_held(server, children(server)["inference"][0]):
             assert held.result() == 503  # answered at once, not left hanging
-            wait_until(lambda: not _ready(url), 5)  # every front has noticed
-            not_ready = httpx.get(f"{url}/v2/health/ready")
+            # the other front learns of it on its own turn (a few ms; more on a loaded
+            # machine), and the new inference process is held: ask until it says so
+            not_ready = _first(lambda: httpx.get(f"{url}/v2/health/ready"), 503)
             assert not_ready.status_code == 503
             assert not_ready.headers["retry-after"] == "1"
-            refused = httpx.post(f"{url}/v2/models/mlp/infer", json=infer_body(x))
+            infer = partial(httpx.post, f"{url}/v2/models/mlp/infer", json=infer_body(x))
+            refused = _first(infer, 503)
             assert refused.status_code == 503
             assert "retry-after" in refused.headers
         wait_until(lambda: _ready(url), 60)
@@ -249,7 +259,7 @@ def test_sigterm_answers_the_requests_of_every_front_then_exits(tmp_path: Path) 
         started = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
         assert [call.result() for call in calls] == [200] * len(calls)
-        assert server.process.wait(timeout=30) == 0
+        assert server.process.wait(timeout=30) == -signal.SIGTERM  # as one process ends
         assert time.monotonic() - started < 10
         assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
 

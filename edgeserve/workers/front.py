@@ -111,8 +111,8 @@ class RemoteEngine:
         await self.links[shortest].ask((wire.WAIT, deadline), 0, 0)
 
     def hurry(self) -> None:
-        """Nothing to do here: the supervisor tells the inference processes (SIGUSR1) as it
-        starts the drain, once for every front."""
+        """Nothing to do here: the supervisor's SIGTERM reaches the inference processes as it
+        reaches the fronts, and they hurry then, once for every front."""
 
     def check_room(self, rows: int) -> None:
         """A request of several items (the handler's): refused at once if no inference process

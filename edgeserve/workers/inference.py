@@ -1,8 +1,9 @@
 """An inference process: the backend on its one device and the batcher, fed by every front.
 
     load -> warm up -> listen on the unix socket (its existence means ready) -> serve fronts
-    SIGUSR1 (the fronts begin to drain): run what is queued without waiting for company
-    SIGTERM (the fronts have drained by then): stop accepting -> drain the batcher -> exit
+    SIGTERM (the fronts drain at the same time): stop accepting fronts, run what they send
+        without waiting for company -> once every front has gone (at most the drain bound),
+        stop the batcher -> exit
 
 Each front connects once, handing over its arena with its hello. A SUBMIT becomes a task that
 reads the inputs in place, awaits the batcher and writes the outputs back into the request's
@@ -140,6 +141,14 @@ class InferenceServer:
         outputs = await self.engine.submit(arena.tensors(placed), deadline, arrived)
         return arena.place(outputs, *block)
 
+    async def drain(self, bound_s: float) -> None:
+        """SIGTERM reached the fronts at the same time: run what they send without waiting for
+        company until every front has gone, at most `bound_s` (at the bound the fronts answer
+        what is left 503 themselves)."""
+        self.engine.hurry()
+        if self.fronts:
+            await asyncio.wait(self.fronts, timeout=bound_s)
+
     def _publish(self) -> None:
         batcher = self.engine.batcher
         self.board.publish_queue(self.instance, batcher.queued_rows, batcher.door.waiting)
@@ -175,7 +184,6 @@ async def serve_inference(config: ChildConfig) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    loop.add_signal_handler(signal.SIGUSR1, runtime.engine.hurry)  # the fronts are draining
     socket_path = config.socket_path(config.instance)
     Path(socket_path).unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -186,11 +194,11 @@ async def serve_inference(config: ChildConfig) -> None:
     device = config.devices[config.instance]
     log.info("inference process %d ready on %s (pid %d)", config.instance, device, os.getpid())
     await stop.wait()
-    # the fronts have drained by now (the supervisor stops them first): what is left is bounded
+    limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
     accepting.cancel()
     listener.close()
-    limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
-    await runtime.stop(limits.drain_s)
+    await server.drain(limits.drain_s)
+    await runtime.stop(limits.drain_s)  # nothing queued is left: at most the batch running
 
 
 if __name__ == "__main__":
