@@ -140,7 +140,8 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument(
         "--workers",
         help="front processes: a count or `auto` (default: EDGESERVE_WORKERS, else the "
-        "manifest's [resources] workers); 1 serves in one process",
+        "manifest's [resources] workers); they feed one inference process per device "
+        "([resources] devices, processes_per_device); 1, on one device, serves in one process",
     )
     for name, what in TIMEOUTS.items():
         p.add_argument(

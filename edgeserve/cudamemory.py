@@ -101,7 +101,9 @@ def _parse(where: str, body: Mapping[str, Any]) -> tuple[bytes, int, int]:
     raw, device_id, byte_size = body.get("raw_handle"), body.get("device_id"), body.get("byte_size")
     encoded = raw.get("b64") if isinstance(raw, dict) else None
     try:
-        handle = base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else b""
+        # Triton's C++ clients (perf_analyzer) encode with libb64, which breaks lines
+        text = "".join(encoded.split()) if isinstance(encoded, str) else ""
+        handle = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         handle = b""
     device, size = _int(device_id, 0), _int(byte_size, 1)

@@ -7,7 +7,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from edgeserve.errors import ConfigError, did_you_mean
 
@@ -106,6 +114,12 @@ class ResourcesSection(_Strict):
     drain_timeout_s: float = Field(default=30, ge=0)  # SIGTERM -> exit; what is left gets 503
     # front processes of `serve` (edgeserve/workers): a count, or chosen from cores and devices
     workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = "auto"
+    # where inference processes run (Triton's instance_group): every visible GPU ("auto"; the
+    # CPU without one), the CPU, or these GPUs; and how many processes on each
+    devices: Literal["auto", "cpu"] | Annotated[tuple[NonNegativeInt, ...], Field(min_length=1)] = (
+        "auto"
+    )
+    processes_per_device: int = Field(default=1, ge=1, le=64)
 
 
 class AuthSection(_Strict):

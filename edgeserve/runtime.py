@@ -23,7 +23,7 @@ import numpy as np
 
 from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
-from edgeserve.batching import ONE_REQUEST, Batcher, BatchPolicy, stack_rows
+from edgeserve.batching import ONE_REQUEST, REQUEST_NUMBERS, Batcher, BatchPolicy, stack_rows
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
 from edgeserve.handler import check_items, import_handler
@@ -61,7 +61,11 @@ class Engine(Protocol):
 
     @property
     def ready(self) -> bool:
-        """Whether batches can run (a RemoteEngine is not while the inference process restarts)."""
+        """Whether batches can run (a RemoteEngine is not while no inference process is up)."""
+
+    @property
+    def degraded(self) -> str | None:
+        """What is away while the rest serves (a RemoteEngine's restarting inference process)."""
 
     async def start(self) -> None: ...
     async def stop(self, drain_timeout_s: float) -> None: ...
@@ -80,6 +84,7 @@ class LocalEngine:
     """The backend and its batcher in this process; starting warms up every batch size."""
 
     ready = True
+    degraded = None
 
     def __init__(
         self, backend: Backend, signature: Signature, policy: BatchPolicy, stats: ModelStats
@@ -88,7 +93,8 @@ class LocalEngine:
         self.signature = signature
         # a backend with bound buffers (ONNX Runtime on CUDA) assembles each batch into them
         assemble = getattr(backend, "assemble", stack_rows)
-        self.batcher = Batcher(backend.infer, signature, policy, stats, assemble)
+        stage_ahead = getattr(backend, "stages_ahead", False)
+        self.batcher = Batcher(backend.infer, signature, policy, stats, assemble, stage_ahead)
         self.submit = self.batcher.submit
         self.admit = self.batcher.admit
         self.check_room = self.batcher.check_room
@@ -203,6 +209,11 @@ class Runtime:
     def ready(self) -> bool:
         """Started, not draining, and its engine can run batches."""
         return self.started and self.engine.ready
+
+    @property
+    def degraded(self) -> str | None:
+        """Ready, but with part of its engine away (readiness says which), else None."""
+        return self.engine.degraded if self.ready else None
 
     @property
     def root(self) -> Path:
@@ -378,7 +389,7 @@ def _tensor(spec: TensorSpec, value: Any) -> np.ndarray:
 async def _all_or_none(work: Iterable[Awaitable[T]]) -> list[T]:
     """Await all as one request (ONE_REQUEST: the batcher fails its waiting items together);
     on the first failure cancel the rest and raise that failure, not an exception group."""
-    token = ONE_REQUEST.set(object())  # the tasks copy this context
+    token = ONE_REQUEST.set(next(REQUEST_NUMBERS))  # the tasks copy this context
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(_awaited(one)) for one in work]

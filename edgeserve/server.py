@@ -15,7 +15,7 @@ from edgeserve.errors import ConfigError
 from edgeserve.hardware import probe
 from edgeserve.http.app import FunctionApp, create_app
 from edgeserve.http.auth import load_credentials
-from edgeserve.http.server import BACKSTOP_S, DrainingServer, uvicorn_config
+from edgeserve.http.server import DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
@@ -53,19 +53,22 @@ def serve(
         check_port(host, port)
     load_credentials(bundle.manifest.auth, os.environ)  # a missing token fails before loading
     limits = Timeouts.from_resources(bundle.manifest.resources, **(timeouts or {}))
-    setting = workers_setting(workers, bundle.manifest.resources.workers)
-    layout = choose_layout(setting, probe(), usable_cores())
+    resources = bundle.manifest.resources
+    setting = workers_setting(workers, resources.workers)
+    layout = choose_layout(
+        setting, probe(), usable_cores(), resources.devices, resources.processes_per_device
+    )
     log.info("process layout: %s", layout.reason)
     if not layout.single and fd is None:
         return serve_workers(
             bundle,
             host=host,
             port=port,
-            fronts=layout.fronts,
+            layout=layout,
             backend=backend,
             log_level=log_level,
             timeouts=dict(timeouts or {}),
-            drain_s=limits.drain_s + BACKSTOP_S,
+            drain_s=limits.drain_s,
             tls=tls,
         )
     app = _load(bundle, backend, started, limits)

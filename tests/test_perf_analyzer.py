@@ -29,6 +29,7 @@ import pytest
 import tritonclient.http as triton
 
 from edgeserve.cli import main
+from edgeserve.hardware import probe_gpus
 from tests.models import varlen_model, write_function
 from tests.server import served
 
@@ -169,3 +170,18 @@ def test_system_shared_memory(url: str, tmp_path: Path) -> None:
     status = httpx.get(f"{url}/v2/systemsharedmemory/status")
     assert status.status_code == 200 and status.json() == []  # it unregistered them all
     assert "Unable to unregister" not in output  # it cleans up CUDA regions too: none here
+
+
+@pytest.mark.skipif(not probe_gpus(), reason="CUDA shared memory needs an NVIDIA GPU")
+def test_cuda_shared_memory(url: str, tmp_path: Path) -> None:
+    """perf_analyzer's GPU regions: its CUDA IPC handles come base64 with line breaks (libb64)."""
+    report = tmp_path / "cudashm.csv"
+    run_perf_analyzer(
+        url,
+        *("--shared-memory", "cuda", "--output-shared-memory-size", "4096"),
+        *("--concurrency-range", "2", "-b", "2", "--shape", "x:8", "-f", str(report)),
+    )
+    (row,) = read_csv(report)
+    assert float(row["Inferences/Second"]) > 0
+    status = httpx.get(f"{url}/v2/cudasharedmemory/status")
+    assert status.status_code == 200 and status.json() == []  # it unregistered them all

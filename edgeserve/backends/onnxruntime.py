@@ -82,6 +82,9 @@ class OnnxRuntime:
             else Buckets()
         )
         self.buckets = self.shapes.rows  # already warm at load: warming them again is cheap
+        # bound buffers are per thread: on a GPU the batcher assembles the next batch into
+        # another thread's buffers while one runs (batching/device.py)
+        self.stages_ahead = bool(self.shapes.rows) and cuda is not None
         self._memory = HostMemory(pin=cuda is not None and _has_cuda_python())
         self._cuda = cuda
         self._sessions: dict[Key, Any] = {}

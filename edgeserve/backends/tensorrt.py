@@ -324,7 +324,8 @@ def _set_precision(trt: Any, config: Any, precision: str) -> None:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Write beside and rename, so a crash never leaves half a plan in the cache."""
-    partial = path.with_name(path.name + ".partial")
+    """Write beside and rename, so a crash never leaves half a plan in the cache; the partial
+    file is this process's own (one inference process per GPU may build the same plan at once)."""
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     partial.write_bytes(data)
     partial.replace(path)

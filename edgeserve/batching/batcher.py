@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
+from edgeserve.batching.device import Device
 from edgeserve.batching.door import Door
 from edgeserve.batching.item import ONE_REQUEST, Item
 from edgeserve.batching.padding import Padding
@@ -57,8 +58,12 @@ class Batcher:
         policy: BatchPolicy,
         observer: BatchObserver | None = None,
         assemble: Assemble = stack_rows,
+        stage_ahead: bool = False,
     ) -> None:
+        """`stage_ahead`: the backend runs on a GPU, one batch at a time per instance, and
+        assembles into per-thread buffers: the next batch is assembled while one runs."""
         self._run_batch, self._observer, self._assemble = run_batch, observer, assemble
+        self._device = Device(policy.instances, stage_ahead)
         self._policy = self._planning = policy  # planning drops the delay while draining
         self._padding = Padding.of(signature)
         if self._padding.why_not:
@@ -108,7 +113,7 @@ class Batcher:
 
     async def start(self) -> None:
         """Start the worker tasks and their threads."""
-        count = self._policy.instances
+        count = self._device.workers
         self._executor = ThreadPoolExecutor(count, thread_name_prefix="edgeserve-batch")
         self._workers = [asyncio.create_task(self._work()) for _ in range(count)]
 
@@ -177,7 +182,7 @@ class Batcher:
     async def _ran_now(self, item: Item) -> bool:
         """An idle batcher runs a lone tiny request in the caller's task when the planner would
         run it at once anyway: no wake-up of a worker, no hand-off back."""
-        if not self._idle or len(self._queue) != 1 or self._run_s.get(item.rows, 1.0) >= INLINE_S:
+        if not self._idle or len(self._queue) != 1 or not self._inline(item.rows, 1.0):
             return False
         if plan_batch([item], self._planning, time.monotonic(), self._outlook()).batch != (item,):
             return False
@@ -315,14 +320,15 @@ class Batcher:
         token = id(batch)
         self._busy_until[token] = start + Outlook(self._cost.table).cost_of(rows)
         clock = PhaseClock()
+        waited_ns = 0
         alone: list[Item] = []  # to run one by one: the batch failed on one item's values
         try:
             parts = [item.inputs for item in batch]
-            if self._run_s.get(rows, INLINE_S) < INLINE_S:
-                outputs, run_s, padded = self._timed(parts, clock)
+            if self._inline(rows, INLINE_S):
+                outputs, run_s, padded, waited_ns = self._timed(parts, clock)
             else:
                 loop = asyncio.get_running_loop()
-                outputs, run_s, padded = await loop.run_in_executor(
+                outputs, run_s, padded, waited_ns = await loop.run_in_executor(
                     self._executor, self._timed, parts, clock
                 )
             clock.lap()
@@ -346,7 +352,7 @@ class Batcher:
         finally:
             del self._busy_until[token]
         clock.lap()
-        self._report(batch, rows, start, clock.times(), ok)
+        self._report(batch, rows, start + waited_ns / 1e9, clock.times(), ok)
         self._reruns.update(alone)
         for item in alone:  # the backend refused a value: only its own request gets the 400
             self._reruns.discard(item)
@@ -355,14 +361,22 @@ class Batcher:
 
     def _timed(
         self, parts: list[TensorDict], clock: PhaseClock
-    ) -> tuple[TensorDict, float, dict[str, int]]:
+    ) -> tuple[TensorDict, float, dict[str, int], int]:
         """Assemble and run a batch (on a worker thread: a large copy stays off the loop);
-        also the lengths the batch was padded to (a backend's bucket may pad past its widest)."""
-        start = time.perf_counter()
+        also the lengths the batch was padded to (a backend's bucket may pad past its widest),
+        and the nanoseconds it waited for the device once assembled (not compute: queueing)."""
+        start = time.perf_counter_ns()
         merged = self._assemble(parts, self._input_fills)
-        clock.lap()
-        outputs = self._run_batch(merged)
-        return outputs, time.perf_counter() - start, self._padding.lengths(merged)
+        with self._device.slot() as waited_ns:
+            clock.lap(waited_ns)
+            outputs = self._run_batch(merged)
+        run_s = (time.perf_counter_ns() - start - waited_ns) / 1e9
+        return outputs, run_s, self._padding.lengths(merged), waited_ns
+
+    def _inline(self, rows: int, unknown_s: float) -> bool:
+        """Whether a batch of `rows` is quick enough to run on the event loop (never where
+        batches take turns on a device: the loop would wait for the turn)."""
+        return not self._device.stage_ahead and self._run_s.get(rows, unknown_s) < INLINE_S
 
     def _split(
         self, outputs: TensorDict, batch: list[Item], padded: dict[str, int]

@@ -25,7 +25,10 @@ class PhaseClock:
     def __init__(self) -> None:
         self._laps = [time.perf_counter_ns()]
 
-    def lap(self) -> None:
+    def lap(self, waited_ns: int = 0) -> None:
+        """End the current phase; `waited_ns` of it were spent waiting (for the device), not
+        computing: the phase counts as having started that much later."""
+        self._laps[-1] += waited_ns
         self._laps.append(time.perf_counter_ns())
 
     def times(self) -> ComputeTimes:

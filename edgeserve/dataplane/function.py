@@ -26,6 +26,10 @@ class ServedFunction(Protocol):
     @property
     def ready(self) -> bool: ...
     @property
+    def degraded(self) -> str | None:
+        """Ready, but serving with part of it away (what, in words); None when whole."""
+
+    @property
     def name(self) -> str: ...
     @property
     def version(self) -> str: ...

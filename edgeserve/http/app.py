@@ -156,7 +156,10 @@ class _Endpoints:
         return Response()
 
     async def ready(self, request: Request) -> Response:
+        """200 (empty, as Triton's) when whole; 200 with what is away while part serves."""
         self.plane.check_ready()
+        if degraded := self.runtime.degraded:
+            return JSONResponse({"ready": True, "degraded": degraded})
         return Response()
 
     async def server_metadata(self, request: Request) -> Response:

@@ -64,7 +64,12 @@ def openapi_document(
             "/invoke": {"post": _invoke_operation(signature, manifest, samples)},
             infer: {"post": _infer_operation(name, signature)},
             f"/v2/models/{name}": {"get": _get("the model's name, versions, inputs and outputs")},
-            "/v2/health/ready": {"get": _get("200 once warmed up; 503 while loading or draining")},
+            "/v2/health/ready": {
+                "get": _get(
+                    "200 once warmed up (with a JSON body naming what is away while one of "
+                    "several inference processes restarts); 503 while loading or draining"
+                )
+            },
             "/v2/health/live": {"get": _get("200 while the process runs")},
             "/metrics": {"get": _get("Prometheus text: requests, queue and compute time")},
         },

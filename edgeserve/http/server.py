@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import socket
+from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
 import uvicorn
@@ -35,14 +37,27 @@ def uvicorn_config(app: FunctionApp, http: str = "auto", **settings: Any) -> uvi
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn, telling the app as its shutdown starts, so that the app keeps the drain bound;
-    once started (the app's lifespan has loaded and warmed up the model), what the process holds
+    """uvicorn, telling the app the moment SIGTERM arrives, so that the drain bound counts from
+    the signal (uvicorn itself looks for it every 0.1 s, and only then starts its shutdown).
+    Once started (the app's lifespan has loaded and warmed up the model), what the process holds
     leaves the cyclic GC's sight (memory.freeze_long_lived)."""
 
+    drain_at_signal = True  # False: the drain starts with uvicorn's own shutdown
+    _loop: asyncio.AbstractEventLoop | None = None
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
         freeze_long_lived()
 
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self.drain_at_signal and self._loop is not None:  # a signal handler: to the loop
+            self._loop.call_soon_threadsafe(self._begin_drain)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        cast("FunctionApp", self.config.app).begin_drain()
+        self._begin_drain()  # if no signal started it
         await super().shutdown(sockets=sockets)
+
+    def _begin_drain(self) -> None:
+        cast("FunctionApp", self.config.app).begin_drain()  # once: later calls change nothing

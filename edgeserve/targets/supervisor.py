@@ -202,6 +202,8 @@ class _HandoverServer(DrainingServer):
     waiting a little lets such requests start, so they are answered instead of dropped.
     """
 
+    drain_at_signal = False  # requests accepted a moment ago start during the grace, not 503
+
     def __init__(self, config: uvicorn.Config, notify_fd: int) -> None:
         super().__init__(config)
         self.notify_fd = notify_fd

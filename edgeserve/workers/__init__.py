@@ -1,14 +1,16 @@
 """The process layout of `edgeserve serve --workers N`: N front processes and one inference
-process, so that one function uses the whole machine.
+process per device, so that one function uses the whole machine.
 
     supervisor ─┬─ front 0 ─┐  uvicorn on the shared socket, decoding, handler pre/postprocess
-                ├─ front 1 ─┼─ unix socket (control) + the front's arena (tensors, written once)
+                ├─ front 1 ─┼─ unix sockets (control) + the front's arena (tensors, written once)
                 ├─ ...      │
-                └─ inference process: the backend and the one batcher every front's items meet in
+                ├─ inference process 0 (cuda:0) ─┐  the backend and a batcher each; every
+                └─ inference process 1 (cuda:1) ─┘  front feeds every one, shortest queue first
 
-`layout` decides how many fronts (`auto` from cores and devices); `supervisor` runs them;
-`front` and `inference` are the two kinds of child; `arena`, `wire` and `board` are what they
-share (tensors, control messages, counters).
+`layout` decides how many fronts (`auto` from cores and devices) and which inference processes
+(one per visible GPU, or the CPU; [resources] devices, processes_per_device); `supervisor` runs
+them; `front` (its `link` to each inference process) and `inference` are the two kinds of child,
+`child` what each is told; `arena`, `wire` and `board` (with `statistics`) are what they share.
 """
 
 from edgeserve.workers.layout import Layout, choose_layout, usable_cores, workers_setting

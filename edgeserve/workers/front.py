@@ -1,24 +1,26 @@
 """A front process: uvicorn on the shared socket, decoding and the handler, batches elsewhere.
 
 A front is a whole `Runtime` (the same checks at the door, the same handler calls, the same
-statistics) whose engine is a `RemoteEngine`: rows go to the inference process through this
+statistics) whose engine is a `RemoteEngine`: rows go to an inference process through this
 front's arena, written once, and come back the same way.
 
-While the inference process is away (starting, restarting) the front is not ready: readiness
-says 503, requests are refused with 503 and Retry-After, and those it held are answered 503.
+Routing: each request goes to the inference process holding the fewest rows that every front
+sent and nothing has answered yet (join the shortest queue, counted on the board, so the
+fronts see each other's load); ties rotate. Items of every front thus meet in full batches on
+every device. While an inference process is away (starting, restarting) the others take its
+share and readiness says what is degraded; while none is there the front is not ready (503).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
-import socket
+import os
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
-from edgeserve.batching import BatchPolicy
+from edgeserve.batching import ONE_REQUEST, BatchPolicy
 from edgeserve.errors import PayloadTooLarge, Unavailable
 from edgeserve.http.app import create_app
 from edgeserve.http.server import DrainingServer, uvicorn_config
@@ -30,8 +32,10 @@ from edgeserve.sharedmemory import Regions
 from edgeserve.types import TensorDict
 from edgeserve.workers import wire
 from edgeserve.workers.arena import Arena, Blocks, block_size
-from edgeserve.workers.board import Board, SharedStats
-from edgeserve.workers.layout import ChildConfig, child_main
+from edgeserve.workers.board import QUEUED, RESTARTS, WAITING, Board
+from edgeserve.workers.child import ChildConfig, child_main
+from edgeserve.workers.link import RECONNECT_S, RETRY_AFTER_S, Link
+from edgeserve.workers.statistics import SharedStats
 from edgeserve.workers.supervisor import reuse_port_socket
 
 log = logging.getLogger("edgeserve")
@@ -39,157 +43,144 @@ log = logging.getLogger("edgeserve")
 ARENA_BYTES = 256 * 2**20
 """Virtual size of a front's arena; memory is taken only as blocks are first used."""
 LISTEN_BACKLOG = 2048
-RECONNECT_S = 0.05
-RETRY_AFTER_S = 1.0
 
 
 class RemoteEngine:
-    """The inference process, seen from a front: submit, cancel, readiness, admission."""
+    """The inference processes, seen from a front: submit, cancel, readiness, admission."""
 
-    def __init__(self, socket_path: str, front: int, board: Board, policy: BatchPolicy) -> None:
-        self.socket_path = socket_path
-        self.front = front
+    def __init__(self, config: ChildConfig, board: Board, policy: BatchPolicy) -> None:
         self.board = board
         self.policy = policy
+        self.devices = config.devices
         self.arena = Arena.create(ARENA_BYTES)
         self._blocks = Blocks(ARENA_BYTES)
-        self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[asyncio.Future[TensorDict], int, int]] = {}
-        self._writer: asyncio.StreamWriter | None = None
-        self._connected = asyncio.Event()
-        self._keeper: asyncio.Task[None] | None = None
-        self.backend_name = "?"
-        self.profile: ShapeProfile | None = None  # told by the inference process (HELLO)
+        self.links = [
+            Link(config.socket_path(i), i, config.front, self.arena, self._free)
+            for i in range(config.instances)
+        ]
+        self._held = board.held(config.front)  # this front's rows at each inference process
+        self._turn = itertools.count(config.front)
 
     @property
     def ready(self) -> bool:
-        return self._writer is not None
+        return any(link.ready for link in self.links)
+
+    @property
+    def degraded(self) -> str | None:
+        """Which inference processes are away while others serve (None: all serve)."""
+        away = [link.instance for link in self.links if not link.ready]
+        if not away or len(away) == len(self.links):
+            return None
+        where = ", ".join(f"{i} ({self.devices[i]})" for i in away)
+        serving = len(self.links) - len(away)
+        return f"inference process {where} restarting: {serving} of {len(self.links)} serve"
+
+    @property
+    def backend_name(self) -> str:
+        return self.links[0].backend_name
+
+    @property
+    def profile(self) -> ShapeProfile | None:
+        return self.links[0].profile
 
     async def start(self) -> None:
-        """Connect, and keep connecting whenever the inference process goes away."""
-        self._keeper = asyncio.create_task(self._keep_connected())
-        await self._connected.wait()
+        """Connect to every inference process; ready once all have said hello but those that
+        were restarted after a fault (a front restarted meanwhile serves with the others;
+        they join when up), and at least one."""
+        for link in self.links:
+            link.start()
+        restarts = self.board.instance_slots()[:, RESTARTS]
+        first_start = [link for link in self.links if not restarts[link.instance]]
+        await asyncio.gather(*(link.connected.wait() for link in first_start))
+        while not self.ready:
+            await asyncio.sleep(RECONNECT_S)
 
     async def stop(self, drain_timeout_s: float) -> None:
         # uvicorn has drained this front's requests before its lifespan stops the runtime
-        if self._keeper is not None:
-            self._keeper.cancel()
-        if self._writer is not None:
-            self._writer.close()
+        for link in self.links:
+            link.stop()
 
     async def admit(self, deadline: float) -> None:
-        """Straight in while the board shows room and nobody waiting; else wait in the inference
-        process's line (edgeserve.door), which is one for every front."""
-        if self.board.queued_rows < self.policy.max_queue_size and not self.board.waiting:
+        """Straight in while some inference process shows room and nobody waiting; else wait
+        in the line of the one with the shortest queue (edgeserve.door, one for every front)."""
+        slots, limit = self.board.instance_slots(), self.policy.max_queue_size
+        links = self._ready_links()
+        if any(slots[i, QUEUED] < limit and not slots[i, WAITING] for i in links):
             return
-        await self._ask((wire.WAIT, deadline), 0, 0)
+        shortest = min(links, key=lambda i: (slots[i, QUEUED], slots[i, WAITING]))
+        await self.links[shortest].ask((wire.WAIT, deadline), 0, 0)
 
     def hurry(self) -> None:
-        """Nothing to do here: the supervisor tells the inference process (SIGUSR1) as it
-        starts the drain, once for every front."""
+        """Nothing to do here: the supervisor's SIGTERM reaches the inference processes as it
+        reaches the fronts, and they hurry then, once for every front."""
 
     def check_room(self, rows: int) -> None:
-        """A request of several items (the handler's): refused at once if the board shows no
-        room for all of them (the inference process still checks each item)."""
-        queued, limit = self.board.queued_rows, self.policy.max_queue_size
+        """A request of several items (the handler's): refused at once if no inference process
+        shows room for all of them (the one each item reaches still checks it)."""
+        limit = self.policy.max_queue_size
         if rows > limit:
             raise PayloadTooLarge(
                 f"request of {rows} rows exceeds max_queue_size ({limit} rows), which the "
                 "queue can never hold. Hint: raise [batching] max_queue_size in function.toml"
             )
+        queued = min(int(self.board.instance_slots()[i, QUEUED]) for i in self._ready_links())
         if queued + rows > limit:
             raise Unavailable(f"queue full: {queued} of {limit} rows waiting", RETRY_AFTER_S)
 
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict:
+        rows = self._rows(inputs)
+        link = self.links[self._route(rows)]
         size = block_size(inputs)
         offset = self._blocks.allocate(size) if size else None
         if offset is None:  # arena full (or BYTES only): the tensors travel inline
             offset, size = 0, 0
         placed = self.arena.place(inputs, offset, size)
-        result: TensorDict = await self._ask(
-            (wire.SUBMIT, placed, (offset, size), deadline, arrived), offset, size
-        )
+        request = ONE_REQUEST.get()  # a handler's items: they share one outcome
+        request = request if isinstance(request, int) else None
+        self._held[link.instance] += rows
+        try:
+            result: TensorDict = await link.ask(
+                (wire.SUBMIT, placed, (offset, size), deadline, arrived, request), offset, size
+            )
+        finally:
+            self._held[link.instance] -= rows
         return result
 
-    async def _ask(self, message: tuple[Any, ...], offset: int, size: int) -> Any:
-        """Send (kind, key, *rest) and await its DONE; `offset`, `size`: the block it holds."""
-        writer = self._writer
-        if writer is None:
-            self._free(offset, size)
-            raise Unavailable("the inference process is restarting", RETRY_AFTER_S)
-        key = next(self._ids)
-        future = asyncio.get_running_loop().create_future()
-        self._pending[key] = (future, offset, size)
-        wire.send(writer, (message[0], key, *message[1:]))
-        try:
-            return await future
-        except asyncio.CancelledError:
-            if key in self._pending and not writer.is_closing():
-                wire.send(writer, (wire.CANCEL, key))  # its block is freed by the answer
-            raise
+    def _route(self, rows: int) -> int:
+        """The ready inference process holding the fewest rows among those whose queue has
+        room for `rows` (any, when none has); ties rotate per request."""
+        held, slots = self.board.held_rows(), self.board.instance_slots()
+        limit, start = self.policy.max_queue_size, next(self._turn)
+        order = [(start + i) % len(self.links) for i in range(len(self.links))]
+        return min(
+            self._ready_links(order), key=lambda i: (slots[i, QUEUED] + rows > limit, held[i])
+        )
 
-    async def _keep_connected(self) -> None:
-        while True:
-            try:
-                reader = await self._connect()
-            except (OSError, asyncio.IncompleteReadError):
-                await asyncio.sleep(RECONNECT_S)
-                continue
-            self._connected.set()
-            log.info("front %d: connected to the inference process", self.front)
-            try:
-                await self._read(reader)
-            finally:
-                self._disconnected()
+    def _ready_links(self, order: list[int] | None = None) -> list[int]:
+        ready = [i for i in order or range(len(self.links)) if self.links[i].ready]
+        if not ready:
+            raise Unavailable("the inference processes are restarting", RETRY_AFTER_S)
+        return ready
 
-    async def _connect(self) -> asyncio.StreamReader:
-        """Connect and hand over the arena; ready once the inference process says hello."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(self.socket_path)
-            hello = {"front": self.front, "arena_bytes": ARENA_BYTES}
-            wire.send_hello(sock, hello, [self.arena.fd])
-        except OSError:
-            sock.close()
-            raise
-        sock.setblocking(False)
-        reader, writer = await asyncio.open_unix_connection(sock=sock)
-        try:
-            _, self.backend_name, self.profile = await wire.receive(reader)
-        except BaseException:
-            writer.close()
-            raise
-        self._writer = writer
-        return reader
-
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-            while True:
-                _, key, result = await wire.receive(reader)
-                future, offset, size = self._pending.pop(key)
-                if not future.done():
-                    if isinstance(result, BaseException):
-                        future.set_exception(result)
-                    else:
-                        future.set_result(result and self.arena.copied(result))
-                self._free(offset, size)
-
-    def _disconnected(self) -> None:
-        """The inference process is gone: what it held is answered 503, its blocks are free."""
-        if self._writer is not None:
-            self._writer.close()
-            log.warning("front %d: the inference process went away", self.front)
-        self._writer = None
-        error = Unavailable("the inference process restarted; retry", RETRY_AFTER_S)
-        for future, offset, size in self._pending.values():
-            if not future.done():
-                future.set_exception(error)
-            self._free(offset, size)
-        self._pending.clear()
+    def _rows(self, inputs: TensorDict) -> int:
+        if not self.policy.max_batch_size:
+            return 1
+        return int(next(iter(inputs.values())).shape[0])
 
     def _free(self, offset: int, size: int) -> None:
         if size:
             self._blocks.free(offset, size)
+
+
+class FrontServer(DrainingServer):
+    """A front told to stop before it was ever ready has nothing to drain: it exits at once,
+    rather than wait on inference processes that may never come (its supervisor died)."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.started:  # no request was ever let in; the arena goes with the process
+            log.warning("front stopped (signal %d) before it was ready: nothing to drain", sig)
+            os._exit(0)
+        super().handle_exit(sig, frame)
 
 
 def run_front(config: ChildConfig) -> None:
@@ -197,10 +188,11 @@ def run_front(config: ChildConfig) -> None:
     uvicorn settings, timeouts and drain as the one-process server (http/server.py)."""
     bundle = config.open_bundle()
     batching = bundle.manifest.batching
-    board = Board(config.board_fd, config.fronts, batching.max_batch_size)
+    board = Board(config.board_fd, config.fronts, config.instances, batching.max_batch_size)
     policy = BatchPolicy.from_manifest(batching, batched=bundle.signature.batched)
-    engine = RemoteEngine(config.socket_path, config.front, board, policy)
-    stats = SharedStats(bundle.name, bundle.manifest.function.model_version, board, config.front)
+    engine = RemoteEngine(config, board, policy)
+    name, version = bundle.name, bundle.manifest.function.model_version
+    stats = SharedStats(name, version, board, config.devices, front=config.front)
     limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
     regions = Regions(store=Path(config.regions_dir))  # one registry for every front
     app = create_app(Runtime(bundle, engine, stats), timeouts=limits, regions=regions)
@@ -208,7 +200,7 @@ def run_front(config: ChildConfig) -> None:
     listener.listen(LISTEN_BACKLOG)
     tls = {} if config.tls is None else TlsFiles(**config.tls).uvicorn_options()
     settings = uvicorn_config(app, log_level=config.log_level, **tls)
-    DrainingServer(settings).run(sockets=[listener])
+    FrontServer(settings).run(sockets=[listener])
 
 
 if __name__ == "__main__":

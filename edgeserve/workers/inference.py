@@ -1,13 +1,15 @@
-"""The inference process: the backend and the one batcher, fed by every front.
+"""An inference process: the backend on its one device and the batcher, fed by every front.
 
     load -> warm up -> listen on the unix socket (its existence means ready) -> serve fronts
-    SIGUSR1 (the fronts begin to drain): run what is queued without waiting for company
-    SIGTERM (the fronts have drained by then): stop accepting -> drain the batcher -> exit
+    SIGTERM (the fronts drain at the same time): stop accepting fronts, run what they send
+        without waiting for company -> once every front has gone (at most the drain bound),
+        stop the batcher -> exit
 
 Each front connects once, handing over its arena with its hello. A SUBMIT becomes a task that
 reads the inputs in place, awaits the batcher and writes the outputs back into the request's
 block; a front that goes away has its tasks cancelled, so its queued items are dropped.
-After every change of the queue the board gets the queued rows: the fronts' admission reads it.
+After every change of the queue its slot on the board gets the queued rows: the fronts'
+admission reads them. The supervisor gives it its device (CUDA_VISIBLE_DEVICES, EDGESERVE_DEVICE).
 """
 
 from __future__ import annotations
@@ -18,18 +20,21 @@ import os
 import signal
 import socket
 from collections.abc import Coroutine
+from contextvars import Context, copy_context
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from edgeserve.batching import ONE_REQUEST
 from edgeserve.errors import BackendError, EdgeserveError, Unavailable
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.memory import freeze_long_lived
 from edgeserve.runtime import LocalEngine, Runtime
 from edgeserve.workers import wire
 from edgeserve.workers.arena import Arena
-from edgeserve.workers.board import Board, SharedStats
-from edgeserve.workers.layout import ChildConfig, child_main, run_loop
+from edgeserve.workers.board import Board
+from edgeserve.workers.child import ChildConfig, child_main, run_loop
+from edgeserve.workers.statistics import SharedStats
 
 log = logging.getLogger("edgeserve")
 
@@ -37,9 +42,10 @@ log = logging.getLogger("edgeserve")
 class InferenceServer:
     """Serves the fronts' SUBMITs with one engine; publishes the queue's length on the board."""
 
-    def __init__(self, engine: LocalEngine, board: Board) -> None:
+    def __init__(self, engine: LocalEngine, board: Board, instance: int) -> None:
         self.engine = engine
         self.board = board
+        self.instance = instance
         self.fronts: set[asyncio.Task[None]] = set()
 
     async def accept(self, listener: socket.socket) -> None:
@@ -50,7 +56,7 @@ class InferenceServer:
             conn.settimeout(5.0)  # the front sends its hello right after connecting
             try:
                 hello, fds = wire.receive_hello(conn)
-            except (OSError, ConnectionError) as exc:
+            except (OSError, wire.Malformed) as exc:
                 log.warning("a front's hello failed: %s", exc)
                 conn.close()
                 continue
@@ -71,23 +77,29 @@ class InferenceServer:
     ) -> None:
         tasks: dict[int, asyncio.Task[None]] = {}
         loop = asyncio.get_running_loop()
+        receiver = wire.Receiver(reader)
         try:
             while True:
-                message = await wire.receive(reader)
+                message = await receiver.receive(wire.FROM_FRONT)
                 kind, key = message[0], message[1]
-                if kind in (wire.SUBMIT, wire.WAIT):
-                    work = (
-                        self._run(arena, *message[2:])
-                        if kind == wire.SUBMIT
-                        else (self.engine.admit(message[2]))
-                    )
-                    tasks[key] = asyncio.create_task(self._answer(writer, key, work))
-                    tasks[key].add_done_callback(partial(_forget, tasks, key))
-                    loop.call_soon(self._publish)  # after the task has queued its rows
-                elif kind == wire.CANCEL and key in tasks:
-                    tasks[key].cancel()
+                if kind == wire.CANCEL:
+                    if key in tasks:
+                        tasks[key].cancel()
+                    continue
+                if kind == wire.SUBMIT:
+                    *fields, request = message[2:]
+                    work = self._run(arena, *fields)
+                    context = _one_request(writer, request)
+                else:
+                    work, context = self.engine.admit(message[2]), None
+                task = asyncio.create_task(self._answer(writer, key, work), context=context)
+                tasks[key] = task
+                task.add_done_callback(partial(_forget, tasks, key))
+                loop.call_soon(self._publish)  # after the task has queued its rows
         except (asyncio.IncompleteReadError, ConnectionError):
             log.info("front %d went away: dropping its %d requests", front, len(tasks))
+        except wire.Malformed as exc:
+            log.error("front %d sent %s: dropping it and its %d requests", front, exc, len(tasks))
         finally:
             for task in list(tasks.values()):
                 task.cancel()
@@ -112,8 +124,16 @@ class InferenceServer:
             reply = BackendError(f"{type(exc).__name__}: {exc}")
         finally:
             self._publish()
-        if not writer.is_closing():
-            wire.send(writer, (wire.DONE, key, reply))
+        if writer.is_closing():
+            return
+        try:
+            frame = wire.encode((wire.DONE, key, reply))
+        except wire.Malformed as exc:  # outputs holding objects other than str and bytes
+            log.error("request %d: its answer cannot cross to the front: %s", key, exc)
+            frame = wire.encode(
+                (wire.DONE, key, BackendError(f"an output that cannot cross: {exc}"))
+            )
+        writer.write(frame)
 
     async def _run(
         self, arena: Arena, placed: Any, block: tuple[int, int], deadline: float, arrived: float
@@ -122,8 +142,28 @@ class InferenceServer:
         outputs = await self.engine.submit(arena.tensors(placed), deadline, arrived)
         return arena.place(outputs, *block)
 
+    async def drain(self, bound_s: float) -> None:
+        """SIGTERM reached the fronts at the same time: run what they send without waiting for
+        company until every front has gone, at most `bound_s` (at the bound the fronts answer
+        what is left 503 themselves)."""
+        self.engine.hurry()
+        if self.fronts:
+            await asyncio.wait(self.fronts, timeout=bound_s)
+
     def _publish(self) -> None:
-        self.board.publish_queue(self.engine.batcher.queued_rows, self.engine.batcher.door.waiting)
+        batcher = self.engine.batcher
+        self.board.publish_queue(self.instance, batcher.queued_rows, batcher.door.waiting)
+
+
+def _one_request(writer: asyncio.StreamWriter, request: int | None) -> Context | None:
+    """The context a SUBMIT runs in: a front's request of several items is one request here
+    too (ONE_REQUEST, told apart from other fronts' by their connection), so when one item
+    fails its waiting siblings fail with it instead of costing compute."""
+    if request is None:
+        return None
+    context = copy_context()
+    context.run(ONE_REQUEST.set, (writer, request))
+    return context
 
 
 def _forget(tasks: dict[int, asyncio.Task[None]], key: int, _: object) -> None:
@@ -131,33 +171,36 @@ def _forget(tasks: dict[int, asyncio.Task[None]], key: int, _: object) -> None:
 
 
 async def serve_inference(config: ChildConfig) -> None:
-    """Load, warm up, then serve fronts on `config.socket_path` until SIGTERM."""
+    """Load, warm up, then serve fronts on its socket until SIGTERM."""
     bundle = config.open_bundle()
-    board = Board(config.board_fd, config.fronts, bundle.manifest.batching.max_batch_size)
-    stats = SharedStats(bundle.name, bundle.manifest.function.model_version, board, None)
+    batching = bundle.manifest.batching
+    board = Board(config.board_fd, config.fronts, config.instances, batching.max_batch_size)
+    name, version = bundle.name, bundle.manifest.function.model_version
+    stats = SharedStats(name, version, board, config.devices, instance=config.instance)
     runtime = Runtime.load(bundle, backend=config.backend, stats=stats)
     await runtime.start()
     freeze_long_lived()
     assert isinstance(runtime.engine, LocalEngine)  # Runtime.load builds the local one
-    server = InferenceServer(runtime.engine, board)
+    server = InferenceServer(runtime.engine, board, config.instance)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    loop.add_signal_handler(signal.SIGUSR1, runtime.engine.hurry)  # the fronts are draining
-    Path(config.socket_path).unlink(missing_ok=True)
+    socket_path = config.socket_path(config.instance)
+    Path(socket_path).unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(config.socket_path)
+    listener.bind(socket_path)
     listener.listen(64)
     listener.setblocking(False)
     accepting = asyncio.create_task(server.accept(listener))
-    log.info("inference process ready (pid %d)", os.getpid())
+    device = config.devices[config.instance]
+    log.info("inference process %d ready on %s (pid %d)", config.instance, device, os.getpid())
     await stop.wait()
-    # the fronts have drained by now (the supervisor stops them first): what is left is bounded
+    limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
     accepting.cancel()
     listener.close()
-    limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
-    await runtime.stop(limits.drain_s)
+    await server.drain(limits.drain_s)
+    await runtime.stop(limits.drain_s)  # nothing queued is left: at most the batch running
 
 
 if __name__ == "__main__":

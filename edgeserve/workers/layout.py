@@ -1,65 +1,145 @@
-"""The process layout: how many front processes, and what each child process is told.
+"""The process layout: how many front processes, and which inference processes on which devices.
 
 `workers` counts front processes. 1 is today's single process (HTTP, handler and batcher on
 one event loop, inference on its threads); N > 1 is N fronts sharing the listening socket and
-one inference process owning the backend and the batcher. `auto` decides from the machine
-(cores: this process's CPU affinity, cut to its cgroup's CPU quota):
+one inference process per device, each owning its backend and its batcher. `auto` decides
+the fronts from the machine (cores: this process's CPU affinity, cut to its cgroup's CPU quota):
 
 - up to 2 usable cores: 1. Measured on 2 cores (docs/performance.md, "Process layout"): the
   fronts and the inference process then fight over the same two cores that inference itself
   wants, and every request pays the hand-off between processes on top.
-- a GPU: cores - 2 fronts (up to 16): the inference process needs about one core to feed the
-  GPU, one is left for the system and the load of the hand-offs; the fronts do the rest.
+- a GPU: cores - 1 - (inference processes) fronts (up to 16): each inference process needs
+  about one core to feed its GPU, one is left for the system and the load of the hand-offs.
 - CPU only: a quarter of the cores (at least 2): inference itself wants most cores.
+
+The inference processes follow Triton's instance_group: `[resources] devices` "auto" is one per
+visible GPU (CUDA_VISIBLE_DEVICES counts, as it does for CUDA), or one on the CPU without a GPU;
+"cpu" or a list of GPU indices restrict it; `processes_per_device` multiplies it. Each GPU
+process sees only its GPU (its own CUDA_VISIBLE_DEVICES), so nothing of it lands on another.
+`EDGESERVE_DEVICE` (cpu, cuda:N) still forces the one device it names.
 
 `EDGESERVE_WORKERS` overrides the manifest's [resources] workers, and `serve --workers` both.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import ctypes
-import json
-import logging
 import os
-import signal
-from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
-from edgeserve.bundle import Bundle
+from edgeserve.backends import DEVICE_VAR, cuda_index
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import Platform
 
 ENV = "EDGESERVE_WORKERS"
+VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
 MAX_AUTO_FRONTS = 16
-_PR_SET_PDEATHSIG = 1
+Devices = Literal["auto", "cpu"] | tuple[int, ...]
+"""[resources] devices: "auto", "cpu", or GPU indices (among the visible ones)."""
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One inference process: its device as this server counts it ("cpu", "cuda:N") and, on a
+    GPU, the CUDA_VISIBLE_DEVICES entry that makes that GPU the only one it sees."""
+
+    device: str = "cpu"
+    visible: str | None = None
+
+    def env(self) -> dict[str, str]:
+        """What the process's environment adds: its one device."""
+        if self.visible is None:
+            return {DEVICE_VAR: "cpu"}
+        return {VISIBLE_VAR: self.visible, DEVICE_VAR: "cuda:0"}
 
 
 @dataclass(frozen=True)
 class Layout:
     fronts: int
     reason: str
+    instances: tuple[Instance, ...] = (Instance(),)
 
     @property
     def single(self) -> bool:
-        return self.fronts == 1
+        return self.fronts == 1 and len(self.instances) == 1
+
+    @property
+    def devices(self) -> list[str]:
+        return [instance.device for instance in self.instances]
 
 
-def choose_layout(setting: int | str, platform: Platform, cores: int) -> Layout:
-    """The number of fronts for `setting` (a count or "auto") on this machine, and why."""
+def choose_layout(
+    setting: int | str,
+    platform: Platform,
+    cores: int,
+    devices: Devices = "auto",
+    per_device: int = 1,
+    env: Mapping[str, str] = os.environ,
+) -> Layout:
+    """The fronts for `setting` (a count or "auto") and the inference processes for `devices`
+    and `per_device` on this machine, and why. One front and nothing asked of the devices is
+    the single process (on the first device), as before inference processes existed."""
+    instances = choose_instances(devices, per_device, platform, env)
+    fronts, reason = _fronts(setting, platform, cores, len(instances))
+    if fronts == 1 and devices == "auto" and per_device == 1:
+        instances = instances[:1]
+    where = ", ".join(instance.device for instance in instances)
+    return Layout(fronts, f"{reason}; inference on {where}", instances)
+
+
+def choose_instances(
+    devices: Devices, per_device: int, platform: Platform, env: Mapping[str, str]
+) -> tuple[Instance, ...]:
+    """`per_device` inference processes on each device `devices` names (see the module)."""
+    visible, source = visible_gpus(platform, env), "[resources] devices"
+    if forced := env.get(DEVICE_VAR, "").strip():
+        index = cuda_index(forced)
+        devices, source = "cpu" if index is None else (index,), f"{DEVICE_VAR}={forced}"
+    if isinstance(devices, tuple):
+        indices: Sequence[int] = devices
+    elif devices == "cpu" or not visible:
+        return (Instance(),) * per_device
+    else:
+        indices = range(len(visible))
+    chosen = [Instance(f"cuda:{i}", _visible(visible, i, source)) for i in indices]
+    return tuple(instance for instance in chosen for _ in range(per_device))
+
+
+def visible_gpus(platform: Platform, env: Mapping[str, str]) -> list[str]:
+    """The GPUs CUDA will show this server, as CUDA_VISIBLE_DEVICES entries (indices or UUIDs);
+    NVML, which found them, ignores that variable."""
+    if not platform.has_cuda:
+        return []
+    if VISIBLE_VAR in env:
+        return [entry.strip() for entry in env[VISIBLE_VAR].split(",") if entry.strip()]
+    if platform.jetson is not None:
+        return ["0"]  # one integrated GPU, which NVML does not list
+    return [str(gpu.index) for gpu in platform.gpus]
+
+
+def _visible(visible: list[str], index: int, source: str) -> str:
+    if index >= len(visible):
+        raise ConfigError(
+            f"{source}: GPU {index} is not visible here; this machine shows "
+            f"{len(visible)} GPU(s){f' (0..{len(visible) - 1})' if visible else ''}. "
+            'Hint: list only those, or write "auto"'
+        )
+    return visible[index]
+
+
+def _fronts(setting: int | str, platform: Platform, cores: int, instances: int) -> tuple[int, str]:
     if setting != "auto":
         count = _count(setting)
-        return Layout(count, f"workers = {count} (asked)")
+        return count, f"workers = {count} (asked)"
     if cores <= 2:
-        return Layout(1, f"auto: {cores} cores: one process (measured best on 2 cores)")
+        return 1, f"auto: {cores} cores: one process (measured best on 2 cores)"
     if platform.gpus or platform.jetson:
-        fronts = min(cores - 2, MAX_AUTO_FRONTS)
-        return Layout(fronts, f"auto: {cores} cores and a GPU: {fronts} fronts")
+        fronts = min(max(1, cores - 1 - instances), MAX_AUTO_FRONTS)
+        return fronts, f"auto: {cores} cores and a GPU: {fronts} fronts"
     fronts = max(2, cores // 4)
-    return Layout(fronts, f"auto: {cores} cores, no GPU: {fronts} fronts (a quarter)")
+    return fronts, f"auto: {cores} cores, no GPU: {fronts} fronts (a quarter)"
 
 
 def workers_setting(cli: str | None, manifest: int | str) -> int | str:
@@ -97,54 +177,3 @@ def _count(setting: int | str) -> int:
             f"(from --workers, {ENV} or [resources] workers)"
         )
     return count
-
-
-@dataclass(frozen=True)
-class ChildConfig:
-    """What a child process (a front or the inference process) is told on its command line."""
-
-    bundle: str
-    socket_path: str
-    regions_dir: str  # shared-memory registrations, seen by every front (sharedmemory.Regions)
-    board_fd: int
-    fronts: int
-    drain_s: float
-    log_level: str
-    backend: str | None = None
-    front: int = 0
-    host: str = "127.0.0.1"
-    port: int = 0
-    tls: dict[str, Any] | None = None  # edgeserve.http.tls.TlsFiles' fields
-    timeouts: dict[str, float | None] = field(default_factory=dict)  # serve's overrides
-    source: str | None = None  # the function folder a cached bundle came from (for messages)
-
-    def open_bundle(self) -> Bundle:
-        """The bundle, knowing its source folder: the handler's errors name the user's file."""
-        return replace(
-            Bundle.open(Path(self.bundle)), source=Path(self.source) if self.source else None
-        )
-
-    def argv(self, module: str) -> list[str]:
-        return ["-m", module, json.dumps(asdict(self))]
-
-
-def child_main(main: Callable[[ChildConfig], None]) -> None:
-    """Entry point of a child: dies with its supervisor, logs like it, runs `main`."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("config")
-    config = ChildConfig(**json.loads(parser.parse_args().config))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # a killed supervisor leaves no orphans
-    logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s: %(message)s")
-    main(config)
-
-
-def run_loop(work: Coroutine[Any, Any, None]) -> None:
-    """Run `work` on the event loop uvicorn would choose (uvloop where installed)."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
-        asyncio.run(work)
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(work)

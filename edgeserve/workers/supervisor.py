@@ -1,26 +1,34 @@
-"""The supervisor: the parent of the fronts and the inference process, and nothing else.
+"""The supervisor: the parent of the fronts and the inference processes, and nothing else.
 
-    bind the socket -> start the inference process and the fronts -> watch them:
+    bind the socket -> start the inference processes (one per device) and the fronts -> watch:
         a front died        -> start it again (its requests died with it; the inference
-                               process saw its connection close and dropped their items)
-        inference died      -> start it again; meanwhile every front says not ready (503)
-        inference died before it was ever ready, or a front kept dying within seconds of
-        its start -> stop everything, fail (a broken install must not restart forever)
-    SIGTERM / SIGINT: stop the fronts (each drains its requests) -> stop the inference process
-    -> exit; one bound (`drain_s`) for all of it, then whatever is left is killed.
+                               processes saw its connection close and dropped their items)
+        an inference process died -> start it alone again; meanwhile the fronts answer what
+                               it held 503, route to the others and say so in readiness
+                               (not ready only while none is there)
+        an inference process died before it was ever ready, or a front kept dying within
+        seconds of its start -> stop everything, fail (a broken install must not restart forever)
+    SIGTERM / SIGINT: passed on to every child at once, so that one bound (`drain_s`) counts
+        from the same instant everywhere: the fronts drain their requests (at the bound, what
+        is left is answered 503), the inference processes run what is queued without waiting
+        for company and stop once their fronts have gone -> exit. A child still there
+        BACKSTOP_S past the bound is killed.
 
 Each front listens on its own socket bound with SO_REUSEPORT to the same address, so the kernel
 spreads new connections evenly over the fronts (one accept queue shared by all would let the
 first front to wake take most connections, and keep-alive connections stay where they land).
 The supervisor holds the port with a socket of its own that never listens (it takes no
 connections, and a restarted front binds the port again), and the board, so the counters
-outlive any child. Children run in their own process group (a terminal's Ctrl+C
-reaches only the supervisor, which stops them in order) and die with it (PDEATHSIG).
+outlive any child. Each inference process gets its device in its environment
+(layout.Instance.env: CUDA_VISIBLE_DEVICES and EDGESERVE_DEVICE). Children run in their own
+process group (a terminal's Ctrl+C reaches only the supervisor, which stops them in order) and
+die with it (PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -31,8 +39,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgeserve.http.server import BACKSTOP_S
 from edgeserve.workers.board import RESTARTS, Board
-from edgeserve.workers.layout import ChildConfig
+from edgeserve.workers.child import ChildConfig
+from edgeserve.workers.layout import Instance, Layout
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
@@ -54,6 +64,7 @@ class _Child:
     module: str
     config: ChildConfig
     process: subprocess.Popen[bytes]
+    env: dict[str, str] | None = None  # what its environment adds (an inference process's device)
     started: float = 0.0
     quick_deaths: int = 0  # in a row, its predecessors included
 
@@ -64,12 +75,23 @@ class _Child:
 class Supervisor:
     """Starts, watches, restarts and stops the processes of one server."""
 
-    def __init__(self, config: ChildConfig, port_holder: socket.socket, board: Board) -> None:
+    def __init__(
+        self,
+        config: ChildConfig,
+        instances: tuple[Instance, ...],
+        port_holder: socket.socket,
+        board: Board,
+    ) -> None:
         self.config = config
         self.port_holder = port_holder
         self.board = board
         self.stopping = False
-        self.inference = self._spawn("edgeserve.workers.inference", config)
+        self._stopped_at: float | None = None
+        self.signal: int | None = None  # the one that stopped it
+        self.inference = [
+            self._spawn("edgeserve.workers.inference", replace(config, instance=i), where.env())
+            for i, where in enumerate(instances)
+        ]
         self.fronts = [
             self._spawn("edgeserve.workers.front", replace(config, front=index))
             for index in range(config.fronts)
@@ -80,12 +102,13 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._stop_signal)
         signal.signal(signal.SIGINT, self._stop_signal)
         while not self.stopping:
-            if not self.inference.alive():
-                if not self._was_ready():
-                    log.error("the inference process failed before it was ready")
-                    self.stop()
-                    return 1
-                self._restart_inference()
+            for index, inference in enumerate(self.inference):
+                if not inference.alive():
+                    if not self._was_ready(index):
+                        log.error("inference process %d failed before it was ready", index)
+                        self.stop()
+                        return 1
+                    self._restart_inference(index)
             for index, front in enumerate(self.fronts):
                 if not front.alive():
                     log.warning("front %d exited (%s): starting it again", index, _how(front))
@@ -101,34 +124,45 @@ class Supervisor:
         return 0
 
     def stop(self) -> None:
-        """Fronts first (they drain their requests), then the inference process; one bound."""
-        deadline = time.monotonic() + self.config.drain_s
-        if self.inference.alive():
-            self.inference.process.send_signal(signal.SIGUSR1)  # the fronts' items: no waiting
-        _terminate(self.fronts, deadline)
+        """Stop every child within the bound (see the module's docstring); kill the rest."""
+        stopped_at = self._signal_children()
         self.port_holder.close()
-        _terminate([self.inference], deadline)
+        _wait([*self.fronts, *self.inference], stopped_at + self.config.drain_s + BACKSTOP_S)
 
-    def _restart_inference(self) -> None:
-        log.warning("the inference process exited (%s): starting it again", _how(self.inference))
-        self.board.cells[RESTARTS] += 1
-        self.board.publish_queue(0, 0)
-        with_socket = Path(self.config.socket_path)
-        with_socket.unlink(missing_ok=True)
-        self.inference = self._spawn(self.inference.module, self.config)
+    def _signal_children(self) -> float:
+        """SIGTERM to every child, once; when that was (the drain bound counts from there)."""
+        if self._stopped_at is None:
+            self._stopped_at = time.monotonic()
+            for child in [*self.fronts, *self.inference]:
+                if child.alive():
+                    child.process.send_signal(signal.SIGTERM)
+        return self._stopped_at
 
-    def _was_ready(self) -> bool:
-        """The inference process listens on its socket only once it is ready."""
-        return Path(self.config.socket_path).exists()
+    def _restart_inference(self, index: int) -> None:
+        dead = self.inference[index]
+        log.warning("inference process %d exited (%s): starting it again", index, _how(dead))
+        self.board.instance(index)[RESTARTS] += 1
+        self.board.publish_queue(index, 0, 0)
+        Path(self.config.socket_path(index)).unlink(missing_ok=True)
+        self.inference[index] = self._spawn(dead.module, dead.config, dead.env)
 
-    def _spawn(self, module: str, config: ChildConfig) -> _Child:
+    def _was_ready(self, index: int) -> bool:
+        """An inference process listens on its socket only once it is ready."""
+        return Path(self.config.socket_path(index)).exists()
+
+    def _spawn(self, module: str, config: ChildConfig, env: dict[str, str] | None = None) -> _Child:
         process = subprocess.Popen(
-            [sys.executable, *config.argv(module)], pass_fds=[config.board_fd], process_group=0
+            [sys.executable, *config.argv(module)],
+            pass_fds=[config.board_fd],
+            process_group=0,
+            env={**os.environ, **env} if env else None,
         )
-        return _Child(module, config, process, time.monotonic())
+        return _Child(module, config, process, env, time.monotonic())
 
     def _stop_signal(self, signum: int, frame: object) -> None:
+        self.signal = signum
         self.stopping = True
+        self._signal_children()  # now, not at the watch loop's next turn
 
 
 def serve_workers(
@@ -136,25 +170,28 @@ def serve_workers(
     *,
     host: str,
     port: int,
-    fronts: int,
+    layout: Layout,
     backend: str | None,
     log_level: str,
     drain_s: float,
     timeouts: dict[str, float | None],
     tls: TlsFiles | None = None,
 ) -> int:
-    """Serve with `fronts` front processes and one inference process; the exit status."""
+    """Serve with the layout's front and inference processes; the exit status."""
     port_holder = reuse_port_socket(host, port)
     host, port = port_holder.getsockname()[:2]
-    board = Board.create(fronts, bundle.manifest.batching.max_batch_size)
+    fronts, instances = layout.fronts, len(layout.instances)
+    board = Board.create(fronts, instances, bundle.manifest.batching.max_batch_size)
     with tempfile.TemporaryDirectory(prefix="edgeserve-") as scratch:
         config = ChildConfig(
             bundle=str(bundle.root),
             source=None if bundle.source is None else str(bundle.source),
-            socket_path=str(Path(scratch) / "inference.sock"),
+            sockets_dir=scratch,
             regions_dir=str(Path(scratch) / "regions"),
             board_fd=board.fd,
             fronts=fronts,
+            devices=layout.devices,
+            supervisor=os.getpid(),
             drain_s=drain_s,
             log_level=log_level,
             backend=backend,
@@ -163,14 +200,19 @@ def serve_workers(
             tls=None if tls is None else asdict(tls),
             timeouts=timeouts,
         )
-        supervisor = Supervisor(config, port_holder, board)
+        supervisor = Supervisor(config, layout.instances, port_holder, board)
         scheme = "http" if tls is None else "https"
+        where = ", ".join(layout.devices)
         print(
-            f"edgeserve: {fronts} front processes and 1 inference process "
+            f"edgeserve: {_count(fronts, 'front process')} and "
+            f"{_count(instances, 'inference process')} ({where}) "
             f"serving on {scheme}://{host}:{port}",
             flush=True,
         )
-        return supervisor.watch()
+        status = supervisor.watch()
+    if supervisor.signal is not None:
+        _end_by(supervisor.signal)
+    return status
 
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
@@ -183,10 +225,7 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _terminate(children: list[_Child], deadline: float) -> None:
-    for child in children:
-        if child.alive():
-            child.process.send_signal(signal.SIGTERM)
+def _wait(children: list[_Child], deadline: float) -> None:
     for child in children:
         try:
             child.process.wait(max(0.0, deadline - time.monotonic()))
@@ -196,6 +235,21 @@ def _terminate(children: list[_Child], deadline: float) -> None:
             child.process.wait(KILL_WAIT_S)
 
 
+def _end_by(signum: int) -> None:
+    """End this process by the signal that stopped it, as uvicorn ends the one-process server
+    (the same exit status for both layouts), and without Python's teardown of what serving
+    imported: 0.1-0.3 s measured here, after every child had gone."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)
+
+
 def _how(child: _Child) -> str:
     code = child.process.returncode
     return f"signal {-code}" if code is not None and code < 0 else f"status {code}"
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'es' if count > 1 else ''}"

@@ -1,0 +1,132 @@
+"""Stage-ahead (batching/device.py): on a GPU the next batch is assembled while one runs.
+
+The scheduling test uses plain functions as the model (their sleeps release the GIL, as
+copies and ONNX Runtime's runs do); the last test runs ONNX Runtime's real bound buffers, one
+set per thread, with batches assembled while others run, and checks every answer. The GPU
+figures are in benchmarks/RESULTS-gpu.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from edgeserve.backends import load_backend
+from edgeserve.batching import Batcher, BatchPolicy
+from edgeserve.batching.rows import stack_rows
+from edgeserve.manifest import ModelSection
+from edgeserve.shapes import shape_profile
+from edgeserve.signature import read_signature
+from edgeserve.types import ComputeTimes, Signature, TensorDict, TensorSpec
+from tests.models import conv_model
+
+SIG = Signature(
+    inputs=(TensorSpec("x", "FP32", (-1, 2)),),
+    outputs=(TensorSpec("y", "FP32", (-1, 2)),),
+    batched=True,
+)
+STEP_S = 0.04
+
+
+class Timeline:
+    """When each assembly and each run happened, and how many runs were at once at most."""
+
+    def __init__(self) -> None:
+        self.assembled: list[tuple[float, float]] = []
+        self.ran: list[tuple[float, float]] = []
+        self.most_running = 0
+        self._running = 0
+        self._lock = threading.Lock()
+
+    def assemble(self, parts: Sequence[TensorDict], fills: Mapping[str, float]) -> TensorDict:
+        started = time.perf_counter()
+        time.sleep(STEP_S)
+        self.assembled.append((started, time.perf_counter()))
+        return stack_rows(parts, fills)
+
+    def run(self, inputs: TensorDict) -> TensorDict:
+        with self._lock:
+            self._running += 1
+            self.most_running = max(self.most_running, self._running)
+        started = time.perf_counter()
+        time.sleep(STEP_S)
+        self.ran.append((started, time.perf_counter()))
+        with self._lock:
+            self._running -= 1
+        return {"y": inputs["x"] * 2}
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.compute: list[ComputeTimes] = []
+        self.queue_ns: list[int] = []
+
+    def batch_done(
+        self, size: int, queue_ns: Sequence[int], compute: ComputeTimes, ok: bool
+    ) -> None:
+        self.compute.append(compute)
+        self.queue_ns.extend(queue_ns)
+
+
+def serve_all(batcher: Batcher, requests: list[TensorDict]) -> list[TensorDict]:
+    async def all_at_once() -> list[TensorDict]:
+        await batcher.start()
+        deadline = time.monotonic() + 30
+        try:
+            return await asyncio.gather(*(batcher.submit(r, deadline) for r in requests))
+        finally:
+            await batcher.stop()
+
+    return asyncio.run(all_at_once())
+
+
+def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_the_next_batch_is_assembled_while_one_runs_and_runs_take_turns() -> None:
+    timeline, observer = Timeline(), Observer()
+    policy = BatchPolicy(4, max_queue_delay_s=0.0, max_queue_size=64, instances=1)
+    batcher = Batcher(timeline.run, SIG, policy, observer, timeline.assemble, stage_ahead=True)
+    requests = [{"x": np.full((1, 2), i, np.float32)} for i in range(16)]
+    answers = serve_all(batcher, requests)
+    for request, answer in zip(requests, answers, strict=True):
+        np.testing.assert_array_equal(answer["y"], request["x"] * 2)
+    assert timeline.most_running == 1  # one device slot: runs never overlap
+    assert any(overlaps(a, r) for a in timeline.assembled for r in timeline.ran)
+    # the wait for the device is queueing, not assembly: no input phase holds a whole run
+    assert all(c.input_ns < 1.9 * STEP_S * 1e9 for c in observer.compute), observer.compute
+    assert max(observer.queue_ns) > STEP_S * 1e9  # the later batches queued behind the runs
+
+
+def test_without_stage_ahead_one_worker_assembles_and_runs_in_turn() -> None:
+    timeline = Timeline()
+    policy = BatchPolicy(4, max_queue_delay_s=0.0, max_queue_size=64, instances=1)
+    batcher = Batcher(timeline.run, SIG, policy, None, timeline.assemble)
+    serve_all(batcher, [{"x": np.full((1, 2), i, np.float32)} for i in range(12)])
+    assert not any(overlaps(a, r) for a in timeline.assembled for r in timeline.ran)
+
+
+def test_bound_buffers_of_two_threads_give_every_request_its_own_answer(tmp_path: Path) -> None:
+    """ONNX Runtime's bound buffers (buckets, on the CPU here) with stage-ahead: a batch is
+    written into one thread's buffers while another thread's batch runs."""
+    model = conv_model(tmp_path / "conv.onnx")
+    signature = read_signature(model, ModelSection())
+    profile = shape_profile(signature, 4)
+    backend = load_backend("onnxruntime", model, signature=signature, profile=profile, buckets=True)
+    policy = BatchPolicy(4, max_queue_delay_s=0.001, max_queue_size=256, instances=1)
+    batcher = Batcher(backend.infer, signature, policy, None, backend.assemble, stage_ahead=True)
+    rng = np.random.default_rng(5)
+    requests = [{"image": rng.normal(size=(1, 3, 16, 16)).astype(np.float32)} for _ in range(64)]
+    answers = serve_all(batcher, requests)
+    reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    for request, answer in zip(requests, answers, strict=True):
+        expected = reference.run(None, request)[0]
+        np.testing.assert_allclose(answer["logits"], expected, rtol=1e-4, atol=1e-5)
+    backend.close()
