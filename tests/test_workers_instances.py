@@ -16,8 +16,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import onnxruntime
 import pytest
 
+from edgeserve.backends import Choice, as_reached
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import Cpu, Gpu, Jetson, Platform
 from edgeserve.manifest import load_manifest
@@ -305,6 +307,24 @@ def test_one_front_asked_for_keeps_the_single_process_unless_instances_are_asked
     assert choose_layout("auto", _gpus(2), 2, env={}).single  # 2 cores: one process
     split = choose_layout(1, CPU, 16, "auto", 2, env={})
     assert not split.single and (split.fronts, len(split.instances)) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("backend", "reached"),
+    [("onnxruntime", "cpu"), ("openvino", "cpu"), ("tensorrt", "nvidia-gpu")],
+)
+def test_a_gpu_counts_only_where_the_chosen_backend_can_use_it(backend: str, reached: str) -> None:
+    """A GPU host with ONNX Runtime's CPU wheel (this machine's: no CUDA provider) or OpenVINO
+    plans the CPU layout, not one process per GPU that would all run on the CPU. TensorRT is
+    not installed here: its choice is named (no engine loads in as_reached)."""
+    assert "CUDAExecutionProvider" not in onnxruntime.get_available_providers()
+    host = _gpus(2)
+    layout = choose_layout("auto", as_reached(host, Choice(backend, "test")), 16, env={})
+    assert as_reached(host, Choice(backend, "test")).kind == reached
+    if reached == "cpu":
+        assert (layout.devices, layout.fronts) == (["cpu"], 4)
+    else:
+        assert (layout.devices, layout.fronts) == (["cuda:0", "cuda:1"], 13)
 
 
 @pytest.mark.parametrize(
