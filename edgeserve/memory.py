@@ -1,4 +1,13 @@
-"""Give memory back to the system once the server goes idle.
+"""A server process's heap: kept out of the cyclic collector's way once loaded, and given back
+to the system once the server goes idle.
+
+Once a server has loaded its model and warmed up, nearly everything it holds (the model's
+libraries, numpy, the web stack: about 60 000 tracked objects) lives as long as the process.
+Python's cyclic GC still walks all of it on every full collection, which requests trigger
+every few thousand; measured on 2 cores with a small model at 64 connections, full
+collections cost about 10 µs per request, a tenth of the server's CPU. `freeze_long_lived`
+moves what exists at that point out of the collector's sight (`gc.freeze`), after one last
+collection so that no garbage is frozen with it; request objects are collected as before.
 
 glibc keeps what a process frees in its heaps: after a burst of large requests (600 KB images,
 their batches) a server stays at its peak RSS for good, because small objects allocated in
@@ -14,12 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import logging
 from collections.abc import Callable
 
 log = logging.getLogger("edgeserve")
 
 IDLE_CHECK_S = 2.0
+
+
+def freeze_long_lived() -> None:
+    """Call once a server process is loaded and warm: what it holds now is not collected again."""
+    gc.collect()
+    gc.freeze()
 
 
 def trim() -> bool:

@@ -12,7 +12,6 @@ The wiring batcher -> backend is written out here (`LocalEngine`): the batcher c
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import sys
 import time
@@ -24,7 +23,7 @@ import numpy as np
 
 from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend
-from edgeserve.batching import ONE_REQUEST, Batcher, BatchPolicy, stack_rows
+from edgeserve.batching import ONE_REQUEST, REQUEST_NUMBERS, Batcher, BatchPolicy, stack_rows
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
 from edgeserve.handler import check_items, import_handler
@@ -43,10 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgeserve")
 T = TypeVar("T")
 
-
-_REQUESTS = itertools.count(1)
-"""Numbers for ONE_REQUEST: a number, unlike a bare object, can name its request to another
-process (workers.wire)."""
 
 GPU_SWITCH_INTERVAL_S = 0.0005
 """With a GPU, a batch thread that finishes a copy or a run must get the GIL back from the
@@ -134,6 +129,7 @@ class Runtime:
         self.engine = engine
         self.stats = stats or ModelStats(bundle.manifest.function.name, self.model_version)
         self.checks = self._door()
+        self._timeout_s = bundle.manifest.batching.timeout_ms / 1000.0
         self.handler = (
             None
             if bundle.handler_path is None
@@ -259,7 +255,7 @@ class Runtime:
         Unavailable while not ready, or when no room came in time."""
         if not self.ready:
             raise Unavailable(f"`{self.name}` is not ready (loading, warming up or draining)")
-        await self.engine.admit(self._arrival(arrived).deadline)
+        await self.engine.admit(arrived + self._timeout_s)
 
     async def infer(
         self, inputs: TensorDict, timeout_s: float | None = None, *, arrived: float | None = None
@@ -346,8 +342,8 @@ class Runtime:
 
     def _arrival(self, arrived: float | None, timeout_s: float | None = None) -> _Arrival:
         arrived = time.monotonic() if arrived is None else arrived
-        limit = self.manifest.batching.timeout_ms / 1000.0
-        return _Arrival(arrived, arrived + (limit if timeout_s is None else min(limit, timeout_s)))
+        limit = self._timeout_s if timeout_s is None else min(self._timeout_s, timeout_s)
+        return _Arrival(arrived, arrived + limit)
 
 
 class _Counted:
@@ -393,7 +389,7 @@ def _tensor(spec: TensorSpec, value: Any) -> np.ndarray:
 async def _all_or_none(work: Iterable[Awaitable[T]]) -> list[T]:
     """Await all as one request (ONE_REQUEST: the batcher fails its waiting items together);
     on the first failure cancel the rest and raise that failure, not an exception group."""
-    token = ONE_REQUEST.set(next(_REQUESTS))  # the tasks copy this context
+    token = ONE_REQUEST.set(next(REQUEST_NUMBERS))  # the tasks copy this context
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(_awaited(one)) for one in work]

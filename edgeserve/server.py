@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from edgeserve.backends import as_reached, choose
 from edgeserve.bundle import Bundle, is_function_source
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import probe
@@ -55,8 +56,14 @@ def serve(
     limits = Timeouts.from_resources(bundle.manifest.resources, **(timeouts or {}))
     resources = bundle.manifest.resources
     setting = workers_setting(workers, resources.workers)
+    platform = probe()
+    choice = choose(platform, prefer=bundle.planned_backends(), override=backend)
     layout = choose_layout(
-        setting, probe(), usable_cores(), resources.devices, resources.processes_per_device
+        setting,
+        as_reached(platform, choice),
+        usable_cores(),
+        resources.devices,
+        resources.processes_per_device,
     )
     log.info("process layout: %s", layout.reason)
     if not layout.single and fd is None:

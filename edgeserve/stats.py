@@ -105,7 +105,10 @@ class ModelStats:
             counters.compute_input.add(items, compute.input_ns * items)
             counters.compute_infer.add(items, compute.infer_ns * items)
             counters.compute_output.add(items, compute.output_ns * items)
-            counters.batches.setdefault(size, Phases()).add(1, compute)
+            phases = counters.batches.get(size)
+            if phases is None:  # not setdefault: it would make a Phases every batch
+                phases = counters.batches[size] = Phases()
+            phases.add(1, compute)
 
     def request_started(self) -> None:
         """A request reached the runtime (counted only where requests in flight are shown)."""

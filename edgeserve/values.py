@@ -83,11 +83,11 @@ def to_array(data: Any, datatype: Datatype, where: str, max_depth: int) -> np.nd
 def to_shape(value: Any, where: str) -> tuple[int, ...]:
     """A shape a client sent (v2 `shape`, a msgpack array's dims): non-negative ints whose
     product a tensor can hold; InvalidInput, prefixed with `where`, otherwise."""
-    if not isinstance(value, list) or not all(map(is_count, value)):
+    if not isinstance(value, list) or not _counts(value):
         raise InvalidInput(f"{where}: `shape` must be a list of non-negative ints, got {value!r}")
     if len(value) > MAX_RANK:
         raise InvalidInput(f"{where}: `shape` has {len(value)} dims; expected at most {MAX_RANK}")
-    if math.prod(max(dim, 1) for dim in value) > MAX_ELEMENTS:
+    if math.prod(filter(None, value)) > MAX_ELEMENTS:  # zero dims aside
         raise InvalidInput(
             f"{where}: shape {value} describes more elements than a tensor can hold "
             f"(its non-zero dims multiply past 2**48)"
@@ -98,6 +98,17 @@ def to_shape(value: Any, where: str) -> tuple[int, ...]:
 def is_count(value: Any) -> bool:
     """A non-negative JSON integer (a bool is not one)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _counts(values: list[Any]) -> bool:
+    """Whether every value is a count; plain ints are checked without a Python call each (a
+    shape is read for every tensor of every request)."""
+    if set(map(type, values)) <= _INT:
+        return not values or min(values) >= 0
+    return all(map(is_count, values))
+
+
+_INT = {int}
 
 
 def _flatten(data: Any, max_depth: int, where: str) -> tuple[list[Any], tuple[int, ...]]:

@@ -101,6 +101,34 @@ def test_half_the_body_gets_a_408_at_the_body_bound(url: str) -> None:
     assert BODY_S - 0.2 < waited < BODY_S + 1.0
 
 
+def test_the_header_bound_starts_again_after_each_response(url: str) -> None:
+    """On a kept-alive connection the next request's headers are bounded from the end of the
+    previous response (the one timer of the connection is not re-made per request)."""
+    with rawhttp.connect(url) as sock:
+        sock.sendall(REQUEST + BODY)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        answered = time.monotonic()
+        sock.sendall(REQUEST[:40])
+        received, _ = read_until_closed(sock)
+        waited = time.monotonic() - answered
+    status, error = json_error(received)
+    assert status == 408
+    assert error.startswith(f"the request's headers did not arrive within {HEADER_S:g} s")
+    assert HEADER_S - 0.2 < waited < HEADER_S + 1.0
+
+
+def test_a_body_bound_shorter_than_the_header_bound_holds(tmp_path: Path) -> None:
+    """The connection's timer, set for the 30 s header bound, wakes for a 0.5 s body bound."""
+    source = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    with running(source, "--body-timeout", "0.5") as (base, _), rawhttp.connect(base) as sock:
+        sock.sendall(REQUEST + BODY[:20])
+        received, waited = read_until_closed(sock)
+    status, error = json_error(received)
+    assert status == 408
+    assert error.startswith("the request's body did not arrive within 0.5 s")
+    assert 0.3 < waited < 0.5 + 1.0
+
+
 def test_a_body_sent_slowly_but_within_the_bound_is_served(url: str) -> None:
     with rawhttp.connect(url) as sock:
         sock.sendall(REQUEST)

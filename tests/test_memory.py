@@ -49,3 +49,64 @@ def kept_mb(busy: bool) -> float:
 def test_an_idle_server_returns_the_memory_a_burst_of_large_bodies_left_in_the_heap() -> None:
     assert kept_mb(busy=True) > 40  # while requests keep coming, nothing is trimmed
     assert kept_mb(busy=False) < 5
+
+
+STARTED = """
+import asyncio, gc, socket
+from contextlib import asynccontextmanager
+import httpx, uvicorn
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+from edgeserve.http.server import DrainingServer
+
+class Loaded:  # what a model load leaves behind: objects in a cycle, alive for good
+    def __init__(self):
+        self.me = self
+
+loaded = []
+
+@asynccontextmanager
+async def lifespan(app):
+    loaded.extend(Loaded() for _ in range(1000))
+    yield
+
+async def ready(request):
+    return Response(b"")
+
+class App(Starlette):  # what DrainingServer tells of its shutdown (FunctionApp has more)
+    def begin_drain(self):
+        pass
+
+async def main():
+    app = App(routes=[Route("/", ready)], lifespan=lifespan)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = DrainingServer(uvicorn.Config(app, log_level="warning"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    async with httpx.AsyncClient() as client:
+        status = (await client.get(f"http://127.0.0.1:{sock.getsockname()[1]}/")).status_code
+    frozen = gc.get_freeze_count()
+    for _ in range(100):
+        Loaded()  # a request's garbage, in cycles too
+    collected = gc.collect()
+    server.should_exit = True
+    await serving
+    print(status, frozen, collected)
+
+asyncio.run(main())
+"""
+
+
+def test_a_started_server_leaves_what_it_loaded_out_of_the_collector_s_sight() -> None:
+    """After startup (the lifespan loaded the model) the server freezes what exists; what
+    requests leave behind later is still collected."""
+    out = subprocess.run(
+        [sys.executable, "-c", STARTED], capture_output=True, text=True, check=True, timeout=60
+    )
+    status, frozen, collected = map(int, out.stdout.split())
+    assert status == 200
+    assert frozen > 1000  # the lifespan's objects among them
+    assert collected >= 100

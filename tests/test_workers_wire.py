@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import pickle
 import socket
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgpack
 import numpy as np
 import pytest
@@ -19,6 +21,10 @@ import pytest
 from edgeserve import errors
 from edgeserve.shapes import ShapeRange
 from edgeserve.workers import wire
+from edgeserve.workers.arena import Arena
+from edgeserve.workers.child import ChildConfig
+from tests.server import running
+from tests.test_workers import children, function, infer_body
 
 DEADLINE, ARRIVED = 1234.5, 1234.25
 
@@ -37,6 +43,11 @@ def texts() -> np.ndarray:
 MESSAGES = {
     "hello": (wire.HELLO, "onnxruntime", {"x": ShapeRange((1, 3), (8, 3), (32, -1))}),
     "hello without a profile": (wire.HELLO, "openvino", None),
+    "hello, numpy's dims": (
+        wire.HELLO,
+        "tensorrt",
+        {"x": ShapeRange(*[tuple(np.array(dims, np.int64)) for dims in ((1, 3), (8, 3), (8, 3))])},
+    ),
     "submit in the arena": (
         wire.SUBMIT,
         7,
@@ -262,3 +273,32 @@ def test_a_hello_carries_its_fields_and_descriptor_and_nothing_else() -> None:
         with pytest.raises(wire.Malformed):
             wire.receive_hello(other)
         os.close(fds[0])
+
+
+def test_the_inference_process_refuses_a_malformed_stream_runs_nothing_and_serves_on(
+    tmp_path: Path,
+) -> None:
+    """A connection to a real inference process (as a front makes one: hello and arena), then
+    a pickle that would create a file: the process logs the refusal, closes that connection
+    alone, and the server goes on answering."""
+    planted = tmp_path / "planted"
+    with running(function(tmp_path / "mlp"), "--workers", "2") as (url, server):
+        (pid,) = children(server)["inference"]
+        config = ChildConfig(
+            **json.loads(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[-2])
+        )
+        arena = Arena.create(4096)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(30)
+            sock.connect(config.socket_path(0))
+            wire.send_hello(sock, {"front": 1, "arena_bytes": 4096}, [arena.fd])
+            hello = sock.recv(4096)
+            assert wire.decode(hello, wire.TO_FRONT)[0] == wire.HELLO
+            sock.sendall(pickle.dumps((wire.CANCEL, _Planted(planted))))
+            assert sock.recv(4096) == b""  # closed on us
+        arena.close()
+        body = infer_body(np.full((1, 16), 0.5, np.float32))
+        assert httpx.post(f"{url}/v2/models/mlp/infer", json=body).status_code == 200
+    assert not planted.exists()
+    refusal = "ERROR: front 1 sent not a message expected here: {}: dropping it"
+    assert refusal in "".join(server.output)  # a pickle's first byte is an empty msgpack map

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -41,6 +41,8 @@ class BackendClass(Protocol):
     prepared: tuple[str, ...]
 
     def available(self, platform: Platform) -> str | None: ...
+
+    def reaches_gpu(self, platform: Platform) -> bool: ...
 
     def prepare(self, model_path: Path, bundle: Path) -> None: ...
 
@@ -116,6 +118,15 @@ def _backend(name: str, source: str) -> BackendClass:
 
 
 DEVICE_VAR = "EDGESERVE_DEVICE"
+
+
+def as_reached(platform: Platform, choice: Choice) -> Platform:
+    """The machine as the chosen backend can use it: without its GPUs where the backend cannot
+    reach them (ONNX Runtime's CPU wheel on a GPU host), so nothing plans a process per GPU that
+    would only run on the CPU."""
+    if not platform.has_cuda or BY_NAME[choice.name].reaches_gpu(platform):
+        return platform
+    return replace(platform, kind="cpu", gpus=(), jetson=None)
 
 
 def default_device(platform: Platform) -> str:

@@ -56,6 +56,13 @@ class OnnxRuntime:
             return "the onnxruntime package is not installed (pip install onnxruntime)"
         return None
 
+    @classmethod
+    def reaches_gpu(cls, platform: Platform) -> bool:
+        """Only the onnxruntime-gpu wheel has the CUDA provider; the CPU wheel runs anywhere."""
+        import onnxruntime as ort
+
+        return platform.has_cuda and "CUDAExecutionProvider" in ort.get_available_providers()
+
     def __init__(self, model_path: Path, options: LoadOptions) -> None:
         import onnxruntime as ort
         from onnxruntime.capi import onnxruntime_pybind11_state as pybind_state

@@ -50,6 +50,11 @@ class OpenVINO:
             return "the openvino package is not installed (pip install openvino)"
         return None
 
+    @classmethod
+    def reaches_gpu(cls, platform: Platform) -> bool:
+        """OpenVINO's GPU plugin is for Intel GPUs: an NVIDIA GPU is out of its reach."""
+        return False
+
     def __init__(self, model_path: Path, options: LoadOptions) -> None:
         import openvino as ov
 

@@ -72,6 +72,11 @@ class TensorRT:
             return "cuda-python is not installed (pip install 'edgeserve[gpu]')"
         return None
 
+    @classmethod
+    def reaches_gpu(cls, platform: Platform) -> bool:
+        """TensorRT runs only on the GPU."""
+        return platform.has_cuda
+
     def __init__(self, model_path: Path, options: LoadOptions) -> None:
         import tensorrt as trt
 

@@ -14,9 +14,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
 from edgeserve.batching.device import Device
@@ -104,10 +105,11 @@ class Batcher:
         """Rows waiting to run (what max_queue_size bounds)."""
         return self._rows
 
-    async def admit(self, deadline: float) -> None:
+    def admit(self, deadline: float) -> Coroutine[Any, Any, None]:
         """Wait (bounded) until the queue has room for a request whose body is still unread:
-        the server calls this first, so a full queue costs no reading nor decoding (door.py)."""
-        await self.door.enter(deadline)
+        the server calls this first, so a full queue costs no reading nor decoding (door.py).
+        (The door's own coroutine: one frame less on every request's path.)"""
+        return self.door.enter(deadline)
 
     async def start(self) -> None:
         """Start the worker tasks and their threads."""

@@ -14,6 +14,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 
 class Device:
@@ -24,12 +25,17 @@ class Device:
         self.workers = instances * 2 if stage_ahead else instances
         self._slots = threading.BoundedSemaphore(instances) if stage_ahead else None
 
+    def slot(self) -> AbstractContextManager[int]:
+        """Hold one run slot (at once without stage-ahead); gives the nanoseconds waited."""
+        return _AT_ONCE if self._slots is None else self._waited(self._slots)
+
+    @staticmethod
     @contextlib.contextmanager
-    def slot(self) -> Iterator[int]:
-        """Hold one run slot (at once without stage-ahead); yields the nanoseconds waited."""
-        if self._slots is None:
-            yield 0
-            return
+    def _waited(slots: threading.BoundedSemaphore) -> Iterator[int]:
         started = time.perf_counter_ns()
-        with self._slots:
+        with slots:
             yield time.perf_counter_ns() - started
+
+
+_AT_ONCE = contextlib.nullcontext(0)
+"""The slot of a device without stage-ahead: no generator made for every batch on a CPU."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Hashable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -25,3 +26,6 @@ class Item:
 ONE_REQUEST: ContextVar[object | None] = ContextVar("edgeserve_request", default=None)
 """Set to a token around the submits of one request that became several items (a handler's):
 when one of them fails, those still waiting fail with it instead of running for nothing."""
+REQUEST_NUMBERS = itertools.count(1)
+"""Tokens for ONE_REQUEST: a number, unlike a bare object, names its request to another process
+(workers.wire)."""

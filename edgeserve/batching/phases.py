@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Sequence
 from typing import Protocol
@@ -35,4 +34,4 @@ class PhaseClock:
     def times(self) -> ComputeTimes:
         """The three phases; a batch that failed early has the missing ones as 0."""
         laps = self._laps + [self._laps[-1]] * (4 - len(self._laps))
-        return ComputeTimes(*(later - earlier for earlier, later in itertools.pairwise(laps)))
+        return ComputeTimes(laps[1] - laps[0], laps[2] - laps[1], laps[3] - laps[2])

@@ -10,7 +10,10 @@ which is within the profile), so the batcher and the backends trust their inputs
 
 from __future__ import annotations
 
+import operator
+import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,25 +31,50 @@ class InputChecks:
         self.signature = signature
         self.batching = batching and signature.batched
         self.profile = profile or {}
+        # what every request is held to, worked out once (this runs for every request)
+        self._names = frozenset(spec.name for spec in signature.inputs)
+        self._indexed = [spec for spec in signature.inputs if spec.index_range is not None]
+        self._ranged = [
+            (spec.name, self.profile[spec.name])
+            for spec in signature.inputs
+            if spec.name in self.profile
+        ]
+        first = 1 if self.batching else 0
+        self._fits = [
+            _Fits.of(spec, self.profile.get(spec.name), first) for spec in signature.inputs
+        ]
 
     def __call__(self, inputs: TensorDict) -> TensorDict:
         """The inputs, in the model's order, BYTES as object arrays; InvalidInput if they do
         not fit."""
-        check_names(self.signature, inputs)
-        checked = {spec.name: _checked(spec, inputs[spec.name]) for spec in self.signature.inputs}
-        for spec in self.signature.inputs:
+        if inputs.keys() != self._names:
+            check_names(self.signature, inputs)
+        checked = {}
+        for fits in self._fits:
+            array = inputs[fits.name]
+            if not fits(array):  # something to convert, or to refuse: the checks one by one
+                return self._checked_one_by_one(inputs)
+            checked[fits.name] = array
+        for spec in self._indexed:
             _check_indices(spec, checked[spec.name])
         self._check_rows(checked)
-        for name, array in checked.items():
-            if name in self.profile:
-                self._check_range(name, array.shape, self.profile[name])
+        return checked
+
+    def _checked_one_by_one(self, inputs: TensorDict) -> TensorDict:
+        checked = {spec.name: _checked(spec, inputs[spec.name]) for spec in self.signature.inputs}
+        for spec in self._indexed:
+            _check_indices(spec, checked[spec.name])
+        self._check_rows(checked)
+        for name, allowed in self._ranged:
+            self._check_range(name, checked[name].shape, allowed)
         return checked
 
     def _check_rows(self, inputs: TensorDict) -> None:
         if not self.signature.batched:
             return
-        rows = {name: array.shape[0] for name, array in inputs.items()}
-        if len(set(rows.values())) > 1 or (self.batching and 0 in rows.values()):
+        counts = [array.shape[0] for array in inputs.values()]
+        if counts and (min(counts) != max(counts) or (self.batching and not counts[0])):
+            rows = {name: array.shape[0] for name, array in inputs.items()}
             raise InvalidInput(
                 f"inputs {rows}: expected every input to have the same number (>= 1) "
                 "of rows on axis 0 (the batch axis)"
@@ -63,6 +91,43 @@ class InputChecks:
                     f"loaded for: axis {axis} is {shape[axis]}, allowed {low}..{top} "
                     f"(shapes {list(allowed.min)} .. {list(allowed.max)})"
                 )
+
+
+@dataclass(frozen=True)
+class _Fits:
+    """One input's datatype and its size bounds per axis, from its dims and its profile range
+    (axes from `first`): a tensor within them passes every check but the index and row ones,
+    with no Python loop over its axes."""
+
+    name: str
+    dtype: np.dtype
+    ndim: int  # -1: no tensor passes here (a profile of another rank: checked one by one)
+    low: tuple[int, ...]
+    high: tuple[int, ...]
+
+    @classmethod
+    def of(cls, spec: TensorSpec, allowed: ShapeRange | None, first: int) -> _Fits:
+        ndim = len(spec.dims)
+        low = [0 if dim == -1 else dim for dim in spec.dims]
+        high = [sys.maxsize if dim == -1 else dim for dim in spec.dims]
+        if allowed is not None and (len(allowed.min), len(allowed.max)) != (ndim, ndim):
+            ndim = -1
+        elif allowed is not None:
+            for axis in range(first, ndim):
+                low[axis] = max(low[axis], allowed.min[axis])
+                if allowed.max[axis] != UNBOUNDED:
+                    high[axis] = min(high[axis], allowed.max[axis])
+        dtype = datatypes.DATATYPES[spec.datatype].numpy
+        return cls(spec.name, dtype, ndim, tuple(low), tuple(high))
+
+    def __call__(self, array: np.ndarray) -> bool:
+        shape = array.shape
+        return (
+            array.dtype == self.dtype
+            and len(shape) == self.ndim
+            and all(map(operator.le, self.low, shape))
+            and all(map(operator.le, shape, self.high))
+        )
 
 
 def check_names(signature: Signature, names: Iterable[object]) -> None:

@@ -57,7 +57,13 @@ class Parameters:
     @classmethod
     def of(cls, parameters: Mapping[str, Any]) -> Parameters:
         """The parameters of a request; a bad value is the client's error (400)."""
-        return cls(_timeout_s(parameters.get("timeout")), _priority(parameters.get("priority")))
+        timeout, priority = parameters.get("timeout"), parameters.get("priority")
+        if timeout is None and priority is None:  # most requests: no object made for them
+            return _DEFAULTS
+        return cls(_timeout_s(timeout), _priority(priority))
+
+
+_DEFAULTS = Parameters()
 
 
 def _timeout_s(value: Any) -> float | None:
@@ -82,9 +88,13 @@ def _priority(value: Any) -> int:
 
 def check_outputs(request: InferRequest, signature: Signature) -> None:
     """Refuse, before running the model, outputs it lacks and BF16 outputs asked for as JSON."""
+    if not request.outputs:  # all of them, as the request's binary_data_output says
+        for every in signature.outputs:
+            if every.datatype == "BF16" and not request.binary_output:
+                raise _bf16_as_json(every.name)
+        return
     specs = {spec.name: spec for spec in signature.outputs}
-    wanted = request.outputs or tuple(RequestedOutput(n, request.binary_output) for n in specs)
-    for output in wanted:
+    for output in request.outputs:
         spec = specs.get(output.name)
         if spec is None:
             raise InvalidInput(
@@ -92,23 +102,34 @@ def check_outputs(request: InferRequest, signature: Signature) -> None:
                 f"its outputs are {sorted(specs)}"
             )
         if spec.datatype == "BF16" and not output.binary and output.place is None:
-            raise InvalidInput(
-                f"output `{output.name}`: BF16 travels only as binary data; "
-                "ask for it with parameters.binary_data = true"
-            )
+            raise _bf16_as_json(output.name)
+
+
+def _bf16_as_json(name: str) -> InvalidInput:
+    return InvalidInput(
+        f"output `{name}`: BF16 travels only as binary data; "
+        "ask for it with parameters.binary_data = true"
+    )
 
 
 def response_outputs(
     request: InferRequest, results: TensorDict, signature: Signature
 ) -> list[OutputTensor]:
     """The tensors to send, in the order asked (all outputs in model order when none were named)."""
-    datatypes = {spec.name: spec.datatype for spec in signature.outputs}
     if request.outputs is None:
-        wanted = [
-            RequestedOutput(name, request.binary_output) for name in datatypes if name in results
+        binary = request.binary_output
+        return [
+            OutputTensor(
+                spec.name,
+                results[spec.name],
+                spec.datatype or from_numpy(results[spec.name].dtype).name,
+                binary,
+            )
+            for spec in signature.outputs
+            if spec.name in results
         ]
-    else:
-        wanted = list(request.outputs)
+    datatypes = {spec.name: spec.datatype for spec in signature.outputs}
+    wanted = request.outputs
     return [
         OutputTensor(
             o.name,

@@ -103,19 +103,30 @@ class InferenceRoutes:
         return Reply(content, media_type)
 
     def _asgi(self, handler: Handler) -> ASGIApp:
+        drain, runtime, limit = self.drain, self.runtime, self.limit
+
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             arrived = time.monotonic()
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             task = asyncio.current_task()
             assert task is not None
-            self.drain.tasks.add(task)
+            drain.tasks.add(task)
             reply: Reply | Response
             try:
-                reply = await self._reply(handler, scope, receive, headers, arrived)
+                if scope["method"] != "POST":
+                    raise HTTPException(405, headers={"Allow": "POST"})
+                drain.check_open()
+                await runtime.admit(arrived)  # a full queue costs no reading nor decoding
+                body = await read_body(receive, headers, limit)
+                client = (scope.get("client") or ("",))[0]
+                call = Call(route_path(scope), headers, body, arrived, client)
+                reply = await until_disconnected(receive, handler(call), task)
+            except asyncio.CancelledError as cancelled:  # at the drain bound: the 503 saying so
+                reply = error_response(drain.answer(cancelled), _where(scope))
             except Exception as exc:
-                reply = error_response(exc, f"{scope['method']} {scope['path']}")
+                reply = error_response(exc, _where(scope))
             finally:
-                self.drain.tasks.discard(task)
+                drain.tasks.discard(task)
             if isinstance(reply, Reply):
                 await _send(send, reply)
             else:
@@ -123,26 +134,9 @@ class InferenceRoutes:
 
         return app
 
-    async def _reply(
-        self,
-        handler: Handler,
-        scope: Scope,
-        receive: Receive,
-        headers: dict[str, str],
-        arrived: float,
-    ) -> Reply:
-        """The request read and handled; at the drain bound, the 503 that says so."""
-        try:
-            if scope["method"] != "POST":
-                raise HTTPException(405, headers={"Allow": "POST"})
-            self.drain.check_open()
-            await self.runtime.admit(arrived)  # a full queue costs no reading nor decoding
-            body = await read_body(receive, headers, self.limit)
-            client = (scope.get("client") or ("",))[0]
-            call = Call(route_path(scope), headers, body, arrived, client)
-            return await until_disconnected(receive, handler(call))
-        except asyncio.CancelledError as cancelled:
-            raise self.drain.answer(cancelled) from None
+
+def _where(scope: Scope) -> str:
+    return f"{scope['method']} {scope['path']}"
 
 
 def route_path(scope: Scope) -> str:
@@ -165,11 +159,9 @@ async def _send(send: Send, reply: Reply) -> None:
     await send({"type": "http.response.body", "body": reply.body})
 
 
-async def until_disconnected(receive: Receive, work: Awaitable[T]) -> T:
-    """Await `work` in this task; once it has waited WATCH_AFTER_S, also watch the connection
-    and cancel the work if the client hangs up (raising ClientDisconnect)."""
-    task = asyncio.current_task()
-    assert task is not None
+async def until_disconnected(receive: Receive, work: Awaitable[T], task: asyncio.Task[None]) -> T:
+    """Await `work` in `task` (this one); once it has waited WATCH_AFTER_S, also watch the
+    connection and cancel the work if the client hangs up (raising ClientDisconnect)."""
     hung_up = False
     watcher: asyncio.Task[None] | None = None
 

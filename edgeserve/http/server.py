@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 import uvicorn
 
 from edgeserve.http.timeouts import protocol_class
+from edgeserve.memory import freeze_long_lived
 
 if TYPE_CHECKING:
     from edgeserve.http.app import FunctionApp
@@ -37,7 +38,9 @@ def uvicorn_config(app: FunctionApp, http: str = "auto", **settings: Any) -> uvi
 
 class DrainingServer(uvicorn.Server):
     """uvicorn, telling the app the moment SIGTERM arrives, so that the drain bound counts from
-    the signal (uvicorn itself looks for it every 0.1 s, and only then starts its shutdown)."""
+    the signal (uvicorn itself looks for it every 0.1 s, and only then starts its shutdown).
+    Once started (the app's lifespan has loaded and warmed up the model), what the process holds
+    leaves the cyclic GC's sight (memory.freeze_long_lived)."""
 
     drain_at_signal = True  # False: the drain starts with uvicorn's own shutdown
     _loop: asyncio.AbstractEventLoop | None = None
@@ -45,6 +48,7 @@ class DrainingServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
+        freeze_long_lived()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)

@@ -67,7 +67,10 @@ class _Bounded:
     """Mixed into a uvicorn protocol class: one timer per connection, re-armed per phase.
 
     A request's headers are complete once uvicorn has made a new request cycle (`self.cycle`);
-    its body once that cycle has no `more_body`.
+    its body once that cycle has no `more_body`. Arming a phase only moves its deadline: the
+    one timer wakes at the earliest deadline set and, if the deadline has moved on since, goes
+    back to sleep until it. So a request pays for no timer of its own (scheduling and
+    cancelling one per phase cost more than the rest of this class on a small request).
     """
 
     header_timeout_s: float
@@ -76,6 +79,8 @@ class _Bounded:
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
     _timer: asyncio.TimerHandle | None = None
+    _timer_at = 0.0  # when the timer wakes (loop time)
+    _deadline = 0.0  # when the phase awaited ends (loop time)
     _phase: str | None = None  # "header", "body" or None (nothing to wait for)
     _watched: Any = None  # the cycle before the awaited headers, or the one whose body is awaited
     _header_bytes = 0  # bytes of the awaited headers received so far
@@ -86,24 +91,34 @@ class _Bounded:
         self._await_headers()
 
     def data_received(self, data: bytes) -> None:
-        if self._phase == "header" and self._headers_past_cap(data):
-            if not self.transport.is_closing():
-                self._refuse(HeadersTooLarge(f"request headers: over {MAX_HEADER_BYTES} bytes"))
-            return  # never parsed: no request cycle starts
-        super().data_received(data)  # type: ignore[misc]
-        if self._phase == "header":
-            if self.cycle is not self._watched:  # the headers are complete
-                self._arm(None)
-                if self.cycle.more_body:
-                    self._watched = self.cycle
+        phase = self._phase
+        if phase == "header":
+            if not self._whole_headers_in(data) and self._headers_past_cap(data):
+                if not self.transport.is_closing():
+                    self._refuse(HeadersTooLarge(f"request headers: over {MAX_HEADER_BYTES} bytes"))
+                return  # never parsed: no request cycle starts
+            super().data_received(data)  # type: ignore[misc]
+            cycle = self.cycle
+            if cycle is not self._watched:  # the headers are complete
+                if cycle.more_body:
+                    self._watched = cycle
                     self._arm("body", self.body_timeout_s)
-        elif self._phase == "body" and not self._watched.more_body:
-            self._arm(None)
+                else:
+                    self._phase = None
+            return
+        super().data_received(data)  # type: ignore[misc]
+        if phase == "body" and not self._watched.more_body:
+            self._phase = None
+
+    def _whole_headers_in(self, data: bytes) -> bool:
+        """Whether `data` is the first read of the awaited headers and holds all of them within
+        the cap (most requests: nothing more to count)."""
+        return not self._header_bytes and 0 <= data.find(b"\r\n\r\n") <= MAX_HEADER_BYTES - 4
 
     def _headers_past_cap(self, data: bytes) -> bool:
         """Whether the awaited headers, counted up to their blank line when `data` holds it,
         pass MAX_HEADER_BYTES; headers that arrive whole in one read count too."""
-        seen = self._header_tail + data
+        seen = self._header_tail + data if self._header_tail else data  # no copy of a whole read
         end = seen.find(b"\r\n\r\n")
         counted = len(data) if end < 0 else end + 4 - len(self._header_tail)
         past = self._header_bytes + counted > MAX_HEADER_BYTES
@@ -117,7 +132,10 @@ class _Bounded:
             self._await_headers()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._arm(None)
+        self._phase = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)  # type: ignore[misc]
 
     def send_400_response(self, msg: str) -> None:
@@ -129,13 +147,29 @@ class _Bounded:
         self._arm("header", self.header_timeout_s)
 
     def _arm(self, phase: str | None, delay_s: float = 0.0) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        """Await `phase` for `delay_s` from now (None: nothing is awaited)."""
         self._phase = phase
-        self._timer = None if phase is None else self.loop.call_later(delay_s, self._expired)
+        if phase is None:
+            return  # a timer still set finds no phase when it wakes
+        self._deadline = deadline = self.loop.time() + delay_s
+        if self._timer is None or deadline < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = deadline
+            self._timer = self.loop.call_at(deadline, self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        if self._phase is None:
+            return
+        if self._deadline > self._timer_at:  # the phase was re-armed since: sleep on
+            self._timer_at = self._deadline
+            self._timer = self.loop.call_at(self._deadline, self._wake)
+            return
+        self._expired()
 
     def _expired(self) -> None:
-        phase, self._timer = self._phase, None
+        phase = self._phase
         if self.transport.is_closing():
             return
         if phase == "header" and self._header_bytes:

@@ -26,7 +26,7 @@ ALIGN = 64
 Ref = tuple[str, tuple[int, ...], int]
 """A tensor in the arena: (dtype.str, shape, offset)."""
 Placed = dict[str, Ref | np.ndarray]
-"""Tensors by name, each in the arena (a Ref) or inline (an array that pickles itself)."""
+"""Tensors by name, each in the arena (a Ref) or inline (an array: wire.py's ARRAY or TEXTS)."""
 
 
 class Arena:

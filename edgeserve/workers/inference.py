@@ -28,6 +28,7 @@ from typing import Any
 from edgeserve.batching import ONE_REQUEST
 from edgeserve.errors import BackendError, EdgeserveError, Unavailable
 from edgeserve.http.timeouts import Timeouts
+from edgeserve.memory import freeze_long_lived
 from edgeserve.runtime import LocalEngine, Runtime
 from edgeserve.workers import wire
 from edgeserve.workers.arena import Arena
@@ -178,6 +179,7 @@ async def serve_inference(config: ChildConfig) -> None:
     stats = SharedStats(name, version, board, config.devices, instance=config.instance)
     runtime = Runtime.load(bundle, backend=config.backend, stats=stats)
     await runtime.start()
+    freeze_long_lived()
     assert isinstance(runtime.engine, LocalEngine)  # Runtime.load builds the local one
     server = InferenceServer(runtime.engine, board, config.instance)
     stop = asyncio.Event()

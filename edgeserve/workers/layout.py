@@ -16,7 +16,8 @@ The inference processes follow Triton's instance_group: `[resources] devices` "a
 visible GPU (CUDA_VISIBLE_DEVICES counts, as it does for CUDA), or one on the CPU without a GPU;
 "cpu" or a list of GPU indices restrict it; `processes_per_device` multiplies it. Each GPU
 process sees only its GPU (its own CUDA_VISIBLE_DEVICES), so nothing of it lands on another.
-`EDGESERVE_DEVICE` (cpu, cuda:N) still forces the one device it names.
+`EDGESERVE_DEVICE` (cpu, cuda:N) still forces the one device it names. A GPU counts only where the
+chosen backend can use it (`backends.as_reached`: not with ONNX Runtime's CPU wheel, nor OpenVINO).
 
 `EDGESERVE_WORKERS` overrides the manifest's [resources] workers, and `serve --workers` both.
 """
@@ -122,8 +123,8 @@ def visible_gpus(platform: Platform, env: Mapping[str, str]) -> list[str]:
 def _visible(visible: list[str], index: int, source: str) -> str:
     if index >= len(visible):
         raise ConfigError(
-            f"{source}: GPU {index} is not visible here; this machine shows "
-            f"{len(visible)} GPU(s){f' (0..{len(visible) - 1})' if visible else ''}. "
+            f"{source}: GPU {index} is not visible here; this machine shows {len(visible)} "
+            f"GPU(s) that the backend can use{f' (0..{len(visible) - 1})' if visible else ''}. "
             'Hint: list only those, or write "auto"'
         )
     return visible[index]

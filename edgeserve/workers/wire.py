@@ -88,8 +88,8 @@ def _extension(value: object) -> msgpack.ExtType:
         cls = next(c for c in type(value).__mro__ if c in _ERROR_FIELDS)
         fields = {name: getattr(value, name) for name in _ERROR_FIELDS[cls]}
         return _ext(_ERROR, cls.__name__, value.message, fields)
-    if isinstance(value, ShapeRange):
-        return _ext(_RANGE, value.min, value.opt, value.max)
+    if isinstance(value, ShapeRange):  # dims as ints, should a backend's be numpy's
+        return _ext(_RANGE, *(tuple(map(int, dims)) for dims in (value.min, value.opt, value.max)))
     raise Malformed(f"cannot send a {type(value).__name__}")
 
 
@@ -100,7 +100,7 @@ event loop's thread only, and an extension packs its fields with a packer of its
 
 def send(writer: asyncio.StreamWriter, message: tuple[Any, ...]) -> None:
     """Queue one message on the stream (no await: the kernel's socket buffer absorbs it)."""
-    writer.write(_PACKER.pack(message))
+    writer.write(encode(message))
 
 
 def encode(message: tuple[Any, ...]) -> bytes:
@@ -128,8 +128,8 @@ class Receiver:
             data = await self._reader.read(READ_BYTES)
             if not data:
                 raise asyncio.IncompleteReadError(b"", None)
-            self._unpacker.feed(data)
             try:
+                self._unpacker.feed(data)
                 self._arrived.extend(self._unpacker)  # every message complete so far
             except Malformed as exc:
                 self._failed = exc
