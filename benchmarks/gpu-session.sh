@@ -8,7 +8,8 @@
 # ocr: functions/ocr's samples on CUDA and on the CPU provider (auto, and one process);
 # crnn-si: CRNN with the GIL switch interval at 0.1 ms; devices: the 2-GPU test and benchmark;
 # tests: the GPU tests; triton: PyTriton binding ONNX Runtime CUDA, the same models, the same
-#   max batch and delay, under the same perf_analyzer (PyTriton's wheels unpacked in /tmp/pyt).
+#   max batch and delay, under the same perf_analyzer (PyTriton's wheels unpacked in /tmp/pyt;
+#   on 2026-11-22 its python backend stub did not find pyzmq there: RESULTS-gpu.md).
 set -uo pipefail
 . /tmp/gpu-env.sh
 cd /tmp/tree
