@@ -67,6 +67,16 @@ def test_every_sample_page_reads_as_its_truth(ocr_url: str) -> None:
             assert 0.0 <= line["confidence"] <= 1.0
 
 
+@pytest.mark.parametrize("angle", [-3.0, -1.5, 2.0])
+def test_a_skewed_page_is_levelled_and_reads_as_its_truth(ocr_url: str, angle: float) -> None:
+    for name in ("letter", "receipt"):
+        page = Image.open(OCR / "samples" / f"{name}.png").convert("L")
+        skewed = page.rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=255)
+        answer = invoke(ocr_url, png(skewed)).json()
+        truth = (OCR / "samples" / f"{name}.txt").read_text().rstrip("\n")
+        assert answer["text"] == truth, (name, angle)
+
+
 def test_held_out_fonts_meet_the_accuracy_targets_through_http(ocr_url: str) -> None:
     """A small run of training/evaluate.py (fonts never seen in training), through the server."""
     figures = evaluate.evaluate(evaluate.url_recognizer(ocr_url), n_lines=60, n_pages=8, seed=11)
