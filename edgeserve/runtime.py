@@ -127,6 +127,7 @@ class Runtime:
     def __init__(self, bundle: Bundle, engine: Engine, stats: ModelStats | None = None) -> None:
         self.bundle = bundle
         self.engine = engine
+        self._model_version = bundle.manifest.function.model_version
         self.stats = stats or ModelStats(bundle.manifest.function.name, self.model_version)
         self.checks = self._door()
         self._timeout_s = bundle.manifest.batching.timeout_ms / 1000.0
@@ -198,8 +199,9 @@ class Runtime:
 
     @property
     def model_version(self) -> str:
-        """The integer v2 model version the HTTP API reports (FunctionInfo.model_version)."""
-        return self.manifest.function.model_version
+        """The integer v2 model version the HTTP API reports (FunctionInfo.model_version; read
+        once: every response names it, and working it out matches a regular expression)."""
+        return self._model_version
 
     @property
     def backend_name(self) -> str:
