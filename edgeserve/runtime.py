@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 import numpy as np
 
 from edgeserve import datatypes, values
-from edgeserve.backends import choose, default_device, load_backend
+from edgeserve.backends import choose, default_device, load_backend, probe
 from edgeserve.batching import ONE_REQUEST, REQUEST_NUMBERS, Batcher, BatchPolicy, stack_rows
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
 from edgeserve.handler import check_items, import_handler
-from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
 from edgeserve.samples import example_inputs
 from edgeserve.shapes import ShapeProfile, shape_profile
