@@ -3,7 +3,7 @@
 Runs under the separate PyTriton venv (benchmarks/.venv-triton), never the project's:
 
     benchmarks/.venv-triton/bin/python benchmarks/triton_server.py MODEL.onnx NAME PORT \
-        --threads 0 --max-batch 32 --delay-us 2000
+        --threads 0 --max-batch 32 --delay-us 2000 [--cuda]
 
 The bound callable runs the same ONNX model with ONNX Runtime and the same thread settings as
 edgeserve's onnxruntime backend (intra-op `threads`, one inter-op thread, sequential).
@@ -20,13 +20,17 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
 
-def session(path: str, threads: int) -> ort.InferenceSession:
+def session(path: str, threads: int, cuda: bool) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    if not cuda:
+        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    ort.preload_dlls()  # onnxruntime-gpu: the pip CUDA and cuDNN libraries
+    gpu = ("CUDAExecutionProvider", {"device_id": "0", "use_tf32": "0"})  # as edgeserve's
+    return ort.InferenceSession(path, options, providers=[gpu, "CPUExecutionProvider"])
 
 
 def tensors(args: list[ort.NodeArg]) -> list[Tensor]:
@@ -49,8 +53,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--delay-us", type=int, default=2000)
+    parser.add_argument("--cuda", action="store_true", help="ONNX Runtime's CUDA provider")
     args = parser.parse_args()
-    sess = session(args.model, args.threads)
+    sess = session(args.model, args.threads, args.cuda)
     outputs = [o.name for o in sess.get_outputs()]
 
     @batch

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The GPU run of benchmarks/RESULTS-gpu.md, step by step on one machine after gpu-setup.sh:
+#
+#   bash benchmarks/gpu-session.sh resnet|crnn|crnn-si|ocr|tests|triton|devices
+#
+# resnet, crnn: perf_analyzer over HTTP, system and CUDA shared memory, against `workers =
+#   auto`, with CPU per process, py-spy and `edgeserve bench -p 4` at c=128 (gpu_sweep.py);
+# ocr: functions/ocr's samples on CUDA and on the CPU provider (auto, and one process);
+# crnn-si: CRNN with the GIL switch interval at 0.1 ms; devices: the 2-GPU test and benchmark;
+# tests: the GPU tests; triton: PyTriton binding ONNX Runtime CUDA, the same models, the same
+#   max batch and delay, under the same perf_analyzer (PyTriton's wheels unpacked in /tmp/pyt;
+#   on 2026-11-22 its python backend stub did not find pyzmq there: RESULTS-gpu.md).
+set -uo pipefail
+. /tmp/gpu-env.sh
+cd /tmp/tree
+levels=1,16,64,128
+case $1 in
+resnet | crnn)
+    shm=system,cuda
+    python3 benchmarks/gpu_sweep.py /tmp/w --out "/tmp/o-$1" --models "$1" --workers auto \
+        --shm-workers auto --concurrency $levels --shm $shm --profile --bench --limits ;;
+ocr)
+    python3 benchmarks/gpu_sweep.py /tmp/w --out /tmp/o-ocr --models "" \
+        --function functions/ocr --workers auto --concurrency 1,32 --profile
+    EDGESERVE_DEVICE=cpu python3 benchmarks/gpu_sweep.py /tmp/w --out /tmp/o-ocr-cpu \
+        --models "" --function functions/ocr --workers auto,1 --concurrency 1,32 ;;
+crnn-si)  # the GIL switch interval of the inference process, 0.5 ms (as landed) against 0.1
+    cp -r /tmp/tree /tmp/tree-si && cd /tmp/tree-si
+    sed -i 's/^GPU_SWITCH_INTERVAL_S = 0.0005/GPU_SWITCH_INTERVAL_S = 0.0001/' edgeserve/runtime.py
+    grep -n "^GPU_SWITCH_INTERVAL_S" edgeserve/runtime.py
+    PYTHONPATH=/tmp/tree-si:${PYTHONPATH#/tmp/tree:} python3 benchmarks/gpu_sweep.py /tmp/w \
+        --out /tmp/o-crnn-si --models crnn --workers auto --concurrency 16,64,128 --shm "" ;;
+devices)  # on a machine of 2 GPUs: one inference process per GPU (tests and benchmark)
+    python3 -m pytest -q -p no:cacheprovider tests/test_workers_gpu.py
+    python3 benchmarks/devices.py /tmp/w --processes 4 ;;
+tests)
+    python3 -m pytest -q -p no:cacheprovider tests/test_cuda_sharedmemory.py \
+        tests/test_buckets.py tests/test_stage_ahead.py tests/test_perf_analyzer.py \
+        tests/test_sharedmemory.py ;;
+triton)
+    export PYTHONPATH=/tmp/pyt:$PYTHONPATH  # PyTriton wants numpy < 2, tritonclient 2.5x
+    # Triton's python backend stub sees the interpreter's own site-packages, not PYTHONPATH
+    python3 -m pip install -q --no-index --no-deps /tmp/pywhl/pyzmq-*.whl
+    for model in resnet crnn; do
+        shape=$([ $model = resnet ] && echo 3,224,224 || echo 1,32,128)
+        # tritonserver runs from a copy in PyTriton's workspace: its grafted libraries by path
+        LD_LIBRARY_PATH=/tmp/pyt/nvidia_pytriton.libs:$LD_LIBRARY_PATH \
+            python3 benchmarks/triton_server.py /tmp/w/$model/model.onnx $model 8100 --cuda \
+            --max-batch 32 --delay-us 2000 >/tmp/triton-$model.log 2>&1 &
+        server=$!
+        python3 -c 'import os, sys, time, urllib.request as u
+for _ in range(90):
+    try:
+        u.urlopen("http://127.0.0.1:8100/v2/models/'$model'/ready"); break
+    except OSError:
+        os.kill('$server', 0); time.sleep(1)' || { tail -5 /tmp/triton-$model.log; continue; }
+        for c in ${levels//,/ }; do
+            perf_analyzer -m $model -u 127.0.0.1:8100 -i http --concurrency-range $c -b 1 \
+                --shape image:$shape --input-data random --measurement-interval 2000 \
+                --stability-percentage 50 --max-trials 6 -f /tmp/triton-$model-$c.csv >/dev/null
+            echo "triton $model c=$c (c, items/s, p50 us, p99 us): $(tail -1 /tmp/triton-$model-$c.csv | cut -d, -f1,2,10,13)"
+        done
+        kill $server; wait $server
+        tail -3 /tmp/triton-$model.log
+    done ;;
+esac
