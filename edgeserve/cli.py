@@ -126,8 +126,8 @@ def _invoke_body(args: argparse.Namespace) -> tuple[bytes, str]:
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from edgeserve.backends import choose
-    from edgeserve.hardware import describe, probe
+    from edgeserve.backends import choose, probe
+    from edgeserve.hardware import describe
 
     platform = probe()
     choice = choose(platform, override=args.backend)

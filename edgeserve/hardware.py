@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,8 +24,9 @@ PlatformKind = Literal["jetson", "nvidia-gpu", "cpu"]
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "asimd")
 """CPU features that change what a backend does (OpenVINO picks bf16 on AMX / AVX512-BF16)."""
 
-MODULES = ("tensorrt", "openvino", "onnxruntime", "cuda.bindings", "pynvml")
-"""Python modules a backend needs; `Platform.modules` says which of them import."""
+OWN_MODULES = ("pynvml",)
+"""Python modules the probe itself uses (NVML, for the GPUs). The modules each backend needs are
+declared by the backend (edgeserve.backends.MODULES) and passed to `probe`."""
 
 ARM_CORES = {("0x41", "0xd42"): "ARM Cortex-A78AE", ("0x4e", "0x004"): "NVIDIA Carmel"}
 """(CPU implementer, CPU part) -> core: Arm's /proc/cpuinfo has no model name (Orin, Xavier)."""
@@ -97,12 +99,13 @@ class Platform:
         return self.kind in ("jetson", "nvidia-gpu")
 
 
-def probe(root: Path = Path("/"), nvml: bool = True) -> Platform:
-    """Look at the machine; `nvml=False` skips the NVML query (a Jetson never makes it)."""
+def probe(root: Path = Path("/"), nvml: bool = True, modules: Sequence[str] = ()) -> Platform:
+    """Look at the machine; `nvml=False` skips the NVML query (a Jetson never makes it).
+    `Platform.modules`: which of `modules` (and OWN_MODULES) are installed."""
     jetson = probe_jetson(root)
     gpus = probe_gpus() if nvml and jetson is None else ()
     kind: PlatformKind = "jetson" if jetson else "nvidia-gpu" if gpus else "cpu"
-    return Platform(kind, probe_cpu(root), gpus, jetson, probe_modules())
+    return Platform(kind, probe_cpu(root), gpus, jetson, probe_modules((*modules, *OWN_MODULES)))
 
 
 def probe_cpu(root: Path) -> Cpu:
@@ -173,9 +176,9 @@ def _gpu(nvml: Any, index: int, driver: str) -> Gpu:
     return Gpu(index, str(nvml.nvmlDeviceGetName(handle)), (major, minor), memory, driver)
 
 
-def probe_modules() -> frozenset[str]:
-    """Which of MODULES are installed, found without importing them."""
-    return frozenset(name for name in MODULES if _findable(name))
+def probe_modules(names: Sequence[str]) -> frozenset[str]:
+    """Which of `names` are installed, found without importing them."""
+    return frozenset(name for name in names if _findable(name))
 
 
 def _findable(name: str) -> bool:

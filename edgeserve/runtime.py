@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 import numpy as np
 
 from edgeserve import datatypes, values
-from edgeserve.backends import choose, default_device, load_backend
+from edgeserve.backends import choose, default_device, load_backend, probe
 from edgeserve.batching import ONE_REQUEST, REQUEST_NUMBERS, Batcher, BatchPolicy, stack_rows
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
 from edgeserve.handler import check_items, import_handler
-from edgeserve.hardware import probe
 from edgeserve.memory import trim_when_idle
 from edgeserve.samples import example_inputs
 from edgeserve.shapes import ShapeProfile, shape_profile
@@ -127,6 +126,7 @@ class Runtime:
     def __init__(self, bundle: Bundle, engine: Engine, stats: ModelStats | None = None) -> None:
         self.bundle = bundle
         self.engine = engine
+        self._model_version = bundle.manifest.function.model_version
         self.stats = stats or ModelStats(bundle.manifest.function.name, self.model_version)
         self.checks = self._door()
         self._timeout_s = bundle.manifest.batching.timeout_ms / 1000.0
@@ -198,8 +198,9 @@ class Runtime:
 
     @property
     def model_version(self) -> str:
-        """The integer v2 model version the HTTP API reports (FunctionInfo.model_version)."""
-        return self.manifest.function.model_version
+        """The integer v2 model version the HTTP API reports (FunctionInfo.model_version; read
+        once: every response names it, and working it out matches a regular expression)."""
+        return self._model_version
 
     @property
     def backend_name(self) -> str:

@@ -10,10 +10,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from edgeserve.backends import as_reached, choose
+from edgeserve.backends import as_reached, choose, probe
 from edgeserve.bundle import Bundle, is_function_source
 from edgeserve.errors import ConfigError
-from edgeserve.hardware import probe
 from edgeserve.http.app import FunctionApp, create_app
 from edgeserve.http.auth import load_credentials
 from edgeserve.http.server import DrainingServer, uvicorn_config

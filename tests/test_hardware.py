@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgeserve.backends import Choice
+from edgeserve.backends import probe as probe_for_backends
 from edgeserve.hardware import (
     Cpu,
     Jetson,
@@ -130,7 +131,7 @@ def test_an_empty_tree_is_a_cpu_with_fallbacks(tmp_path: Path) -> None:
 
 
 def test_probe_of_this_machine_is_plausible() -> None:
-    platform = probe()
+    platform = probe_for_backends()
     assert platform.kind == ("nvidia-gpu" if platform.gpus else "cpu")
     assert platform.jetson is None
     assert platform.cpu.model not in ("", "unknown")
@@ -141,7 +142,7 @@ def test_probe_of_this_machine_is_plausible() -> None:
 
 def test_probe_imports_no_engine() -> None:
     script = (
-        "import sys; from edgeserve import backends, hardware; hardware.probe(); "
+        "import sys; from edgeserve import backends; backends.probe(); "
         "engines = ('openvino', 'onnxruntime', 'tensorrt', 'pynvml'); "
         "print(sorted(m for m in engines if m in sys.modules))"
     )

@@ -5,12 +5,15 @@ loads must follow them, checked here through the public paths that read them."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from edgeserve import build
-from edgeserve.backends import BACKENDS, BY_NAME, suited
+from edgeserve.backends import BACKENDS, BY_NAME, MODULES, probe, suited
+from edgeserve.hardware import Cpu, Gpu, Platform
 from edgeserve.kinds import KINDS
 from edgeserve.manifest import BACKEND_NAMES
 from edgeserve.profiles import SHIPPED_DIR, load_target
@@ -28,6 +31,27 @@ def test_each_platform_plans_its_suited_backends_best_first() -> None:
         "jetson": ("tensorrt", "onnxruntime"),
         "nvidia-gpu": ("tensorrt", "onnxruntime"),
     }
+
+
+def test_the_probe_looks_for_the_modules_each_backend_declares() -> None:
+    """A backend's modules are probed (none listed elsewhere), and a machine lacking one of
+    them is told which, and how to install it."""
+    assert probe(nvml=False).modules & set(MODULES) == {m for m in MODULES if _findable(m)}
+    gpu = Gpu(0, "NVIDIA H100", (9, 0), 80 * 2**30, "550.54")
+    whole = Platform("nvidia-gpu", Cpu("x", 16, frozenset()), (gpu,), None, frozenset(MODULES))
+    for backend in BACKENDS:
+        assert backend.modules, backend.name
+        assert backend.available(whole) is None, backend.name
+        for module, how in backend.modules.items():
+            lacking = replace(whole, modules=whole.modules - {module})
+            assert backend.available(lacking) == how, (backend.name, module)
+
+
+def _findable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a dotted name whose parent package is missing
+        return False
 
 
 def test_every_kind_runs_somewhere_and_every_driver_implements_the_protocol() -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from edgeserve import hardware
 from edgeserve.backends.onnxruntime import OnnxRuntime
 from edgeserve.backends.openvino import OpenVINO
 from edgeserve.backends.options import LoadOptions, Precision, TritonNames, cuda_index
@@ -39,6 +40,7 @@ class BackendClass(Protocol):
     platforms: tuple[str, ...]
     triton: TritonNames
     prepared: tuple[str, ...]
+    modules: dict[str, str]  # the Python modules it imports -> how to install each
 
     def available(self, platform: Platform) -> str | None: ...
 
@@ -51,7 +53,14 @@ class BackendClass(Protocol):
 
 BACKENDS: list[BackendClass] = [TensorRT, OpenVINO, OnnxRuntime]
 BY_NAME = {backend.name: backend for backend in BACKENDS}
+MODULES = tuple(dict.fromkeys(module for backend in BACKENDS for module in backend.modules))
+"""Every Python module a backend of the table needs: what `probe` looks for."""
 ENV_VAR = "EDGESERVE_BACKEND"
+
+
+def probe(root: Path = Path("/"), nvml: bool = True) -> Platform:
+    """The machine (hardware.probe), with which of the backends' modules are installed."""
+    return hardware.probe(root, nvml, modules=MODULES)
 
 
 def suited(platform: str) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ from edgeserve import datatypes
 from edgeserve.backends import cuda
 from edgeserve.backends.binding import Binding, HostMemory, Staged
 from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for
-from edgeserve.backends.options import LoadOptions, TritonNames
+from edgeserve.backends.options import LoadOptions, TritonNames, missing_module
 from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError, InvalidInput
 from edgeserve.hardware import Platform
@@ -45,6 +45,9 @@ class OnnxRuntime:
     platforms: ClassVar[tuple[str, ...]] = ("jetson", "nvidia-gpu", "cpu", "lambda")
     triton: ClassVar[TritonNames] = TritonNames("onnxruntime_onnx", "onnxruntime")
     prepared: ClassVar[tuple[str, ...]] = ()
+    modules: ClassVar[dict[str, str]] = {
+        "onnxruntime": "the onnxruntime package is not installed (pip install onnxruntime)"
+    }
 
     @classmethod
     def prepare(cls, model_path: Path, bundle: Path) -> None:
@@ -52,9 +55,7 @@ class OnnxRuntime:
 
     @classmethod
     def available(cls, platform: Platform) -> str | None:
-        if "onnxruntime" not in platform.modules:
-            return "the onnxruntime package is not installed (pip install onnxruntime)"
-        return None
+        return missing_module(cls.modules, platform)
 
     @classmethod
     def reaches_gpu(cls, platform: Platform) -> bool:

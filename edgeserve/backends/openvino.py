@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edgeserve.backends.options import LoadOptions, TritonNames
+from edgeserve.backends.options import LoadOptions, TritonNames, missing_module
 from edgeserve.errors import BackendError
 from edgeserve.hardware import Platform
 from edgeserve.types import TensorDict
@@ -38,6 +38,9 @@ class OpenVINO:
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     triton: ClassVar[TritonNames] = TritonNames("", "openvino")
     prepared: ClassVar[tuple[str, ...]] = (IR_PATH, "model/model.bin")
+    modules: ClassVar[dict[str, str]] = {
+        "openvino": "the openvino package is not installed (pip install openvino)"
+    }
 
     @classmethod
     def prepare(cls, model_path: Path, bundle: Path) -> None:
@@ -46,9 +49,7 @@ class OpenVINO:
 
     @classmethod
     def available(cls, platform: Platform) -> str | None:
-        if "openvino" not in platform.modules:
-            return "the openvino package is not installed (pip install openvino)"
-        return None
+        return missing_module(cls.modules, platform)
 
     @classmethod
     def reaches_gpu(cls, platform: Platform) -> bool:

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from edgeserve.errors import ConfigError
+from edgeserve.hardware import Platform
 from edgeserve.shapes import ShapeProfile
 from edgeserve.types import Signature
 
 Precision = Literal["fp32", "fp16", "int8", "auto"]
+
+
+def missing_module(modules: Mapping[str, str], platform: Platform) -> str | None:
+    """What to install, for the first of a backend's `modules` (import name -> how to get it)
+    this machine lacks; None when all import."""
+    return next((how for name, how in modules.items() if name not in platform.modules), None)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import numpy as np
 
 from edgeserve.backends import cuda
 from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for, write_parts
-from edgeserve.backends.options import LoadOptions, Precision, TritonNames
+from edgeserve.backends.options import LoadOptions, Precision, TritonNames, missing_module
 from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError
 from edgeserve.hardware import Platform
@@ -57,6 +57,10 @@ class TensorRT:
     platforms: ClassVar[tuple[str, ...]] = ("jetson", "nvidia-gpu")
     triton: ClassVar[TritonNames] = TritonNames("tensorrt_plan", "tensorrt", "KIND_GPU")
     prepared: ClassVar[tuple[str, ...]] = ()
+    modules: ClassVar[dict[str, str]] = {
+        "tensorrt": "tensorrt is not installed (pip tensorrt, or JetPack's python3-libnvinfer)",
+        "cuda.bindings": "cuda-python is not installed (pip install 'edgeserve[gpu]')",
+    }
 
     @classmethod
     def prepare(cls, model_path: Path, bundle: Path) -> None:
@@ -66,11 +70,7 @@ class TensorRT:
     def available(cls, platform: Platform) -> str | None:
         if not platform.has_cuda:
             return f"needs an NVIDIA GPU or a Jetson, and this is a {platform.kind} machine"
-        if "tensorrt" not in platform.modules:
-            return "tensorrt is not installed (pip tensorrt, or JetPack's python3-libnvinfer)"
-        if "cuda.bindings" not in platform.modules:
-            return "cuda-python is not installed (pip install 'edgeserve[gpu]')"
-        return None
+        return missing_module(cls.modules, platform)
 
     @classmethod
     def reaches_gpu(cls, platform: Platform) -> bool:
