@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The GPU run of benchmarks/RESULTS-gpu.md, step by step on one machine after gpu-setup.sh:
 #
-#   bash benchmarks/gpu-session.sh resnet|crnn|crnn-si|ocr|tests|triton|devices
+#   bash benchmarks/gpu-session.sh resnet|crnn|crnn-si|ocr|tests|triton|devices|per-device [DIR]
 #
 # resnet, crnn: perf_analyzer over HTTP, system and CUDA shared memory, against `workers =
 #   auto`, with CPU per process, py-spy and `edgeserve bench -p 4` at c=128 (gpu_sweep.py);
 # ocr: functions/ocr's samples on CUDA and on the CPU provider (auto, and one process);
 # crnn-si: CRNN with the GIL switch interval at 0.1 ms; devices: the 2-GPU test and benchmark;
+# per-device: 1, 2, 3 inference processes on the GPU (CRNN), and functions/ocr on the CPU
+#   provider with 1, 2, 4 processes sharing the cores against one process (sweeps under DIR);
 # tests: the GPU tests; triton: PyTriton binding ONNX Runtime CUDA, the same models, the same
 #   max batch and delay, under the same perf_analyzer (PyTriton's wheels unpacked in /tmp/pyt;
 #   on 2026-11-22 its python backend stub did not find pyzmq there: RESULTS-gpu.md).
@@ -33,6 +35,18 @@ crnn-si)  # the GIL switch interval of the inference process, 0.5 ms (as landed)
 devices)  # on a machine of 2 GPUs: one inference process per GPU (tests and benchmark)
     python3 -m pytest -q -p no:cacheprovider tests/test_workers_gpu.py
     python3 benchmarks/devices.py /tmp/w --processes 4 ;;
+per-device)  # [resources] processes_per_device, Triton's instance_group count
+    out=${2:-/tmp/o-per-device}
+    python3 benchmarks/gpu_sweep.py /tmp/w --out "$out/crnn" --models crnn --workers auto \
+        --per-device 1,2,3 --concurrency 16,64,128 --shm "" --limits
+    export EDGESERVE_DEVICE=cpu
+    python3 benchmarks/gpu_sweep.py /tmp/w --out "$out/ocr-cpu" --models "" \
+        --function functions/ocr --workers 1 --concurrency 32
+    python3 benchmarks/gpu_sweep.py /tmp/w --out "$out/ocr-cpu-auto" --models "" \
+        --function functions/ocr --workers auto --per-device 1,2,4 --split-threads --concurrency 32
+    unset EDGESERVE_DEVICE
+    python3 benchmarks/gpu_sweep.py /tmp/w --out "$out/ocr-cuda" --models "" \
+        --function functions/ocr --workers auto --per-device 1,2 --concurrency 32 ;;
 tests)
     python3 -m pytest -q -p no:cacheprovider tests/test_cuda_sharedmemory.py \
         tests/test_buckets.py tests/test_stage_ahead.py tests/test_perf_analyzer.py \

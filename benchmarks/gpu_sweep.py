@@ -11,6 +11,11 @@ of the inference process and of one front under the heaviest level, and `--bench
 
     python benchmarks/gpu_sweep.py WORK --out DIR [--models resnet,crnn] [--workers 4,8,14]
         [--concurrency 16,64,128] [--shm system,cuda] [--client-cores 2] [--profile] [--bench]
+        [--per-device 1,2] [--split-threads]
+
+`--per-device` serves each setting with that many inference processes per device (a copy of
+the function with `[resources] processes_per_device` set); `--split-threads` gives each of N
+processes the cores / N backend threads (CPU processes sharing the cores).
 
 perf_analyzer comes from tritonclient 2.41.0 (libcudart.so.12 and libb64 on LD_LIBRARY_PATH).
 """
@@ -28,6 +33,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,7 @@ import httpx
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.models import BENCH_SHAPES, write_function
+from benchmarks.models import BENCH_SHAPES, with_processes, write_function
 from benchmarks.usage import (
     GpuSampler,
     children,
@@ -176,6 +182,7 @@ def measure(server: Server, load: list[str], client_cores: set[int], reader: Any
     row: dict[str, Any] = {
         "exit": code,
         "wall_s": round(wall, 1),
+        "inference_processes": len(server.pids("inference")),
         "cores_inference": round(sum(used[p] for p in server.pids("inference")), 2),
         "cores_fronts": round(sum(fronts), 2),
         "cores_busiest_front": round(max(fronts), 2) if fronts else None,
@@ -266,9 +273,16 @@ def gpu_bundle(source: Path, work: Path) -> str:
     return str(build(source, work / "build" / source.name, targets=("jetson",)).root)
 
 
+def variants(source: Path, args: argparse.Namespace) -> Iterator[tuple[int, Path]]:
+    """`source` copied with each `--per-device` count of inference processes (and, with
+    `--split-threads`, the cores split between them): (count, folder)."""
+    for count in map(int, args.per_device.split(",")):
+        threads = (os.cpu_count() or 1) // count if args.split_threads and count > 1 else 0
+        yield count, with_processes(source, args.work / f"{source.name}-x{count}", count, threads)
+
+
 def sweep_model(name: str, args: argparse.Namespace, results: dict[str, Any]) -> None:
     source = write_function(name, args.work / name)
-    bundle = gpu_bundle(source, args.work)
     shape = "image:" + ",".join(map(str, BENCH_SHAPES[name]))
     out_bytes = output_bytes(source / "model.onnx", BENCH_SHAPES[name])
     everything = set(range(os.cpu_count() or 1))
@@ -282,8 +296,8 @@ def sweep_model(name: str, args: argparse.Namespace, results: dict[str, Any]) ->
         results.setdefault("in_process", {})[name] = limits
         print(json.dumps({name: limits}), flush=True)
     log = args.out / "serve.log"
-    for workers in args.workers.split(","):
-        with serving(bundle, name, workers, server_cores, log) as server:
+    for (per_device, folder), workers in product(variants(source, args), args.workers.split(",")):
+        with serving(gpu_bundle(folder, args.work), name, workers, server_cores, log) as server:
             fronts = len(server.pids("front"))
             modes = ["none", *args.shm.split(",")] if workers == args.shm_workers else ["none"]
             for shm in filter(None, modes):
@@ -294,6 +308,7 @@ def sweep_model(name: str, args: argparse.Namespace, results: dict[str, Any]) ->
                     row.update(
                         {
                             "workers": workers,
+                            "per_device": per_device,
                             "fronts": fronts,
                             "load": "perf_analyzer",
                             "transport": "http" if shm == "none" else f"shm-{shm}",
@@ -364,16 +379,17 @@ def bench_row(
 def sweep_function(folder: Path, args: argparse.Namespace, results: dict[str, Any]) -> None:
     """A function's own samples through `edgeserve bench` (its /invoke route): requests/s,
     the server's mean batch and the cores each process used, per workers setting and level."""
-    bundle = build(folder, args.work / "build" / folder.name, targets=("jetson",))
     inputs = ["--inputs", str(folder / "samples")]
-    label = f"{bundle.name} ({os.environ.get('EDGESERVE_DEVICE', 'default device')})"
+    label = f"{folder.name} ({os.environ.get('EDGESERVE_DEVICE', 'default device')})"
     rows = results.setdefault(label, [])
-    for workers in args.workers.split(","):
+    for (per_device, copy), workers in product(variants(folder, args), args.workers.split(",")):
+        bundle = build(copy, args.work / "build" / copy.name, targets=("jetson",))
         with serving(
             str(bundle.root), bundle.name, workers, set(), args.out / "serve.log"
         ) as server:
             for c in map(int, args.concurrency.split(",")):
                 rows.append(bench_row(server, c, inputs, set(), args.processes, workers, args.work))
+                rows[-1]["per_device"] = per_device
                 print(json.dumps(rows[-1]), flush=True)
             if args.profile and server.pids("front"):
                 c = max(map(int, args.concurrency.split(",")))
@@ -399,6 +415,8 @@ def main() -> None:
     parser.add_argument("--limits", action="store_true", help="in-process items/s (CUDA)")
     parser.add_argument("--function", type=Path, help="a function folder, its samples as load")
     parser.add_argument("--processes", type=int, default=4, help="bench load processes")
+    parser.add_argument("--per-device", default="1", help="inference processes per device")
+    parser.add_argument("--split-threads", action="store_true", help="cores / N threads each")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import onnxruntime as ort

@@ -5,17 +5,20 @@
     crnn    image [N, 1, 32, W] -> logits [N, W/4, 83]    the OCR recognizer: conv + BiLSTM
 
 `write_function(name, folder)` writes a function source folder (function.toml + model.onnx) that
-edgeserve serves as is; `BENCH_SHAPES` gives the shape each request carries in the benchmark.
+edgeserve serves as is; `BENCH_SHAPES` gives the shape each request carries in the benchmark;
+`with_processes` copies a function folder with its inference processes per device set.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
+import tomlkit
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
@@ -208,6 +211,20 @@ def write_function(
         ),
         encoding="utf-8",
     )
+    return folder
+
+
+def with_processes(source: Path, folder: Path, per_device: int, threads: int = 0) -> Path:
+    """A copy of function folder `source` in `folder` whose manifest asks for `per_device`
+    inference processes on each device ([resources] processes_per_device) and, when `threads`
+    is given, that many backend threads in each (several CPU processes share the cores)."""
+    shutil.copytree(source, folder, dirs_exist_ok=True)
+    manifest = folder / "function.toml"
+    document = tomlkit.parse(manifest.read_text(encoding="utf-8"))
+    document.setdefault("resources", tomlkit.table())["processes_per_device"] = per_device
+    if threads:
+        document.setdefault("backend", tomlkit.table())["threads"] = threads
+    manifest.write_text(tomlkit.dumps(document), encoding="utf-8")
     return folder
 
 

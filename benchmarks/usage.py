@@ -124,6 +124,7 @@ def summarize(raw: Path, ticks: int, top: int = 25) -> dict[str, Any]:
 def print_table(results: dict[str, Any]) -> None:
     keys = [
         "workers",
+        "per_device",
         "fronts",
         "load",
         "transport",
