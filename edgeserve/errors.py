@@ -108,6 +108,14 @@ class DeployError(EdgeserveError):
     exit_code = 3
 
 
+def as_edgeserve_error(exc: Exception, what: str) -> EdgeserveError:
+    """`exc` as an error of the tree: one from outside it (a backend's own) becomes a
+    BackendError saying that `what` failed and how."""
+    if isinstance(exc, EdgeserveError):
+        return exc
+    return BackendError(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
 def did_you_mean(found: str, known: Iterable[str]) -> str:
     """`; did you mean `x`?` for the closest of `known` to a misspelling, else nothing."""
     close = difflib.get_close_matches(found, list(known), n=1, cutoff=0.6)

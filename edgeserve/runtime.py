@@ -3,9 +3,8 @@
     load (backend, handler) -> start (batcher workers, warm-up per preferred size) -> ready
     stop: refuse new work -> drain the queue (bounded) -> close the backend
 
-The wiring batcher -> backend is written out here (`LocalEngine`): the batcher calls
-`backend.infer` on its worker threads, and every request (v2 or /invoke) ends in
-`Engine.submit`. With front processes (edgeserve.workers) a front's Runtime holds a
+Every request (v2 or /invoke) ends in `Engine.submit` (edgeserve.engine): `LocalEngine` runs
+the batches in this process; with front processes (edgeserve.workers) a front's Runtime holds a
 `RemoteEngine` instead: the same handler and checks, the batches in the inference process.
 """
 
@@ -15,23 +14,23 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
 from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend, probe
-from edgeserve.batching import ONE_REQUEST, REQUEST_NUMBERS, Batcher, BatchPolicy, stack_rows
+from edgeserve.batching import ONE_REQUEST, REQUEST_NUMBERS, BatchPolicy
 from edgeserve.dataplane.checks import InputChecks, check_names
+from edgeserve.engine import Engine, LocalEngine
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
 from edgeserve.handler import check_items, import_handler
 from edgeserve.memory import trim_when_idle
-from edgeserve.samples import example_inputs
-from edgeserve.shapes import ShapeProfile, shape_profile
+from edgeserve.shapes import shape_profile
 from edgeserve.stats import ModelStats
-from edgeserve.types import Backend, Context, TensorDict, TensorSpec
+from edgeserve.types import Context, TensorDict, TensorSpec
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
@@ -46,78 +45,6 @@ GPU_SWITCH_INTERVAL_S = 0.0005
 """With a GPU, a batch thread that finishes a copy or a run must get the GIL back from the
 event loop at once: at Python's default 5 ms, a ResNet-18 batch of 32 took 2.1x its in-process
 time inside the server on an H100, at 0.5 ms 1.4x (benchmarks/RESULTS-gpu.md)."""
-
-
-class Engine(Protocol):
-    """What runs a function's batches: `LocalEngine` here, or `workers.RemoteEngine` (the
-    inference process shared by every front)."""
-
-    @property
-    def backend_name(self) -> str: ...
-    @property
-    def profile(self) -> ShapeProfile | None:
-        """The shapes its backend was loaded for: the data plane refuses others at the door."""
-
-    @property
-    def ready(self) -> bool:
-        """Whether batches can run (a RemoteEngine is not while no inference process is up)."""
-
-    @property
-    def degraded(self) -> str | None:
-        """What is away while the rest serves (a RemoteEngine's restarting inference process)."""
-
-    async def start(self) -> None: ...
-    async def stop(self, drain_timeout_s: float) -> None: ...
-    async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict: ...
-    async def admit(self, deadline: float) -> None:
-        """Wait (bounded) for room in the queue, or raise Unavailable: before a body is read."""
-
-    def check_room(self, rows: int) -> None:
-        """Refuse `rows` now if the queue could never hold them (413) or cannot now (503)."""
-
-    def hurry(self) -> None:
-        """Draining: run what is queued without waiting for company."""
-
-
-class LocalEngine:
-    """The backend and its batcher in this process; starting warms up every batch size."""
-
-    ready = True
-    degraded = None
-
-    def __init__(
-        self, backend: Backend, signature: Signature, policy: BatchPolicy, stats: ModelStats
-    ) -> None:
-        self.backend = backend
-        self.signature = signature
-        # a backend with bound buffers (ONNX Runtime on CUDA) assembles each batch into them
-        assemble = getattr(backend, "assemble", stack_rows)
-        stage_ahead = getattr(backend, "stages_ahead", False)
-        self.batcher = Batcher(backend.infer, signature, policy, stats, assemble, stage_ahead)
-        self.submit = self.batcher.submit
-        self.admit = self.batcher.admit
-        self.check_room = self.batcher.check_room
-        self.hurry = self.batcher.hurry
-
-    @property
-    def backend_name(self) -> str:
-        return self.backend.name
-
-    @property
-    def profile(self) -> ShapeProfile | None:
-        return self.backend.profile
-
-    async def start(self) -> None:
-        """Start the batcher, then run one batch per preferred size (and backend bucket)."""
-        await self.batcher.start()
-        preferred = self.batcher.policy.preferred_batch_sizes
-        preferred = (*preferred, *self.backend.buckets)
-        for rows in _warmup_sizes(preferred, self.batcher.policy):
-            await asyncio.to_thread(self.backend.infer, example_inputs(self.signature, rows))
-
-    async def stop(self, drain_timeout_s: float) -> None:
-        await self.batcher.stop(drain_timeout_s)
-        self.backend.close()
 
 
 class Runtime:
@@ -370,12 +297,6 @@ class _Arrival(NamedTuple):
 
     arrived: float
     deadline: float
-
-
-def _warmup_sizes(preferred: Sequence[int], policy: BatchPolicy) -> list[int]:
-    if policy.max_batch_size == 0:
-        return [0]
-    return sorted(set(preferred) | {1})
 
 
 def _tensor(spec: TensorSpec, value: Any) -> np.ndarray:

@@ -15,9 +15,9 @@ from edgeserve import Bundle, Runtime, build
 from edgeserve.backends import load_backend
 from edgeserve.batching import BatchPolicy
 from edgeserve.dataplane import InputChecks, Parameters, serving
+from edgeserve.engine import LocalEngine
 from edgeserve.errors import InvalidInput
 from edgeserve.http.app import create_app
-from edgeserve.runtime import LocalEngine
 from edgeserve.shapes import ShapeProfile, shape_profile
 from edgeserve.stats import ModelStats
 from edgeserve.types import Backend, Signature, TensorDict, TensorSpec

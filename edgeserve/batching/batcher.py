@@ -26,14 +26,13 @@ from edgeserve.batching.item import ONE_REQUEST, Item
 from edgeserve.batching.padding import Padding
 from edgeserve.batching.phases import BatchObserver, PhaseClock
 from edgeserve.batching.plan import BatchPolicy, plan_batch
-from edgeserve.batching.rows import key_dims, part_sizes, split_rows, stack_rows
+from edgeserve.batching.rows import key_dims, part_sizes, split_outputs, split_rows, stack_rows
 from edgeserve.errors import (
-    BackendError,
     DeadlineExceeded,
-    EdgeserveError,
     InvalidInput,
     PayloadTooLarge,
     Unavailable,
+    as_edgeserve_error,
 )
 from edgeserve.types import ComputeTimes, Signature, TensorDict
 
@@ -342,7 +341,7 @@ class Batcher:
             if isinstance(exc, InvalidInput) and len(batch) > 1:
                 alone = [item for item in batch if not item.future.done()]
             else:
-                self._fail(batch, _as_edgeserve_error(exc, rows))
+                self._fail(batch, as_edgeserve_error(exc, f"batch of {rows} rows"))
             ok = False
         else:
             for item, part in zip(batch, parts, strict=True):
@@ -381,12 +380,8 @@ class Batcher:
     def _split(
         self, outputs: TensorDict, batch: list[Item], padded: dict[str, int]
     ) -> list[TensorDict]:
-        rows = [item.rows for item in batch]
-        if self._policy.max_batch_size:
-            wrong = {n: a.shape for n, a in outputs.items() if not a.ndim or len(a) != sum(rows)}
-            if wrong:
-                raise BackendError(f"outputs {wrong}: expected {sum(rows)} rows for the batch")
-        parts = split_rows(outputs, rows)
+        batched = bool(self._policy.max_batch_size)
+        parts = split_outputs(outputs, [item.rows for item in batch], batched)
         return self._padding.cut_all(parts, [item.inputs for item in batch], padded)
 
     def _report(
@@ -401,9 +396,3 @@ class Batcher:
             self._observer.batch_done(rows, queue_ns, compute, ok)
         except Exception:
             logger.exception("batch observer failed; batching goes on")
-
-
-def _as_edgeserve_error(exc: Exception, rows: int) -> EdgeserveError:
-    if isinstance(exc, EdgeserveError):
-        return exc
-    return BackendError(f"batch of {rows} rows failed: {type(exc).__name__}: {exc}")

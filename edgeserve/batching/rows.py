@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from edgeserve.errors import BackendError
 from edgeserve.types import TensorDict
 
 
@@ -35,6 +36,17 @@ def split_rows(tensors: TensorDict, sizes: Sequence[int]) -> list[TensorDict]:
         return [tensors]
     bounds = itertools.pairwise(itertools.accumulate(sizes, initial=0))
     return [{name: array[lo:hi] for name, array in tensors.items()} for lo, hi in bounds]
+
+
+def split_outputs(outputs: TensorDict, sizes: Sequence[int], batched: bool) -> list[TensorDict]:
+    """A batch's outputs split back into its requests' parts; a batched model's outputs must
+    have one row per input row (BackendError: the backend answered another batch)."""
+    rows = sum(sizes)
+    if batched and (
+        wrong := {n: a.shape for n, a in outputs.items() if not a.ndim or len(a) != rows}
+    ):
+        raise BackendError(f"outputs {wrong}: expected {rows} rows for the batch")
+    return split_rows(outputs, sizes)
 
 
 def part_sizes(rows: int, max_rows: int) -> list[int]:

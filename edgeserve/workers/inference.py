@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from edgeserve.batching import ONE_REQUEST
+from edgeserve.engine import LocalEngine
 from edgeserve.errors import BackendError, EdgeserveError, Unavailable
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.memory import freeze_long_lived
-from edgeserve.runtime import LocalEngine, Runtime
+from edgeserve.runtime import Runtime
 from edgeserve.workers import wire
 from edgeserve.workers.arena import Arena
 from edgeserve.workers.board import Board

@@ -1,0 +1,99 @@
+"""Where a function's batches run: the `Engine` a Runtime submits to.
+
+`LocalEngine` wires the batcher to the backend in this process: the batcher calls
+`backend.infer` on its worker threads. With front processes (edgeserve.workers) a front holds a
+`RemoteEngine` instead, whose batches run in the inference process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from edgeserve.batching import Batcher, BatchPolicy, stack_rows
+from edgeserve.samples import example_inputs
+from edgeserve.shapes import ShapeProfile
+from edgeserve.stats import ModelStats
+from edgeserve.types import Backend, TensorDict
+
+if TYPE_CHECKING:
+    from edgeserve.types import Signature
+
+
+class Engine(Protocol):
+    """What runs a function's batches: `LocalEngine` here, or `workers.RemoteEngine` (the
+    inference process shared by every front)."""
+
+    @property
+    def backend_name(self) -> str: ...
+    @property
+    def profile(self) -> ShapeProfile | None:
+        """The shapes its backend was loaded for: the data plane refuses others at the door."""
+
+    @property
+    def ready(self) -> bool:
+        """Whether batches can run (a RemoteEngine is not while no inference process is up)."""
+
+    @property
+    def degraded(self) -> str | None:
+        """What is away while the rest serves (a RemoteEngine's restarting inference process)."""
+
+    async def start(self) -> None: ...
+    async def stop(self, drain_timeout_s: float) -> None: ...
+    async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict: ...
+    async def admit(self, deadline: float) -> None:
+        """Wait (bounded) for room in the queue, or raise Unavailable: before a body is read."""
+
+    def check_room(self, rows: int) -> None:
+        """Refuse `rows` now if the queue could never hold them (413) or cannot now (503)."""
+
+    def hurry(self) -> None:
+        """Draining: run what is queued without waiting for company."""
+
+
+class LocalEngine:
+    """The backend and its batcher in this process; starting warms up every batch size."""
+
+    ready = True
+    degraded = None
+
+    def __init__(
+        self, backend: Backend, signature: Signature, policy: BatchPolicy, stats: ModelStats
+    ) -> None:
+        self.backend = backend
+        self.signature = signature
+        # a backend with bound buffers (ONNX Runtime on CUDA) assembles each batch into them
+        assemble = getattr(backend, "assemble", stack_rows)
+        stage_ahead = getattr(backend, "stages_ahead", False)
+        self.batcher = Batcher(backend.infer, signature, policy, stats, assemble, stage_ahead)
+        self.submit = self.batcher.submit
+        self.admit = self.batcher.admit
+        self.check_room = self.batcher.check_room
+        self.hurry = self.batcher.hurry
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    @property
+    def profile(self) -> ShapeProfile | None:
+        return self.backend.profile
+
+    async def start(self) -> None:
+        """Start the batcher, then run one batch per preferred size (and backend bucket)."""
+        await self.batcher.start()
+        preferred = self.batcher.policy.preferred_batch_sizes
+        preferred = (*preferred, *self.backend.buckets)
+        for rows in _warmup_sizes(preferred, self.batcher.policy):
+            await asyncio.to_thread(self.backend.infer, example_inputs(self.signature, rows))
+
+    async def stop(self, drain_timeout_s: float) -> None:
+        await self.batcher.stop(drain_timeout_s)
+        self.backend.close()
+
+
+def _warmup_sizes(preferred: Sequence[int], policy: BatchPolicy) -> list[int]:
+    if policy.max_batch_size == 0:
+        return [0]
+    return sorted(set(preferred) | {1})
