@@ -145,11 +145,12 @@ def test_messages_cross_a_unix_socket_under_asyncio() -> None:
         _, writer = await asyncio.open_unix_connection(sock=one)
         reader, _ = await asyncio.open_unix_connection(sock=other)
         receiver = wire.Receiver(reader)
+        sender = wire.Sender(writer)
         for message in (MESSAGES["wait"], MESSAGES["cancel"], large):
-            wire.send(writer, message)
+            sender.send(message)
         got = [await receiver.receive(wire.FROM_FRONT) for _ in range(2)]
         got.append(await receiver.receive(wire.TO_FRONT))
-        writer.close()
+        sender.close()
         with pytest.raises(asyncio.IncompleteReadError):
             await receiver.receive(wire.FROM_FRONT)
         return got

@@ -124,15 +124,35 @@ class Batcher:
         `arrived` is when the request reached the server (default: now); latency_slo_ms counts
         from there, so that the time it took to read and decode counts against the SLO too.
         """
-        items = self._admit(inputs, deadline, arrived)
+        items = self._admit(inputs, deadline, arrived, ONE_REQUEST.get())
+        if len(items) > 1:
+            self._changed.set()
+            return await self._gathered(items)
         try:
-            if len(items) == 1:
-                if not await self._ran_now(items[0]):
-                    self._changed.set()
-                parts = [await items[0].future]
-            else:
+            if not await self._ran_now(items[0]):
                 self._changed.set()
-                parts = await asyncio.gather(*(item.future for item in items))
+            return await items[0].future
+        finally:
+            self._drop(items)
+
+    def submit_soon(
+        self, inputs: TensorDict, deadline: float, arrived: float, request: Hashable | None
+    ) -> asyncio.Future[TensorDict]:
+        """`submit` for a caller that answers from a callback (an inference process, for which a
+        task per request is a cost it can measure): the future of the outputs; cancelling it
+        withdraws the request. `request` is ONE_REQUEST's token, given instead of read."""
+        items = self._admit(inputs, deadline, arrived, request)
+        self._changed.set()
+        if len(items) > 1:
+            return asyncio.ensure_future(self._gathered(items))
+        item = items[0]
+        item.future.add_done_callback(lambda _: self._dequeue(item))  # withdrawn: not queued
+        return item.future
+
+    async def _gathered(self, items: list[Item]) -> TensorDict:
+        """The outputs of a request queued as several items, stacked back into one."""
+        try:
+            parts = await asyncio.gather(*(item.future for item in items))
         finally:
             self._drop(items)
         return stack_rows(parts, self._output_fills)
@@ -156,7 +176,9 @@ class Batcher:
         self._planning = replace(self._policy, max_queue_delay_s=0.0)
         self._changed.set()
 
-    def _admit(self, inputs: TensorDict, deadline: float, arrived: float | None) -> list[Item]:
+    def _admit(
+        self, inputs: TensorDict, deadline: float, arrived: float | None, request: object | None
+    ) -> list[Item]:
         if self._stopping or not self._workers:
             state = "draining" if self._stopping else "not started"
             raise Unavailable(f"batcher is {state}: not accepting requests")
@@ -169,7 +191,7 @@ class Batcher:
         self._check_slo(rows, now, arrived)
         self._arrivals.arrived(now, rows)
         sizes = part_sizes(rows, self._policy.max_batch_size)
-        loop, request = asyncio.get_running_loop(), ONE_REQUEST.get()
+        loop = asyncio.get_running_loop()
         items = [
             Item(part, size, self._key(part), now, arrived, deadline, loop.create_future(), request)
             for part, size in zip(split_rows(inputs, sizes), sizes, strict=True)

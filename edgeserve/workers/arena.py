@@ -13,6 +13,7 @@ and the kernel frees it when the last of the two processes holding it exits.
 from __future__ import annotations
 
 import bisect
+import math
 import mmap
 import os
 
@@ -71,7 +72,7 @@ class Arena:
         if isinstance(where, np.ndarray):
             return where
         dtype, shape, offset = where
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)  # numpy's prod costs 3 us a tensor
         return np.frombuffer(self.buffer, np.dtype(dtype), count, offset).reshape(shape)
 
     def close(self) -> None:

@@ -5,9 +5,11 @@
         without waiting for company -> once every front has gone (at most the drain bound),
         stop the batcher -> exit
 
-Each front connects once, handing over its arena with its hello. A SUBMIT becomes a task that
-reads the inputs in place, awaits the batcher and writes the outputs back into the request's
-block; a front that goes away has its tasks cancelled, so its queued items are dropped.
+Each front connects once, handing over its arena with its hello. A SUBMIT queues its inputs,
+read in place, in the batcher; a callback writes the outputs back into the request's block and
+sends the DONE (no task per request: this one event loop serves every front's items, and what
+it spends per item is what bounds a GPU fed with small requests). A front that goes away has
+its requests cancelled, so its queued items are dropped.
 After every change of the queue its slot on the board gets the queued rows: the fronts'
 admission reads them. The supervisor gives it its device (CUDA_VISIBLE_DEVICES, EDGESERVE_DEVICE).
 """
@@ -19,13 +21,10 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Coroutine
-from contextvars import Context, copy_context
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from edgeserve.batching import ONE_REQUEST
 from edgeserve.engine import LocalEngine
 from edgeserve.errors import BackendError, EdgeserveError, Unavailable
 from edgeserve.http.timeouts import Timeouts
@@ -63,69 +62,90 @@ class InferenceServer:
                 continue
             conn.setblocking(False)
             reader, writer = await asyncio.open_unix_connection(sock=conn)
-            wire.send(writer, (wire.HELLO, self.engine.backend_name, self.engine.profile))
+            sender = wire.Sender(writer)
+            sender.send((wire.HELLO, self.engine.backend_name, self.engine.profile))
             arena = Arena(fds[0], hello["arena_bytes"])
-            task = asyncio.create_task(self.serve_front(reader, writer, arena, hello["front"]))
+            task = asyncio.create_task(self.serve_front(reader, sender, arena, hello["front"]))
             self.fronts.add(task)
             task.add_done_callback(self.fronts.discard)
 
     async def serve_front(
         self,
         reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        sender: wire.Sender,
         arena: Arena,
         front: int,
     ) -> None:
-        tasks: dict[int, asyncio.Task[None]] = {}
-        loop = asyncio.get_running_loop()
+        held: dict[int, asyncio.Future[Any]] = {}  # SUBMITs and WAITs not answered yet
+        work: asyncio.Future[Any]
         receiver = wire.Receiver(reader)
         try:
             while True:
                 message = await receiver.receive(wire.FROM_FRONT)
                 kind, key = message[0], message[1]
                 if kind == wire.CANCEL:
-                    if key in tasks:
-                        tasks[key].cancel()
+                    if key in held:
+                        held[key].cancel()
                     continue
-                if kind == wire.SUBMIT:
-                    *fields, request = message[2:]
-                    work = self._run(arena, *fields)
-                    context = _one_request(writer, request)
-                else:
-                    work, context = self.engine.admit(message[2]), None
-                task = asyncio.create_task(self._answer(writer, key, work), context=context)
-                tasks[key] = task
-                task.add_done_callback(partial(_forget, tasks, key))
-                loop.call_soon(self._publish)  # after the task has queued its rows
+                block = None
+                try:
+                    if kind == wire.SUBMIT:
+                        placed, block, deadline, arrived, request = message[2:]
+                        token = None if request is None else (sender, request)
+                        work = self.engine.batcher.submit_soon(
+                            arena.tensors(placed), deadline, arrived, token
+                        )
+                    else:
+                        work = asyncio.ensure_future(self.engine.admit(message[2]))
+                except EdgeserveError as exc:  # refused at once (queue full, deadline passed)
+                    sender.send((wire.DONE, key, exc))
+                    continue
+                except Exception as exc:  # a fault of ours: logged, a plain error for the front
+                    log.exception("request %d failed", key)
+                    sender.send((wire.DONE, key, BackendError(f"{type(exc).__name__}: {exc}")))
+                    continue
+                held[key] = work
+                work.add_done_callback(partial(self._answer, sender, held, key, arena, block))
+                self._publish()
         except (asyncio.IncompleteReadError, ConnectionError):
-            log.info("front %d went away: dropping its %d requests", front, len(tasks))
+            log.info("front %d went away: dropping its %d requests", front, len(held))
         except wire.Malformed as exc:
-            log.error("front %d sent %s: dropping it and its %d requests", front, exc, len(tasks))
+            log.error("front %d sent %s: dropping it and its %d requests", front, exc, len(held))
         finally:
-            for task in list(tasks.values()):
-                task.cancel()
-            await asyncio.gather(*tasks.values(), return_exceptions=True)
-            writer.close()
+            for work in list(held.values()):
+                work.cancel()
+            await asyncio.gather(*held.values(), return_exceptions=True)
+            sender.close()
             arena.close()
             self._publish()
 
-    async def _answer(
-        self, writer: asyncio.StreamWriter, key: int, work: Coroutine[Any, Any, Any]
+    def _answer(
+        self,
+        sender: wire.Sender,
+        held: dict[int, asyncio.Future[Any]],
+        key: int,
+        arena: Arena,
+        block: tuple[int, int] | None,
+        work: asyncio.Future[Any],
     ) -> None:
-        """Await `work` and send its outcome: exactly one DONE per SUBMIT or WAIT."""
+        """Send `work`'s outcome, exactly one DONE per SUBMIT or WAIT: a callback, not a task
+        per request (what the inference process's one event loop can least afford); the
+        outputs written back into the request's block."""
+        del held[key]
+        self._publish()
         try:
-            reply = await work
-        except asyncio.CancelledError:
-            work.close()  # cancelled before it started: no "never awaited" warning
-            reply = Unavailable("cancelled: the client went away")
+            if work.cancelled():
+                reply: Any = Unavailable("cancelled: the client went away")
+            else:
+                reply = work.result()
+                if block is not None:
+                    reply = arena.place(reply, *block)
         except EdgeserveError as exc:
             reply = exc
         except Exception as exc:  # a fault of ours: logged here, a plain error for the front
             log.exception("request %d failed", key)
             reply = BackendError(f"{type(exc).__name__}: {exc}")
-        finally:
-            self._publish()
-        if writer.is_closing():
+        if sender.closing:
             return
         try:
             frame = wire.encode((wire.DONE, key, reply))
@@ -134,14 +154,7 @@ class InferenceServer:
             frame = wire.encode(
                 (wire.DONE, key, BackendError(f"an output that cannot cross: {exc}"))
             )
-        writer.write(frame)
-
-    async def _run(
-        self, arena: Arena, placed: Any, block: tuple[int, int], deadline: float, arrived: float
-    ) -> Any:
-        """Inputs in place from the arena; outputs written back into the request's block."""
-        outputs = await self.engine.submit(arena.tensors(placed), deadline, arrived)
-        return arena.place(outputs, *block)
+        sender.put(frame)
 
     async def drain(self, bound_s: float) -> None:
         """SIGTERM reached the fronts at the same time: run what they send without waiting for
@@ -154,21 +167,6 @@ class InferenceServer:
     def _publish(self) -> None:
         batcher = self.engine.batcher
         self.board.publish_queue(self.instance, batcher.queued_rows, batcher.door.waiting)
-
-
-def _one_request(writer: asyncio.StreamWriter, request: int | None) -> Context | None:
-    """The context a SUBMIT runs in: a front's request of several items is one request here
-    too (ONE_REQUEST, told apart from other fronts' by their connection), so when one item
-    fails its waiting siblings fail with it instead of costing compute."""
-    if request is None:
-        return None
-    context = copy_context()
-    context.run(ONE_REQUEST.set, (writer, request))
-    return context
-
-
-def _forget(tasks: dict[int, asyncio.Task[None]], key: int, _: object) -> None:
-    tasks.pop(key, None)
 
 
 async def serve_inference(config: ChildConfig) -> None:

@@ -45,7 +45,7 @@ class Link:
         self._free = free
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
-        self._writer: asyncio.StreamWriter | None = None
+        self._sender: wire.Sender | None = None
         self.connected = asyncio.Event()  # set once, at the first connection
         self._keeper: asyncio.Task[None] | None = None
         self._stopping = False
@@ -54,7 +54,7 @@ class Link:
 
     @property
     def ready(self) -> bool:
-        return self._writer is not None
+        return self._sender is not None
 
     def start(self) -> None:
         """Connect, and keep connecting whenever the inference process goes away."""
@@ -64,13 +64,13 @@ class Link:
         self._stopping = True  # the front's own shutdown: nothing went away
         if self._keeper is not None:
             self._keeper.cancel()
-        if self._writer is not None:
-            self._writer.close()
+        if self._sender is not None:
+            self._sender.close()
 
     async def ask(self, message: tuple[Any, ...], offset: int, size: int) -> Any:
         """Send (kind, key, *rest) and await its DONE; `offset`, `size`: the block it holds."""
-        writer = self._writer
-        if writer is None:
+        sender = self._sender
+        if sender is None:
             self._free(offset, size)
             raise Unavailable(f"inference process {self.instance} is restarting", RETRY_AFTER_S)
         key = next(self._ids)
@@ -81,12 +81,12 @@ class Link:
             raise BackendError(f"cannot hand the request to the inference process: {exc}") from None
         future = asyncio.get_running_loop().create_future()
         self._pending[key] = (future, offset, size)
-        writer.write(frame)
+        sender.put(frame)
         try:
             return await future
         except asyncio.CancelledError:
-            if key in self._pending and not writer.is_closing():
-                wire.send(writer, (wire.CANCEL, key))  # its block is freed by the answer
+            if key in self._pending and not sender.closing:
+                sender.send((wire.CANCEL, key))  # its block is freed by the answer
             raise
 
     async def _keep_connected(self) -> None:
@@ -128,7 +128,7 @@ class Link:
         except BaseException:
             writer.close()
             raise
-        self._writer = writer
+        self._sender = wire.Sender(writer)
         return receiver
 
     async def _read(self, receiver: wire.Receiver) -> None:
@@ -154,11 +154,11 @@ class Link:
 
     def _disconnected(self) -> None:
         """The inference process is gone: what it held is answered 503, its blocks are free."""
-        if self._writer is not None:
-            self._writer.close()
+        if self._sender is not None:
+            self._sender.close()
             if not self._stopping:
                 log.warning("front %d: inference process %d went away", self.front, self.instance)
-        self._writer = None
+        self._sender = None
         error = Unavailable(f"inference process {self.instance} restarted; retry", RETRY_AFTER_S)
         for future, offset, size in self._pending.values():
             if not future.done():

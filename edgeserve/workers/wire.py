@@ -98,9 +98,36 @@ _PACKER = msgpack.Packer(default=_extension, use_bin_type=True)
 event loop's thread only, and an extension packs its fields with a packer of its own."""
 
 
-def send(writer: asyncio.StreamWriter, message: tuple[Any, ...]) -> None:
-    """Queue one message on the stream (no await: the kernel's socket buffer absorbs it)."""
-    writer.write(encode(message))
+class Sender:
+    """The messages leaving on one stream, written together once per turn of the event loop:
+    a batch's answers (or a burst of requests) cost one system call and wake the other side
+    once, instead of once each. Nothing awaits: the kernel's socket buffer absorbs them."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self._frames: list[bytes] = []
+
+    @property
+    def closing(self) -> bool:
+        return self.writer.is_closing()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.put(encode(message))
+
+    def put(self, frame: bytes) -> None:
+        """Queue an encoded message (`encode`), sent after whatever this turn queues next."""
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._frames.append(frame)
+
+    def close(self) -> None:
+        self._flush()
+        self.writer.close()
+
+    def _flush(self) -> None:
+        frames, self._frames = self._frames, []
+        if frames and not self.writer.is_closing():
+            self.writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
 
 def encode(message: tuple[Any, ...]) -> bytes:
