@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -81,12 +80,23 @@ class LocalEngine:
         return self.backend.profile
 
     async def start(self) -> None:
-        """Start the batcher, then run one batch per preferred size (and backend bucket)."""
-        await self.batcher.start()
+        """Start the batcher, running one batch per preferred size (and backend bucket) on each
+        of its threads first: what a backend keeps per thread is made before any request."""
         preferred = self.batcher.policy.preferred_batch_sizes
         preferred = (*preferred, *self.backend.buckets)
-        for rows in _warmup_sizes(preferred, self.batcher.policy):
-            await asyncio.to_thread(self.backend.infer, example_inputs(self.signature, rows))
+        examples = [
+            example_inputs(self.signature, rows)
+            for rows in _warmup_sizes(preferred, self.batcher.policy)
+        ]
+        each_thread = getattr(self.backend, "warm_thread", None)
+
+        def warm_up() -> None:
+            if each_thread is not None:
+                each_thread()
+            for inputs in examples:
+                self.backend.infer(inputs)
+
+        await self.batcher.start(warm_up)
 
     async def stop(self, drain_timeout_s: float) -> None:
         await self.batcher.stop(drain_timeout_s)

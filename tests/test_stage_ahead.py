@@ -9,6 +9,7 @@ figures are in benchmarks/RESULTS-gpu.md.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -111,6 +112,42 @@ def test_without_stage_ahead_one_worker_assembles_and_runs_in_turn() -> None:
     batcher = Batcher(timeline.run, SIG, policy, None, timeline.assemble)
     serve_all(batcher, [{"x": np.full((1, 2), i, np.float32)} for i in range(12)])
     assert not any(overlaps(a, r) for a in timeline.assembled for r in timeline.ran)
+
+
+def test_every_batch_thread_is_warmed_one_at_a_time_before_the_first_batch() -> None:
+    """A backend's per-thread state (on a GPU: bound buffers, cuDNN's plans) is made on each
+    worker thread before any batch, never beside another thread's work: a first run beside a
+    running batch failed on an H100 with "operation not permitted when stream is capturing"."""
+    timeline = Timeline()
+    warmed: list[tuple[int, float, float]] = []
+    ran: list[tuple[int, float]] = []  # thread, when
+
+    def warm_up() -> None:
+        started = time.perf_counter()
+        time.sleep(STEP_S)
+        warmed.append((threading.get_ident(), started, time.perf_counter()))
+
+    def run(inputs: TensorDict) -> TensorDict:
+        ran.append((threading.get_ident(), time.perf_counter()))
+        return {"y": inputs["x"] * 2}
+
+    policy = BatchPolicy(4, max_queue_delay_s=0.0, max_queue_size=64, instances=2)
+    batcher = Batcher(run, SIG, policy, None, timeline.assemble, stage_ahead=True)
+
+    async def serve() -> None:
+        await batcher.start(warm_up)
+        deadline = time.monotonic() + 30
+        requests = [{"x": np.full((1, 2), i, np.float32)} for i in range(24)]
+        await asyncio.gather(*(batcher.submit(r, deadline) for r in requests))
+        await batcher.stop()
+
+    asyncio.run(serve())
+    threads = {ident for ident, _, _ in warmed}
+    assert len(warmed) == len(threads) == 4  # two instances, two workers each
+    spans = sorted((start, end) for _, start, end in warmed)
+    assert all(earlier[1] <= later[0] for earlier, later in itertools.pairwise(spans))
+    assert {ident for ident, _ in ran} <= threads  # batches ran on warmed threads
+    assert min(at for _, at in ran) > spans[-1][1]  # ... after every warm-up
 
 
 def test_bound_buffers_of_two_threads_give_every_request_its_own_answer(tmp_path: Path) -> None:

@@ -134,14 +134,21 @@ class OnnxRuntime:
         self._local = threading.local()
         self._memory.free()
 
+    def warm_thread(self) -> None:
+        """This thread's bound buffers for every bucket, each warmed by a first run (where
+        cuDNN plans): the batcher calls it on each of its threads before serving."""
+        dims = {spec.name: spec.dims for spec in self.signature.inputs}
+        if self.shapes.decides(dims):
+            for shapes in self.shapes.every(dims):
+                self._binding(shapes)
+
     def _open_buckets(self) -> None:
         """Open and warm a session per bucket shape (none without buckets: one for any shape)."""
         dims = {spec.name: spec.dims for spec in self.signature.inputs}
         if not self.shapes.decides(dims):  # a dynamic axis no bucket decides: shapes unknown
             self._session(())
             return
-        for shapes in self.shapes.every(dims):
-            self._binding(shapes)
+        self.warm_thread()
 
     def _session(self, key: Key) -> Any:
         with self._lock:

@@ -4,7 +4,7 @@ Requests queue as items (a request larger than max_batch_size becomes several); 
 workers each take the next batch when they are free, so batches grow while workers are busy.
 What to run next is decided by `plan.plan_batch`, a pure function of the queue, the clock
 and what the batcher has learned (`cost`: batch cost by size, arrival rate, whether waits
-gather company); stacking and slicing tensors are the pure `rows.stack_rows` and `split_rows`.
+gather company); stacking and slicing tensors are the pure functions of `rows`.
 Only the worker loop touches asyncio, and only the thread pool runs the model.
 """
 
@@ -15,8 +15,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from edgeserve.batching.cost import EWMA_WEIGHT, ArrivalMeter, CostModel, Outlook, WaitMeter
@@ -26,7 +26,7 @@ from edgeserve.batching.item import ONE_REQUEST, Item
 from edgeserve.batching.padding import Padding
 from edgeserve.batching.phases import BatchObserver, PhaseClock
 from edgeserve.batching.plan import BatchPolicy, plan_batch
-from edgeserve.batching.rows import key_dims, part_sizes, split_outputs, split_rows, stack_rows
+from edgeserve.batching.rows import batch_key, request_parts, rows_of, split_outputs, stack_rows
 from edgeserve.errors import (
     DeadlineExceeded,
     InvalidInput,
@@ -71,13 +71,14 @@ class Batcher:
                 "Hint: declare [model.outputs.<name>] pad_axis (and follows, ratio)",
                 self._padding.why_not,
             )
+        self._batched = bool(policy.max_batch_size)
+        self._key_of = partial(batch_key, self._padding.axes, self._batched)
         self._input_fills = {spec.name: spec.pad_value for spec in signature.inputs}
         self._output_fills = {spec.name: spec.pad_value for spec in signature.outputs}
         self._queue: dict[Item, None] = {}  # insertion-ordered: FIFO with O(1) removal
         self._rows = 0
         self._changed = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
-        self._executor: ThreadPoolExecutor | None = None
         self._stopping = False
         self._cost = CostModel(policy.max_batch_size)
         self._arrivals = ArrivalMeter()
@@ -110,11 +111,11 @@ class Batcher:
         (The door's own coroutine: one frame less on every request's path.)"""
         return self.door.enter(deadline)
 
-    async def start(self) -> None:
-        """Start the worker tasks and their threads."""
-        count = self._device.workers
-        self._executor = ThreadPoolExecutor(count, thread_name_prefix="edgeserve-batch")
-        self._workers = [asyncio.create_task(self._work()) for _ in range(count)]
+    async def start(self, each_thread: Callable[[], object] | None = None) -> None:
+        """Start the worker threads (running `each_thread` once on each: a backend's warm-up of
+        its per-thread state) and the worker tasks."""
+        await self._device.start(each_thread)
+        self._workers = [asyncio.create_task(self._work()) for _ in range(self._device.workers)]
 
     async def submit(
         self, inputs: TensorDict, deadline: float, arrived: float | None = None
@@ -168,8 +169,7 @@ class Batcher:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
         self._fail(list(self._queue), Unavailable("stopped before the request could run"))
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._device.stop()
 
     def hurry(self) -> None:
         """Stop waiting for company (the server is draining: what is queued runs at once)."""
@@ -186,15 +186,14 @@ class Batcher:
         if deadline <= now:
             raise DeadlineExceeded(f"deadline passed {now - deadline:.3f}s before queueing")
         arrived = now if arrived is None else min(arrived, now)
-        rows = self._rows_of(inputs)
+        rows = rows_of(inputs, self._batched)
         self.check_room(rows)
         self._check_slo(rows, now, arrived)
         self._arrivals.arrived(now, rows)
-        sizes = part_sizes(rows, self._policy.max_batch_size)
-        loop = asyncio.get_running_loop()
+        key, future = self._key_of, asyncio.get_running_loop().create_future
         items = [
-            Item(part, size, self._key(part), now, arrived, deadline, loop.create_future(), request)
-            for part, size in zip(split_rows(inputs, sizes), sizes, strict=True)
+            Item(part, size, key(part), now, arrived, deadline, future(), request)
+            for part, size in request_parts(inputs, rows, self._policy.max_batch_size)
         ]
         self._queue.update(dict.fromkeys(items))
         self._rows += rows
@@ -210,13 +209,6 @@ class Batcher:
         self._dequeue(item)
         await self._run([item])
         return True
-
-    def _rows_of(self, inputs: TensorDict) -> int:
-        """Rows of a request: 1 for an unbatched model, else the length of axis 0 (the same
-        for every input, and at least 1: the data plane's checks saw to it)."""
-        if not self._policy.max_batch_size:
-            return 1
-        return int(next(iter(inputs.values())).shape[0])
 
     def check_room(self, rows: int) -> None:
         """Refuse `rows` now if the queue could never hold them (413) or cannot now (503)."""
@@ -258,17 +250,6 @@ class Batcher:
         if len(self._busy_until) < self._policy.instances:
             return now
         return max(now, min(self._busy_until.values()))
-
-    def _key(self, part: TensorDict) -> Hashable:
-        """Items stack when names, dtypes and non-batch dims agree (pad axes excepted)."""
-        if not self._policy.max_batch_size:
-            return None
-        return tuple(
-            sorted(
-                (name, array.dtype.str, key_dims(array.shape, self._padding.axes.get(name)))
-                for name, array in part.items()
-            )
-        )
 
     def _drop(self, items: list[Item]) -> None:
         """A request that ended (answered, failed or cancelled) leaves nothing queued."""
@@ -348,14 +329,14 @@ class Batcher:
             if self._inline(rows, INLINE_S):
                 outputs, run_s, padded, waited_ns = self._timed(parts, clock)
             else:
-                loop = asyncio.get_running_loop()
-                outputs, run_s, padded, waited_ns = await loop.run_in_executor(
-                    self._executor, self._timed, parts, clock
+                outputs, run_s, padded, waited_ns = await self._device.run(
+                    self._timed, parts, clock
                 )
             clock.lap()
             old = self._run_s.get(rows, run_s)
             self._run_s[rows] = old + EWMA_WEIGHT * (run_s - old)
-            parts = self._split(outputs, batch, padded)
+            parts = split_outputs(outputs, [item.rows for item in batch], self._batched)
+            parts = self._padding.cut_all(parts, [item.inputs for item in batch], padded)
         except asyncio.CancelledError:
             self._fail(batch, Unavailable("stopped while the request was running"))
             raise
@@ -398,13 +379,6 @@ class Batcher:
         """Whether a batch of `rows` is quick enough to run on the event loop (never where
         batches take turns on a device: the loop would wait for the turn)."""
         return not self._device.stage_ahead and self._run_s.get(rows, unknown_s) < INLINE_S
-
-    def _split(
-        self, outputs: TensorDict, batch: list[Item], padded: dict[str, int]
-    ) -> list[TensorDict]:
-        batched = bool(self._policy.max_batch_size)
-        parts = split_outputs(outputs, [item.rows for item in batch], batched)
-        return self._padding.cut_all(parts, [item.inputs for item in batch], padded)
 
     def _report(
         self, batch: list[Item], rows: int, start: float, compute: ComputeTimes, ok: bool

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -54,6 +54,30 @@ def part_sizes(rows: int, max_rows: int) -> list[int]:
     if not max_rows or rows <= max_rows:
         return [rows]
     return [max_rows] * (rows // max_rows) + ([rows % max_rows] if rows % max_rows else [])
+
+
+def request_parts(inputs: TensorDict, rows: int, max_rows: int) -> list[tuple[TensorDict, int]]:
+    """A request's parts of at most max_rows rows each (views), with their row counts."""
+    sizes = part_sizes(rows, max_rows)
+    return list(zip(split_rows(inputs, sizes), sizes, strict=True))
+
+
+def rows_of(inputs: TensorDict, batched: bool) -> int:
+    """Rows of a request: 1 for an unbatched model, else the length of axis 0 (the same for
+    every input, and at least 1: the data plane's checks saw to it)."""
+    return int(next(iter(inputs.values())).shape[0]) if batched else 1
+
+
+def batch_key(pad_axes: Mapping[str, int], batched: bool, part: TensorDict) -> Hashable:
+    """Items stack when names, dtypes and non-batch dims agree (pad axes excepted)."""
+    if not batched:
+        return None
+    return tuple(
+        sorted(
+            (name, array.dtype.str, key_dims(array.shape, pad_axes.get(name)))
+            for name, array in part.items()
+        )
+    )
 
 
 def key_dims(shape: tuple[int, ...], pad_axis: int | None) -> tuple[int, ...]:

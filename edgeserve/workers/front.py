@@ -21,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from edgeserve.batching import ONE_REQUEST, BatchPolicy
+from edgeserve.batching.rows import rows_of
 from edgeserve.errors import PayloadTooLarge, Unavailable
 from edgeserve.http.app import create_app
 from edgeserve.http.server import DrainingServer, uvicorn_config
@@ -128,7 +129,7 @@ class RemoteEngine:
             raise Unavailable(f"queue full: {queued} of {limit} rows waiting", RETRY_AFTER_S)
 
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict:
-        rows = self._rows(inputs)
+        rows = rows_of(inputs, bool(self.policy.max_batch_size))
         link = self.links[self._route(rows)]
         size = block_size(inputs)
         offset = self._blocks.allocate(size) if size else None
@@ -161,11 +162,6 @@ class RemoteEngine:
         if not ready:
             raise Unavailable("the inference processes are restarting", RETRY_AFTER_S)
         return ready
-
-    def _rows(self, inputs: TensorDict) -> int:
-        if not self.policy.max_batch_size:
-            return 1
-        return int(next(iter(inputs.values())).shape[0])
 
     def _free(self, offset: int, size: int) -> None:
         if size:
