@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ctypes
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -68,7 +69,8 @@ def open_cuda_region(name: str, body: Mapping[str, Any]) -> CudaRegion:
     try:
         cuda.check(cudart.cudaSetDevice(device_id), "cudaSetDevice")
         ipc = cudart.cudaIpcMemHandle_t()
-        ipc.reserved = handle
+        # the handle's bytes written into the struct: cuda-bindings 13 no longer has `reserved`
+        ctypes.memmove(ipc.getPtr(), handle, HANDLE_BYTES)
         flags = cudart.cudaIpcMemLazyEnablePeerAccess
         pointer = int(cuda.check(cudart.cudaIpcOpenMemHandle(ipc, flags), "cudaIpcOpenMemHandle"))
     except BackendError as exc:
