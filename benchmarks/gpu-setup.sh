@@ -3,16 +3,25 @@
 # internet there): unpacks the tree and the carried wheels into /tmp, writes /tmp/gpu-env.sh.
 #
 #   bash gpu-setup.sh CARRIED     # CARRIED: tree.tar (git archive of the tree to run),
-#                                 # whl/*.whl, libb64-0d*.deb; /tmp/chunks/ort.tar.zst.*: the
-#                                 # onnxruntime-gpu wheel's files, tar | zstd, split to carry
+#                                 # whl/*.whl (this tree's dependencies, tomlkit and pyyaml
+#                                 # included), libb64-0d*.deb; the onnxruntime-gpu wheel either
+#                                 # as /tmp/parts/ort.part* (`split -b 56M` of the .whl, one
+#                                 # piece carried per call) or /tmp/chunks/ort.tar.zst.* (its
+#                                 # files, tar | zstd, split)
 #   . /tmp/gpu-env.sh             # then: cd /tmp/tree && python benchmarks/gpu.py ...
 set -euo pipefail
 carried=$(cd "$1" && pwd)
 site=/tmp/site
 mkdir -p "$site" /tmp/tree /tmp/b64
 tar -xf "$carried/tree.tar" -C /tmp/tree
+wheels=("$carried"/whl/*.whl)
+if [ -e /tmp/parts/ort.part0 ]; then
+    ort=/tmp/onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_28_x86_64.whl
+    cat /tmp/parts/ort.part* > "$ort" && rm -rf /tmp/parts
+    wheels+=("$ort")
+fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$site" "$carried"/whl/*.whl
+    --target "$site" "${wheels[@]}"
 if [ -e /tmp/chunks/ort.tar.zst.aa ]; then
     cat /tmp/chunks/ort.tar.zst.* | PYTHONPATH="$site" python3 -c '
 import sys, zstandard
