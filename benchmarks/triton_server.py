@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 from pytriton.decorators import batch
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-from pytriton.triton import Triton, TritonConfig
+from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
 
 def session(path: str, threads: int, cuda: bool) -> ort.InferenceSession:
@@ -65,7 +65,10 @@ def main() -> None:
     config = TritonConfig(
         http_port=args.port, grpc_port=args.port + 1, metrics_port=args.port + 2, log_verbose=0
     )
-    with Triton(config=config) as triton:
+    # perf_analyzer reads the statistics endpoint, which PyTriton 0.7 restricts to a token of its
+    # own by default: nothing restricted here (loopback, a benchmark)
+    unrestricted = TritonSecurityConfig(restricted_endpoints=[])
+    with Triton(config=config, security_config=unrestricted) as triton:
         triton.bind(
             model_name=args.name,
             infer_func=infer,
