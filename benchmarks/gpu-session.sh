@@ -9,9 +9,9 @@
 # crnn-si: CRNN with the GIL switch interval at 0.1 ms; devices: the 2-GPU test and benchmark;
 # per-device: 1, 2, 3 inference processes on the GPU (CRNN), and functions/ocr on the CPU
 #   provider with 1, 2, 4 processes sharing the cores against one process (sweeps under DIR);
-# tests: the GPU tests; triton: PyTriton binding ONNX Runtime CUDA, the same models, the same
-#   max batch and delay, under the same perf_analyzer (PyTriton's wheels unpacked in /tmp/pyt;
-#   on 2026-11-22 its python backend stub did not find pyzmq there: RESULTS-gpu.md).
+# tests: the GPU tests; triton: edgeserve and then PyTriton binding ONNX Runtime CUDA, the same
+#   models, max batch and delay, under the same perf_analyzer (PyTriton in a virtualenv of its
+#   own, from the wheels in /tmp/pyw).
 set -uo pipefail
 . /tmp/gpu-env.sh
 cd /tmp/tree
@@ -51,19 +51,24 @@ tests)
     python3 -m pytest -q -p no:cacheprovider tests/test_cuda_sharedmemory.py \
         tests/test_buckets.py tests/test_stage_ahead.py tests/test_perf_analyzer.py \
         tests/test_sharedmemory.py ;;
-triton)
-    export PYTHONPATH=/tmp/pyt:$PYTHONPATH  # PyTriton wants numpy < 2, tritonclient 2.5x
-    # Triton's python backend stub sees the interpreter's own site-packages, not PYTHONPATH
-    python3 -m pip install -q --no-index --no-deps /tmp/pywhl/pyzmq-*.whl
+triton)  # edgeserve, then Triton, per model, one after the other under the same perf_analyzer
+    # PyTriton runs in a virtualenv of its own (/tmp/tv): its Python backend stub finds its
+    # modules (pyzmq, numpy < 2, PyTriton's proxy) in the interpreter's prefix, never PYTHONPATH;
+    # /tmp/pyw holds nvidia-pytriton 0.7.0 and its dependencies' wheels (cp312)
+    python3 -m venv --without-pip --system-site-packages /tmp/tv
+    tv=/tmp/tv/lib/python3.12/site-packages
+    python3 -m pip install -q --no-index --no-deps --no-compile --target $tv /tmp/pyw/*.whl
     for model in resnet crnn; do
         shape=$([ $model = resnet ] && echo 3,224,224 || echo 1,32,128)
+        python3 benchmarks/gpu_sweep.py /tmp/w --out /tmp/o-es-$model --models $model \
+            --workers auto --shm-workers none --concurrency $levels --shm "" --limits
         # tritonserver runs from a copy in PyTriton's workspace: its grafted libraries by path
-        LD_LIBRARY_PATH=/tmp/pyt/nvidia_pytriton.libs:$LD_LIBRARY_PATH \
-            python3 benchmarks/triton_server.py /tmp/w/$model/model.onnx $model 8100 --cuda \
-            --max-batch 32 --delay-us 2000 >/tmp/triton-$model.log 2>&1 &
+        PYTHONPATH=$tv:$PYTHONPATH LD_LIBRARY_PATH=$tv/nvidia_pytriton.libs:$LD_LIBRARY_PATH \
+            /tmp/tv/bin/python benchmarks/triton_server.py /tmp/w/$model/model.onnx $model 8100 \
+            --cuda --max-batch 32 --delay-us 2000 >/tmp/triton-$model.log 2>&1 &
         server=$!
         python3 -c 'import os, sys, time, urllib.request as u
-for _ in range(90):
+for _ in range(120):
     try:
         u.urlopen("http://127.0.0.1:8100/v2/models/'$model'/ready"); break
     except OSError:
@@ -75,6 +80,5 @@ for _ in range(90):
             echo "triton $model c=$c (c, items/s, p50 us, p99 us): $(tail -1 /tmp/triton-$model-$c.csv | cut -d, -f1,2,10,13)"
         done
         kill $server; wait $server
-        tail -3 /tmp/triton-$model.log
     done ;;
 esac
