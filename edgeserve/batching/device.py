@@ -7,10 +7,10 @@ assemble, 5.6 ms to run on an H100). With `stage_ahead` there are two workers pe
 one assembles the next batch into its own buffers while the other's batch runs, and a batch
 waits for a free slot of the device only once it is assembled.
 
-The workers' threads are made before the first batch and each gets the backend's per-thread
-state then (`on_each_thread`): on a GPU a thread's first run of a bucket plans cuDNN's kernels,
-and such a first run beside another thread's batch failed on an H100 with CUDA's "operation not
-permitted when stream is capturing" (benchmarks/RESULTS-gpu.md).
+The workers' threads are made before the first batch and each makes the backend's per-thread
+state then (`start`'s `each_thread`): on a GPU a thread's first run of a bucket plans cuDNN's
+kernels, and such a first run beside another thread's batch failed on an H100 with CUDA's
+"operation not permitted when stream is capturing" (benchmarks/RESULTS-gpu.md).
 """
 
 from __future__ import annotations
