@@ -12,11 +12,12 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 from edgeserve.backends import load_backend
 from edgeserve.batching import Batcher, BatchPolicy
@@ -26,6 +27,8 @@ from edgeserve.shapes import shape_profile
 from edgeserve.signature import read_signature
 from edgeserve.types import ComputeTimes, Signature, TensorDict, TensorSpec
 from tests.models import conv_model
+
+NO_CUDA = "CUDAExecutionProvider" not in ort.get_available_providers()
 
 SIG = Signature(
     inputs=(TensorSpec("x", "FP32", (-1, 2)),),
@@ -75,9 +78,11 @@ class Observer:
         self.queue_ns.extend(queue_ns)
 
 
-def serve_all(batcher: Batcher, requests: list[TensorDict]) -> list[TensorDict]:
+def serve_all(
+    batcher: Batcher, requests: list[TensorDict], each_thread: Callable[[], object] | None = None
+) -> list[TensorDict]:
     async def all_at_once() -> list[TensorDict]:
-        await batcher.start()
+        await batcher.start(each_thread)
         deadline = time.monotonic() + 30
         try:
             return await asyncio.gather(*(batcher.submit(r, deadline) for r in requests))
@@ -150,18 +155,36 @@ def test_every_batch_thread_is_warmed_one_at_a_time_before_the_first_batch() -> 
     assert min(at for _, at in ran) > spans[-1][1]  # ... after every warm-up
 
 
-def test_bound_buffers_of_two_threads_give_every_request_its_own_answer(tmp_path: Path) -> None:
-    """ONNX Runtime's bound buffers (buckets, on the CPU here) with stage-ahead: a batch is
-    written into one thread's buffers while another thread's batch runs."""
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda:0",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(NO_CUDA, reason="needs onnxruntime-gpu with an NVIDIA GPU"),
+            ],
+        ),
+    ],
+)
+def test_bound_buffers_of_two_threads_give_every_request_its_own_answer(
+    tmp_path: Path, device: str
+) -> None:
+    """ONNX Runtime's bound buffers (buckets; on a GPU pinned, copied in and out by DMA) with
+    stage-ahead: a batch is written into one thread's buffers while another thread's batch
+    runs, and every answer is its own request's, not a neighbour's nor a stale one."""
     model = conv_model(tmp_path / "conv.onnx")
     signature = read_signature(model, ModelSection())
     profile = shape_profile(signature, 4)
-    backend = load_backend("onnxruntime", model, signature=signature, profile=profile, buckets=True)
+    backend = load_backend(
+        "onnxruntime", model, signature=signature, profile=profile, buckets=True, device=device
+    )
     policy = BatchPolicy(4, max_queue_delay_s=0.001, max_queue_size=256, instances=1)
     batcher = Batcher(backend.infer, signature, policy, None, backend.assemble, stage_ahead=True)
     rng = np.random.default_rng(5)
-    requests = [{"image": rng.normal(size=(1, 3, 16, 16)).astype(np.float32)} for _ in range(64)]
-    answers = serve_all(batcher, requests)
+    requests = [{"image": rng.normal(size=(1, 3, 16, 16)).astype(np.float32)} for _ in range(256)]
+    answers = serve_all(batcher, requests, backend.warm_thread)  # as LocalEngine starts it
     reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     for request, answer in zip(requests, answers, strict=True):
         expected = reference.run(None, request)[0]
