@@ -104,30 +104,31 @@ class Sender:
     once, instead of once each. Nothing awaits: the kernel's socket buffer absorbs them."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+        self._writer = writer
         self._frames: list[bytes] = []
 
     @property
     def closing(self) -> bool:
-        return self.writer.is_closing()
+        return self._writer.is_closing()
 
     def send(self, message: tuple[Any, ...]) -> None:
         self.put(encode(message))
 
     def put(self, frame: bytes) -> None:
-        """Queue an encoded message (`encode`), sent after whatever this turn queues next."""
+        """Queue an encoded message (`encode`): it leaves, in order, with whatever else this
+        turn of the event loop queues, once the turn is over."""
         if not self._frames:
             asyncio.get_running_loop().call_soon(self._flush)
         self._frames.append(frame)
 
     def close(self) -> None:
         self._flush()
-        self.writer.close()
+        self._writer.close()
 
     def _flush(self) -> None:
         frames, self._frames = self._frames, []
-        if frames and not self.writer.is_closing():
-            self.writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        if frames and not self._writer.is_closing():
+            self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
 
 def encode(message: tuple[Any, ...]) -> bytes:
