@@ -5,7 +5,8 @@ model. For the ResNet-18-shaped and the CRNN benchmark models (benchmarks/models
 
 - in-process: plain `session.run` on the CUDA provider with the provider options edgeserve uses,
   per batch size (numpy feeds: what the targets call "the in-process best batch"), and the same
-  session bound to pinned buffers (IOBinding, one DMA copy in per run: the device path's limit);
+  session bound to pinned buffers (IOBinding, one DMA copy in per run), and a session at that
+  shape alone run as a CUDA graph over device buffers (edgeserve's path since cuda_graphs);
 - served: `edgeserve serve` under `edgeserve bench`'s closed loop, HTTP binary tensors, one item
   per request, with the server's own mean batch and compute time per batch, set against the
   in-process time of a batch of that size (rounded up to the bucket the server runs);
@@ -93,7 +94,41 @@ def in_process(model: Path, shape: tuple[int, ...], batch: int) -> dict[str, flo
 
     bound()
     np.testing.assert_allclose(bound_y, y, rtol=1e-3, atol=1e-3)  # the bound path computes
-    return {"plain": plain, "bound": rate(bound, batch)}
+    return {"plain": plain, "bound": rate(bound, batch), "graph": graph_rate(model, x, y)}
+
+
+def graph_rate(model: Path, x: np.ndarray, y: np.ndarray) -> float:
+    """Items/s of a session at `x`'s shape alone (named dims fixed) run as a CUDA graph over
+    device buffers, copied in from and out to the host each run: edgeserve's bucket path."""
+    from edgeserve.backends.onnxruntime import dim_names, fixed_dims, with_graphs
+
+    reader = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    name, output = reader.get_inputs()[0].name, reader.get_outputs()[0].name
+    options = ort.SessionOptions()
+    for dim, size in fixed_dims(dim_names(model), {name: x.shape}).items():
+        options.add_free_dimension_override_by_name(dim, size)
+    session = ort.InferenceSession(str(model), options, providers=with_graphs(CUDA))
+    x_device, y_device = (
+        ort.OrtValue.ortvalue_from_shape_and_type(list(a.shape), np.float32, "cuda", 0)
+        for a in (x, y)
+    )
+    io = session.io_binding()
+    io.bind_ortvalue_input(name, x_device)
+    io.bind_ortvalue_output(output, y_device)
+    run_options = ort.RunOptions()
+    run_options.add_run_config_entry("gpu_graph_id", "0")
+    host_x = pinned(x.shape)
+    host_x[:] = x
+
+    def graph() -> np.ndarray:
+        x_device.update_inplace(host_x)
+        session.run_with_iobinding(io, run_options)
+        return y_device.numpy()
+
+    for _ in range(3):  # a plain run, the capture, a replay
+        answer = graph()
+    np.testing.assert_allclose(answer, y, rtol=1e-3, atol=1e-3)
+    return rate(graph, batch=len(x))
 
 
 def gpu_bundle(source: Path, work: Path) -> str:

@@ -95,6 +95,7 @@ class Runtime:
             prepared=bundle.root,
             precision=manifest.backend.precision,
             threads=manifest.backend.threads,
+            cuda_graphs=manifest.backend.cuda_graphs,
             instances=policy.instances,
             device=device,
             profile=shape_profile(

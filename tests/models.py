@@ -288,3 +288,38 @@ def slow_model(
         ],
     )
     return _save(graph, path)
+
+
+def branching_model(path: Path) -> Path:
+    """x [N, 4] FP32 -> y: 2x where the batch sums above 0, else 3x (an ONNX `If`: control flow,
+    which CUDA graphs cannot capture)."""
+
+    def branch(name: str, factor: float) -> onnx.GraphProto:
+        scale = numpy_helper.from_array(np.array(factor, np.float32), f"{name}_factor")
+        return helper.make_graph(
+            [helper.make_node("Mul", ["x", f"{name}_factor"], [f"{name}_y"])],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, ["N", 4])],
+            [scale],
+        )
+
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        helper.make_node("Greater", ["total", "zero"], ["positive"]),
+        helper.make_node(
+            "If",
+            ["positive"],
+            ["y"],
+            then_branch=branch("then", 2.0),
+            else_branch=branch("else", 3.0),
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "branching",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(np.array(0.0, np.float32), "zero")],
+    )
+    return _save(graph, path)

@@ -160,6 +160,7 @@ def load_backend(
     profile: ShapeProfile | None = None,
     cache_dir: Path | None = None,
     buckets: bool | None = None,
+    cuda_graphs: bool = True,
 ) -> Backend:
     """Load `model_path` (ONNX) into the named backend, with the bundle's `signature` (read from
     the model only when there is no bundle) and what the backend `prepared` in it."""
@@ -169,7 +170,16 @@ def load_backend(
 
         signature = read_signature(model_path, ModelSection())
     options = LoadOptions(
-        signature, precision, threads, instances, device, profile, prepared, cache_dir, buckets
+        signature,
+        precision,
+        threads,
+        instances,
+        device,
+        profile,
+        prepared,
+        cache_dir,
+        buckets,
+        cuda_graphs,
     )
     return backend(model_path, options)
 

@@ -10,11 +10,17 @@ session opened and warmed for that shape alone, so no request makes cuDNN plan a
 is assembled straight into that session's pinned, bound buffers (`binding`), and outputs are cut
 back to the batch's rows. A padded axis is padded to its bucket rather than to the batch's widest
 item; the batcher cuts outputs that follow it back to each request's own length as before.
+
+A bucket's session knows its shape (the model's named dynamic dims are fixed to it, so shape
+arithmetic folds away and every node can stay on the GPU), and each binding runs as a CUDA graph
+(`cuda_graphs` in the manifest). A model ONNX Runtime cannot capture (a node on the CPU, control
+flow) runs kernel by kernel, with a warning at load.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -25,7 +31,7 @@ import numpy as np
 
 from edgeserve import datatypes
 from edgeserve.backends import cuda
-from edgeserve.backends.binding import Binding, HostMemory, Staged
+from edgeserve.backends.binding import Binding, DeviceBinding, HostBinding, HostMemory, Staged
 from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for
 from edgeserve.backends.options import LoadOptions, TritonNames, missing_module
 from edgeserve.batching.rows import stack_rows
@@ -78,7 +84,8 @@ class OnnxRuntime:
         if cuda is not None and hasattr(ort, "preload_dlls"):
             ort.preload_dlls()  # the pip nvidia-* CUDA / cuDNN libraries, before the session
         self.providers_requested = providers(cuda, tf32=options.precision != "fp32")
-        self._open = functools.partial(_open, ort, model_path, options, self.providers_requested)
+        self._model_path = model_path
+        self._options = options
         self._invalid_argument: type[Exception] = pybind_state.InvalidArgument
         self._output_names = [spec.name for spec in self.signature.outputs]
         self._fills = {spec.name: spec.pad_value for spec in self.signature.inputs}
@@ -95,7 +102,15 @@ class OnnxRuntime:
         self.stages_ahead = bool(self.shapes.rows) and cuda is not None
         self._memory = HostMemory(pin=cuda is not None and _has_cuda_python())
         self._cuda = cuda
+        # whether new bindings run as CUDA graphs (off for good once ONNX Runtime fails to
+        # capture). Only where buckets decide every shape: then every binding is made, and its
+        # graph captured, before serving (a capture beside another thread's run fails)
+        self._dims = {spec.name: spec.dims for spec in self.signature.inputs}
+        self.graphs = cuda is not None and options.cuda_graphs and self.shapes.decides(self._dims)
+        self._graph_ids = itertools.count()
+        self._dim_names = dim_names(model_path) if self.graphs else {}
         self._sessions: dict[Key, Any] = {}
+        self._turns: dict[Key, threading.Lock] = {}  # a graph session's runs, one at a time
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open_buckets()
@@ -136,16 +151,15 @@ class OnnxRuntime:
 
     def warm_thread(self) -> None:
         """This thread's bound buffers for every bucket, each warmed by a first run (where
-        cuDNN plans): the batcher calls it on each of its threads before serving."""
-        dims = {spec.name: spec.dims for spec in self.signature.inputs}
-        if self.shapes.decides(dims):
-            for shapes in self.shapes.every(dims):
+        cuDNN plans) and its CUDA graph captured: the batcher calls it on each of its threads,
+        one at a time, before serving."""
+        if self.shapes.decides(self._dims):
+            for shapes in self.shapes.every(self._dims):
                 self._binding(shapes)
 
     def _open_buckets(self) -> None:
         """Open and warm a session per bucket shape (none without buckets: one for any shape)."""
-        dims = {spec.name: spec.dims for spec in self.signature.inputs}
-        if not self.shapes.decides(dims):  # a dynamic axis no bucket decides: shapes unknown
+        if not self.shapes.decides(self._dims):  # a dynamic axis no bucket decides: shapes unknown
             self._session(())
             return
         self.warm_thread()
@@ -155,30 +169,69 @@ class OnnxRuntime:
             if key not in self._sessions:
                 if key and self._sessions:
                     log.info("onnxruntime: opening a session for the new bucket %s", dict(key))
-                self._sessions[key] = self._open()
+                self._sessions[key] = self._open(key)
             return self._sessions[key]
 
+    def _open(self, key: Key) -> Any:
+        """A session for one bucket (its shape fixed, and graphs on where they work), or for any
+        shape (key ())."""
+        fixed = fixed_dims(self._dim_names, dict(key))
+        if not (key and self.graphs):
+            return _open(self._model_path, self._options, self.providers_requested, fixed)
+        try:
+            graphs = with_graphs(self.providers_requested)
+            session = _open(self._model_path, self._options, graphs, fixed)
+        except BackendError as exc:
+            self._no_graphs(exc)
+            return _open(self._model_path, self._options, self.providers_requested, fixed)
+        self._turns[key] = threading.Lock()
+        return session
+
     def _binding(self, shapes: dict[str, Shape]) -> Binding:
-        """This thread's binding for a bucket (made, with a warm-up run, on first use)."""
+        """This thread's binding for a bucket (made, with its warm-up runs, on first use)."""
         key: Key = tuple(sorted(shapes.items()))
         bindings = self._local.__dict__.setdefault("bindings", {})
         if key not in bindings:
-            session = self._session(key)
-            zeros = {name: np.zeros(shape, _dtype(self.signature, name)) for name, shape in key}
-            values = session.run(self._output_names, zeros)  # the warm-up: cuDNN plans here
-            outputs = dict(zip(self._output_names, values, strict=True))
-            bindings[key] = Binding(session, zeros, outputs, self._memory, self._cuda)
+            bindings[key] = self._bind(key, self._session(key))
         binding: Binding = bindings[key]
         return binding
+
+    def _bind(self, key: Key, session: Any) -> Binding:
+        zeros = {name: np.zeros(shape, _dtype(self.signature, name)) for name, shape in key}
+        if self._cuda is None:
+            return HostBinding(session, zeros, self._output_names)
+        turn = self._turns.get(key)
+        graph = (next(self._graph_ids), turn) if self.graphs and turn else None
+        bind = functools.partial(
+            DeviceBinding, session, zeros, self._output_names, self._memory, self._cuda
+        )
+        if graph is None:
+            return bind(None)
+        try:
+            return bind(graph)
+        except Exception as exc:  # the capture failed (ONNX Runtime's own errors) or mismatched
+            self._no_graphs(exc)
+            return bind(None)
+
+    def _no_graphs(self, reason: Exception) -> None:
+        """From now on, sessions and bindings without CUDA graphs (the ones that work keep them)."""
+        log.warning("onnxruntime: CUDA graphs are off for this model: %s", str(reason)[:300])
+        self.graphs = False
 
 
 Key = tuple[tuple[str, Shape], ...]
 """A bucket's input shapes, sorted by name; () is the session for shapes no bucket holds."""
 
 
-def _open(ort: Any, model_path: Path, options: LoadOptions, requested: list[Any]) -> Any:
+def _open(
+    model_path: Path, options: LoadOptions, requested: list[Any], fixed: Mapping[str, int]
+) -> Any:
+    import onnxruntime as ort
+
     try:
-        return ort.InferenceSession(str(model_path), session_options(options), providers=requested)
+        return ort.InferenceSession(
+            str(model_path), session_options(options, fixed), providers=requested
+        )
     except Exception as exc:  # onnxruntime raises its own Fail / InvalidGraph / RuntimeError
         raise BackendError(f"onnxruntime: cannot load {model_path}: {exc}") from None
 
@@ -210,10 +263,47 @@ def providers(cuda_device: int | None, tf32: bool = False) -> list[Any]:
     return [cuda, "CPUExecutionProvider"]
 
 
-def session_options(options: LoadOptions) -> Any:
+def with_graphs(requested: list[Any]) -> list[Any]:
+    """The same providers with the CUDA EP's graph capture on (runs given a graph id)."""
+    return [
+        (entry[0], {**entry[1], "enable_cuda_graph": "1"}) if isinstance(entry, tuple) else entry
+        for entry in requested
+    ]
+
+
+def dim_names(model_path: Path) -> dict[str, dict[int, str]]:
+    """The named dynamic dims of each model input ({input: {axis: name}})."""
+    import onnx
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    return {
+        value.name: {
+            axis: dim.dim_param
+            for axis, dim in enumerate(value.type.tensor_type.shape.dim)
+            if dim.dim_param
+        }
+        for value in graph.input
+    }
+
+
+def fixed_dims(
+    names: Mapping[str, Mapping[int, str]], shapes: Mapping[str, Shape]
+) -> dict[str, int]:
+    """Named dims at a bucket's sizes, for ONNX Runtime to fold the model's shape arithmetic;
+    a name two inputs give different sizes stays free."""
+    sizes: dict[str, set[int]] = {}
+    for name, shape in shapes.items():
+        for axis, dim in names.get(name, {}).items():
+            sizes.setdefault(dim, set()).add(shape[axis])
+    return {dim: next(iter(found)) for dim, found in sizes.items() if len(found) == 1}
+
+
+def session_options(options: LoadOptions, fixed: Mapping[str, int] | None = None) -> Any:
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    for dim, size in (fixed or {}).items():
+        so.add_free_dimension_override_by_name(dim, size)
     so.intra_op_num_threads = options.threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
