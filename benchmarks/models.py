@@ -160,24 +160,11 @@ def _bilstm(g: Graph, x: str, features: int, hidden: int) -> str:
 MODELS: dict[str, Callable[[Path], Path]] = {"resnet": resnet18, "mlp": mlp, "crnn": crnn}
 
 MAX_BATCH = 32
-PADDED = {
-    "crnn": """
-[model.inputs.image]
-pad_axis = 3
-
-[model.outputs.logits]
-pad_axis = 1
-follows = "image"
-ratio = 0.25
-"""
-}
-"""Padded axes, as functions/ocr declares its line width: on CUDA each width bucket is known,
-warmed and captured as a CUDA graph before serving (edgeserve/backends/buckets.py)."""
 MANIFEST = """\
 [function]
 name = "{name}"
 description = "benchmark model ({name}, random weights)"
-{model}
+
 [batching]
 max_batch_size = {max_batch}
 max_queue_delay_ms = {delay}
@@ -210,11 +197,9 @@ def write_function(
     if not model.exists():
         MODELS[name](model)
     slo = f"latency_slo_ms = {slo_ms}\n" if slo_ms else ""
-    model_section = PADDED.get(name, "")
     (folder / "function.toml").write_text(
         MANIFEST.format(
             name=name,
-            model=model_section,
             max_batch=MAX_BATCH,
             delay=delay_ms,
             queue=queue,

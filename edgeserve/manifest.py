@@ -101,7 +101,7 @@ class BackendSection(_Strict):
     prefer: tuple[BackendName, ...] = BACKEND_NAMES
     precision: Literal["fp32", "fp16", "int8", "auto"] = "auto"  # bf16 where the CPU has it
     threads: int = Field(default=0, ge=0)
-    cuda_graphs: bool = True  # ONNX Runtime on CUDA: each bucket's run launched as one graph
+    cuda_graphs: bool = False  # ONNX Runtime on CUDA: each bucket's run launched as one graph
     max_abs_diff: float | None = Field(default=None, gt=0)  # build refuses more drift vs fp32
 
 

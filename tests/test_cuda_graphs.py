@@ -56,10 +56,16 @@ def _crnn_backend(tmp_path: Path, cuda_graphs: bool):
 
 
 def _on_cuda(model: Path):
-    """`model` on cuda:0, batches of up to 4 rows, its own dims (no pad axis)."""
+    """`model` on cuda:0 with CUDA graphs asked for, batches of up to 4 rows, its own dims."""
     signature = read_signature(model, ModelSection())
-    profile = shape_profile(signature, 4)
-    return load_backend("onnxruntime", model, signature=signature, device="cuda:0", profile=profile)
+    return load_backend(
+        "onnxruntime",
+        model,
+        signature=signature,
+        device="cuda:0",
+        profile=shape_profile(signature, 4),
+        cuda_graphs=True,
+    )
 
 
 @pytest.mark.gpu

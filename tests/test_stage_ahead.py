@@ -171,14 +171,21 @@ def test_every_batch_thread_is_warmed_one_at_a_time_before_the_first_batch() -> 
 def test_bound_buffers_of_two_threads_give_every_request_its_own_answer(
     tmp_path: Path, device: str
 ) -> None:
-    """ONNX Runtime's bound buffers (buckets; on a GPU pinned, copied in and out by DMA) with
-    stage-ahead: a batch is written into one thread's buffers while another thread's batch
-    runs, and every answer is its own request's, not a neighbour's nor a stale one."""
+    """ONNX Runtime's bound buffers (buckets; on a GPU device buffers filled from pinned memory,
+    each thread's run a CUDA graph of its own) with stage-ahead: a batch is written into one
+    thread's buffers while another thread's batch runs, and every answer is its own request's,
+    not a neighbour's nor a stale one."""
     model = conv_model(tmp_path / "conv.onnx")
     signature = read_signature(model, ModelSection())
     profile = shape_profile(signature, 4)
     backend = load_backend(
-        "onnxruntime", model, signature=signature, profile=profile, buckets=True, device=device
+        "onnxruntime",
+        model,
+        signature=signature,
+        profile=profile,
+        buckets=True,
+        device=device,
+        cuda_graphs=True,  # each thread's buffers captured in a graph of its own (on CUDA)
     )
     policy = BatchPolicy(4, max_queue_delay_s=0.001, max_queue_size=256, instances=1)
     batcher = Batcher(backend.infer, signature, policy, None, backend.assemble, stage_ahead=True)

@@ -160,7 +160,7 @@ def load_backend(
     profile: ShapeProfile | None = None,
     cache_dir: Path | None = None,
     buckets: bool | None = None,
-    cuda_graphs: bool = True,
+    cuda_graphs: bool = False,
 ) -> Backend:
     """Load `model_path` (ONNX) into the named backend, with the bundle's `signature` (read from
     the model only when there is no bundle) and what the backend `prepared` in it."""

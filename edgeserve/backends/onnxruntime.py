@@ -11,10 +11,10 @@ is assembled straight into that session's pinned, bound buffers (`binding`), and
 back to the batch's rows. A padded axis is padded to its bucket rather than to the batch's widest
 item; the batcher cuts outputs that follow it back to each request's own length as before.
 
-A bucket's session knows its shape (the model's named dynamic dims are fixed to it, so shape
-arithmetic folds away and every node can stay on the GPU), and each binding runs as a CUDA graph
-(`cuda_graphs` in the manifest). A model ONNX Runtime cannot capture (a node on the CPU, control
-flow) runs kernel by kernel, with a warning at load.
+With `cuda_graphs` (the manifest's [backend]), a bucket's session knows its shape (the model's
+named dynamic dims are fixed to it, so shape arithmetic folds away and every node can stay on the
+GPU) and each binding runs as a CUDA graph. A model ONNX Runtime cannot capture (a node on the
+CPU, control flow) runs kernel by kernel, with a warning at load.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class LoadOptions:
     cache_dir: Path | None = None
     buckets: bool | None = None
     """Run batches at bucket shapes in bound buffers (None: where CUDA is used)."""
-    cuda_graphs: bool = True
+    cuda_graphs: bool = False
     """Run each bucket's batches as a CUDA graph (ONNX Runtime on CUDA, where it can capture)."""
 
     @property
