@@ -74,11 +74,14 @@ class Runtime:
         backend: str | None = None,
         batching: BatchingSection | None = None,
         stats: ModelStats | None = None,
+        threads: int = 0,
     ) -> Runtime:
         """Load the model on the backend that fits this machine (or the one asked for).
 
         `batching` replaces the manifest's [batching] where a front knows better (Lambda runs
-        one invocation at a time: aws_lambda/adapter.py)."""
+        one invocation at a time: aws_lambda/adapter.py); `threads`, the backend's default
+        thread count where the layout knows better (inference processes sharing the CPU), but
+        not a [backend] threads the manifest sets."""
         manifest = bundle.manifest
         started = time.perf_counter()
         platform = probe()
@@ -86,6 +89,7 @@ class Runtime:
         section = batching or manifest.batching
         policy = BatchPolicy.from_manifest(section, batched=bundle.signature.batched)
         device = default_device(platform)
+        backend_threads = manifest.backend.threads or threads
         if device != "cpu":
             sys.setswitchinterval(GPU_SWITCH_INTERVAL_S)
         loaded = load_backend(
@@ -94,7 +98,7 @@ class Runtime:
             signature=bundle.signature,
             prepared=bundle.root,
             precision=manifest.backend.precision,
-            threads=manifest.backend.threads,
+            threads=backend_threads,
             cuda_graphs=manifest.backend.cuda_graphs,
             instances=policy.instances,
             device=device,
@@ -105,7 +109,9 @@ class Runtime:
         stats = stats or ModelStats(manifest.function.name, manifest.function.model_version)
         runtime = cls(bundle, LocalEngine(loaded, bundle.signature, policy, stats), stats)
         runtime.timings["load_s"] = time.perf_counter() - started
-        log.info("loaded %s on %s (%s)", manifest.function.name, choice.name, choice.reason)
+        shared = f"; backend threads: {backend_threads}" if backend_threads else ""
+        name = manifest.function.name
+        log.info("loaded %s on %s (%s%s)", name, choice.name, choice.reason, shared)
         return runtime
 
     @property

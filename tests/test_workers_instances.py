@@ -23,7 +23,7 @@ from edgeserve.backends import Choice, as_reached
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import Cpu, Gpu, Jetson, Platform
 from edgeserve.manifest import load_manifest
-from edgeserve.workers import choose_layout
+from edgeserve.workers import choose_layout, usable_cores
 from edgeserve.workers.layout import Instance
 from tests.server import Server, running
 from tests.test_workers import (
@@ -88,6 +88,10 @@ def test_two_cpu_instances_answer_right_and_share_the_batches_evenly(tmp_path: P
     x = np.random.default_rng(3).normal(size=(5, 16)).astype(np.float32)
     with running(folder, "--workers", "2") as (url, server), ThreadPoolExecutor(16) as pool:
         assert "2 front processes and 2 inference processes (cpu, cpu)" in "".join(server.output)
+        # the two share the cores (CI's 2: one thread each), not each asking for all of them
+        share = f"; backend threads: {max(1, usable_cores() // 2)})"
+        loaded = [line for line in server.output if "loaded mlp on onnxruntime" in line]
+        assert len(loaded) == 2 and all(line.rstrip().endswith(share) for line in loaded), loaded
         answer = httpx.post(f"{url}/v2/models/mlp/infer", json=infer_body(x), timeout=30)
         y = np.asarray(answer.json()["outputs"][0]["data"], np.float32).reshape(5, 4)
         np.testing.assert_allclose(y, reference(folder, x), rtol=1e-5, atol=1e-5)
@@ -295,6 +299,22 @@ def test_each_gpu_process_sees_only_its_gpu() -> None:
         "EDGESERVE_DEVICE": "cuda:0",
     }
     assert Instance().env() == {"EDGESERVE_DEVICE": "cpu"}
+
+
+@pytest.mark.parametrize(
+    ("platform", "per_device", "cores", "threads"),
+    [(CPU, 4, 16, 4), (CPU, 3, 16, 5), (CPU, 4, 2, 1), (CPU, 1, 16, 0)],
+)
+def test_inference_processes_on_the_cpu_share_its_cores(
+    platform: Platform, per_device: int, cores: int, threads: int
+) -> None:
+    layout = choose_layout(2, platform, cores, "cpu", per_device, {})
+    assert layout.cpu_threads == threads
+    assert (f"{threads} threads each" in layout.reason) == (threads > 0)
+
+
+def test_gpu_processes_keep_their_backends_default_threads() -> None:
+    assert choose_layout(2, _gpus(2), 16, "auto", 2, {}).cpu_threads == 0
 
 
 def test_auto_fronts_leave_a_core_per_gpu_process() -> None:

@@ -32,6 +32,7 @@ class ChildConfig:
     drain_s: float  # the drain bound ([resources] drain_timeout_s or serve's override)
     log_level: str
     devices: list[str] = field(default_factory=lambda: ["cpu"])  # per inference process
+    cpu_threads: int = 0  # backend threads of one on the CPU, unless [backend] threads is set
     backend: str | None = None
     front: int = 0
     instance: int = 0  # which inference process this one is (in an inference process)

@@ -14,7 +14,10 @@ the fronts from the machine (cores: this process's CPU affinity, cut to its cgro
 
 The inference processes follow Triton's instance_group: `[resources] devices` "auto" is one per
 visible GPU (CUDA_VISIBLE_DEVICES counts, as it does for CUDA), or one on the CPU without a GPU;
-"cpu" or a list of GPU indices restrict it; `processes_per_device` multiplies it. Each GPU
+"cpu" or a list of GPU indices restrict it; `processes_per_device` multiplies it. Several
+inference processes on the CPU share its cores: each runs its backend on cores / N threads
+(`cpu_threads`), unless [backend] threads says otherwise, rather than all N asking for every
+core (ONNX Runtime's and OpenVINO's default). Each GPU
 process sees only its GPU (its own CUDA_VISIBLE_DEVICES), so nothing of it lands on another.
 `EDGESERVE_DEVICE` (cpu, cuda:N) still forces the one device it names. A GPU counts only where the
 chosen backend can use it (`backends.as_reached`: not with ONNX Runtime's CPU wheel, nor OpenVINO).
@@ -61,6 +64,8 @@ class Layout:
     fronts: int
     reason: str
     instances: tuple[Instance, ...] = (Instance(),)
+    cpu_threads: int = 0
+    """Backend threads of each inference process on the CPU (0: the backend's default)."""
 
     @property
     def single(self) -> bool:
@@ -87,7 +92,10 @@ def choose_layout(
     if fronts == 1 and devices == "auto" and per_device == 1:
         instances = instances[:1]
     where = ", ".join(instance.device for instance in instances)
-    return Layout(fronts, f"{reason}; inference on {where}", instances)
+    on_cpu = sum(instance.device == "cpu" for instance in instances)
+    threads = max(1, cores // on_cpu) if on_cpu > 1 else 0  # their share of the cores
+    shared = f", {threads} threads each" if threads else ""
+    return Layout(fronts, f"{reason}; inference on {where}{shared}", instances, threads)
 
 
 def choose_instances(

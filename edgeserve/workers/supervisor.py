@@ -191,6 +191,7 @@ def serve_workers(
             board_fd=board.fd,
             fronts=fronts,
             devices=layout.devices,
+            cpu_threads=layout.cpu_threads,
             supervisor=os.getpid(),
             drain_s=drain_s,
             log_level=log_level,
