@@ -18,6 +18,7 @@ run did.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import threading
 from collections.abc import Mapping, Sequence
@@ -61,7 +62,7 @@ class GraphMismatch(BackendError):
     """A binding's CUDA graph answered otherwise than a plain run of the same inputs."""
 
 
-class Binding:
+class Binding(abc.ABC):
     """Input buffers a batch is staged into; `run` answers the batch's rows."""
 
     inputs: dict[str, np.ndarray]
@@ -71,8 +72,9 @@ class Binding:
         rows = write_parts(self.inputs, parts, fills)
         return Staged({name: buffer[:rows] for name, buffer in self.inputs.items()}, self)
 
+    @abc.abstractmethod
     def run(self, rows: int) -> TensorDict:
-        raise NotImplementedError
+        """Run the staged batch; the first `rows` rows of each output, copied out."""
 
 
 class HostBinding(Binding):
@@ -95,7 +97,8 @@ class HostBinding(Binding):
 
 
 class DeviceBinding(Binding):
-    """CUDA: device buffers in and out, host buffers for staging, and a graph id (or NO_GRAPH).
+    """CUDA: device buffers in and out, host buffers for staging, and a graph id (or NO_GRAPH);
+    `turn` is held around every run (a session with graphs runs one at a time).
 
     Made in three runs: a plain one on sample inputs (cuDNN plans its kernels, and the outputs'
     shapes size the output buffers), one on zeros under the graph id (where ONNX Runtime
@@ -109,13 +112,13 @@ class DeviceBinding(Binding):
         outputs: list[str],
         memory: HostMemory,
         device: int,
-        graph: tuple[int, threading.Lock] | None,
+        graph_id: int = NO_GRAPH,
+        turn: threading.Lock | None = None,
     ) -> None:
         self._session = session
         self._io = session.io_binding()
-        graph_id, lock = graph or (NO_GRAPH, None)
         self._options = _run_options(graph_id)
-        self._turn: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
+        self._turn: contextlib.AbstractContextManager[Any] = turn or contextlib.nullcontext()
         self.inputs = {name: memory.array(a.shape, a.dtype) for name, a in zeros.items()}
         self._device_inputs = {name: _on_device(a, device) for name, a in zeros.items()}
         for name, value in self._device_inputs.items():
@@ -152,10 +155,9 @@ class DeviceBinding(Binding):
             array[...] = inputs[name]
 
     def run(self, rows: int) -> TensorDict:
-        """Run the staged batch; the first `rows` rows of each output, copied out.
-
-        The copies are ONNX Runtime's own: in a server whose event loop is busy, every call
-        that lets the GIL go waits to get it back, so a run makes as few calls as it can."""
+        """The copies are ONNX Runtime's own: where the event loop is busy, every call that lets
+        the GIL go waits to get it back (one more such call, a cuda-python device wait, made a
+        contended CRNN batch 0.8 ms slower: RESULTS-gpu.md, fifth session)."""
         with self._turn:
             for name, value in self._device_inputs.items():
                 value.update_inplace(self.inputs[name])

@@ -200,18 +200,17 @@ class OnnxRuntime:
         zeros = {name: np.zeros(shape, _dtype(self.signature, name)) for name, shape in key}
         if self._cuda is None:
             return HostBinding(session, zeros, self._output_names)
-        turn = self._turns.get(key)
-        graph = (next(self._graph_ids), turn) if self.graphs and turn else None
+        turn = self._turns.get(key)  # a session opened for graphs: its runs take turns
         bind = functools.partial(
-            DeviceBinding, session, zeros, self._output_names, self._memory, self._cuda
+            DeviceBinding, session, zeros, self._output_names, self._memory, self._cuda, turn=turn
         )
-        if graph is None:
-            return bind(None)
+        if not (self.graphs and turn):
+            return bind()
         try:
-            return bind(graph)
+            return bind(graph_id=next(self._graph_ids))
         except Exception as exc:  # the capture failed (ONNX Runtime's own errors) or mismatched
             self._no_graphs(exc)
-            return bind(None)
+            return bind()
 
     def _no_graphs(self, reason: Exception) -> None:
         """From now on, sessions and bindings without CUDA graphs (the ones that work keep them)."""
