@@ -177,13 +177,13 @@ class OnnxRuntime:
         shape (key ())."""
         fixed = fixed_dims(self._dim_names, dict(key))
         if not (key and self.graphs):
-            return _open(self._model_path, self._options, self.providers_requested, fixed)
+            return _new_session(self._model_path, self._options, self.providers_requested, fixed)
         try:
             graphs = with_graphs(self.providers_requested)
-            session = _open(self._model_path, self._options, graphs, fixed)
+            session = _new_session(self._model_path, self._options, graphs, fixed)
         except BackendError as exc:
             self._no_graphs(exc)
-            return _open(self._model_path, self._options, self.providers_requested, fixed)
+            return _new_session(self._model_path, self._options, self.providers_requested, fixed)
         self._turns[key] = threading.Lock()
         return session
 
@@ -222,7 +222,7 @@ Key = tuple[tuple[str, Shape], ...]
 """A bucket's input shapes, sorted by name; () is the session for shapes no bucket holds."""
 
 
-def _open(
+def _new_session(
     model_path: Path, options: LoadOptions, requested: list[Any], fixed: Mapping[str, int]
 ) -> Any:
     import onnxruntime as ort
