@@ -94,16 +94,20 @@ def in_process(model: Path, shape: tuple[int, ...], batch: int) -> dict[str, flo
 
     bound()
     np.testing.assert_allclose(bound_y, y, rtol=1e-3, atol=1e-3)  # the bound path computes
-    return {"plain": plain, "bound": rate(bound, batch), "graph": graph_rate(model, x, y)}
+    return {
+        "plain": plain,
+        "bound": rate(bound, batch),
+        "graph": graph_rate(model, (name, x), (output, y)),
+    }
 
 
-def graph_rate(model: Path, x: np.ndarray, y: np.ndarray) -> float:
-    """Items/s of a session at `x`'s shape alone (named dims fixed) run as a CUDA graph over
-    device buffers, copied in from and out to the host each run: edgeserve's bucket path."""
+def graph_rate(model: Path, feed: tuple[str, np.ndarray], fetch: tuple[str, np.ndarray]) -> float:
+    """Items/s of a session at the input's shape alone (named dims fixed) run as a CUDA graph
+    over device buffers, copied in from and out to the host each run: edgeserve's bucket path.
+    `feed` is the input (name, value), `fetch` the output (name, a plain run's answer)."""
     from edgeserve.backends.onnxruntime import dim_names, fixed_dims, with_graphs
 
-    reader = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    name, output = reader.get_inputs()[0].name, reader.get_outputs()[0].name
+    (name, x), (output, y) = feed, fetch
     options = ort.SessionOptions()
     for dim, size in fixed_dims(dim_names(model), {name: x.shape}).items():
         options.add_free_dimension_override_by_name(dim, size)
