@@ -43,7 +43,7 @@ per-device)  # [resources] processes_per_device, Triton's instance_group count
     python3 benchmarks/gpu_sweep.py /tmp/w --out "$out/ocr-cpu" --models "" \
         --function functions/ocr --workers 1 --concurrency 32
     python3 benchmarks/gpu_sweep.py /tmp/w --out "$out/ocr-cpu-auto" --models "" \
-        --function functions/ocr --workers auto --per-device 1,2,4 --split-threads --concurrency 32
+        --function functions/ocr --workers auto --per-device 1,2,4,auto --concurrency 32
     unset EDGESERVE_DEVICE
     python3 benchmarks/gpu_sweep.py /tmp/w --out "$out/ocr-cuda" --models "" \
         --function functions/ocr --workers auto --per-device 1,2 --concurrency 32 ;;

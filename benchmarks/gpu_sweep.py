@@ -11,11 +11,11 @@ of the inference process and of one front under the heaviest level, and `--bench
 
     python benchmarks/gpu_sweep.py WORK --out DIR [--models resnet,crnn] [--workers 4,8,14]
         [--concurrency 16,64,128] [--shm system,cuda] [--client-cores 2] [--profile] [--bench]
-        [--per-device 1,2] [--split-threads]
+        [--per-device auto,1,2]
 
 `--per-device` serves each setting with that many inference processes per device (a copy of
-the function with `[resources] processes_per_device` set); `--split-threads` gives each of N
-processes the cores / N backend threads (CPU processes sharing the cores).
+the function with `[resources] processes_per_device` set; `serve` gives N processes on the CPU
+cores / N backend threads each).
 
 perf_analyzer comes from tritonclient 2.41.0 (libcudart.so.12 and libb64 on LD_LIBRARY_PATH).
 """
@@ -273,12 +273,12 @@ def gpu_bundle(source: Path, work: Path) -> str:
     return str(build(source, work / "build" / source.name, targets=("jetson",)).root)
 
 
-def variants(source: Path, args: argparse.Namespace) -> Iterator[tuple[int, Path]]:
-    """`source` copied with each `--per-device` count of inference processes (and, with
-    `--split-threads`, the cores split between them): (count, folder)."""
-    for count in map(int, args.per_device.split(",")):
-        threads = (os.cpu_count() or 1) // count if args.split_threads and count > 1 else 0
-        yield count, with_processes(source, args.work / f"{source.name}-x{count}", count, threads)
+def variants(source: Path, args: argparse.Namespace) -> Iterator[tuple[int | str, Path]]:
+    """`source` copied with each `--per-device` setting of inference processes: (setting,
+    folder)."""
+    for setting in args.per_device.split(","):
+        count = setting if setting == "auto" else int(setting)
+        yield count, with_processes(source, args.work / f"{source.name}-x{count}", count)
 
 
 def sweep_model(name: str, args: argparse.Namespace, results: dict[str, Any]) -> None:
@@ -415,8 +415,7 @@ def main() -> None:
     parser.add_argument("--limits", action="store_true", help="in-process items/s (CUDA)")
     parser.add_argument("--function", type=Path, help="a function folder, its samples as load")
     parser.add_argument("--processes", type=int, default=4, help="bench load processes")
-    parser.add_argument("--per-device", default="1", help="inference processes per device")
-    parser.add_argument("--split-threads", action="store_true", help="cores / N threads each")
+    parser.add_argument("--per-device", default="auto", help="inference processes per device")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import onnxruntime as ort

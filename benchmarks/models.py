@@ -214,16 +214,13 @@ def write_function(
     return folder
 
 
-def with_processes(source: Path, folder: Path, per_device: int, threads: int = 0) -> Path:
+def with_processes(source: Path, folder: Path, per_device: int | str) -> Path:
     """A copy of function folder `source` in `folder` whose manifest asks for `per_device`
-    inference processes on each device ([resources] processes_per_device) and, when `threads`
-    is given, that many backend threads in each (several CPU processes share the cores)."""
+    inference processes on each device ([resources] processes_per_device)."""
     shutil.copytree(source, folder, dirs_exist_ok=True)
     manifest = folder / "function.toml"
     document = tomlkit.parse(manifest.read_text(encoding="utf-8"))
     document.setdefault("resources", tomlkit.table())["processes_per_device"] = per_device
-    if threads:
-        document.setdefault("backend", tomlkit.table())["threads"] = threads
     manifest.write_text(tomlkit.dumps(document), encoding="utf-8")
     return folder
 

@@ -116,11 +116,12 @@ class ResourcesSection(_Strict):
     # front processes of `serve` (edgeserve/workers): a count, or chosen from cores and devices
     workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = "auto"
     # where inference processes run (Triton's instance_group): every visible GPU ("auto"; the
-    # CPU without one), the CPU, or these GPUs; and how many processes on each
+    # CPU without one), the CPU, or these GPUs; and how many processes on each ("auto": one per
+    # GPU, one per two cores on the CPU)
     devices: Literal["auto", "cpu"] | Annotated[tuple[NonNegativeInt, ...], Field(min_length=1)] = (
         "auto"
     )
-    processes_per_device: int = Field(default=1, ge=1, le=64)
+    processes_per_device: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
 
 
 class AuthSection(_Strict):

@@ -322,6 +322,36 @@ def test_auto_fronts_leave_a_core_per_gpu_process() -> None:
     assert choose_layout("auto", _gpus(8), 16, env={}).fronts == 7
 
 
+@pytest.mark.parametrize(
+    ("platform", "cores", "env", "fronts", "processes", "threads"),
+    [
+        (CPU, 16, {}, 12, 8, 2),
+        (CPU, 4, {}, 3, 2, 2),
+        (CPU, 5, {}, 4, 2, 2),
+        (CPU, 64, {}, 16, 16, 4),
+        (_gpus(1), 16, {"EDGESERVE_DEVICE": "cpu"}, 12, 8, 2),  # a GPU host told to use its CPU
+        (_gpus(2), 16, {}, 13, 2, 0),  # one per GPU
+    ],
+)
+def test_auto_processes_split_the_cpu_into_two_core_processes_and_keep_one_per_gpu(
+    platform: Platform,
+    cores: int,
+    env: dict[str, str],
+    fronts: int,
+    processes: int,
+    threads: int,
+) -> None:
+    """`processes_per_device = "auto"` (the default): the layout measured on 16 cores
+    (benchmarks/RESULTS-gpu.md, sixth session); the fronts follow where inference runs, not
+    whether the host has a GPU."""
+    layout = choose_layout("auto", platform, cores, env=env)
+    assert (layout.fronts, len(layout.instances), layout.cpu_threads) == (
+        fronts,
+        processes,
+        threads,
+    )
+
+
 def test_one_front_asked_for_keeps_the_single_process_unless_instances_are_asked_for() -> None:
     assert choose_layout(1, _gpus(2), 16, env={}).single
     assert choose_layout("auto", _gpus(2), 2, env={}).single  # 2 cores: one process
@@ -342,7 +372,7 @@ def test_a_gpu_counts_only_where_the_chosen_backend_can_use_it(backend: str, rea
     layout = choose_layout("auto", as_reached(host, Choice(backend, "test")), 16, env={})
     assert as_reached(host, Choice(backend, "test")).kind == reached
     if reached == "cpu":
-        assert (layout.devices, layout.fronts) == (["cpu"], 4)
+        assert (layout.devices, layout.fronts) == (["cpu"] * 8, 12)
     else:
         assert (layout.devices, layout.fronts) == (["cuda:0", "cuda:1"], 13)
 

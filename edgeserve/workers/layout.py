@@ -2,25 +2,30 @@
 
 `workers` counts front processes. 1 is today's single process (HTTP, handler and batcher on
 one event loop, inference on its threads); N > 1 is N fronts sharing the listening socket and
-one inference process per device, each owning its backend and its batcher. `auto` decides
+inference processes, each owning its backend and its batcher on one device. `auto` decides
 the fronts from the machine (cores: this process's CPU affinity, cut to its cgroup's CPU quota):
 
 - up to 2 usable cores: 1. Measured on 2 cores (docs/performance.md, "Process layout"): the
   fronts and the inference process then fight over the same two cores that inference itself
   wants, and every request pays the hand-off between processes on top.
-- a GPU: cores - 1 - (inference processes) fronts (up to 16): each inference process needs
-  about one core to feed its GPU, one is left for the system and the load of the hand-offs.
-- CPU only: a quarter of the cores (at least 2): inference itself wants most cores.
+- inference on a GPU: cores - 1 - (inference processes) fronts (up to 16): each inference
+  process needs about one core to feed its GPU, one is left for the system and the hand-offs.
+- inference on the CPU: three quarters of the cores (at least 2, up to 16). A front waits on
+  the inference processes most of the time, so more fronts cost memory, not cores: on 16
+  cores, functions/ocr served 736 pages/s with 12 fronts against 597 with 8, both feeding
+  eight inference processes (benchmarks/RESULTS-gpu.md, sixth session).
 
 The inference processes follow Triton's instance_group: `[resources] devices` "auto" is one per
-visible GPU (CUDA_VISIBLE_DEVICES counts, as it does for CUDA), or one on the CPU without a GPU;
-"cpu" or a list of GPU indices restrict it; `processes_per_device` multiplies it. Several
-inference processes on the CPU share its cores: each runs its backend on cores / N threads
-(`cpu_threads`), unless [backend] threads says otherwise, rather than all N asking for every
-core (ONNX Runtime's and OpenVINO's default). Each GPU
-process sees only its GPU (its own CUDA_VISIBLE_DEVICES), so nothing of it lands on another.
-`EDGESERVE_DEVICE` (cpu, cuda:N) still forces the one device it names. A GPU counts only where the
-chosen backend can use it (`backends.as_reached`: not with ONNX Runtime's CPU wheel, nor OpenVINO).
+visible GPU (CUDA_VISIBLE_DEVICES counts, as it does for CUDA), or the CPU without a GPU; "cpu"
+or a list of GPU indices restrict it. `processes_per_device` sets how many run on each device;
+`auto` is one per GPU, and on the CPU one per two cores (up to 16), each running its backend on
+cores / N threads (`cpu_threads`) unless [backend] threads says otherwise. One process running
+every core's threads ran one batch at a time with most cores waiting on its thread pool; on 16
+cores, eight processes of two threads served functions/ocr 736 pages/s against 453 for one of
+sixteen, under 12 fronts (RESULTS-gpu.md, sixth session). Each GPU process sees only its GPU (its
+own CUDA_VISIBLE_DEVICES), so nothing of it lands on another. `EDGESERVE_DEVICE` (cpu, cuda:N)
+still forces the one device it names. A GPU counts only where the chosen backend can use it
+(`backends.as_reached`: not with ONNX Runtime's CPU wheel, nor OpenVINO).
 
 `EDGESERVE_WORKERS` overrides the manifest's [resources] workers, and `serve --workers` both.
 """
@@ -40,8 +45,12 @@ from edgeserve.hardware import Platform
 ENV = "EDGESERVE_WORKERS"
 VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
 MAX_AUTO_FRONTS = 16
+MAX_AUTO_CPU_PROCESSES = 16
+CORES_PER_CPU_PROCESS = 2
 Devices = Literal["auto", "cpu"] | tuple[int, ...]
 """[resources] devices: "auto", "cpu", or GPU indices (among the visible ones)."""
+PerDevice = int | Literal["auto"]
+"""[resources] processes_per_device: a count, or "auto" (see the module)."""
 
 
 @dataclass(frozen=True)
@@ -81,15 +90,15 @@ def choose_layout(
     platform: Platform,
     cores: int,
     devices: Devices = "auto",
-    per_device: int = 1,
+    per_device: PerDevice = "auto",
     env: Mapping[str, str] = os.environ,
 ) -> Layout:
     """The fronts for `setting` (a count or "auto") and the inference processes for `devices`
     and `per_device` on this machine, and why. One front and nothing asked of the devices is
     the single process (on the first device), as before inference processes existed."""
-    instances = choose_instances(devices, per_device, platform, env)
-    fronts, reason = _fronts(setting, platform, cores, len(instances))
-    if fronts == 1 and devices == "auto" and per_device == 1:
+    instances = choose_instances(devices, per_device, platform, env, cores)
+    fronts, reason = _fronts(setting, instances, cores)
+    if fronts == 1 and devices == "auto" and per_device in (1, "auto"):
         instances = instances[:1]
     where = ", ".join(instance.device for instance in instances)
     on_cpu = sum(instance.device == "cpu" for instance in instances)
@@ -99,7 +108,11 @@ def choose_layout(
 
 
 def choose_instances(
-    devices: Devices, per_device: int, platform: Platform, env: Mapping[str, str]
+    devices: Devices,
+    per_device: PerDevice,
+    platform: Platform,
+    env: Mapping[str, str],
+    cores: int,
 ) -> tuple[Instance, ...]:
     """`per_device` inference processes on each device `devices` names (see the module)."""
     visible, source = visible_gpus(platform, env), "[resources] devices"
@@ -109,11 +122,18 @@ def choose_instances(
     if isinstance(devices, tuple):
         indices: Sequence[int] = devices
     elif devices == "cpu" or not visible:
-        return (Instance(),) * per_device
+        return (Instance(),) * _cpu_processes(per_device, cores)
     else:
         indices = range(len(visible))
+    count = 1 if per_device == "auto" else per_device
     chosen = [Instance(f"cuda:{i}", _visible(visible, i, source)) for i in indices]
-    return tuple(instance for instance in chosen for _ in range(per_device))
+    return tuple(instance for instance in chosen for _ in range(count))
+
+
+def _cpu_processes(per_device: PerDevice, cores: int) -> int:
+    if per_device != "auto":
+        return per_device
+    return min(max(1, cores // CORES_PER_CPU_PROCESS), MAX_AUTO_CPU_PROCESSES)
 
 
 def visible_gpus(platform: Platform, env: Mapping[str, str]) -> list[str]:
@@ -138,17 +158,17 @@ def _visible(visible: list[str], index: int, source: str) -> str:
     return visible[index]
 
 
-def _fronts(setting: int | str, platform: Platform, cores: int, instances: int) -> tuple[int, str]:
+def _fronts(setting: int | str, instances: Sequence[Instance], cores: int) -> tuple[int, str]:
     if setting != "auto":
         count = _count(setting)
         return count, f"workers = {count} (asked)"
     if cores <= 2:
         return 1, f"auto: {cores} cores: one process (measured best on 2 cores)"
-    if platform.gpus or platform.jetson:
-        fronts = min(max(1, cores - 1 - instances), MAX_AUTO_FRONTS)
+    if any(instance.device != "cpu" for instance in instances):
+        fronts = min(max(1, cores - 1 - len(instances)), MAX_AUTO_FRONTS)
         return fronts, f"auto: {cores} cores and a GPU: {fronts} fronts"
-    fronts = max(2, cores // 4)
-    return fronts, f"auto: {cores} cores, no GPU: {fronts} fronts (a quarter)"
+    fronts = min(max(2, cores - cores // 4), MAX_AUTO_FRONTS)
+    return fronts, f"auto: {cores} cores, inference on the CPU: {fronts} fronts (three quarters)"
 
 
 def workers_setting(cli: str | None, manifest: int | str) -> int | str:
