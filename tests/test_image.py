@@ -218,14 +218,24 @@ def test_podman_kube_play_runs_the_plain_kubernetes_manifests(
     )
     play = tmp_path / "kube.yaml"
     play.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    subprocess.run(
-        ["podman", "kube", "play", str(play)], check=True, capture_output=True, timeout=120
+    played = subprocess.run(
+        ["podman", "kube", "play", str(play)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        text=True,
     )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/v2/health/ready", 120)
         x = np.ones((2, 16), np.float32)
         assert infer(url, x).shape == (2, 4)
+        # the pod requests one core and sets no limit: it plans for that core, not the host's
+        container = played.stdout.split("Container:")[1].split()[0]
+        logs = subprocess.run(
+            ["podman", "logs", container], capture_output=True, text=True, timeout=30, check=True
+        )
+        assert "process layout: auto: 1 cores: one process" in logs.stdout + logs.stderr
     finally:
         subprocess.run(
             ["podman", "kube", "down", str(play)], capture_output=True, timeout=120, check=False

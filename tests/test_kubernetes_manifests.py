@@ -155,6 +155,34 @@ def test_a_gpu_profile_asks_for_gpus_and_ships_onnxruntime_gpu(bundle: Bundle) -
     assert image_requirements(pinned, settings()) == tuple(pinned)
 
 
+@pytest.mark.parametrize(("cpu", "cores"), [("1", "1"), ("500m", "1"), ("2500m", "2"), ("4", "4")])
+def test_the_server_plans_its_processes_for_the_cpu_requested_not_the_node(
+    bundle: Bundle, cpu: str, cores: str
+) -> None:
+    """No CPU limit is set, so the pod sees every core of its node: without EDGESERVE_CORES
+    `serve` would start fronts and inference processes (and their memory) for all of them."""
+    work = workload(bundle, settings(cpu=cpu, min_scale=1), IMAGE)
+    service = knative_service(work)
+    template = service["spec"]["template"]
+    assert knative_admission_errors(template["spec"]) == []
+    assert schema_errors("knative-service", service) == []
+    containers = [
+        template["spec"]["containers"][0],
+        inference_service(work)["spec"]["predictor"]["containers"][0],
+        plain_kubernetes(work)[0]["spec"]["template"]["spec"]["containers"][0],
+    ]
+    for container in containers:
+        assert {"name": "EDGESERVE_CORES", "value": cores} in container["env"]
+        assert container["resources"]["requests"]["cpu"] == cpu
+
+
+def test_a_cpu_request_kubernetes_cannot_read_is_refused_in_the_profile(tmp_path: Path) -> None:
+    profile = tmp_path / "knative.toml"
+    profile.write_text('driver = "knative"\n[settings]\ncpu = "two"\n')
+    with pytest.raises(ConfigError, match="cpu"):
+        load_target(profile).settings_as(KubernetesSettings)
+
+
 def test_plain_kubernetes_deployment_service_and_hpa(bundle: Bundle) -> None:
     work = workload(bundle, settings(min_scale=2, max_scale=9), IMAGE)
     deployment, service, hpa = plain_kubernetes(work)

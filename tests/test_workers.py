@@ -368,3 +368,12 @@ def test_usable_cores_reads_the_cgroup_quota(tmp_path: Path) -> None:
     (tmp_path / "cpu.max").write_text("100000 100000\n")
     assert usable_cores(tmp_path / "cpu.max") == 1
     assert usable_cores(tmp_path / "absent") == len(os.sched_getaffinity(0))
+
+
+def test_edgeserve_cores_caps_the_cores_counted(tmp_path: Path) -> None:
+    """What the Kubernetes manifests set from the pod's CPU request (no quota: no CPU limit)."""
+    absent = tmp_path / "absent"
+    assert usable_cores(absent, {"EDGESERVE_CORES": "1"}) == 1
+    assert usable_cores(absent, {"EDGESERVE_CORES": "100000"}) == len(os.sched_getaffinity(0))
+    with pytest.raises(ConfigError, match="EDGESERVE_CORES: expected a count of cores >= 1"):
+        usable_cores(absent, {"EDGESERVE_CORES": "half"})

@@ -4,7 +4,9 @@ Deployment + Service + HorizontalPodAutoscaler. Pure: rendering touches no disk 
 All three run the same container: the image by digest, one port, readiness on
 /v2/health/ready (503 while loading, warming up or draining), liveness on /v2/health/live,
 memory requested and limited, CPU requested only (a CPU limit throttles inference and adds
-latency), `nvidia.com/gpu` when the profile asks for GPUs, non-root with no privileges.
+latency) and given to `serve` as EDGESERVE_CORES (with no limit the pod sees the node's every
+core, and would start processes for them all), `nvidia.com/gpu` when the profile asks for
+GPUs, non-root with no privileges.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from edgeserve.errors import ConfigError
 from edgeserve.kubernetes.scaling import Concurrency
 from edgeserve.kubernetes.settings import KubernetesSettings
+from edgeserve.workers.layout import CORES_VAR
 
 Manifest = dict[str, Any]
 KNATIVE_API = "serving.knative.dev/v1"
@@ -207,6 +210,7 @@ def _container(
         "name": name,
         "image": work.image,
         "ports": [{"name": port_name, "containerPort": settings.port, "protocol": "TCP"}],
+        "env": [{"name": CORES_VAR, "value": str(settings.cores)}],
         "readinessProbe": _readiness(probe_port),
         "livenessProbe": _probe("/v2/health/live", probe_port, period_s=10, failures=3),
         "resources": {"requests": {"cpu": settings.cpu, "memory": memory}, "limits": limits},

@@ -48,7 +48,8 @@ class KubernetesSettings(BaseModel):
     """Hard per-pod limit; default derived from [batching]; 0 = unlimited."""
     target_utilization_percent: int = Field(default=70, ge=1, le=100)
 
-    cpu: str = "1"
+    cpu: str = Field(default="1", pattern=r"^([0-9]+(\.[0-9]+)?|[0-9]+m)$")
+    """Cores requested, as Kubernetes writes them ("1", "0.5", "1500m")."""
     memory_mb: int | None = Field(default=None, ge=64)
     """Default: the function's [resources] memory_mb."""
     gpu: int = Field(default=0, ge=0)
@@ -62,6 +63,13 @@ class KubernetesSettings(BaseModel):
                 f"port {port} is reserved by Knative's queue-proxy ({sorted(RESERVED_PORTS)})"
             )
         return port
+
+    @property
+    def cores(self) -> int:
+        """Whole cores the CPU request gives (at least 1): what `serve` plans its processes
+        for (EDGESERVE_CORES), rather than the node's every core."""
+        amount = int(self.cpu[:-1]) / 1000 if self.cpu.endswith("m") else float(self.cpu)
+        return max(1, int(amount))
 
     def image_repository(self, function: str) -> str:
         """`<registry>/<function>`, or a local name (`localhost/<function>`) with no registry."""

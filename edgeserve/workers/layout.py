@@ -28,6 +28,7 @@ still forces the one device it names. A GPU counts only where the chosen backend
 (`backends.as_reached`: not with ONNX Runtime's CPU wheel, nor OpenVINO).
 
 `EDGESERVE_WORKERS` overrides the manifest's [resources] workers, and `serve --workers` both.
+`EDGESERVE_CORES` caps the cores counted (`usable_cores`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from edgeserve.errors import ConfigError
 from edgeserve.hardware import Platform
 
 ENV = "EDGESERVE_WORKERS"
+CORES_VAR = "EDGESERVE_CORES"
 VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
 MAX_AUTO_FRONTS = 16
 MAX_AUTO_CPU_PROCESSES = 16
@@ -176,15 +178,30 @@ def workers_setting(cli: str | None, manifest: int | str) -> int | str:
     return cli or os.environ.get(ENV) or manifest
 
 
-def usable_cores(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+def usable_cores(
+    cgroup: Path = Path("/sys/fs/cgroup/cpu.max"), env: Mapping[str, str] = os.environ
+) -> int:
     """Cores this process may use: its CPU affinity, cut to its cgroup's CPU quota (a container
-    limited to 2 CPUs on a 64-core node sees 64 in its affinity)."""
+    limited to 2 CPUs on a 64-core node sees 64 in its affinity) and to EDGESERVE_CORES (what
+    the Kubernetes manifests set from the pod's CPU request: a pod that asks for one core and
+    sets no limit would otherwise plan its processes, and their memory, for the whole node)."""
     cores = len(os.sched_getaffinity(0))
     try:
         quota = quota_cores(cgroup.read_text())
     except OSError:
-        return cores
-    return min(cores, quota) if quota else cores
+        quota = None
+    cores = min(cores, quota) if quota else cores
+    return min(cores, _cores_setting(env)) if env.get(CORES_VAR) else cores
+
+
+def _cores_setting(env: Mapping[str, str]) -> int:
+    try:
+        count = int(env[CORES_VAR])
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ConfigError(f"{CORES_VAR}: expected a count of cores >= 1, got {env[CORES_VAR]!r}")
+    return count
 
 
 def quota_cores(cpu_max: str) -> int | None:
