@@ -34,6 +34,7 @@ still forces the one device it names. A GPU counts only where the chosen backend
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,7 +103,8 @@ def choose_layout(
     fronts, reason = _fronts(setting, instances, cores)
     if fronts == 1 and devices == "auto" and per_device in (1, "auto"):
         instances = instances[:1]
-    where = ", ".join(instance.device for instance in instances)
+    counts = Counter(instance.device for instance in instances)
+    where = ", ".join(f"{n} x {device}" if n > 1 else device for device, n in counts.items())
     on_cpu = sum(instance.device == "cpu" for instance in instances)
     threads = max(1, cores // on_cpu) if on_cpu > 1 else 0  # their share of the cores
     shared = f", {threads} threads each" if threads else ""
@@ -170,7 +172,7 @@ def _fronts(setting: int | str, instances: Sequence[Instance], cores: int) -> tu
         fronts = min(max(1, cores - 1 - len(instances)), MAX_AUTO_FRONTS)
         return fronts, f"auto: {cores} cores and a GPU: {fronts} fronts"
     fronts = min(max(2, cores - cores // 4), MAX_AUTO_FRONTS)
-    return fronts, f"auto: {cores} cores, inference on the CPU: {fronts} fronts (three quarters)"
+    return fronts, f"auto: {cores} cores, no GPU in use: {fronts} fronts (three quarters)"
 
 
 def workers_setting(cli: str | None, manifest: int | str) -> int | str:
