@@ -461,3 +461,32 @@ def test_a_folder_with_only_a_model_points_at_init(
     mlp_model(tmp_path / "fn" / "classifier.onnx")
     message = _build_error(tmp_path / "fn", capsys)
     assert f"Hint: `edgeserve init {tmp_path / 'fn'}` writes one for classifier.onnx." in message
+
+
+WITHOUT_OPENVINO = """
+import sys
+sys.modules["openvino"] = None  # import openvino now fails, as on a machine without it
+from edgeserve.cli import main
+sys.exit(main(["build", sys.argv[1], "--out", sys.argv[2]]))
+"""
+
+
+def test_a_machine_without_openvino_is_told_so_or_builds_for_onnxruntime_alone(
+    tmp_path: Path,
+) -> None:
+    """openvino is a dependency, so its absence is simulated (sys.modules, in the child only):
+    the build names what is missing and how to do without, and does without when told."""
+    import subprocess
+    import sys
+
+    folder = write_function(tmp_path / "f", mlp_model, '[function]\nname = "f"\n')
+    run = [sys.executable, "-c", WITHOUT_OPENVINO, str(folder), str(tmp_path / "out")]
+    failed = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert failed.returncode == BackendError.exit_code, failed.stderr
+    assert "openvino package is not installed" in failed.stderr
+    assert 'prefer = ["onnxruntime"]' in failed.stderr and "Traceback" not in failed.stderr
+    manifest = folder / "function.toml"
+    manifest.write_text(manifest.read_text() + '[backend]\nprefer = ["onnxruntime"]\n')
+    built = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    assert not (tmp_path / "out" / IR_PATH).exists()

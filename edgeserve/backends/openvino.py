@@ -119,8 +119,13 @@ def compile_config(options: LoadOptions) -> dict[str, Any]:
 
 def export_ir(onnx_path: Path, xml_path: Path) -> None:
     """Convert an ONNX model to OpenVINO IR (xml + bin), keeping fp32 weights."""
-    import openvino as ov
-
+    try:
+        import openvino as ov
+    except ImportError:
+        raise BackendError(
+            f"openvino: cannot convert {onnx_path} to IR: {OpenVINO.modules['openvino']}. "
+            'Hint: or leave openvino out of [backend] prefer (e.g. prefer = ["onnxruntime"])'
+        ) from None
     try:
         model = ov.convert_model(str(onnx_path))
         _name_generated_ops(model)
