@@ -24,6 +24,7 @@ from edgeserve.bundle import Bundle
 from edgeserve.http import create_app
 from edgeserve.http.invoke import pack_array
 from edgeserve.runtime import Runtime
+from tests import rawhttp
 from tests.models import mlp_model, write_function
 from tests.threaded_server import serving
 
@@ -224,6 +225,43 @@ def test_compressed_request_bodies(
     assert response.status_code == 200, response.text
     data = np.array(response.json()["outputs"][0]["data"], dtype=np.float32).reshape(2, 4)
     np.testing.assert_allclose(data, reference(mlp_bundle, x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("coding", "compress", "status"),
+    [("gzip, chunked", gzip.compress, 200), ("deflate, chunked", zlib.compress, 200),
+     ("br, chunked", gzip.compress, 400)],
+)  # fmt: skip
+def test_a_transfer_coding_before_chunked_is_undone_or_named(
+    client: httpx.Client, mlp_bundle: Bundle, coding: str, compress, status: int
+) -> None:
+    """`Transfer-Encoding: gzip, chunked` (RFC 9112): uvicorn undoes the chunks, the server
+    the gzip; a coding it cannot undo is named, not handed to the model as its bytes."""
+    x = rows(2, seed=3)
+    body, headers = binary_request(x, binary_output=False)
+    data = compress(body)
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    raw = (
+        (
+            f"POST /v2/models/mlp/infer HTTP/1.1\r\nhost: t\r\nconnection: close\r\n{head}"
+            f"transfer-encoding: {coding}\r\n\r\n{len(data):x}\r\n"
+        ).encode("latin-1")
+        + data
+        + b"\r\n0\r\n\r\n"
+    )
+    sock = rawhttp.connect(str(client.base_url).rstrip("/"))
+    sock.sendall(raw)
+    answer, _, payload = rawhttp.parse(rawhttp.read_all(sock))
+    sock.close()
+    assert answer == status, payload
+    if status == 200:
+        out = np.array(orjson.loads(payload)["outputs"][0]["data"], dtype=np.float32)
+        np.testing.assert_allclose(
+            out.reshape(2, 4), reference(mlp_bundle, x), rtol=1e-5, atol=1e-6
+        )
+    else:
+        assert "Transfer-Encoding `br` is not supported" in orjson.loads(payload)["error"]
+    assert client.post("/v2/models/mlp/infer", json=json_request(rows(1))).status_code == 200
 
 
 def chunks(total: int) -> Iterator[bytes]:

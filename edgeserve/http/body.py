@@ -1,4 +1,6 @@
-"""Reading a request body under a size limit, and undoing its Content-Encoding.
+"""Reading a request body under a size limit, and undoing its codings: Transfer-Encoding's
+beyond `chunked` (`gzip, chunked`: the HTTP server has undone the chunks, not the gzip), then
+Content-Encoding's.
 
 The limit holds while reading (a declared Content-Length over it is refused before any byte is
 read, a streamed body as soon as it passes it) and again after decompression, so a small gzip
@@ -18,6 +20,11 @@ from edgeserve.values import from_json
 
 # Content-Encoding -> zlib wbits: gzip framing, or a zlib stream (HTTP's "deflate")
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# header -> (its name as written, the codings that leave the body as it is)
+_CODINGS = {
+    "transfer-encoding": ("Transfer-Encoding", {"", "identity", "chunked"}),
+    "content-encoding": ("Content-Encoding", {"", "identity"}),
+}
 
 
 async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
@@ -42,17 +49,20 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> by
         chunks.append(chunk)
         more = message.get("more_body", False)
     body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    encoding = headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    return decompress(body, encoding, limit)
+    for header, (_, unchanged) in _CODINGS.items():
+        codings = [c.strip().lower() for c in headers.get(header, "").split(",")]
+        for coding in reversed(codings):  # the last one applied is undone first
+            if coding not in unchanged:
+                body = decompress(body, coding, limit, header)
+    return body
 
 
-def decompress(body: bytes, encoding: str, limit: int) -> bytes:
+def decompress(body: bytes, encoding: str, limit: int, header: str = "content-encoding") -> bytes:
     wbits = _WBITS.get(encoding)
     if wbits is None:
         raise InvalidInput(
-            f"Content-Encoding `{encoding}` is not supported; expected gzip, deflate or identity"
+            f"{_CODINGS[header][0]} `{encoding}` is not supported; expected gzip, deflate or "
+            "identity"
         )
     decoder = zlib.decompressobj(wbits)
     try:
