@@ -10,8 +10,11 @@ NaN and infinity are floats like any other (binary tensors carry them too).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -27,6 +30,7 @@ product overflows its index type even when a zero dim makes the tensor empty).""
 MAX_RANK = 32
 """The most dims a client's shape may have (numpy's own limit is 32 or 64 by version)."""
 
+_NON_FINITE = re.compile(rb"NaN|Infinity")
 _ACCEPTED: dict[str, tuple[frozenset[type], str]] = {
     "b": (frozenset({bool}), "booleans"),
     "i": (frozenset({int}), "integers"),
@@ -48,10 +52,15 @@ _FOUND = {
 
 def from_json(data: bytes | memoryview, where: str) -> Any:
     """A JSON document, or a 400 saying why not; JSON is UTF-8 text (RFC 8259), and a body that
-    is not is more likely another encoding, or msgpack sent as JSON, than a typo."""
+    is not is more likely another encoding, or msgpack sent as JSON, than a typo. `NaN`,
+    `Infinity` and `-Infinity` are read as Triton reads them (and as Python's json writes them),
+    though JSON has no such numbers: orjson refuses them, Python's json takes them."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        if _NON_FINITE.search(bytes(data)):
+            with contextlib.suppress(ValueError, RecursionError):  # not JSON even so
+                return json.loads(bytes(data))
         if "UTF-8" in str(exc):
             raise InvalidInput(
                 f"{where}: not UTF-8 text, so not JSON (another encoding, or msgpack sent with "

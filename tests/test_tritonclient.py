@@ -217,3 +217,23 @@ def test_model_control_answers_what_a_fixed_function_can_do(
         assert "serves one function, `identity`" in error.value.message(), case
         assert "Hint:" in error.value.message(), case
     assert client.is_model_ready("identity")
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_nan_and_infinities_round_trip_as_triton_writes_them(
+    client: triton.InferenceServerClient, binary: bool
+) -> None:
+    """In JSON, Triton reads and writes `NaN`, `Infinity` and `-Infinity` (JSON itself has no
+    such numbers); writing null would bring an infinity back as NaN."""
+    floats = ("FP16", "FP32", "FP64")
+    inputs = [tensor for tensor in every_input(binary) if tensor.datatype() not in floats]
+    for datatype in floats:
+        values = np.array([[np.nan, np.inf, -np.inf], [1.5, -0.0, 2.0]], DATATYPES[datatype].numpy)
+        tensor = triton.InferInput(f"in_{datatype}", [2, 3], datatype)
+        inputs.append(tensor.set_data_from_numpy(values, binary_data=binary))
+    outputs = [triton.InferRequestedOutput(f"out_{dt}", binary_data=binary) for dt in floats]
+    result = client.infer("identity", inputs, outputs=outputs)
+    for datatype in ("FP16", "FP32", "FP64"):
+        got = result.as_numpy(f"out_{datatype}")
+        assert np.isnan(got[0, 0]) and got[0, 1] == np.inf and got[0, 2] == -np.inf, datatype
+        np.testing.assert_array_equal(got[1], [1.5, -0.0, 2.0])

@@ -13,6 +13,7 @@ response body. Nothing here checks a request against the model: the data plane d
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -288,9 +289,14 @@ def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
 
 
 def _to_json(output: OutputTensor) -> Any:
-    """A flat list: numbers as a contiguous array orjson writes directly, BYTES as strings."""
+    """A flat list: numbers as a contiguous array orjson writes directly, BYTES as strings.
+    Floats that are not finite are written as Triton writes them, `NaN`, `Infinity` and
+    `-Infinity` (which tritonclient and Python's json read back), where orjson would write
+    null, which reads back as NaN even for an infinity."""
     flat = output.data.reshape(-1)
     if output.datatype != "BYTES":
+        if flat.dtype.kind == "f" and not np.isfinite(flat).all():
+            return orjson.Fragment(json.dumps(flat.tolist()))
         return np.ascontiguousarray(flat)
     try:
         return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in flat]
