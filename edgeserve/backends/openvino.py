@@ -9,6 +9,11 @@ nodes), so it compiles like "auto" and the model decides.
 Streams: with one instance the batcher runs one batch at a time, so the model is compiled for
 LATENCY (one stream using every core); with N instances, N batches run at once, so it is compiled
 for THROUGHPUT with NUM_STREAMS = N and each worker thread owns one InferRequest.
+
+Threads are not pinned to cores (ENABLE_CPU_PINNING off; OpenVINO pins them by default on
+Linux): each process pins as if it were alone, so the inference processes `serve` starts on one
+CPU (edgeserve/workers) would pin their threads to the same first cores and queue there, and a
+pinned thread cannot move away from the fronts or from the box's other work (a camera pipeline).
 """
 
 from __future__ import annotations
@@ -103,7 +108,7 @@ def compile_config(options: LoadOptions) -> dict[str, Any]:
     import openvino.properties as props
     import openvino.properties.hint as hints
 
-    config: dict[str, Any] = {}
+    config: dict[str, Any] = {hints.enable_cpu_pinning(): False}
     if options.instances > 1:
         config[hints.performance_mode()] = hints.PerformanceMode.THROUGHPUT
         config[props.num_streams()] = options.instances
