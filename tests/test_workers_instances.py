@@ -87,7 +87,7 @@ def test_two_cpu_instances_answer_right_and_share_the_batches_evenly(tmp_path: P
     folder = function(tmp_path / "mlp", delay_ms=2000, batch=16)
     x = np.random.default_rng(3).normal(size=(5, 16)).astype(np.float32)
     with running(folder, "--workers", "2") as (url, server), ThreadPoolExecutor(16) as pool:
-        assert "2 front processes and 2 inference processes (cpu, cpu)" in "".join(server.output)
+        assert "2 front processes and 2 inference processes (2 x cpu)" in "".join(server.output)
         # the two share the cores (CI's 2: one thread each), not each asking for all of them
         share = f"; backend threads: {max(1, usable_cores() // 2)})"
         loaded = [line for line in server.output if "loaded mlp on onnxruntime" in line]

@@ -87,6 +87,11 @@ class Layout:
     def devices(self) -> list[str]:
         return [instance.device for instance in self.instances]
 
+    @property
+    def placement(self) -> str:
+        """Where the inference processes run, counted: "8 x cpu", "cuda:0, cuda:1"."""
+        return _placement(self.instances)
+
 
 def choose_layout(
     setting: int | str,
@@ -103,12 +108,17 @@ def choose_layout(
     fronts, reason = _fronts(setting, instances, cores)
     if fronts == 1 and devices == "auto" and per_device in (1, "auto"):
         instances = instances[:1]
-    counts = Counter(instance.device for instance in instances)
-    where = ", ".join(f"{n} x {device}" if n > 1 else device for device, n in counts.items())
     on_cpu = sum(instance.device == "cpu" for instance in instances)
     threads = max(1, cores // on_cpu) if on_cpu > 1 else 0  # their share of the cores
     shared = f", {threads} threads each" if threads else ""
-    return Layout(fronts, f"{reason}; inference on {where}{shared}", instances, threads)
+    return Layout(
+        fronts, f"{reason}; inference on {_placement(instances)}{shared}", instances, threads
+    )
+
+
+def _placement(instances: Sequence[Instance]) -> str:
+    counts = Counter(instance.device for instance in instances)
+    return ", ".join(f"{n} x {device}" if n > 1 else device for device, n in counts.items())
 
 
 def choose_instances(

@@ -203,10 +203,9 @@ def serve_workers(
         )
         supervisor = Supervisor(config, layout.instances, port_holder, board)
         scheme = "http" if tls is None else "https"
-        where = ", ".join(layout.devices)
         print(
             f"edgeserve: {_count(fronts, 'front process')} and "
-            f"{_count(instances, 'inference process')} ({where}) "
+            f"{_count(instances, 'inference process')} ({layout.placement}) "
             f"serving on {scheme}://{host}:{port}",
             flush=True,
         )
