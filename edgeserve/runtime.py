@@ -75,13 +75,14 @@ class Runtime:
         batching: BatchingSection | None = None,
         stats: ModelStats | None = None,
         threads: int = 0,
+        shares_cpu: bool = False,
     ) -> Runtime:
         """Load the model on the backend that fits this machine (or the one asked for).
 
         `batching` replaces the manifest's [batching] where a front knows better (Lambda runs
         one invocation at a time: aws_lambda/adapter.py); `threads`, the backend's default
         thread count where the layout knows better (inference processes sharing the CPU), but
-        not a [backend] threads the manifest sets."""
+        not a [backend] threads the manifest sets; `shares_cpu`, that such processes share it."""
         manifest = bundle.manifest
         started = time.perf_counter()
         platform = probe()
@@ -100,6 +101,7 @@ class Runtime:
             precision=manifest.backend.precision,
             threads=backend_threads,
             cuda_graphs=manifest.backend.cuda_graphs,
+            shares_cpu=shares_cpu,
             instances=policy.instances,
             device=device,
             profile=shape_profile(

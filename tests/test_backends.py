@@ -212,23 +212,25 @@ def test_instances_run_concurrently_from_worker_threads(
 NO_TENSORS = Signature((), (), batched=False)  # compile_config reads no tensor
 
 
-def test_openvino_leaves_its_threads_free_to_run_on_any_core(models: dict[str, Path]) -> None:
+def test_openvino_sharing_the_cpu_leaves_its_threads_free_to_run_on_any_core(
+    models: dict[str, Path],
+) -> None:
     """OpenVINO pins its threads by default, each process as if alone: the inference processes
     on one CPU would share the same first cores. No thread of this process may be restricted
     to fewer cores than the process itself has, after a run on two threads."""
     cores = os.sched_getaffinity(0)
     if len(cores) < 2:
         pytest.skip("needs 2 cores to tell a pinned thread from a free one")
-    backend = load_backend("openvino", models["conv"], threads=2)
+    backend = load_backend("openvino", models["conv"], threads=2, shares_cpu=True)
     backend.infer(_inputs("conv"))
     for task in Path("/proc/self/task").iterdir():
         status = (task / "status").read_text()
         allowed = next(line for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
-        assert _cpu_list(allowed.split()[1]) == cores, f"thread {task.name}: {allowed}"
+        assert cpu_list(allowed.split()[1]) == cores, f"thread {task.name}: {allowed}"
     backend.close()
 
 
-def _cpu_list(text: str) -> set[int]:
+def cpu_list(text: str) -> set[int]:
     """A kernel CPU list ("0-1,4") as a set."""
     cores: set[int] = set()
     for part in text.split(","):
@@ -242,17 +244,17 @@ def test_openvino_compile_config_follows_precision_instances_and_threads() -> No
 
     one = compile_config(LoadOptions(NO_TENSORS, precision="fp32"))
     assert one == {
-        "ENABLE_CPU_PINNING": False,
         "PERFORMANCE_HINT": ov.properties.hint.PerformanceMode.LATENCY,
         "INFERENCE_PRECISION_HINT": ov.Type.f32,
     }
     four = compile_config(LoadOptions(NO_TENSORS, precision="auto", instances=4, threads=3))
     assert four == {
-        "ENABLE_CPU_PINNING": False,
         "PERFORMANCE_HINT": ov.properties.hint.PerformanceMode.THROUGHPUT,
         "NUM_STREAMS": 4,
         "INFERENCE_NUM_THREADS": 3,
     }
+    shared = compile_config(LoadOptions(NO_TENSORS, threads=2, shares_cpu=True))
+    assert shared["ENABLE_CPU_PINNING"] is False  # alone, OpenVINO's own pinning stays
     assert "INFERENCE_PRECISION_HINT" not in compile_config(
         LoadOptions(NO_TENSORS, precision="int8")
     )

@@ -25,7 +25,9 @@ from edgeserve.hardware import Cpu, Gpu, Jetson, Platform
 from edgeserve.manifest import load_manifest
 from edgeserve.workers import choose_layout, usable_cores
 from edgeserve.workers.layout import Instance
+from tests.models import conv_model, write_function
 from tests.server import Server, running
+from tests.test_backends import cpu_list
 from tests.test_workers import (
     children,
     infer_body,
@@ -104,6 +106,34 @@ def test_two_cpu_instances_answer_right_and_share_the_batches_evenly(tmp_path: P
             assert rows in ([8, 8], [7, 9]) and ran == [1, 1], (rows, ran)
         counts = [entry["inferences"] for entry in instances(url).values()]
         assert sum(counts) == stats(url)["inference_count"] == 5 + 2 * 16
+
+
+def test_openvino_processes_sharing_the_cpu_leave_their_threads_unpinned(tmp_path: Path) -> None:
+    """OpenVINO pins its threads to cores, each process as if alone: two inference processes
+    on one CPU would queue on the same core (on 16 cores, eight served functions/ocr 6.7x
+    slower: RESULTS-gpu.md). A small conv net on two threads each, as [backend] threads asks
+    (OpenVINO pins one of them where it runs alone); every thread of both processes may still
+    run on every core."""
+    manifest = (
+        '[function]\nname = "conv"\n[backend]\nprefer = ["openvino"]\nthreads = 2\n'
+        "[resources]\nprocesses_per_device = 2\n"
+    )
+    folder = write_function(tmp_path / "conv", conv_model, manifest)
+    image = np.random.default_rng(5).normal(size=(2, 3, 16, 16)).astype(np.float32)
+    tensor = {"name": "image", "datatype": "FP32", "shape": [2, 3, 16, 16]}
+    body = {"inputs": [tensor | {"data": image.ravel().tolist()}]}
+    with running(folder, "--workers", "2") as (url, server):
+        for _ in range(4):  # both processes run a batch
+            answer = httpx.post(f"{url}/v2/models/conv/infer", json=body, timeout=30)
+            assert answer.status_code == 200, answer.text
+        loaded = [line for line in server.output if "loaded conv on openvino" in line]
+        assert len(loaded) == 2, server.output
+        cores = os.sched_getaffinity(0)
+        for pid in children(server)["inference"]:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                status = (task / "status").read_text()
+                allowed = status.split("Cpus_allowed_list:")[1].split()[0]
+                assert cpu_list(allowed) == cores, (pid, task.name, allowed)
 
 
 def test_one_front_feeds_two_inference_processes_when_they_are_asked_for(tmp_path: Path) -> None:

@@ -161,6 +161,7 @@ def load_backend(
     cache_dir: Path | None = None,
     buckets: bool | None = None,
     cuda_graphs: bool = False,
+    shares_cpu: bool = False,
 ) -> Backend:
     """Load `model_path` (ONNX) into the named backend, with the bundle's `signature` (read from
     the model only when there is no bundle) and what the backend `prepared` in it."""
@@ -180,6 +181,7 @@ def load_backend(
         cache_dir,
         buckets,
         cuda_graphs,
+        shares_cpu,
     )
     return backend(model_path, options)
 

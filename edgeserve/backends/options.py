@@ -49,6 +49,8 @@ class LoadOptions:
     """Run batches at bucket shapes in bound buffers (None: where CUDA is used)."""
     cuda_graphs: bool = False
     """Run each bucket's batches as a CUDA graph (ONNX Runtime on CUDA, where it can capture)."""
+    shares_cpu: bool = False
+    """Other inference processes run on this CPU too: no thread is pinned to a core."""
 
     @property
     def cuda_device(self) -> int | None:
