@@ -6,7 +6,6 @@ and with a plain onnxruntime session within rtol 1e-4, atol 1e-5 (other kernels,
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
@@ -210,33 +209,6 @@ def test_instances_run_concurrently_from_worker_threads(
 
 
 NO_TENSORS = Signature((), (), batched=False)  # compile_config reads no tensor
-
-
-def test_openvino_sharing_the_cpu_leaves_its_threads_free_to_run_on_any_core(
-    models: dict[str, Path],
-) -> None:
-    """OpenVINO pins its threads by default, each process as if alone: the inference processes
-    on one CPU would share the same first cores. No thread of this process may be restricted
-    to fewer cores than the process itself has, after a run on two threads."""
-    cores = os.sched_getaffinity(0)
-    if len(cores) < 2:
-        pytest.skip("needs 2 cores to tell a pinned thread from a free one")
-    backend = load_backend("openvino", models["conv"], threads=2, shares_cpu=True)
-    backend.infer(_inputs("conv"))
-    for task in Path("/proc/self/task").iterdir():
-        status = (task / "status").read_text()
-        allowed = next(line for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
-        assert cpu_list(allowed.split()[1]) == cores, f"thread {task.name}: {allowed}"
-    backend.close()
-
-
-def cpu_list(text: str) -> set[int]:
-    """A kernel CPU list ("0-1,4") as a set."""
-    cores: set[int] = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        cores.update(range(int(first), int(last or first) + 1))
-    return cores
 
 
 def test_openvino_compile_config_follows_precision_instances_and_threads() -> None:

@@ -27,7 +27,6 @@ from edgeserve.workers import choose_layout, usable_cores
 from edgeserve.workers.layout import Instance
 from tests.models import conv_model, write_function
 from tests.server import Server, running
-from tests.test_backends import cpu_list
 from tests.test_workers import (
     children,
     infer_body,
@@ -134,6 +133,15 @@ def test_openvino_processes_sharing_the_cpu_leave_their_threads_unpinned(tmp_pat
                 status = (task / "status").read_text()
                 allowed = status.split("Cpus_allowed_list:")[1].split()[0]
                 assert cpu_list(allowed) == cores, (pid, task.name, allowed)
+
+
+def cpu_list(text: str) -> set[int]:
+    """A kernel CPU list ("0-1,4") as a set."""
+    cores: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cores.update(range(int(first), int(last or first) + 1))
+    return cores
 
 
 def test_one_front_feeds_two_inference_processes_when_they_are_asked_for(tmp_path: Path) -> None:
