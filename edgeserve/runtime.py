@@ -75,14 +75,13 @@ class Runtime:
         batching: BatchingSection | None = None,
         stats: ModelStats | None = None,
         threads: int = 0,
-        shares_cpu: bool = False,
     ) -> Runtime:
         """Load the model on the backend that fits this machine (or the one asked for).
 
         `batching` replaces the manifest's [batching] where a front knows better (Lambda runs
-        one invocation at a time: aws_lambda/adapter.py); `threads`, the backend's default
-        thread count where the layout knows better (inference processes sharing the CPU), but
-        not a [backend] threads the manifest sets; `shares_cpu`, that such processes share it."""
+        one invocation at a time: aws_lambda/adapter.py); `threads`, this process's share of
+        the cores where inference processes share the CPU: the backend's thread count unless
+        [backend] threads sets one, and no thread pinned to a core."""
         manifest = bundle.manifest
         started = time.perf_counter()
         platform = probe()
@@ -101,7 +100,7 @@ class Runtime:
             precision=manifest.backend.precision,
             threads=backend_threads,
             cuda_graphs=manifest.backend.cuda_graphs,
-            shares_cpu=shares_cpu,
+            shares_cpu=threads > 0,
             instances=policy.instances,
             device=device,
             profile=shape_profile(

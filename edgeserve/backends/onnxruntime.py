@@ -176,14 +176,14 @@ class OnnxRuntime:
         """A session for one bucket (its shape fixed, and graphs on where they work), or for any
         shape (key ())."""
         fixed = fixed_dims(self._dim_names, dict(key))
+        new = functools.partial(_new_session, self._model_path, self._options, fixed=fixed)
         if not (key and self.graphs):
-            return _new_session(self._model_path, self._options, self.providers_requested, fixed)
+            return new(self.providers_requested)
         try:
-            graphs = with_graphs(self.providers_requested)
-            session = _new_session(self._model_path, self._options, graphs, fixed)
+            session = new(with_graphs(self.providers_requested))
         except BackendError as exc:
             self._no_graphs(exc)
-            return _new_session(self._model_path, self._options, self.providers_requested, fixed)
+            return new(self.providers_requested)
         self._turns[key] = threading.Lock()
         return session
 

@@ -177,9 +177,7 @@ async def serve_inference(config: ChildConfig) -> None:
     name, version = bundle.name, bundle.manifest.function.model_version
     stats = SharedStats(name, version, board, config.devices, instance=config.instance)
     threads = config.cpu_threads if config.devices[config.instance] == "cpu" else 0
-    runtime = Runtime.load(
-        bundle, backend=config.backend, stats=stats, threads=threads, shares_cpu=threads > 0
-    )
+    runtime = Runtime.load(bundle, backend=config.backend, stats=stats, threads=threads)
     await runtime.start()
     freeze_long_lived()
     assert isinstance(runtime.engine, LocalEngine)  # Runtime.load builds the local one
