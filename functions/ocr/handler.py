@@ -43,17 +43,31 @@ def normalize_line(gray: np.ndarray) -> np.ndarray:
     h, w = gray.shape
     width = max(1, round(w * LINE_HEIGHT / h))
     resized = Image.fromarray(gray).resize((width, LINE_HEIGHT), Image.Resampling.BILINEAR)
-    pixels = np.asarray(resized, dtype=np.float32)
-    dark, paper, light = np.percentile(pixels, (1, 50, 99))
+    levels = np.asarray(resized, dtype=np.uint8)
+    dark, paper, light = _percentiles(levels, (1, 50, 99))
     ink = dark if paper - dark >= light - paper else light
     contrast = paper - ink
     if abs(contrast) < 24:
         contrast = 24.0 if contrast >= 0 else -24.0
-    strip = np.clip((paper - pixels) / contrast, 0.0, 1.0)
+    strip = np.clip((paper - levels.astype(np.float32)) / np.float32(contrast), 0.0, 1.0)
     if width < MIN_WIDTH:
         left = (MIN_WIDTH - width) // 2
         strip = np.pad(strip, ((0, 0), (left, MIN_WIDTH - width - left)))
     return strip[np.newaxis].astype(np.float32)
+
+
+def _percentiles(levels: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """np.percentile's (linear) of uint8 levels, read off their histogram: no sort, and
+    4x faster on a line strip (np.percentile was a fifth of a page's preprocessing)."""
+    below = np.bincount(levels.ravel(), minlength=256).cumsum()  # levels <= v, per v
+    last = int(below[-1]) - 1
+    values = []
+    for q in qs:
+        position = q / 100 * last
+        low = int(position)
+        a, b = np.searchsorted(below, (low, min(low + 1, last)), side="right").tolist()
+        values.append(a + (b - a) * (position - low))
+    return values
 
 
 def preprocess(payload: Any, ctx: Any) -> list[dict[str, np.ndarray]]:
@@ -62,10 +76,13 @@ def preprocess(payload: Any, ctx: Any) -> list[dict[str, np.ndarray]]:
     page = to_gray(load_image(payload, max_pixels))
     gray, mask, angle = deskew(page)
     items: list[dict[str, np.ndarray]] = []
+    if mask is None:  # a blank page: no lines
+        ctx.state["owners"], ctx.state["boxes"] = [], []
+        return items
     owners: list[int] = []  # the line index of each item
     boxes: list[list[int]] = []
     for box in find_lines(mask):
-        for x0, x1 in split_line(gray, box):
+        for x0, x1 in split_line(mask, box):
             x0, y0, x1, y1 = _pad_box(gray.shape, (x0, box[1], x1, box[3]))
             strip = normalize_line(gray[y0:y1, x0:x1])
             items.append({"image": strip})
@@ -236,22 +253,16 @@ def _otsu(gray: np.ndarray) -> tuple[int, float, float]:
 
 
 def _despeckle(mask: np.ndarray) -> np.ndarray:
-    """Drop ink pixels with fewer than two ink neighbours: sensor noise, not strokes."""
+    """Drop ink pixels with fewer than two ink neighbours: sensor noise, not strokes. The 3x3
+    counts are two passes of three-wide sums (rows, then columns): half the additions."""
     padded = np.pad(mask, 1).astype(np.uint8)
-    h, w = mask.shape
-    neighbours = sum(
-        padded[1 + dy : 1 + dy + h, 1 + dx : 1 + dx + w]
-        for dy in (-1, 0, 1)
-        for dx in (-1, 0, 1)
-        if dy or dx
-    )
-    return mask & (neighbours >= 2)
+    rows = padded[:-2] + padded[1:-1] + padded[2:]
+    around = rows[:, :-2] + rows[:, 1:-1] + rows[:, 2:]  # the pixel itself counted too
+    return mask & (around >= 3)
 
 
-def find_lines(mask: np.ndarray | None) -> list[tuple[int, int, int, int]]:
+def find_lines(mask: np.ndarray) -> list[tuple[int, int, int, int]]:
     """Line boxes (x0, y0, x1, y1), top to bottom, from the horizontal ink profile."""
-    if mask is None:
-        return []
     profile = mask.sum(axis=1)
     bands = _runs(profile >= 2)
     if not bands:
@@ -313,12 +324,12 @@ def _split_tall(
     return [(a, b) for a, b in itertools.pairwise(edges) if b > a]
 
 
-def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int]]:
+def split_line(mask: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int]]:
     """Column ranges of a line: cut at wide gaps (tab stops) and wherever the strip would
-    exceed MAX_WIDTH, choosing the widest gap that keeps each piece short enough."""
+    exceed MAX_WIDTH, choosing the widest gap that keeps each piece short enough. The gaps
+    are read off the page's ink mask, the one that found the line."""
     x0, y0, x1, y1 = box
-    mask = ink_mask(gray[y0:y1, x0:x1])
-    ink = mask.any(axis=0) if mask is not None else np.ones(x1 - x0, dtype=bool)
+    ink = mask[y0:y1, x0:x1].any(axis=0)
     height = y1 - y0
     limit = int(MAX_WIDTH * height / LINE_HEIGHT * 0.8)
     pieces, start = [], 0
