@@ -211,16 +211,28 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return Pki(tmp_path_factory.mktemp("pki"))
 
 
-def test_https_with_a_certificate_and_key(pki: Pki, bundle: Bundle) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one process", "two fronts"])
+def test_https_with_a_certificate_and_key(pki: Pki, bundle: Bundle, workers: str) -> None:
+    """With two fronts, the handshake happens in the front the supervisor handed the
+    connection to (workers/handoff.py); one that fails leaves the next ones served."""
     cert, key = pki.server
-    tls = ("--ssl-certfile", str(cert), "--ssl-keyfile", str(key))
+    tls = ("--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--workers", workers)
     verify = ssl.create_default_context(cafile=str(pki.ca_file))
     with running(bundle.root, *tls, client={"verify": verify}) as (url, _):
         assert url.startswith("https://")
-        response = httpx.post(f"{url}/v2/models/mlp/infer", json=infer_body(), verify=verify)
-        assert response.status_code == 200
-        with pytest.raises(httpx.HTTPError):
-            httpx.get(url.replace("https://", "http://") + "/v2/health/live", timeout=5)
+        clients = [httpx.Client(verify=verify) for _ in range(4)]  # both fronts, when two
+        try:
+            for client in clients:
+                response = client.post(f"{url}/v2/models/mlp/infer", json=infer_body())
+                assert response.status_code == 200
+            with pytest.raises(httpx.HTTPError):
+                httpx.get(url.replace("https://", "http://") + "/v2/health/live", timeout=5)
+            for client in clients:
+                response = client.post(f"{url}/v2/models/mlp/infer", json=infer_body())
+                assert response.status_code == 200
+        finally:
+            for client in clients:
+                client.close()
 
 
 def test_mutual_tls_needs_a_client_certificate_from_the_ca(pki: Pki, bundle: Bundle) -> None:

@@ -111,6 +111,12 @@ def fronts(url: str) -> dict[str, tuple[float, float]]:
     return {front: (float(count), float(in_flight[front])) for front, count in answered}
 
 
+def connections(url: str) -> list[int]:
+    """Per front: client connections open (this request's own included), from /metrics."""
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    return [int(float(n)) for n in re.findall(r"edgeserve_front_connections\{.*?\} (\S+)", text)]
+
+
 def stats(url: str) -> dict:
     return httpx.get(f"{url}/v2/models/mlp/stats", timeout=5).json()["model_stats"][0]
 
@@ -149,6 +155,28 @@ def test_two_fronts_compute_what_onnxruntime_computes(tmp_path: Path) -> None:
         np.testing.assert_allclose(invoked["y"], reference(folder, x), rtol=1e-5, atol=1e-5)
         assert stats(url)["inference_count"] >= 6  # 3 rows each way (warm-up is not counted)
         assert sum(answered for answered, _ in fronts(url).values()) >= 2
+
+
+def test_keep_alive_connections_are_spread_evenly_over_the_fronts(tmp_path: Path) -> None:
+    """Each connection goes to the front holding the fewest: six keep-alive clients on two
+    fronts hold three each (the kernel's hashing, before, split them so in 20 of 64 cases).
+    Those that close are counted off: six more, one at a time, each closed after its request,
+    leave the same three each."""
+    folder = function(tmp_path / "mlp")
+    body = infer_body(np.full((1, 16), 0.5, np.float32))
+    with running(folder, "--workers", "2") as (url, _):
+        clients = [httpx.Client(base_url=url, timeout=WAIT_S) for _ in range(6)]
+        try:
+            for client in clients:
+                assert client.post("/v2/models/mlp/infer", json=body).status_code == 200
+            for _ in range(6):
+                assert httpx.post(f"{url}/v2/models/mlp/infer", json=body).status_code == 200
+            wait_until(lambda: sum(connections(url)) == 7)  # the closed ones counted off
+            assert sorted(connections(url)) == [3, 4]  # the seventh: the /metrics request
+        finally:
+            for client in clients:
+                client.close()
+        wait_until(lambda: connections(url) in ([1, 0], [0, 1]))
 
 
 def test_bytes_and_numbers_cross_between_the_processes_unchanged(tmp_path: Path) -> None:
@@ -285,7 +313,7 @@ def test_a_region_registered_through_one_front_serves_every_front(tmp_path: Path
                 "shared_memory_byte_size": x.nbytes,
             }
             before, served = fronts(url), [0.0]
-            for _ in range(32):  # until both fronts have answered some (connections hash apart)
+            for _ in range(32):  # until both fronts have answered some (ties go either way)
                 answer = httpx.post(f"{url}/v2/models/mlp/infer", json={"inputs": [tensor]})
                 assert answer.status_code == 200, answer.text
                 y = np.asarray(answer.json()["outputs"][0]["data"], np.float32).reshape(1, 4)

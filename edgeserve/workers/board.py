@@ -5,8 +5,10 @@
     one batch section per inference  its batch statistics, behind a sequence lock (one writer:
     process                          that inference process of the moment, adding to what it finds)
     one slot per front               its requests: success count and ns, failure count and ns,
-                                     in flight now, its pid; then per inference process the rows
-                                     it sent there that are not answered yet (the routing's load)
+                                     in flight now, its pid; its connections handed (written by
+                                     the supervisor) and closed, whether it accepts (handoff.py);
+                                     then per inference process the rows it sent there that are
+                                     not answered yet (the routing's load)
 
 The supervisor creates it (a memfd inherited by every child), so the counters outlive a
 restarted process: statistics stay cumulative, as Triton's are. Each cell has one writer, and
@@ -22,11 +24,12 @@ import numpy as np
 
 QUEUED, WAITING, RESTARTS, INSTANCE_PID = 0, 1, 2, 3  # in an inference process's slot
 IN_FLIGHT, PID = 4, 5  # in a front's slot, after its success and failure durations
+HANDED, CLOSED, ACCEPTING = 6, 7, 8  # a front's connections (handoff.py)
 _INSTANCE = 4
 FIXED = 12  # seq, inference_count, execution_count, last_ms, then count/ns of the queue and
 # of the three compute phases (input, infer, output)
 PER_SIZE = 6  # per batch size: count/ns of each compute phase
-_FRONT = 6
+_FRONT = 9
 _SEQ_TRIES = 1000
 
 
@@ -82,6 +85,12 @@ class Board:
     def slots(self) -> np.ndarray:
         """Every front's slot, one row each (a copy)."""
         return self.cells[self.slots_at :].reshape(self.fronts, self.slot_cells).copy()
+
+    def front_started(self, front: int, pid: int) -> None:
+        """A front (re)started: its predecessor's requests and rows died with it."""
+        slot = self.slot(front)
+        slot[IN_FLIGHT], slot[PID] = 0, pid
+        slot[_FRONT:] = 0
 
     def held(self, front: int) -> np.ndarray:
         """Rows front `front` sent to each inference process and has no answer for (a view)."""

@@ -35,6 +35,7 @@ class ChildConfig:
     cpu_threads: int = 0  # backend threads of one on the CPU, unless [backend] threads is set
     backend: str | None = None
     front: int = 0
+    channel_fd: int = -1  # a front's end of its channel from the supervisor (handoff.py)
     instance: int = 0  # which inference process this one is (in an inference process)
     host: str = "127.0.0.1"
     port: int = 0

@@ -1,4 +1,5 @@
-"""A front process: uvicorn on the shared socket, decoding and the handler, batches elsewhere.
+"""A front process: uvicorn on the connections the supervisor hands it, decoding and the
+handler, batches elsewhere.
 
 A front is a whole `Runtime` (the same checks at the door, the same handler calls, the same
 statistics) whose engine is a `RemoteEngine`: rows go to an inference process through this
@@ -17,8 +18,11 @@ import asyncio
 import itertools
 import logging
 import os
+import socket
 from pathlib import Path
 from types import FrameType
+
+import uvicorn
 
 from edgeserve.batching import ONE_REQUEST, BatchPolicy
 from edgeserve.batching.rows import rows_of
@@ -35,15 +39,14 @@ from edgeserve.workers import wire
 from edgeserve.workers.arena import Arena, Blocks, block_size
 from edgeserve.workers.board import QUEUED, RESTARTS, WAITING, Board
 from edgeserve.workers.child import ChildConfig, child_main
+from edgeserve.workers.handoff import Receiver
 from edgeserve.workers.link import RECONNECT_S, RETRY_AFTER_S, Link
 from edgeserve.workers.statistics import SharedStats
-from edgeserve.workers.supervisor import reuse_port_socket
 
 log = logging.getLogger("edgeserve")
 
 ARENA_BYTES = 256 * 2**20
 """Virtual size of a front's arena; memory is taken only as blocks are first used."""
-LISTEN_BACKLOG = 2048
 
 
 class RemoteEngine:
@@ -169,13 +172,30 @@ class RemoteEngine:
 
 
 class FrontServer(DrainingServer):
-    """A front told to stop before it was ever ready has nothing to drain: it exits at once,
-    rather than wait on inference processes that may never come (its supervisor died)."""
+    """uvicorn without a listener of its own: it serves the connections the supervisor hands
+    it (handoff.py) from the end of its start-up until its drain begins. A front told to stop
+    before it was ever ready has nothing to drain: it exits at once, rather than wait on
+    inference processes that may never come (its supervisor died)."""
+
+    def __init__(self, config: uvicorn.Config, receiver: Receiver) -> None:
+        super().__init__(config)
+        self.receiver = receiver
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=[])  # the app's lifespan, and no listener
+        self.receiver.start(
+            self.config.http_protocol_class,
+            self.config.ssl,
+            config=self.config,  # what uvicorn gives the protocol on its own listener
+            server_state=self.server_state,
+            app_state=self.lifespan.state,
+        )
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.started:  # no request was ever let in; the arena goes with the process
             log.warning("front stopped (signal %d) before it was ready: nothing to drain", sig)
             os._exit(0)
+        self.receiver.stop()
         super().handle_exit(sig, frame)
 
 
@@ -192,11 +212,10 @@ def run_front(config: ChildConfig) -> None:
     limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
     regions = Regions(store=Path(config.regions_dir))  # one registry for every front
     app = create_app(Runtime(bundle, engine, stats), timeouts=limits, regions=regions)
-    listener = reuse_port_socket(config.host, config.port)
-    listener.listen(LISTEN_BACKLOG)
+    receiver = Receiver(socket.socket(fileno=config.channel_fd), board.slot(config.front))
     tls = {} if config.tls is None else TlsFiles(**config.tls).uvicorn_options()
     settings = uvicorn_config(app, log_level=config.log_level, **tls)
-    FrontServer(settings).run(sockets=[listener])
+    FrontServer(settings, receiver).run()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ from prometheus_client.metrics_core import Metric
 from edgeserve.stats import Counters, Duration, ModelStats, Phases
 from edgeserve.types import ComputeTimes
 from edgeserve.workers.board import (
+    CLOSED,
     FIXED,
+    HANDED,
     IN_FLIGHT,
     INSTANCE_PID,
     PER_SIZE,
@@ -47,8 +49,8 @@ class SharedStats(ModelStats):
         self.board = board
         self._front = None if front is None else board.slot(front)
         self._batches = None if instance is None else board.batch_section(instance)
-        if self._front is not None:  # a restarted front: its predecessor's requests died
-            self._front[:] = [*self._front[:IN_FLIGHT], 0, os.getpid(), *[0] * board.instances]
+        if front is not None:
+            board.front_started(front, os.getpid())
         if instance is not None:
             board.instance(instance)[INSTANCE_PID] = os.getpid()
         labels = {"model": model, "version": version}
@@ -123,11 +125,16 @@ class _ProcessCollector:
     def _fronts(self) -> Iterator[Metric]:
         answered = Metric("edgeserve_front_requests", "Requests answered, per front", "unknown")
         in_flight = Metric("edgeserve_front_in_flight", "Requests in flight, per front", "gauge")
+        connections = Metric(
+            "edgeserve_front_connections", "Client connections open, per front", "gauge"
+        )
         for index, slot in enumerate(self._board.slots()):
             labels = {**self._labels, "front": str(index), "pid": str(slot[PID])}
             answered.add_sample("edgeserve_front_requests", labels, int(slot[0] + slot[2]))
             in_flight.add_sample("edgeserve_front_in_flight", labels, int(slot[IN_FLIGHT]))
-        yield from (answered, in_flight)
+            open_now = int(slot[HANDED] - slot[CLOSED])
+            connections.add_sample("edgeserve_front_connections", labels, open_now)
+        yield from (answered, in_flight, connections)
 
     def _instances(self) -> Iterator[Metric]:
         slots, held = self._board.instance_slots(), self._board.held_rows()

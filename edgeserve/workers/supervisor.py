@@ -14,15 +14,13 @@
         for company and stop once their fronts have gone -> exit. A child still there
         BACKSTOP_S past the bound is killed.
 
-Each front listens on its own socket bound with SO_REUSEPORT to the same address, so the kernel
-spreads new connections evenly over the fronts (one accept queue shared by all would let the
-first front to wake take most connections, and keep-alive connections stay where they land).
-The supervisor holds the port with a socket of its own that never listens (it takes no
-connections, and a restarted front binds the port again), and the board, so the counters
-outlive any child. Each inference process gets its device in its environment
-(layout.Instance.env: CUDA_VISIBLE_DEVICES and EDGESERVE_DEVICE). Children run in their own
-process group (a terminal's Ctrl+C reaches only the supervisor, which stops them in order) and
-die with it (PDEATHSIG).
+The supervisor listens, and hands each connection to the front holding the fewest
+(handoff.py: the kernel's own spreading is blind to load, and keep-alive connections stay where
+they land); a restarted front gets a new channel and takes connections again once it is up. It
+holds the board, so the counters outlive any child. Each inference process gets its device in
+its environment (layout.Instance.env: CUDA_VISIBLE_DEVICES and EDGESERVE_DEVICE). Children run
+in their own process group (a terminal's Ctrl+C reaches only the supervisor, which stops them
+in order) and die with it (PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ from typing import TYPE_CHECKING
 from edgeserve.http.server import BACKSTOP_S
 from edgeserve.workers.board import RESTARTS, Board
 from edgeserve.workers.child import ChildConfig
+from edgeserve.workers.handoff import Dispatcher
 from edgeserve.workers.layout import Instance, Layout
 
 if TYPE_CHECKING:
@@ -53,6 +52,7 @@ log = logging.getLogger("edgeserve")
 WATCH_S = 0.05
 """How often the supervisor looks at its children (it does nothing else)."""
 KILL_WAIT_S = 5.0
+LISTEN_BACKLOG = 2048
 QUICK_DEATH_S = 10.0
 QUICK_DEATHS = 3
 """A front that dies this many times in a row, each within QUICK_DEATH_S of its start, fails
@@ -79,11 +79,11 @@ class Supervisor:
         self,
         config: ChildConfig,
         instances: tuple[Instance, ...],
-        port_holder: socket.socket,
+        dispatcher: Dispatcher,
         board: Board,
     ) -> None:
         self.config = config
-        self.port_holder = port_holder
+        self.dispatcher = dispatcher
         self.board = board
         self.stopping = False
         self._stopped_at: float | None = None
@@ -92,10 +92,7 @@ class Supervisor:
             self._spawn("edgeserve.workers.inference", replace(config, instance=i), where.env())
             for i, where in enumerate(instances)
         ]
-        self.fronts = [
-            self._spawn("edgeserve.workers.front", replace(config, front=index))
-            for index in range(config.fronts)
-        ]
+        self.fronts = [self._spawn_front(index) for index in range(config.fronts)]
 
     def watch(self) -> int:
         """Keep every child alive until SIGTERM/SIGINT; then stop them all. The exit status."""
@@ -117,16 +114,16 @@ class Supervisor:
                         log.error("front %d keeps failing at start: stopping", index)
                         self.stop()
                         return 1
-                    self.fronts[index] = self._spawn(front.module, front.config)
+                    self.fronts[index] = self._spawn_front(index)
                     self.fronts[index].quick_deaths = front.quick_deaths + 1 if quick else 0
-            time.sleep(WATCH_S)
+            self.dispatcher.wait(WATCH_S)
         self.stop()
         return 0
 
     def stop(self) -> None:
         """Stop every child within the bound (see the module's docstring); kill the rest."""
         stopped_at = self._signal_children()
-        self.port_holder.close()
+        self.dispatcher.close()
         _wait([*self.fronts, *self.inference], stopped_at + self.config.drain_s + BACKSTOP_S)
 
     def _signal_children(self) -> float:
@@ -150,10 +147,21 @@ class Supervisor:
         """An inference process listens on its socket only once it is ready."""
         return Path(self.config.socket_path(index)).exists()
 
-    def _spawn(self, module: str, config: ChildConfig, env: dict[str, str] | None = None) -> _Child:
+    def _spawn_front(self, index: int) -> _Child:
+        with self.dispatcher.channel(index) as channel:  # the front keeps its own copy
+            config = replace(self.config, front=index, channel_fd=channel.fileno())
+            return self._spawn("edgeserve.workers.front", config, fds=[channel.fileno()])
+
+    def _spawn(
+        self,
+        module: str,
+        config: ChildConfig,
+        env: dict[str, str] | None = None,
+        fds: list[int] | None = None,
+    ) -> _Child:
         process = subprocess.Popen(
             [sys.executable, *config.argv(module)],
-            pass_fds=[config.board_fd],
+            pass_fds=[config.board_fd, *(fds or [])],
             process_group=0,
             env={**os.environ, **env} if env else None,
         )
@@ -178,8 +186,9 @@ def serve_workers(
     tls: TlsFiles | None = None,
 ) -> int:
     """Serve with the layout's front and inference processes; the exit status."""
-    port_holder = reuse_port_socket(host, port)
-    host, port = port_holder.getsockname()[:2]
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+    host, port = listener.getsockname()[:2]
     fronts, instances = layout.fronts, len(layout.instances)
     board = Board.create(fronts, instances, bundle.manifest.batching.max_batch_size)
     with tempfile.TemporaryDirectory(prefix="edgeserve-") as scratch:
@@ -201,7 +210,7 @@ def serve_workers(
             tls=None if tls is None else asdict(tls),
             timeouts=timeouts,
         )
-        supervisor = Supervisor(config, layout.instances, port_holder, board)
+        supervisor = Supervisor(config, layout.instances, Dispatcher(listener, board), board)
         scheme = "http" if tls is None else "https"
         print(
             f"edgeserve: {_count(fronts, 'front process')} and "
@@ -213,16 +222,6 @@ def serve_workers(
     if supervisor.signal is not None:
         _end_by(supervisor.signal)
     return status
-
-
-def reuse_port_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to (host, port) with SO_REUSEPORT: every front binds one."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    return sock
 
 
 def _wait(children: list[_Child], deadline: float) -> None:
