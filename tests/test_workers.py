@@ -231,6 +231,7 @@ def test_killed_fronts_drop_their_requests_and_are_started_again(
         wait_until(lambda: _ready(url))
         time.sleep(1.6)  # past the queue delay: had the dropped items stayed queued, they ran
         assert stats(url)["inference_count"] == ran_before
+        assert sum(connections(url)) == 1  # the dead fronts' connections are not counted on
         x = np.full((1, 16), 0.25, np.float32)
         assert httpx.post(f"{url}/v2/models/mlp/infer", json=infer_body(x)).status_code == 200
         assert "dropping its" in "".join(server.output)
