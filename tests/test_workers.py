@@ -171,8 +171,9 @@ def test_keep_alive_connections_are_spread_evenly_over_the_fronts(tmp_path: Path
                 assert client.post("/v2/models/mlp/infer", json=body).status_code == 200
             for _ in range(6):
                 assert httpx.post(f"{url}/v2/models/mlp/infer", json=body).status_code == 200
-            wait_until(lambda: sum(connections(url)) == 7)  # the closed ones counted off
-            assert sorted(connections(url)) == [3, 4]  # the seventh: the /metrics request
+            # the closed ones counted off (each read's own connection is the seventh; a close
+            # is counted once its front has seen it, so an earlier read's may lag a little)
+            wait_until(lambda: sorted(connections(url)) == [3, 4])
         finally:
             for client in clients:
                 client.close()

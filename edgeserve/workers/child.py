@@ -37,8 +37,6 @@ class ChildConfig:
     front: int = 0
     channel_fd: int = -1  # a front's end of its channel from the supervisor (handoff.py)
     instance: int = 0  # which inference process this one is (in an inference process)
-    host: str = "127.0.0.1"
-    port: int = 0
     tls: dict[str, Any] | None = None  # edgeserve.http.tls.TlsFiles' fields
     timeouts: dict[str, float | None] = field(default_factory=dict)  # serve's overrides
     source: str | None = None  # the function folder a cached bundle came from (for messages)

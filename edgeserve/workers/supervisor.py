@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgeserve")
 
 WATCH_S = 0.05
-"""How often the supervisor looks at its children (it does nothing else)."""
+"""How often the supervisor looks at its children (meanwhile it hands connections over)."""
 KILL_WAIT_S = 5.0
 LISTEN_BACKLOG = 2048
 QUICK_DEATH_S = 10.0
@@ -205,8 +205,6 @@ def serve_workers(
             drain_s=drain_s,
             log_level=log_level,
             backend=backend,
-            host=host,
-            port=port,
             tls=None if tls is None else asdict(tls),
             timeouts=timeouts,
         )
