@@ -95,18 +95,17 @@ class Dispatcher:
         turn would pin to one front a client whose connections alternate between two kinds)."""
         slots, fronts = self.board.slots(), self.board.fronts
         held = slots[:, HANDED] - slots[:, CLOSED]
-        load = np.where(
-            slots[:, ACCEPTING] > 0, held * fronts + self._random.permutation(fronts), -1
-        )
-        for front in np.argsort(load):
+        for front in np.argsort(held * fronts + self._random.permutation(fronts)):
             channel = self._channels[front]
-            if load[front] < 0 or channel is None:
+            if not slots[front, ACCEPTING] or channel is None:
                 continue
+            slot = self.board.slot(int(front))
+            slot[HANDED] += 1  # before it is sent: the front may close it before we go on
             try:
                 socket.send_fds(channel, [b"c"], [conn.fileno()])
             except OSError:  # its channel is full (the front is stuck) or it has just died
+                slot[HANDED] -= 1
                 continue
-            self.board.slot(int(front))[HANDED] += 1
             return
         log.warning("no front could take a connection: closed")
 
