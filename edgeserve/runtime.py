@@ -217,12 +217,12 @@ class Runtime:
             if self.handler is None:
                 return _to_lists(await self._run(self._tensors_from(payload), when))
             ctx = Context(content_type, self.manifest.handler.options, self.root)
-            items = await asyncio.to_thread(self._call_handler, "preprocess", payload, ctx)
+            items = await self._hook("preprocess", payload, ctx)
             if hasattr(self.handler, "preprocess"):
                 items = self._checked(items)
             self.engine.check_room(len(items))
             results = await _all_or_none(self._run_item(item, when) for item in items)
-            return await asyncio.to_thread(self._call_handler, "postprocess", list(results), ctx)
+            return await self._hook("postprocess", list(results), ctx)
 
     def _door(self) -> InputChecks:
         """The checks every request passes, against the shapes the engine's backend takes."""
@@ -252,6 +252,16 @@ class Runtime:
             return await self._run(item, when)
         row = {name: np.asarray(value)[np.newaxis] for name, value in item.items()}
         return {name: value[0] for name, value in (await self._run(row, when)).items()}
+
+    async def _hook(self, hook: str, *args: Any) -> Any:
+        """A handler hook on a worker thread (it may hold the CPU for milliseconds), timed as
+        the request waits for it (the thread hop included) where the handler defines it."""
+        started = time.perf_counter_ns()
+        try:
+            return await asyncio.to_thread(self._call_handler, hook, *args)
+        finally:
+            if hasattr(self.handler, hook):
+                self.stats.handler_done(hook, time.perf_counter_ns() - started)
 
     def _call_handler(self, hook: str, *args: Any) -> Any:
         """Run a handler hook; our own errors pass through, anything else is the handler's fault."""

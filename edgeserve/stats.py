@@ -1,7 +1,9 @@
 """Per-model counters, read two ways: Triton's statistics extension and Prometheus text.
 
 The batcher reports each batch (`batch_done`, its observer protocol); the runtime reports each
-request (`request_done`). Counters are cumulative since start, as in Triton.
+request (`request_done`) and each call of a handler hook (`handler_done`: what Triton has no
+name for, and where a function with a handler may spend most of a request). Counters are
+cumulative since start, as in Triton.
 Updates come from worker threads and the event loop, so one lock guards them; reading copies.
 
 Prometheus names are Triton's (`nv_inference_count`, ...) so dashboards built for Triton work
@@ -54,6 +56,10 @@ class Counters:
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
     batches: dict[int, Phases] = field(default_factory=dict)
+    hooks: dict[str, Duration] = field(default_factory=dict)  # handler hook -> its calls
+
+
+HOOKS = ("preprocess", "postprocess")
 
 
 @dataclass
@@ -118,6 +124,11 @@ class ModelStats:
         with self._lock:
             (self._counters.success if ok else self._counters.fail).add(1, duration_ns)
 
+    def handler_done(self, hook: str, duration_ns: int) -> None:
+        """One call of the handler's `hook` (HOOKS), `duration_ns` as the request waited for it."""
+        with self._lock:
+            self._counters.hooks.setdefault(hook, Duration()).add(1, duration_ns)
+
     def snapshot(self) -> Counters:
         with self._lock:
             counters = self._counters
@@ -132,6 +143,7 @@ class ModelStats:
                 _copy(counters.compute_infer),
                 _copy(counters.compute_output),
                 {size: phases.copy() for size, phases in counters.batches.items()},
+                {hook: _copy(calls) for hook, calls in counters.hooks.items()},
             )
 
     def triton_stats(self) -> dict[str, Any]:
@@ -209,6 +221,22 @@ class _Collector:
             metric.add_sample(name, labels, value)
             yield metric
         yield _batch_histogram(counters, labels)
+        yield from _hook_metrics(counters, labels)
+
+
+def _hook_metrics(counters: Counters, labels: dict[str, str]) -> Iterator[Metric]:
+    """Calls of each handler hook and their cumulative time, the thread hop included."""
+    calls = Metric("edgeserve_handler_calls", "Cumulative calls of a handler hook", "unknown")
+    spent = Metric(
+        "edgeserve_handler_duration_us", "Cumulative time requests spent in a hook", "unknown"
+    )
+    for hook, duration in sorted(counters.hooks.items()):
+        calls.add_sample("edgeserve_handler_calls", {**labels, "hook": hook}, duration.count)
+        spent.add_sample(
+            "edgeserve_handler_duration_us", {**labels, "hook": hook}, _us(duration.ns)
+        )
+    if counters.hooks:
+        yield from (calls, spent)
 
 
 def _batch_histogram(counters: Counters, labels: dict[str, str]) -> HistogramMetricFamily:

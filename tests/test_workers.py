@@ -180,6 +180,24 @@ def test_keep_alive_connections_are_spread_evenly_over_the_fronts(tmp_path: Path
         wait_until(lambda: connections(url) in ([1, 0], [0, 1]))
 
 
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one process", "two fronts"])
+def test_metrics_count_the_time_requests_spend_in_each_handler_hook(
+    tmp_path: Path, workers: str
+) -> None:
+    """/metrics from any front counts every front's hook calls and the time requests spent in
+    them (Triton has no name for it; for functions/ocr it is most of a page on a GPU)."""
+    folder = function(tmp_path / "mlp")
+    with running(folder, "--workers", workers) as (url, _):
+        for _ in range(4):
+            reply = httpx.post(f"{url}/invoke", json={"rows": [[0.5] * 16] * 3}, timeout=WAIT_S)
+            assert reply.status_code == 200, reply.text
+        text = httpx.get(f"{url}/metrics", timeout=5).text
+    calls = dict(re.findall(r'edgeserve_handler_calls\{.*?hook="(\w+)".*?\} (\S+)', text))
+    spent = dict(re.findall(r'edgeserve_handler_duration_us\{.*?hook="(\w+)".*?\} (\S+)', text))
+    assert {hook: float(n) for hook, n in calls.items()} == {"preprocess": 4, "postprocess": 4}
+    assert all(float(us) > 0 for us in spent.values()) and spent.keys() == calls.keys()
+
+
 def test_bytes_and_numbers_cross_between_the_processes_unchanged(tmp_path: Path) -> None:
     """BYTES tensors travel inline in the control message, numbers through the arena."""
     manifest = '[function]\nname = "identity"\n[backend]\nprefer = ["onnxruntime"]\n'

@@ -7,8 +7,9 @@
     one slot per front               its requests: success count and ns, failure count and ns,
                                      in flight now, its pid; its connections handed (written by
                                      the supervisor) and closed, whether it accepts (handoff.py);
-                                     then per inference process the rows it sent there that are
-                                     not answered yet (the routing's load)
+                                     count and ns of each handler hook (stats.HOOKS); then per
+                                     inference process the rows it sent there that are not
+                                     answered yet (the routing's load)
 
 The supervisor creates it (a memfd inherited by every child), so the counters outlive a
 restarted process: statistics stay cumulative, as Triton's are. Each cell has one writer, and
@@ -25,11 +26,12 @@ import numpy as np
 QUEUED, WAITING, RESTARTS, INSTANCE_PID = 0, 1, 2, 3  # in an inference process's slot
 IN_FLIGHT, PID = 4, 5  # in a front's slot, after its success and failure durations
 HANDED, CLOSED, ACCEPTING = 6, 7, 8  # a front's connections (handoff.py)
+HOOKS_AT = 9  # a front's handler hooks: count, ns of each, in stats.HOOKS order
 _INSTANCE = 4
 FIXED = 12  # seq, inference_count, execution_count, last_ms, then count/ns of the queue and
 # of the three compute phases (input, infer, output)
 PER_SIZE = 6  # per batch size: count/ns of each compute phase
-_FRONT = 9
+_FRONT = HOOKS_AT + 2 * 2
 _SEQ_TRIES = 1000
 
 

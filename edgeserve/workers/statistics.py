@@ -15,12 +15,13 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from prometheus_client.metrics_core import Metric
 
-from edgeserve.stats import Counters, Duration, ModelStats, Phases
+from edgeserve.stats import HOOKS, Counters, Duration, ModelStats, Phases
 from edgeserve.types import ComputeTimes
 from edgeserve.workers.board import (
     CLOSED,
     FIXED,
     HANDED,
+    HOOKS_AT,
     IN_FLIGHT,
     INSTANCE_PID,
     PER_SIZE,
@@ -81,6 +82,13 @@ class SharedStats(ModelStats):
         if self._front is not None:
             self._front[IN_FLIGHT] += 1
 
+    def handler_done(self, hook: str, duration_ns: int) -> None:
+        if self._front is None:
+            return
+        at = HOOKS_AT + 2 * HOOKS.index(hook)
+        self._front[at] += 1
+        self._front[at + 1] += duration_ns
+
     def request_done(self, ok: bool, duration_ns: int) -> None:
         if self._front is None:
             return
@@ -107,6 +115,11 @@ class SharedStats(ModelStats):
             compute_infer,
             compute_output,
             {size: Phases(*phases) for size, phases in enumerate(by_size) if phases[1].count},
+            {
+                hook: Duration(int(slots[HOOKS_AT + 2 * i]), int(slots[HOOKS_AT + 2 * i + 1]))
+                for i, hook in enumerate(HOOKS)
+                if slots[HOOKS_AT + 2 * i]
+            },
         )
 
 
