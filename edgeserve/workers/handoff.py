@@ -36,6 +36,7 @@ log = logging.getLogger("edgeserve")
 ACCEPT_BURST = 256
 """Connections accepted in one turn of the supervisor before it looks at its children again."""
 TAKE_BURST = 64
+"""Connections a front takes from its channel in one turn of its event loop."""
 
 
 class Dispatcher:

@@ -1,8 +1,8 @@
 """The process layout: how many front processes, and which inference processes on which devices.
 
 `workers` counts front processes. 1 is today's single process (HTTP, handler and batcher on
-one event loop, inference on its threads); N > 1 is N fronts sharing the listening socket and
-inference processes, each owning its backend and its batcher on one device. `auto` decides
+one event loop, inference on its threads); N > 1 is N fronts, fed connections by the supervisor,
+and inference processes, each owning its backend and its batcher on one device. `auto` decides
 the fronts from the machine (cores: this process's CPU affinity, cut to its cgroup's CPU quota):
 
 - up to 2 usable cores: 1. Measured on 2 cores (docs/performance.md, "Process layout"): the
