@@ -3,6 +3,7 @@ response dicts compared), and the emulator's HTTP <-> event translation, table-d
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -339,6 +340,22 @@ def test_the_real_function_behind_every_sample_event(tmp_path: Path) -> None:
             else result["body"].encode()
         )
         np.testing.assert_allclose(json.loads(body)["y"], reference, rtol=1e-5, atol=1e-5)
+
+
+def test_the_handler_answers_after_something_ran_asyncio_run(tmp_path: Path) -> None:
+    """`asyncio.run` (an import's, a library's) leaves the thread without a current event loop;
+    Mangum, which runs on the current one, then failed every event. Both the real function and
+    a bare wrapped app answer before and after it, the real one from the loop its runtime
+    serves on."""
+    handler = create_handler(small_bundle(tmp_path).root)
+    event = _to_path(fixture("apigw-v2-request-no-authorizer.json"), "/v2/health/ready")
+    name, expected = SAMPLES[0]
+    for _ in range(2):
+        assert handler(event, None)["statusCode"] == 200
+        assert ECHO(fixture(name), None) == expected
+        asyncio.run(asyncio.sleep(0))  # leaves no current event loop behind
+    with pytest.raises(RuntimeError, match="no current event loop"):
+        asyncio.get_event_loop()  # the state the handlers met, and answered from
 
 
 def _to_path(event: dict[str, Any], path: str) -> dict[str, Any]:

@@ -56,25 +56,33 @@ def create_handler(path: Path | None = None) -> LambdaHandler:
     asyncio.set_event_loop(loop)
     lifetime = AsyncExitStack()  # held by the handler: never left while the container lives
     loop.run_until_complete(lifetime.enter_async_context(serving(runtime)))
-    handler = wrap(create_app(runtime), model=runtime.name)
+    handler = wrap(create_app(runtime), model=runtime.name, loop=loop)
     handler.lifetime = lifetime
     return handler
 
 
-def wrap(app: ASGI, model: str | None = None) -> LambdaHandler:
+def wrap(
+    app: ASGI, model: str | None = None, loop: asyncio.AbstractEventLoop | None = None
+) -> LambdaHandler:
     """The Lambda handler for an ASGI app: REST v1, HTTP v2, Function URL and ALB events, and
-    direct invocations carrying a v2 infer request for `model`."""
+    direct invocations carrying a v2 infer request for `model`; every invocation runs on
+    `loop` (a new one when not given)."""
     from mangum import Mangum
 
-    return LambdaHandler(Mangum(app, lifespan="off"), model)
+    return LambdaHandler(Mangum(app, lifespan="off"), model, loop or asyncio.new_event_loop())
 
 
 class LambdaHandler:
     """Every event gets an answer; nothing raises out of the handler (Lambda would report an
-    unhandled error and the caller would learn nothing)."""
+    unhandled error and the caller would learn nothing).
 
-    def __init__(self, mangum: Mangum, model: str | None) -> None:
-        self.mangum, self.model = mangum, model
+    Mangum runs each invocation on the thread's current event loop. The handler makes its own
+    loop current first: anything that ran `asyncio.run` in the container since (an import, a
+    library) leaves the thread with none, and Mangum then failed every event with "There is
+    no current event loop"."""
+
+    def __init__(self, mangum: Mangum, model: str | None, loop: asyncio.AbstractEventLoop) -> None:
+        self.mangum, self.model, self.loop = mangum, model, loop
         self.lifetime: AsyncExitStack | None = None  # what keeps the runtime serving
 
     def __call__(self, event: object, context: Any) -> dict[str, Any]:
@@ -93,6 +101,7 @@ class LambdaHandler:
         problem = events.problem_in(event, kind)
         if problem:
             return events.bad_request(f"{where}: {problem}")
+        asyncio.set_event_loop(self.loop)
         try:
             answer: dict[str, Any] = self.mangum(event, context)
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
