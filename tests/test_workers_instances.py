@@ -21,7 +21,7 @@ import pytest
 
 from edgeserve.backends import Choice, as_reached
 from edgeserve.errors import ConfigError
-from edgeserve.hardware import Cpu, Gpu, Jetson, Platform
+from edgeserve.hardware import Cpu, Gpu, Jetson, Platform, probe_gpus
 from edgeserve.manifest import load_manifest
 from edgeserve.workers import choose_layout, usable_cores
 from edgeserve.workers.layout import Instance
@@ -37,6 +37,7 @@ from tests.test_workers import (
     wait_until,
 )
 from tests.test_workers import function as workers_function
+from tests.test_workers_requests import pages
 
 function = partial(workers_function, per_device=2)  # the MLP, two CPU inference processes
 
@@ -156,6 +157,45 @@ def test_one_front_feeds_two_inference_processes_when_they_are_asked_for(tmp_pat
             y = np.asarray(answer.json()["outputs"][0]["data"], np.float32).reshape(1, 4)
             np.testing.assert_allclose(y, reference(folder, x), rtol=1e-5, atol=1e-5)
         assert executions(url) == [2, 2]
+
+
+def _pages_in_two_processes(folder: Path) -> Path:
+    """functions/ocr's shape in small: a handler making one item per line, two inference
+    processes on each device, and a delay that lets a page's lines meet in one batch."""
+    source = pages(folder, delay_ms=50)
+    manifest = source / "function.toml"
+    manifest.write_text(manifest.read_text() + "[resources]\nprocesses_per_device = 2\n")
+    return source
+
+
+def _read_pages(url: str, count: int, lines: int) -> None:
+    for _ in range(count):  # one page at a time: each routed with nothing else held
+        answer = httpx.post(f"{url}/invoke", json={"lines": [[1] * 16] * lines}, timeout=30)
+        assert answer.status_code == 200 and answer.json() == lines, answer.text
+
+
+@pytest.mark.skipif(bool(probe_gpus()), reason="a GPU host places the processes on the GPU")
+def test_a_pages_lines_spread_over_the_cpus_processes(tmp_path: Path) -> None:
+    """On a CPU the processes run side by side on their own cores: each page of 3 lines reaches
+    both, so its lines run at the same time."""
+    with running(_pages_in_two_processes(tmp_path / "pages"), "--workers", "1") as (url, _):
+        _read_pages(url, 4, 3)
+        assert all(count >= 4 for count in executions(url)), executions(url)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not probe_gpus() or "CUDAExecutionProvider" not in onnxruntime.get_available_providers(),
+    reason="needs an NVIDIA GPU and onnxruntime-gpu",
+)
+def test_a_pages_lines_stay_in_one_batch_where_two_processes_share_a_gpu(tmp_path: Path) -> None:
+    """Two processes on one GPU take turns on it: a page's 3 lines go to the same one and run as
+    one batch (4 pages, 4 batches), and the pages still use both processes."""
+    with running(_pages_in_two_processes(tmp_path / "pages"), "--workers", "1") as (url, server):
+        assert "2 x cuda:0" in "".join(server.output)
+        _read_pages(url, 4, 3)
+        assert sum(executions(url)) == 4, executions(url)
+        assert all(executions(url)), executions(url)
 
 
 def test_a_killed_inference_process_restarts_alone_while_the_other_serves(

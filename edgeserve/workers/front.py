@@ -8,8 +8,12 @@ front's arena, written once, and come back the same way.
 Routing: each request goes to the inference process holding the fewest rows that every front
 sent and nothing has answered yet (join the shortest queue, counted on the board, so the
 fronts see each other's load); ties rotate. Items of every front thus meet in full batches on
-every device. While an inference process is away (starting, restarting) the others take its
-share and readiness says what is degraded; while none is there the front is not ready (503).
+every device. The items of one request (a handler's, e.g. a page's lines) spread over a CPU's
+processes, which run side by side on their own cores; on a GPU they stay together, up to one
+full batch: processes sharing a GPU take turns on it, so a page split over two of them waits for
+two runs instead of one (benchmarks/RESULTS-gpu.md, seventh and eighth sessions).
+While an inference process is away (starting, restarting) the others take its share and
+readiness says what is degraded; while none is there the front is not ready (503).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class RemoteEngine:
         ]
         self._held = board.held(config.front)  # this front's rows at each inference process
         self._turn = itertools.count(config.front)
+        self._together: tuple[int, int, int] | None = None  # (request, process, rows) on a GPU
 
     @property
     def ready(self) -> bool:
@@ -133,14 +138,14 @@ class RemoteEngine:
 
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict:
         rows = rows_of(inputs, bool(self.policy.max_batch_size))
-        link = self.links[self._route(rows)]
+        request = ONE_REQUEST.get()  # a handler's items: they share one outcome
+        request = request if isinstance(request, int) else None
+        link = self.links[self._route(rows, request)]
         size = block_size(inputs)
         offset = self._blocks.allocate(size) if size else None
         if offset is None:  # arena full (or BYTES only): the tensors travel inline
             offset, size = 0, 0
         placed = self.arena.place(inputs, offset, size)
-        request = ONE_REQUEST.get()  # a handler's items: they share one outcome
-        request = request if isinstance(request, int) else None
         self._held[link.instance] += rows
         try:
             result: TensorDict = await link.ask(
@@ -150,15 +155,25 @@ class RemoteEngine:
             self._held[link.instance] -= rows
         return result
 
-    def _route(self, rows: int) -> int:
+    def _route(self, rows: int, request: int | None) -> int:
         """The ready inference process holding the fewest rows among those whose queue has
-        room for `rows` (any, when none has); ties rotate per request."""
+        room for `rows` (any, when none has); ties rotate per request. On a GPU, where the
+        request's earlier items went while they fit one batch (the module's docstring)."""
         held, slots = self.board.held_rows(), self.board.instance_slots()
         limit, start = self.policy.max_queue_size, next(self._turn)
+        if self._together is not None and self._together[0] == request:
+            _, instance, sent = self._together
+            fits = sent + rows <= max(self.policy.max_batch_size, 1)
+            if fits and self.links[instance].ready and slots[instance, QUEUED] + rows <= limit:
+                self._together = (request, instance, sent + rows)
+                return instance
         order = [(start + i) % len(self.links) for i in range(len(self.links))]
-        return min(
+        instance = min(
             self._ready_links(order), key=lambda i: (slots[i, QUEUED] + rows > limit, held[i])
         )
+        if request is not None and self.devices[instance] != "cpu":
+            self._together = (request, instance, rows)
+        return instance
 
     def _ready_links(self, order: list[int] | None = None) -> list[int]:
         ready = [i for i in order or range(len(self.links)) if self.links[i].ready]
