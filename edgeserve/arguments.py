@@ -276,6 +276,11 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         "--instances", type=_numbers(int), default=[1, 2], help="instances to try (default 1,2)"
     )
     p.add_argument(
+        "--processes-per-device",
+        type=_numbers(int),
+        help="inference processes per device to try, e.g. 1,2 (default: the manifest's)",
+    )
+    p.add_argument(
         "--preferred",
         default="none,pow2",
         help="preferred sizes to try: none, pow2 (default none,pow2)",

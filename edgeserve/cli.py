@@ -265,7 +265,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from edgeserve.progress import progress_display
     from edgeserve.tune import Candidate, candidates, failure_reason, render_table, tune
 
-    grid = candidates(args.max_batch, args.delay_ms, args.instances, args.preferred.split(","))
+    per_device = args.processes_per_device or [None]
+    grid = candidates(
+        args.max_batch, args.delay_ms, args.instances, args.preferred.split(","), per_device
+    )
     with progress_display(err_console) as progress:
         task = progress.add_task("tune", total=len(grid))
 
@@ -273,6 +276,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             settings = (
                 f"max_batch {candidate.max_batch_size}, delay {candidate.max_queue_delay_ms:g} ms"
             )
+            if candidate.processes_per_device:
+                settings += f", {candidate.processes_per_device} per device"
             progress.update(task, completed=index, description=f"tune: {settings}")
 
         result = tune(
@@ -287,12 +292,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     console.print(render_table(result, args.concurrency))
     for trial in result.trials:
         if trial.errors:
-            settings = ", ".join(f"{k}={v}" for k, v in trial.candidate.settings().items())
+            settings = trial.candidate.describe()
             console.print(f"failed: {settings}: {trial.failure}", markup=False, soft_wrap=True)
     if result.best is None:
         raise EdgeserveError(failure_reason(result))
     where = f"written to {result.written}" if result.written else "not written (--dry-run)"
-    _say("best:", "", f"{result.best.candidate.settings()}  {where}")
+    _say("best:", "", f"{result.best.candidate.describe()}  {where}")
     return 0
 
 

@@ -1,10 +1,13 @@
 """`edgeserve tune SRC`: sweep the batching settings against a latency budget and keep the best.
 
 Model Analyzer's method in short windows: every candidate (max_batch_size, preferred sizes,
-max_queue_delay_ms, instances) is served from a scratch copy of the function and measured by
-`edgeserve bench` at one closed-loop concurrency; the candidate with the most items/s whose p99
-stays within the budget (and that failed no request) wins, and its settings are written into the
-function's manifest: only the [batching] keys change, the rest of the file is kept as written.
+max_queue_delay_ms, instances and, when asked, the inference processes per device) is served
+from a scratch copy of the function and measured by `edgeserve bench` at one closed-loop
+concurrency; the candidate with the most items/s whose p99 stays within the budget (and that
+failed no request) wins, and its settings are written into the function's manifest: only those
+keys change ([batching], and [resources] processes_per_device), the rest of the file is kept as
+written. Processes per device are worth a sweep on a GPU: two served a light model up to 1.6x
+one under heavy load and a heavy one 0.84-0.91x, which `auto` cannot know before loading it.
 """
 
 from __future__ import annotations
@@ -37,14 +40,26 @@ class Candidate:
     preferred_batch_sizes: tuple[int, ...]
     max_queue_delay_ms: float
     instances: int
+    processes_per_device: int | None = None  # None: the manifest's, not swept
 
     def settings(self) -> dict[str, Any]:
+        """The [batching] keys."""
         return {
             "max_batch_size": self.max_batch_size,
             "preferred_batch_sizes": list(self.preferred_batch_sizes),
             "max_queue_delay_ms": self.max_queue_delay_ms,
             "instances": self.instances,
         }
+
+    def sections(self) -> dict[str, dict[str, Any]]:
+        """Every manifest key the candidate sets, by section."""
+        sections = {"batching": self.settings()}
+        if self.processes_per_device is not None:
+            sections["resources"] = {"processes_per_device": self.processes_per_device}
+        return sections
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for keys in self.sections().values() for k, v in keys.items())
 
 
 @dataclass(frozen=True)
@@ -75,27 +90,32 @@ def candidates(
     delays_ms: Sequence[float],
     instances: Sequence[int],
     preferred: Sequence[str] = PREFERRED_MODES,
+    per_device: Sequence[int | None] = (None,),
 ) -> list[Candidate]:
-    """The grid; `preferred` modes: "none" (batches close at max_batch_size) or "pow2"."""
+    """The grid; `preferred` modes: "none" (batches close at max_batch_size) or "pow2";
+    `per_device`: inference processes per device (None: the manifest's)."""
     unknown = set(preferred) - set(PREFERRED_MODES)
     if (
         unknown
         or not all(max_batch)
         or min(max_batch, default=0) < 1
         or min(instances, default=0) < 1
+        or any(count is not None and count < 1 for count in per_device)
     ):
         raise ConfigError(
-            f"tune grid: expected max_batch >= 1, instances >= 1 and preferred in "
-            f"{PREFERRED_MODES}, got {list(max_batch)}, {list(instances)}, {list(preferred)}"
+            f"tune grid: expected max_batch >= 1, instances >= 1, processes per device >= 1 "
+            f"and preferred in {PREFERRED_MODES}, got {list(max_batch)}, {list(instances)}, "
+            f"{list(per_device)}, {list(preferred)}"
         )
     grid = []
-    for size, mode, delay, count in itertools.product(max_batch, preferred, delays_ms, instances):
+    product = itertools.product(max_batch, preferred, delays_ms, instances, per_device)
+    for size, mode, delay, count, processes in product:
         sizes = (
             tuple(2**k for k in range(1, size.bit_length()) if 2**k <= size)
             if mode == "pow2"
             else ()
         )
-        grid.append(Candidate(size, sizes, float(delay), count))
+        grid.append(Candidate(size, sizes, float(delay), count, processes))
     return list(dict.fromkeys(grid))  # pow2 of max_batch 1 equals none
 
 
@@ -105,26 +125,28 @@ def choose(trials: Sequence[Trial], budget_ms: float) -> Trial | None:
     return max(fit, key=lambda t: (t.items_per_s, -t.p99_ms), default=None)
 
 
-def update_batching(text: str, settings: Mapping[str, Any]) -> str:
-    """The manifest text with these [batching] keys set; everything else (comments, layout,
-    multi-line arrays, other sections) is kept as written (tomlkit edits TOML round-trip)."""
+def update_sections(text: str, sections: Mapping[str, Mapping[str, Any]]) -> str:
+    """The manifest text with these keys set ({section: {key: value}}); everything else
+    (comments, layout, multi-line arrays, other keys and sections) is kept as written (tomlkit
+    edits TOML round-trip)."""
     document = tomlkit.parse(text)
-    table = document.get("batching")
-    if table is None:
-        table = tomlkit.table()
-        document.add("batching", table)
-    last = list(table)[-1] if table else None
-    for key, value in settings.items():
-        if key in table:
-            table[key] = _like(table[key], value)
-        elif last is not None and isinstance(table, Table):
-            # `add` would append after the blank lines and comments that precede the next
-            # section header: insert right after the table's last key instead
-            table.value._insert_after(last, key, tomlkit.item(value))
-            last = key
-        else:
-            table[key] = value
-            last = key
+    for section, settings in sections.items():
+        table = document.get(section)
+        if table is None:
+            table = tomlkit.table()
+            document.add(section, table)
+        last = list(table)[-1] if table else None
+        for key, value in settings.items():
+            if key in table:
+                table[key] = _like(table[key], value)
+            elif last is not None and isinstance(table, Table):
+                # `add` would append after the blank lines and comments that precede the next
+                # section header: insert right after the table's last key instead
+                table.value._insert_after(last, key, tomlkit.item(value))
+                last = key
+            else:
+                table[key] = value
+                last = key
     return tomlkit.dumps(document)
 
 
@@ -166,7 +188,7 @@ def tune(
     written = None
     if best is not None and write:
         text = manifest_path.read_text(encoding="utf-8")
-        manifest_path.write_text(update_batching(text, best.candidate.settings()), encoding="utf-8")
+        manifest_path.write_text(update_sections(text, best.candidate.sections()), encoding="utf-8")
         written = manifest_path
     return TuneResult(tuple(trials), best, budget_ms, written)
 
@@ -179,7 +201,7 @@ def _trial(
         folder = Path(scratch) / source.resolve().name
         shutil.copytree(source, folder, ignore=shutil.ignore_patterns("build", "dist", ".*"))
         manifest = folder / MANIFEST_NAME
-        text = update_batching(manifest.read_text(encoding="utf-8"), candidate.settings())
+        text = update_sections(manifest.read_text(encoding="utf-8"), candidate.sections())
         manifest.write_text(text, encoding="utf-8")
         try:
             load_manifest(folder)
@@ -225,16 +247,20 @@ def render_table(result: TuneResult, concurrency: int) -> RichTable:
 
     title = f"edgeserve tune: c={concurrency}, p99 budget {result.budget_ms:g} ms"
     table = RichTable(title=title)
-    for column in ("max_batch", "preferred", "delay ms", "instances", "items/s", "p99 ms", ""):
+    swept = any(trial.candidate.processes_per_device for trial in result.trials)
+    columns = ["max_batch", "preferred", "delay ms", "instances"]
+    columns += ["procs"] if swept else []  # inference processes per device
+    for column in (*columns, "items/s", "p99 ms", ""):
         table.add_column(column, justify="right")
     for trial in result.trials:
         c = trial.candidate
         over = "over" if trial.p99_ms > result.budget_ms else ""
         mark = "chosen" if trial is result.best else over
+        cells = [str(c.max_batch_size), str(list(c.preferred_batch_sizes) or "-"),
+                 f"{c.max_queue_delay_ms:g}", str(c.instances)]  # fmt: skip
+        cells += [str(c.processes_per_device or "-")] if swept else []
         table.add_row(
-            str(c.max_batch_size), str(list(c.preferred_batch_sizes) or "-"),
-            f"{c.max_queue_delay_ms:g}", str(c.instances),
-            f"{trial.items_per_s:.0f}", f"{trial.p99_ms:.1f}",
+            *cells, f"{trial.items_per_s:.0f}", f"{trial.p99_ms:.1f}",
             Text("failed (below)") if trial.errors else Text(mark, style="green" if mark else ""),
         )  # fmt: skip
     return table

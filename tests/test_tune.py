@@ -11,7 +11,7 @@ import pytest
 from edgeserve.cli import main
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import load_manifest
-from edgeserve.tune import Candidate, Trial, candidates, choose, update_batching
+from edgeserve.tune import Candidate, Trial, candidates, choose, update_sections
 from tests.models import mlp_model
 from tests.terminal import in_terminal, plain
 
@@ -21,14 +21,27 @@ def test_grid_covers_every_combination_once() -> None:
     assert Candidate(8, (2, 4, 8), 2.0, 1) in grid
     assert Candidate(8, (), 0.0, 1) in grid
     assert len(grid) == 2 * 2 + 2  # max_batch 1 has no powers of two: "pow2" equals "none"
+    assert all(candidate.processes_per_device is None for candidate in grid)  # not swept
+
+
+def test_processes_per_device_are_swept_when_asked_for() -> None:
+    grid = candidates([8], [2], [1], ["none"], [1, 2])
+    assert grid == [Candidate(8, (), 2.0, 1, 1), Candidate(8, (), 2.0, 1, 2)]
+    assert grid[1].sections()["resources"] == {"processes_per_device": 2}
+    assert "resources" not in Candidate(8, (), 2.0, 1).sections()
 
 
 @pytest.mark.parametrize(
     "args",
-    [([0], [0], [1], ["none"]), ([8], [0], [0], ["none"]), ([8], [0], [1], ["fibonacci"])],
-    ids=["max_batch 0", "instances 0", "unknown preferred mode"],
+    [
+        ([0], [0], [1], ["none"], [None]),
+        ([8], [0], [0], ["none"], [None]),
+        ([8], [0], [1], ["fibonacci"], [None]),
+        ([8], [0], [1], ["none"], [0]),
+    ],
+    ids=["max_batch 0", "instances 0", "unknown preferred mode", "processes per device 0"],
 )
-def test_bad_grid_is_refused(args: tuple[list[int], list[float], list[int], list[str]]) -> None:
+def test_bad_grid_is_refused(args: tuple[list, ...]) -> None:
     with pytest.raises(ConfigError, match="tune grid"):
         candidates(*args)
 
@@ -71,7 +84,7 @@ prefer = ["onnxruntime"]
 
 
 def test_update_batching_replaces_and_adds_keys_and_keeps_the_rest() -> None:
-    text = update_batching(MANIFEST, Candidate(8, (2, 4, 8), 2.0, 2).settings())
+    text = update_sections(MANIFEST, Candidate(8, (2, 4, 8), 2.0, 2).sections())
     data = tomllib.loads(text)
     assert data["batching"] == {
         "max_batch_size": 8,
@@ -88,8 +101,16 @@ def test_update_batching_replaces_and_adds_keys_and_keeps_the_rest() -> None:
 
 
 def test_update_batching_adds_the_section_when_missing() -> None:
-    text = update_batching('[function]\nname = "x"\n', {"max_batch_size": 4})
+    text = update_sections('[function]\nname = "x"\n', {"batching": {"max_batch_size": 4}})
     assert tomllib.loads(text) == {"function": {"name": "x"}, "batching": {"max_batch_size": 4}}
+
+
+def test_processes_per_device_land_in_resources_beside_its_other_keys() -> None:
+    manifest = MANIFEST + "\n[resources]\nworkers = 2  # two fronts\n"
+    text = update_sections(manifest, Candidate(8, (), 0.0, 1, 2).sections())
+    assert tomllib.loads(text)["resources"] == {"workers": 2, "processes_per_device": 2}
+    assert "workers = 2  # two fronts" in text
+    assert tomllib.loads(text)["backend"] == {"prefer": ["onnxruntime"]}
 
 
 def tune_argv(source: Path, delays: str) -> list[str]:
@@ -128,6 +149,22 @@ def test_tune_measures_real_servers_and_writes_the_best(
     text = (source / "function.toml").read_text()
     assert "max_batch_size = 4   # was the default" in text
     assert "preferred_batch_sizes = [\n    2,\n    4,\n]" in text
+
+
+def test_tune_sweeps_processes_per_device_and_writes_the_best_into_resources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One and two inference processes (two: a front and two processes on CI's CPU): both
+    serve, the table shows the setting, and the winner's count is written to [resources]."""
+    source = mlp_source(tmp_path)
+    argv = [*tune_argv(source, "0"), "--preferred", "none", "--processes-per-device", "1,2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "procs" in out and "chosen" in out and "failed" not in out
+    chosen = load_manifest(source).resources.processes_per_device
+    assert f"processes_per_device={chosen} written to" in " ".join(out.split())
+    assert chosen in (1, 2)
+    assert load_manifest(source).batching.max_batch_size == 4
 
 
 def test_tune_says_why_candidates_failed(
