@@ -242,25 +242,27 @@ def failure_reason(result: TuneResult) -> str:
 
 def render_table(result: TuneResult, concurrency: int) -> RichTable:
     """The trials as a rich table, the chosen one marked (as bench.render_table does levels)."""
+    from rich import box
     from rich.table import Table as RichTable
     from rich.text import Text
 
     title = f"edgeserve tune: c={concurrency}, p99 budget {result.budget_ms:g} ms"
-    table = RichTable(title=title)
+    # no rules between columns, no padding at the edges: every header whole on 80 columns
+    table = RichTable(title=title, box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
     swept = any(trial.candidate.processes_per_device for trial in result.trials)
     columns = ["max_batch", "preferred", "delay ms", "instances"]
     columns += ["procs"] if swept else []  # inference processes per device
-    for column in (*columns, "items/s", "p99 ms", ""):
-        table.add_column(column, justify="right")
+    for column in (*columns, "items/s", "p99 ms", ""):  # headers whole on 80 columns
+        table.add_column(column, justify="right", min_width=len(column))
     for trial in result.trials:
         c = trial.candidate
         over = "over" if trial.p99_ms > result.budget_ms else ""
         mark = "chosen" if trial is result.best else over
-        cells = [str(c.max_batch_size), str(list(c.preferred_batch_sizes) or "-"),
+        cells = [str(c.max_batch_size), ",".join(map(str, c.preferred_batch_sizes)) or "-",
                  f"{c.max_queue_delay_ms:g}", str(c.instances)]  # fmt: skip
         cells += [str(c.processes_per_device or "-")] if swept else []
         table.add_row(
             *cells, f"{trial.items_per_s:.0f}", f"{trial.p99_ms:.1f}",
-            Text("failed (below)") if trial.errors else Text(mark, style="green" if mark else ""),
+            Text("failed") if trial.errors else Text(mark, style="green" if mark else ""),
         )  # fmt: skip
     return table

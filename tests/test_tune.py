@@ -11,7 +11,15 @@ import pytest
 from edgeserve.cli import main
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import load_manifest
-from edgeserve.tune import Candidate, Trial, candidates, choose, update_sections
+from edgeserve.tune import (
+    Candidate,
+    Trial,
+    TuneResult,
+    candidates,
+    choose,
+    render_table,
+    update_sections,
+)
 from tests.models import mlp_model
 from tests.terminal import in_terminal, plain
 
@@ -81,6 +89,21 @@ timeout_ms = 5000
 [backend]
 prefer = ["onnxruntime"]
 """
+
+
+def test_the_table_fits_an_80_column_terminal_with_every_header_whole() -> None:
+    from rich.console import Console
+
+    grid = candidates([32], [2], [1], ["pow2"], [1, 2, 4])
+    trials = [Trial(c, 12345.0, 12.5, 0) for c in grid[:2]] + [Trial(grid[2], 0.0, 0.0, 3)]
+    console = Console(width=80, record=True)
+    console.print(render_table(TuneResult(tuple(trials), trials[1], 50.0, None), 32))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    header = next(line for line in text.splitlines() if "max_batch" in line).split()
+    assert header == ["max_batch", "preferred", "delay", "ms", "instances", "procs", "items/s",
+                      "p99", "ms"]  # fmt: skip
+    assert "2,4,8,16,32" in text and "chosen" in text and "failed" in text
 
 
 def test_update_batching_replaces_and_adds_keys_and_keeps_the_rest() -> None:
