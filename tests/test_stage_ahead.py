@@ -20,6 +20,7 @@ import onnxruntime as ort
 import pytest
 
 from edgeserve.backends import load_backend
+from edgeserve.backends.binding import FirstUses
 from edgeserve.batching import Batcher, BatchPolicy
 from edgeserve.batching.rows import stack_rows
 from edgeserve.manifest import ModelSection
@@ -197,3 +198,80 @@ def test_bound_buffers_of_two_threads_give_every_request_its_own_answer(
         expected = reference.run(None, request)[0]
         np.testing.assert_allclose(answer["logits"], expected, rtol=1e-4, atol=1e-5)
     backend.close()
+
+
+def test_a_first_use_waits_for_the_runs_in_flight_and_holds_the_next_back() -> None:
+    """FirstUses: runs share the device; a first use (a new bucket's session and binding) has
+    it alone, and runs that arrive while it waits go after it."""
+    uses = FirstUses()
+    log: list[str] = []
+    released = {name: threading.Event() for name in ("a", "b", "first", "c")}
+    entered = {name: threading.Event() for name in released}
+
+    def run(name: str, kind: str) -> None:
+        with uses.run() if kind == "run" else uses.alone():
+            log.append(name)
+            entered[name].set()
+            released[name].wait(10)
+
+    threads = [threading.Thread(target=run, args=(name, kind)) for name, kind in
+               (("a", "run"), ("b", "run"), ("first", "alone"), ("c", "run"))]  # fmt: skip
+    for thread in threads[:2]:
+        thread.start()
+    assert entered["a"].wait(5) and entered["b"].wait(5)  # two runs at once
+    threads[2].start()
+    assert not entered["first"].wait(0.2)  # waits for both runs in flight
+    threads[3].start()
+    assert not entered["c"].wait(0.2)  # a run arriving now waits behind the first use
+    released["a"].set()
+    assert not entered["first"].wait(0.1)
+    released["b"].set()
+    assert entered["first"].wait(5)
+    assert not entered["c"].wait(0.2)  # ... until it is done
+    released["first"].set()
+    assert entered["c"].wait(5)
+    released["c"].set()
+    for thread in threads:
+        thread.join(5)
+    assert log == ["a", "b", "first", "c"] or log == ["b", "a", "first", "c"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(NO_CUDA, reason="needs onnxruntime-gpu with an NVIDIA GPU")
+def test_new_widths_met_while_serving_never_fail_the_runs_beside_them(tmp_path: Path) -> None:
+    """A width no bucket fixes (the CRNN declares no pad axis) opens a session and warms a
+    binding on its first use while other threads run: on an H100 that failed the runs beside it
+    ("operation not permitted when stream is capturing") until first uses had the device alone."""
+    from benchmarks.models import crnn
+
+    model = crnn(tmp_path / "crnn.onnx")
+    signature = read_signature(model, ModelSection())
+    backend = load_backend(
+        "onnxruntime", model, signature=signature, profile=shape_profile(signature, 32),
+        buckets=True, device="cuda:0", instances=2,
+    )  # fmt: skip
+    reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    failures: list[BaseException] = []
+
+    def serve(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            backend.warm_thread()
+            for _ in range(24):
+                rows, width = int(rng.integers(1, 33)), int(rng.choice([64, 96, 128, 160, 192]))
+                image = rng.random((rows, 1, 32, width)).astype(np.float32)
+                parts = [{"image": image[i : i + 1]} for i in range(rows)]
+                logits = backend.infer(backend.assemble(parts, {"image": 0.0}))["logits"]
+                assert logits.shape == (rows, width // 4, 83)
+                expected = reference.run(None, {"image": image[:1]})[0]
+                np.testing.assert_allclose(logits[:1], expected, rtol=1e-3, atol=1e-3)
+        except BaseException as exc:  # collected: the test names every failure
+            failures.append(exc)
+
+    threads = [threading.Thread(target=serve, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    backend.close()
+    assert not failures, [str(exc)[:300] for exc in failures]

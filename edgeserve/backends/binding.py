@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,51 @@ class HostMemory:
         for pointer in self._pointers:
             cuda.free_pinned(pointer)
         self._pointers = []
+
+
+class FirstUses:
+    """The runs on one device share it; the first use of a bucket has it alone.
+
+    A first use opens the bucket's session and warms a binding: cuDNN plans its kernels, and
+    with graphs ONNX Runtime captures one. Beside another thread's run, that failed the run on
+    an H100 ("CUDA failure 900: operation not permitted when stream is capturing", raised by a
+    device-wide synchronize), graphs or not: the CRNN benchmark with `instances = 2` answered
+    18 requests 500 at the start (benchmarks/RESULTS-gpu.md, ninth session). Buckets that fix
+    every dim are all made before serving (`OnnxRuntime.warm_thread`); a dynamic axis that no
+    bucket fixes meets new shapes while serving, and each such first use waits for the runs in
+    flight and holds the next ones back until it is done."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._running = 0
+        self._alone = False
+        self._waiting_alone = 0  # first uses go before runs that arrive after them
+
+    @contextlib.contextmanager
+    def run(self) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: not (self._alone or self._waiting_alone))
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        with self._changed:
+            self._waiting_alone += 1
+            self._changed.wait_for(lambda: not (self._alone or self._running))
+            self._waiting_alone -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._alone = False
+                self._changed.notify_all()
 
 
 class GraphMismatch(BackendError):

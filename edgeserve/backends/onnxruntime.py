@@ -31,7 +31,14 @@ import numpy as np
 
 from edgeserve import datatypes
 from edgeserve.backends import cuda
-from edgeserve.backends.binding import Binding, DeviceBinding, HostBinding, HostMemory, Staged
+from edgeserve.backends.binding import (
+    Binding,
+    DeviceBinding,
+    FirstUses,
+    HostBinding,
+    HostMemory,
+    Staged,
+)
 from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for
 from edgeserve.backends.options import LoadOptions, TritonNames, missing_module
 from edgeserve.batching.rows import stack_rows
@@ -111,6 +118,7 @@ class OnnxRuntime:
         self._dim_names = dim_names(model_path) if self.graphs else {}
         self._sessions: dict[Key, Any] = {}
         self._turns: dict[Key, threading.Lock] = {}  # a graph session's runs, one at a time
+        self._first_uses = FirstUses()  # a new bucket's session and binding: made alone
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open_buckets()
@@ -134,10 +142,11 @@ class OnnxRuntime:
         if not isinstance(inputs, Staged) and self.shapes.rows:
             inputs = self.assemble([inputs], self._fills)
         try:
-            if isinstance(inputs, Staged):
-                return inputs.binding.run(len(next(iter(inputs.values()))))
-            feeds = {name: _text(name, array) for name, array in inputs.items()}
-            values = self._session(()).run(self._output_names, feeds)
+            with self._first_uses.run():
+                if isinstance(inputs, Staged):
+                    return inputs.binding.run(len(next(iter(inputs.values()))))
+                feeds = {name: _text(name, array) for name, array in inputs.items()}
+                values = self._session(()).run(self._output_names, feeds)
         except self._invalid_argument as exc:
             raise InvalidInput(f"onnxruntime rejected the inputs: {exc}") from None
         except Exception as exc:
@@ -192,7 +201,8 @@ class OnnxRuntime:
         key: Key = tuple(sorted(shapes.items()))
         bindings = self._local.__dict__.setdefault("bindings", {})
         if key not in bindings:
-            bindings[key] = self._bind(key, self._session(key))
+            with self._first_uses.alone():
+                bindings[key] = self._bind(key, self._session(key))
         binding: Binding = bindings[key]
         return binding
 
