@@ -14,12 +14,14 @@ unmapped memory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 import os
 import stat
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +59,11 @@ class Slice:
 
 @dataclass(frozen=True, eq=False)
 class SystemRegion:
-    """A window [offset, offset + byte_size) of the POSIX shared-memory object `key`."""
+    """A window [offset, offset + byte_size) of the POSIX shared-memory object `key`.
+
+    The object stays open: a client may shrink it after registering, and reading a mapping past
+    the object's end kills the process (SIGBUS), so every read and write first checks the
+    object still holds the window (a shrink racing that check can still do it, as in Triton)."""
 
     kind = "system"
     name: str
@@ -65,12 +71,13 @@ class SystemRegion:
     offset: int
     byte_size: int
     _map: mmap.mmap
+    _fd: int
 
     @classmethod
     def open(cls, name: str, key: Any, offset: Any, byte_size: Any) -> SystemRegion:
         """Map `key`, refusing (400) a key or window that does not fit it."""
         where = f"system shared memory region `{name}`"
-        if not isinstance(key, str) or not key.strip("/") or "/" in key.strip("/"):
+        if not isinstance(key, str) or not key.strip("/") or "/" in key.strip("/") or "\0" in key:
             raise InvalidInput(
                 f"{where}: `key` must be a shared-memory name like '/input0', got {key!r}"
             )
@@ -91,17 +98,33 @@ class SystemRegion:
                     f"({total} bytes) and byte_size must be > 0"
                 )
             mapping = mmap.mmap(fd, total)
-        finally:
+        except BaseException:
             os.close(fd)
-        return cls(name, key, start, size, mapping)
+            raise
+        region = cls(name, key, start, size, mapping, fd)
+        weakref.finalize(region, os.close, fd)
+        return region
 
     def read(self, offset: int, size: int) -> memoryview:
-        start = self.offset + offset
+        start = self._within(offset, size)
         return memoryview(self._map)[start : start + size].toreadonly()
 
     def write(self, offset: int, data: bytes | memoryview) -> None:
-        start = self.offset + offset
+        start = self._within(offset, len(data))
         self._map[start : start + len(data)] = data
+
+    def _within(self, offset: int, size: int) -> int:
+        """Where [offset, offset + size) of the window starts in the object, once the object
+        is known to still hold it."""
+        start = self.offset + offset
+        total = os.fstat(self._fd).st_size
+        if start + size > total:
+            raise InvalidInput(
+                f"system shared memory region `{self.name}`: key {self.key!r} is now {total} "
+                f"bytes, too small for bytes {start}..{start + size} of it (shrunk since it was "
+                "registered?); register it again"
+            )
+        return start
 
     def status(self) -> dict[str, Any]:
         return {
@@ -280,7 +303,10 @@ class _Folder:
         return {name: entry for name, entry in found if entry is not None}
 
     def _path(self, name: str) -> Path:
-        return self._root / f"{name.encode().hex()}.json"
+        """A name's file: a digest, since a name of any length is valid (its hex, used until
+        names over 125 bytes failed with "File name too long", is not)."""
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+        return self._root / f"{digest}.json"
 
     @staticmethod
     def _read(path: Path) -> tuple[str, _Entry | None]:

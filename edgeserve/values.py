@@ -60,13 +60,24 @@ def from_json(data: bytes | memoryview, where: str) -> Any:
     except orjson.JSONDecodeError as exc:
         if _NON_FINITE.search(bytes(data)):
             with contextlib.suppress(ValueError, RecursionError):  # not JSON even so
-                return json.loads(bytes(data))
+                return _as_orjson_reads(json.loads(bytes(data)), where)
         if "UTF-8" in str(exc):
             raise InvalidInput(
                 f"{where}: not UTF-8 text, so not JSON (another encoding, or msgpack sent with "
                 "Content-Type application/json?)"
             ) from None
         raise InvalidInput(f"{where}: not valid JSON: {exc}") from None
+
+
+def _as_orjson_reads(value: Any, where: str) -> Any:
+    """A document Python's json read (it holds a non-finite number), refused where orjson
+    would refuse it: Python's json also takes lone surrogates in strings and integers of any
+    size, which broke what came after (encoding a BYTES item, a float of a timeout)."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        raise InvalidInput(f"{where}: not valid JSON: {exc}") from None
+    return value
 
 
 def to_array(data: Any, datatype: Datatype, where: str, max_depth: int) -> np.ndarray:

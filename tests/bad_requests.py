@@ -79,6 +79,15 @@ def with_request(**fields: Any) -> bytes:
     return orjson.dumps({**orjson.loads(v2_body()), **fields})
 
 
+def with_nan(body: bytes, *swaps: tuple[bytes, bytes]) -> bytes:
+    """`body` with a NaN field first (read by Python's json, which orjson refuses) and each
+    (old, new) swapped in: what orjson cannot write, a lone surrogate or a huge integer."""
+    body = b'{"n": NaN, ' + body[1:]
+    for old, new in swaps:
+        body = body.replace(old, new, 1)
+    return body
+
+
 MANY_UNKNOWN = [
     {"name": f"x{i}", "datatype": "FP32", "shape": [0], "data": []} for i in range(1000)
 ]
@@ -279,6 +288,30 @@ CORPUS: list[Bad] = [
         with_request(outputs=[{"name": "out_FP32"}, {"name": "out_FP32"}]),
         400,
         "output `out_FP32`: requested twice",
+    ),
+    Bad(
+        "3000 outputs asked",
+        with_request(outputs=[{"name": f"o{i}"} for i in range(3000)]),
+        400,
+        "output `o0`: the model has no such output",
+    ),
+    Bad(
+        "NaN, and a lone surrogate as the id",
+        with_nan(v2_body(), (b"{", b'{"id": "\\ud800", ')),
+        400,
+        "surrogates not allowed",
+    ),
+    Bad(
+        "NaN, and a lone surrogate in BYTES data",
+        with_nan(v2_body(), (b'"a"', b'"\\ud800"')),
+        400,
+        "surrogates not allowed",
+    ),
+    Bad(
+        "NaN, and a timeout of 400 digits",
+        with_nan(with_request(parameters={"timeout": 7}), (b":7", b":1" + b"0" * 400)),
+        400,
+        "Integer exceeds 64-bit range",
     ),
     Bad(
         "binary_data a string",

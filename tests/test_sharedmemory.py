@@ -8,6 +8,7 @@ ONNX Identity model on ONNX Runtime.
 from __future__ import annotations
 
 import gc
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,6 +179,7 @@ def test_bad_registrations_are_refused_with_the_reason(
         ({"key": "/k"}, "lacks ['byte_size']"),
         ({"key": "/k", "offset": -1, "byte_size": 1}, "`offset` must be a non-negative integer"),
         ({"key": "/k", "byte_size": "16"}, "`byte_size` must be a non-negative integer"),
+        ({"key": "/a\u0000b", "byte_size": 16}, "`key` must be a shared-memory name"),
     ],
 )
 def test_malformed_registrations_get_400(url: str, body: dict[str, object], words: str) -> None:
@@ -216,6 +218,44 @@ def test_shared_memory_windows_are_checked_before_running(
         client.infer("identity", inputs, outputs=[small])
     assert error.value.status() == "400"
     assert "output `out_FP32`: needs 48 bytes" in error.value.message()
+
+
+def test_an_object_shrunk_after_registering_is_a_400_not_a_dead_server(
+    client: triton.InferenceServerClient, region: tuple[str, str, object]
+) -> None:
+    """Reading a mapping past its object's end kills the process (SIGBUS): a client that
+    truncates its object after registering it gets a 400, and the server serves on."""
+    name, key, handle = region
+    shm.set_shared_memory_region(handle, [X])
+    client.register_system_shared_memory(name, key, 1024)
+    first = client.infer("identity", x_from_region(name))
+    np.testing.assert_array_equal(first.as_numpy("out_FP32"), X)
+    os.truncate(f"/dev/shm/{name}", 16)
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("identity", x_from_region(name))
+    assert error.value.status() == "400"
+    assert f"key '{key}' is now 16 bytes" in error.value.message()
+    output = triton.InferRequestedOutput("out_FP32")
+    output.set_shared_memory(name, X.nbytes, offset=64)
+    inputs = x_from_region(name)
+    inputs[0].set_data_from_numpy(X)
+    with pytest.raises(InferenceServerException, match="is now 16 bytes"):
+        client.infer("identity", inputs, outputs=[output])  # nor written past it
+    after = client.infer("identity", inputs)
+    np.testing.assert_array_equal(after.as_numpy("out_FP32"), X)
+
+
+def test_a_registry_shared_by_processes_takes_names_of_any_length(
+    tmp_path: Path, region: tuple[str, str, object]
+) -> None:
+    """A store keeps a file per name; a name of 300 characters (past a file name's 255 bytes
+    as hex) registers, shows and unregisters as a short one does."""
+    _, key, _ = region
+    regions, name = Regions(store=tmp_path / "regions"), "r" * 300
+    regions.register("system", name, {"key": key, "byte_size": 64})
+    assert regions.status("system", name)[0]["name"] == name
+    regions.unregister("system", name)
+    assert regions.status("system") == []
 
 
 def test_only_clients_on_this_machine_may_use_shared_memory(

@@ -202,6 +202,7 @@ def _requested_outputs(
         return None
     default = _flag(parameters, "binary_data_output", False, "request `parameters`")
     outputs: list[RequestedOutput] = []
+    named: set[str] = set()  # a set: 30,000 names compared pairwise held a front for 10 s
     for entry in _list(entries, "request `outputs`"):
         entry = _mapping(entry, "a requested output")
         name = entry.get("name")
@@ -210,8 +211,9 @@ def _requested_outputs(
         params = _mapping(entry.get("parameters", {}), f"output `{name}`: `parameters`")
         if "classification" in params:
             raise InvalidInput(f"output `{name}`: the classification extension is not supported")
-        if any(output.name == name for output in outputs):
+        if name in named:
             raise InvalidInput(f"output `{name}`: requested twice in `outputs`")
+        named.add(name)
         place = shared_memory_slice(f"output `{name}`", params)
         binary = _flag(params, "binary_data", default, f"output `{name}`: `parameters`")
         outputs.append(RequestedOutput(name, binary, place))
