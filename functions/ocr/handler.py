@@ -227,13 +227,14 @@ def to_gray(image: Image.Image) -> np.ndarray:
 
 
 def ink_mask(gray: np.ndarray) -> np.ndarray | None:
-    """Otsu binarisation, ink = the minority class; None for a blank (one-tone) page."""
+    """Otsu binarisation, ink = the minority class; None for a blank page: one tone, or
+    nothing left once specks are dropped (scattered dots, a lone pixel)."""
     threshold, mean_low, mean_high = _otsu(gray)
     if mean_high - mean_low < 40:
         return None
     dark = gray <= threshold
-    mask = dark if dark.mean() < 0.5 else ~dark
-    return _despeckle(mask)
+    mask = _despeckle(dark if dark.mean() < 0.5 else ~dark)
+    return mask if mask.any() else None
 
 
 def _otsu(gray: np.ndarray) -> tuple[int, float, float]:
@@ -389,6 +390,8 @@ def skew_angle(mask: np.ndarray) -> float:
     step = max(1, max(mask.shape) // 800)
     small = mask[::step, ::step]
     ys, xs = np.nonzero(small)
+    if not ys.size:  # the ink fell between the rows and columns sampled: nothing to level
+        return 0.0
     ys = (ys - small.shape[0] // 2).astype(np.float64)  # whole rows: angle 0 is the profile
     xs = (xs - small.shape[1] // 2).astype(np.float64)
 
