@@ -203,6 +203,23 @@ def test_both_of_uvicorn_s_http_implementations_keep_the_bounds(tmp_path: Path, 
         assert_served(url)
 
 
+def test_a_client_that_leaves_with_pipelined_requests_unanswered_leaves_no_error(
+    tmp_path: Path,
+) -> None:
+    """Three requests pipelined, the connection closed once the first answer began: the
+    answers nobody waits for any more are dropped quietly (they were logged as an "Exception in
+    ASGI application", a write on a closed transport), and the server serves on."""
+    source = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    ready = b"GET /v2/health/ready HTTP/1.1\r\nhost: t\r\n\r\n"
+    with running(source) as (url, server):
+        for _ in range(5):
+            with rawhttp.connect(url) as sock:
+                sock.sendall(ready + REQUEST + BODY + ready)
+                assert sock.recv(12).startswith(b"HTTP/1.1 200")
+        assert_served(url)
+    assert not [line for line in server.output if "Exception in ASGI" in line or "ERROR" in line]
+
+
 def test_pipelined_requests_are_answered_in_order_a_bad_one_alone(url: str) -> None:
     """HTTP/1.1 pipelining: three requests sent at once on one connection, the middle one not
     JSON; each gets its own answer, in order, and the bad one spoils neither neighbour."""

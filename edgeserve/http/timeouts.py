@@ -9,7 +9,8 @@
                       timeout_keep_alive)
 
 Headers are also capped in size (MAX_HEADER_BYTES: 431), and bytes uvicorn cannot parse as HTTP
-get a JSON 400 rather than its plain-text one.
+get a JSON 400 rather than its plain-text one. A lost connection reaches every request pipelined
+on it, not only the last one parsed (`_Pipelined`).
 
 uvicorn bounds only the idle time; a connection that sends nothing, or half its headers or half
 its body, would hold a slot for ever. The bounds live in the protocol rather than the app so that
@@ -60,7 +61,30 @@ def protocol_class(timeouts: Timeouts, http: str = "auto") -> type[asyncio.Proto
 
     base = import_from_string(HTTP_PROTOCOLS[http])
     attributes = {"header_timeout_s": timeouts.header_s, "body_timeout_s": timeouts.body_s}
-    return type(f"Bounded{base.__name__}", (_Bounded, base), attributes)
+    return type(f"Bounded{base.__name__}", (_Bounded, _Pipelined, base), attributes)
+
+
+class _Pipelined:
+    """Mixed into a uvicorn protocol class: a lost connection reaches every request of it.
+
+    uvicorn marks only the request parsed last as disconnected. With requests pipelined, one
+    that was running or queued then wrote its answer on the closed transport, and uvicorn
+    logged an "Exception in ASGI application" for a client that had simply left (httptools
+    calls `on_headers_complete` once per request: each is noted there)."""
+
+    cycle: Any
+    _cycles: list[Any] | None = None
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()  # type: ignore[misc]
+        self._cycles = [c for c in self._cycles or () if not c.response_complete] + [self.cycle]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)  # type: ignore[misc]
+        for cycle in self._cycles or ():
+            if not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
 
 
 class _Bounded:
