@@ -86,6 +86,8 @@ def signature_to_json(signature: Signature) -> dict[str, Any]:
             "follows": tensor.follows,
             "ratio": tensor.ratio,
             "index_range": None if tensor.index_range is None else list(tensor.index_range),
+            "min_dims": None if tensor.min_dims is None else list(tensor.min_dims),
+            "max_dims": None if tensor.max_dims is None else list(tensor.max_dims),
         }
 
     return {
@@ -106,6 +108,8 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
             tensor.get("follows"),
             tensor.get("ratio", 1.0),
             _index_range(tensor.get("index_range")),
+            _dims(tensor.get("min_dims")),
+            _dims(tensor.get("max_dims")),
         )
 
     return Signature(
@@ -113,6 +117,11 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
         outputs=tuple(spec(tensor) for tensor in data["outputs"]),
         batched=data["batched"],
     )
+
+
+def _dims(value: list[int] | None) -> tuple[int, ...] | None:
+    """Bundles built before inputs had size bounds have none."""
+    return None if value is None else tuple(value)
 
 
 def _index_range(value: list[int] | None) -> tuple[int, int] | None:

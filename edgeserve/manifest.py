@@ -59,6 +59,8 @@ class TensorOverride(_Strict):
     """Per-tensor overrides of what the model file says."""
 
     dims: tuple[int, ...] | None = None
+    min_dims: tuple[int, ...] | None = None  # inputs only: the smallest size per axis (-1: any)
+    max_dims: tuple[int, ...] | None = None  # inputs only: the largest size per axis (-1: any)
     pad_axis: int | None = Field(default=None, ge=1)
     pad_value: float = 0.0
     follows: str | None = None  # outputs only: the padded input their pad_axis follows

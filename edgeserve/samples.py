@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from edgeserve.datatypes import DATATYPES
-from edgeserve.types import Signature, TensorDict
+from edgeserve.types import Signature, TensorDict, TensorSpec
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 """Image suffixes a function's samples may have, and the Content-Type each is sent with."""
@@ -60,7 +60,7 @@ def example_inputs(
     """Inputs of the signature's shapes, `rows` rows when batched: zeros, or random with `rng`."""
     tensors = {}
     for spec in signature.inputs:
-        dims = [EXAMPLE_DYNAMIC_DIM if dim < 0 else dim for dim in spec.dims]
+        dims = [_example_dim(spec, axis) if dim < 0 else dim for axis, dim in enumerate(spec.dims)]
         if signature.batched:
             dims[0] = rows
         if rng is None and spec.datatype == "BYTES":  # zeros of object dtype are ints, not bytes
@@ -70,6 +70,16 @@ def example_inputs(
         else:
             tensors[spec.name] = random_array(rng, spec.datatype, tuple(dims))
     return tensors
+
+
+def _example_dim(spec: TensorSpec, axis: int) -> int:
+    """EXAMPLE_DYNAMIC_DIM, within the input's min_dims and max_dims."""
+    size = EXAMPLE_DYNAMIC_DIM
+    if spec.min_dims is not None and spec.min_dims[axis] != -1:
+        size = max(size, spec.min_dims[axis])
+    if spec.max_dims is not None and spec.max_dims[axis] != -1:
+        size = min(size, spec.max_dims[axis])
+    return size
 
 
 def random_array(rng: np.random.Generator, datatype: str, shape: tuple[int, ...]) -> np.ndarray:

@@ -57,11 +57,28 @@ def shape_profile(
     profile = {}
     for spec in signature.inputs:
         ranges = [_dim_range(dim, dynamic_dim) for dim in spec.dims]
+        ranges = [_bounded(r, axis, spec.min_dims, spec.max_dims) for axis, r in enumerate(ranges)]
         if signature.batched and spec.dims and max_batch_size > 0:
             ranges[0] = (1, opt_batch, max_batch_size)
         lows, opts, highs = zip(*ranges, strict=True) if ranges else ((), (), ())
         profile[spec.name] = ShapeRange(tuple(lows), tuple(opts), tuple(highs))
     return profile
+
+
+def _bounded(
+    dim: tuple[int, int, int],
+    axis: int,
+    low: tuple[int, ...] | None,
+    high: tuple[int, ...] | None,
+) -> tuple[int, int, int]:
+    """A dim's (min, opt, max) within the manifest's min_dims and max_dims (-1 there: none)."""
+    lo, opt, hi = dim
+    if low is not None and low[axis] != -1:
+        lo = low[axis]
+    if high is not None and high[axis] != -1:
+        hi = high[axis]
+    opt = max(opt, lo) if hi == UNBOUNDED else min(max(opt, lo), hi)
+    return lo, opt, hi
 
 
 def _dim_range(dim: int, dynamic: tuple[int, int, int]) -> tuple[int, int, int]:

@@ -40,6 +40,12 @@ def read_signature(
     outputs = [_resolve_follows(spec, inputs, where) for spec in outputs]
     inputs = [_with_index_range(spec, graph) for spec in inputs]
     batched = all(spec.dims and spec.dims[0] == -1 for spec in inputs + outputs)
+    for spec in inputs if batched else ():
+        if any(bound and bound[0] != -1 for bound in (spec.min_dims, spec.max_dims)):
+            raise ConfigError(
+                f"{where}: field `model.inputs.{spec.name}`: axis 0 is the batch axis, which "
+                "[batching] max_batch_size bounds: give -1 there in min_dims and max_dims"
+            )
     return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched)
 
 
@@ -100,6 +106,19 @@ def _spec(
             f"{where}: field `{field}`: `follows` and `ratio` describe outputs only "
             "(how an output's length follows a padded input)"
         )
+    if kind == "outputs" and (override.min_dims or override.max_dims) is not None:
+        raise ConfigError(
+            f"{where}: field `{field}`: `min_dims` and `max_dims` bound inputs only (the sizes "
+            "a request may send)"
+        )
+    low, high = (
+        _size_bounds(f"{field}.{key}", dims, bound, where)
+        for key, bound in (("min_dims", override.min_dims), ("max_dims", override.max_dims))
+    )
+    if low and high and any(lo > hi >= 0 for lo, hi in zip(low, high, strict=True)):
+        raise ConfigError(
+            f"{where}: field `{field}`: min_dims {list(low)} exceed max_dims {list(high)}"
+        )
     return TensorSpec(
         value.name,
         datatype,
@@ -108,7 +127,26 @@ def _spec(
         override.pad_value,
         override.follows,
         override.ratio,
+        min_dims=low,
+        max_dims=high,
     )
+
+
+def _size_bounds(
+    field: str, dims: tuple[int, ...], bound: tuple[int, ...] | None, where: Path
+) -> tuple[int, ...] | None:
+    """A size per axis for the dynamic dims (-1: none), the fixed ones left as they are."""
+    if bound is None:
+        return None
+    fits = len(bound) == len(dims) and all(
+        b == -1 or (b >= 1 and d in (-1, b)) for d, b in zip(dims, bound, strict=False)
+    )
+    if not fits:
+        raise ConfigError(
+            f"{where}: field `{field}`: found {list(bound)}, expected one size >= 1 per axis of "
+            f"the dims {list(dims)}, or -1 for none (a fixed dim keeps its size)"
+        )
+    return bound
 
 
 def _resolve_follows(spec: TensorSpec, inputs: list[TensorSpec], where: Path) -> TensorSpec:

@@ -28,6 +28,8 @@ class TensorSpec:
     follows: str | None = None  # outputs: the input whose pad axis `pad_axis` follows...
     ratio: float = 1.0  # ...with floor(its length x ratio) entries (batching/padding.py)
     index_range: tuple[int, int] | None = None  # inputs: the values a lookup table allows
+    min_dims: tuple[int, ...] | None = None  # inputs: the smallest size per axis (-1: any)
+    max_dims: tuple[int, ...] | None = None  # inputs: the largest size per axis (-1: any)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.dims)}

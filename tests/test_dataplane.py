@@ -16,7 +16,7 @@ from edgeserve.backends import load_backend
 from edgeserve.batching import BatchPolicy
 from edgeserve.dataplane import InputChecks, Parameters, serving
 from edgeserve.engine import LocalEngine
-from edgeserve.errors import InvalidInput
+from edgeserve.errors import ConfigError, InvalidInput
 from edgeserve.http.app import create_app
 from edgeserve.shapes import ShapeProfile, shape_profile
 from edgeserve.stats import ModelStats
@@ -218,3 +218,47 @@ def test_a_request_over_the_profile_gets_a_400_and_its_neighbours_200_over_http(
     totals = [r.json()["outputs"][0]["data"] for r in (small, other)]
     np.testing.assert_allclose(totals, [sent[0].sum(axis=1), sent[2].sum(axis=1)], rtol=1e-5)
     assert recorded.batches == [(2, 100)]
+
+
+def test_sizes_declared_in_the_manifest_bound_the_door_on_both_backends(tmp_path: Path) -> None:
+    """[model.inputs.x] min_dims and max_dims: a request outside them is a 400 naming the
+    allowed sizes (a model that pools by 4 is given nothing narrower than 4), on every backend;
+    one inside is served."""
+    manifest = VARLEN.replace("pad_axis = 1\n", "min_dims = [-1, 3]\nmax_dims = [-1, 6]\n")
+    bundle = build(write_function(tmp_path / "fn", varlen_model, manifest), tmp_path / "b")
+    assert bundle.signature.inputs[0].min_dims == (-1, 3)  # kept in the bundle
+    for backend in ("onnxruntime", "openvino"):
+        with served_over_http(create_app(Runtime.load(bundle, backend=backend))) as url:
+            for width, status in ((2, 400), (7, 400), (3, 200), (6, 200)):
+                tensor = {"name": "x", "datatype": "FP32", "shape": [1, width]}
+                answer = httpx.post(
+                    f"{url}/v2/models/varlen/infer",
+                    json={"inputs": [{**tensor, "data": [1.0] * width}]},
+                    timeout=30,
+                )
+                assert answer.status_code == status, (backend, width, answer.text)
+                if status == 400:
+                    assert f"axis 1 is {width}, allowed 3..6" in answer.json()["error"]
+                else:
+                    assert answer.json()["outputs"][0]["data"] == [width]
+
+
+@pytest.mark.parametrize(
+    ("table", "words"),
+    [
+        ("min_dims = [-1, 3, 1]\n", r"expected one size >= 1 per axis of the dims \[-1, -1\]"),
+        ("min_dims = [-1, 0]\n", "expected one size >= 1 per axis"),
+        ("min_dims = [2, 3]\n", "axis 0 is the batch axis"),
+        ("min_dims = [-1, 6]\nmax_dims = [-1, 3]\n", r"min_dims \[-1, 6\] exceed max_dims"),
+    ],
+)
+def test_bad_size_bounds_fail_the_build(tmp_path: Path, table: str, words: str) -> None:
+    manifest = VARLEN.replace("pad_axis = 1\n", table)
+    with pytest.raises(ConfigError, match=words):
+        build(write_function(tmp_path / "fn", varlen_model, manifest), tmp_path / "b")
+
+
+def test_size_bounds_are_for_inputs(tmp_path: Path) -> None:
+    manifest = VARLEN + "[model.outputs.total]\nmin_dims = [-1]\n"
+    with pytest.raises(ConfigError, match="`min_dims` and `max_dims` bound inputs only"):
+        build(write_function(tmp_path / "fn", varlen_model, manifest), tmp_path / "b")

@@ -153,3 +153,18 @@ def test_a_very_long_line_is_read_not_refused(ocr_url: str) -> None:
     assert reply.status_code == 200
     read = reply.json()["text"]
     assert evaluate.edit_distance(read, text.strip()) / len(text) < 0.1, read
+
+
+def test_a_strip_narrower_than_the_model_pools_is_refused_at_the_door(ocr_url: str) -> None:
+    """The model itself, over KServe v2: it pools the width by 4, so function.toml declares
+    min_dims; a narrower strip is a 400 saying so (OpenVINO failed on it: a 500)."""
+    for width, status in ((2, 400), (4, 200)):
+        tensor = {"name": "image", "datatype": "FP32", "shape": [1, 1, 32, width]}
+        reply = httpx.post(
+            f"{ocr_url}/v2/models/ocr/infer",
+            json={"inputs": [{**tensor, "data": [0.0] * 32 * width}]},
+            timeout=30,
+        )
+        assert reply.status_code == status, reply.text
+        if status == 400:
+            assert "axis 3 is 2, allowed 4..any" in reply.json()["error"]
