@@ -416,4 +416,13 @@ CORPUS: list[Bad] = [
         MSGPACK,
     ),
     to_invoke("msgpack ext garbage", ext(b"\xc1"), "numpy array: malformed data", MSGPACK),
+    to_invoke(
+        "msgpack ext of one field", ext(_msgpack([1])), "array: found a list of length 1", MSGPACK
+    ),
+    to_invoke(
+        "msgpack ext of text data",
+        ext(_msgpack(["<f4", [1], "abcd"])),
+        "array: found dtype '<f4' and data of type str",
+        MSGPACK,
+    ),
 ]

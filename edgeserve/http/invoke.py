@@ -52,7 +52,12 @@ def _unpack_ext(code: int, data: bytes) -> Any:
     if code != NDARRAY_EXT:
         return msgpack.ExtType(code, data)
     try:
-        dtype, shape, raw = msgpack.unpackb(data)
+        fields = msgpack.unpackb(data)
+        if not (isinstance(fields, list) and len(fields) == 3):
+            raise ValueError(f"found {_brief(fields)}")
+        dtype, shape, raw = fields
+        if not (isinstance(dtype, str) and isinstance(raw, bytes)):
+            raise ValueError(f"found dtype {dtype!r} and data of type {type(raw).__name__}")
         dims = values.to_shape(shape, f"request body: msgpack ext {NDARRAY_EXT}")
         array = np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(dims)
         datatypes.from_numpy(array.dtype)  # a dtype v2 has (frombuffer refuses objects)
@@ -61,6 +66,12 @@ def _unpack_ext(code: int, data: bytes) -> Any:
             f"ext {NDARRAY_EXT} is not a [dtype, shape, bytes] numpy array: {_reason(exc)}"
         ) from None
     return array
+
+
+def _brief(value: Any) -> str:
+    if isinstance(value, list):
+        return f"a list of length {len(value)}"
+    return f"{type(value).__name__} {value!r:.40}"
 
 
 def _reason(exc: Exception) -> str:
