@@ -111,6 +111,8 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
                 "follows": None,
                 "ratio": 1.0,
                 "index_range": None,
+                "min_dims": None,
+                "max_dims": None,
             }
         ],
         "outputs": [
@@ -123,6 +125,8 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
                 "follows": None,
                 "ratio": 1.0,
                 "index_range": None,
+                "min_dims": None,
+                "max_dims": None,
             }
         ],
     }
