@@ -139,6 +139,20 @@ def test_auth_required_without_a_token_refuses_to_start(tmp_path: Path) -> None:
     assert "loaded mlp" not in out  # refused before the model loads
 
 
+@pytest.mark.parametrize("where", ["empty file", "file of blank lines", "empty variable"])
+def test_a_token_source_that_holds_no_token_is_refused(
+    tmp_path: Path, bundle: Bundle, where: str
+) -> None:
+    """An empty token file (a secret mounted empty) once served with no auth at all."""
+    token_file = tmp_path / "token"
+    token_file.write_text("" if where == "empty file" else "\n  \n")
+    args = () if where == "empty variable" else ("--auth-token-file", str(token_file))
+    env = {"HOME": str(tmp_path), **({"EDGESERVE_AUTH_TOKEN": ""} if not args else {})}
+    out = serve_fails(bundle.root, *args, env=env)
+
+    assert "holds no token, so the API would be open" in out
+
+
 def test_a_short_token_is_refused(tmp_path: Path, bundle: Bundle) -> None:
     out = serve_fails(bundle.root, env={"EDGESERVE_AUTH_TOKEN": "abc", "HOME": str(tmp_path)})
 

@@ -62,13 +62,26 @@ def load_credentials(section: AuthSection, environ: Mapping[str, str]) -> Creden
 
 
 def _tokens(environ: Mapping[str, str]) -> list[str]:
+    """The tokens configured; a variable that is set but names none (an empty file, a secret
+    that came out empty) is refused: the API would be open where its owner meant it closed."""
     if path := environ.get(TOKEN_FILE_ENV):
         try:
             text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{TOKEN_FILE_ENV}={path}: cannot read it ({exc.strerror})") from None
-        return [line.strip() for line in text.splitlines() if line.strip()]
-    return [part.strip() for part in environ.get(TOKEN_ENV, "").split(",") if part.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or "not UTF-8 text"
+            raise ConfigError(f"{TOKEN_FILE_ENV}={path}: cannot read it ({reason})") from None
+        tokens, source = [line.strip() for line in text.splitlines() if line.strip()], path
+    elif TOKEN_ENV in environ:
+        tokens = [part.strip() for part in environ[TOKEN_ENV].split(",") if part.strip()]
+        source = f"{TOKEN_ENV}"
+    else:
+        return []
+    if not tokens:
+        raise ConfigError(
+            f"{source} holds no token, so the API would be open. Hint: write the token into it "
+            f"(one per line in a file), or unset {TOKEN_FILE_ENV} and {TOKEN_ENV} for no auth"
+        )
+    return tokens
 
 
 def _presented(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
