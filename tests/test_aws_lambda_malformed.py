@@ -89,7 +89,25 @@ MALFORMED_HTTP = [
         changed(REST, ("queryStringParameters",), []),
         "queryStringParameters must map strings to strings (got list)",
     ),
-    (changed(REST, ("requestContext",), ["x"]), "AttributeError"),
+    (changed(REST, ("requestContext",), ["x"]), "requestContext must be an object (got list)"),
+    (changed(REST, ("requestContext",), None), "requestContext must be an object (missing)"),
+    (
+        changed(URL, ("rawPath",), "/v2/models/\ud800/ready"),
+        "rawPath holds a lone surrogate, which is not text",
+    ),
+    (
+        changed(REST, ("headers", "Accept"), "text/\ud800"),
+        "headers.Accept holds a lone surrogate",
+    ),
+    (
+        changed(REST, ("headers", "Host"), "[::1]:8080"),
+        "headers.host '[::1]:8080': expected a host name and an optional numeric port",
+    ),
+    (changed(ALB, ("headers", "host"), "h:abc"), "headers.host 'h:abc': expected a host name"),
+    (
+        changed(URL, ("headers", "x-forwarded-port"), "abc"),
+        "headers.x-forwarded-port 'abc': expected a port number",
+    ),
     (changed(REST, ("requestContext", "identity"), "x"), "AttributeError"),
     (changed(ALB, ("path",), DELETE), "malformed ALB event: path must be a string (missing)"),
     (

@@ -104,7 +104,8 @@ class LambdaHandler:
         asyncio.set_event_loop(self.loop)
         try:
             answer: dict[str, Any] = self.mangum(event, context)
-        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-            # Mangum's own reading of the event (the app's errors are responses already)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError, RuntimeError) as exc:
+            # Mangum's own reading of the event (the app's errors are responses already; its
+            # RuntimeError: no handler of its own takes the event)
             return events.bad_request(f"{where}: {type(exc).__name__} {exc}")
         return answer

@@ -52,6 +52,8 @@ def without_nulls(event: Mapping[str, Any]) -> dict[str, Any]:
 
 def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
     """What is wrong with an HTTP event of `kind` (nulls already dropped), or None."""
+    if kind != "edge" and not isinstance(event.get("requestContext"), Mapping):
+        return f"requestContext must be an object ({_found(event.get('requestContext'))})"
     required: tuple[tuple[str, ...], ...] = {
         "http-v2": (("requestContext", "http", "method"), ("requestContext", "http", "path")),
         "edge": (),
@@ -59,7 +61,12 @@ def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
     for path in required:
         if not isinstance(_lookup(event, path), str):
             return f"{'.'.join(path)} must be a string ({_found(_lookup(event, path))})"
-    return _typed_problem(event) or _body_problem(event)
+    return (
+        _typed_problem(event)
+        or _body_problem(event)
+        or _text_problem(event, ())
+        or (None if kind == "edge" else _server_problem(event))
+    )
 
 
 def bad_request(message: str) -> dict[str, Any]:
@@ -118,6 +125,42 @@ def _typed_problem(event: Mapping[str, Any]) -> str | None:
     cookies = event.get("cookies", [])
     if not all(isinstance(cookie, str) for cookie in cookies):
         return "cookies must be a list of strings"
+    return None
+
+
+def _text_problem(value: object, where: tuple[str, ...]) -> str | None:
+    """The first string that is not Unicode text (a lone surrogate, which JSON can escape and
+    UTF-8 cannot carry: it failed the answer's own encoding, a 500)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{'.'.join(where) or 'a key'} holds a lone surrogate, which is not text"
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if problem := _text_problem(key, where) or _text_problem(item, (*where, str(key))):
+                return problem
+    elif isinstance(value, list):
+        for item in value:
+            if problem := _text_problem(item, where):
+                return problem
+    return None
+
+
+def _server_problem(event: Mapping[str, Any]) -> str | None:
+    """Mangum reads the server from Host as `name[:port]` and X-Forwarded-Port as a number,
+    and raised on anything else (an IPv6 literal, a port that is not a number): every value
+    it might read, single or multi-value, is checked."""
+    values = [(key, value) for key, value in event.get("headers", {}).items()]
+    for key, listed in event.get("multiValueHeaders", {}).items():
+        values += [(key, value) for value in listed]
+    for key, value in values:
+        name = key.lower()
+        host, colon, port = value.partition(":")
+        if name == "host" and colon and (":" in port or not port.isdigit() or not host):
+            return f"headers.host {value!r}: expected a host name and an optional numeric port"
+        if name == "x-forwarded-port" and not value.isdigit():
+            return f"headers.x-forwarded-port {value!r}: expected a port number"
     return None
 
 
