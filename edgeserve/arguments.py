@@ -73,6 +73,17 @@ def _seconds(text: str) -> float:
     return seconds
 
 
+def _count(text: str) -> int:
+    """An argparse type for a count of things: an integer >= 1."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return count
+
+
 def _port(text: str) -> int:
     """An argparse type for TCP ports: 1-65535, or 0 for any free port."""
     try:
@@ -158,7 +169,7 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         help="--emulate aws-lambda: the event source (default url: a Function URL)",
     )
     p.add_argument(
-        "--instances", type=int, default=1, help="--emulate: execution environments (default 1)"
+        "--instances", type=_count, default=1, help="--emulate: execution environments (default 1)"
     )
     p.add_argument("--target", help="--emulate: target profile giving memory and timeout")
     p.add_argument("--ssl-certfile", help="serve HTTPS with this PEM certificate (chain)")

@@ -27,7 +27,9 @@ _VERSION = re.compile(r"v?(?P<major>\d{1,9})(\.\d+){0,2}([-+][0-9A-Za-z.+-]+)?")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no inf nor nan: `max_queue_delay_ms = inf` built, then every request waited for company
+    # until its deadline
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class FunctionInfo(_Strict):

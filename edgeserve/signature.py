@@ -173,7 +173,7 @@ def _merge_dims(
 ) -> tuple[int, ...]:
     """An override may fix a dynamic dim, never contradict a fixed one."""
     conflict = len(model) != len(wanted) or any(
-        m != -1 and w != m for m, w in zip(model, wanted, strict=False)
+        (m != -1 and w != m) or w < -1 for m, w in zip(model, wanted, strict=False)
     )
     if conflict:
         raise ConfigError(

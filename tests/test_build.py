@@ -240,6 +240,21 @@ def test_a_missing_handler_module_names_the_manifest_field(tmp_path: Path) -> No
             "batching",
             "preferred_batch_sizes [4, 16] must lie in 1..max_batch_size (8)",
         ),
+        (  # it built, then every request waited for company until its deadline
+            '[function]\nname = "x"\n[batching]\nmax_queue_delay_ms = inf\n',
+            "batching.max_queue_delay_ms",
+            "finite number",
+        ),
+        (
+            '[function]\nname = "x"\n[resources]\nbody_timeout_s = inf\n',
+            "resources.body_timeout_s",
+            "finite number",
+        ),
+        (  # it built, then serving refused it
+            '[function]\nname = "x"\n[model.inputs.x]\ndims = [-2, 16]\n',
+            "model.inputs.x.dims",
+            "expected dims that fit the model's [-1, 16]",
+        ),
     ],
 )
 def test_manifest_errors_name_the_file_and_the_field(

@@ -94,6 +94,17 @@ def test_a_bad_port_is_refused_before_anything_loads(tmp_path: Path) -> None:
     assert "loaded" not in done.stderr + done.stdout
 
 
+@pytest.mark.parametrize("count", ["0", "-1", "two"])
+def test_no_execution_environments_for_the_lambda_emulator_is_refused(
+    tmp_path: Path, count: str
+) -> None:
+    """`--emulate aws-lambda --instances 0` started, and every request then waited for ever."""
+    folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    done = _run("serve", str(folder), "--emulate", "aws-lambda", "--instances", count)
+    assert done.returncode == 2
+    assert f"argument --instances: {count!r}: expected a whole number >= 1" in done.stderr
+
+
 def test_a_port_in_use_is_found_before_the_model_loads(tmp_path: Path) -> None:
     folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
     with socket.socket() as taken:
