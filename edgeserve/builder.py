@@ -136,8 +136,11 @@ def plan_build(
 def write_bundle(plan: BuildPlan, out: Path, *, dist: Path | None = None) -> Bundle:
     """Write `plan` to `out` (replacing a bundle there) and archives to `dist` if given."""
     _check_replaceable(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}-build-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}-build-", dir=out.parent))
+    except OSError as exc:  # a file where a parent folder should be, no permission
+        raise ConfigError(f"{out}: cannot write the bundle there ({exc.strerror})") from None
     try:
         _write_files(plan, scratch)
         if dist is not None:

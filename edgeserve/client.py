@@ -19,6 +19,11 @@ def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0)
         response = httpx.post(
             endpoint, content=body, headers={"Content-Type": content_type}, timeout=timeout_s
         )
+    except httpx.InvalidURL as exc:
+        raise ConfigError(
+            f"URL {url!r}: {exc}; expected http://HOST:PORT or HOST:PORT (as `edgeserve serve` "
+            "prints)"
+        ) from None
     except httpx.HTTPError as exc:
         raise EdgeserveError(
             f"{endpoint}: request failed: {exc}. Hint: is `edgeserve serve` running there?"

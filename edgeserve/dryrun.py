@@ -19,7 +19,7 @@ from edgeserve.errors import ConfigError, EdgeserveError, HandlerError, InvalidI
 from edgeserve.handler import check_items, import_handler, where
 from edgeserve.http.invoke import decode_payload, encode_result
 from edgeserve.manifest import Manifest
-from edgeserve.samples import IMAGE_TYPES, content_type, is_v2_request
+from edgeserve.samples import IMAGE_TYPES, content_type, is_v2_request, sample_files
 from edgeserve.types import Backend, Context, Signature, TensorDict
 
 T = TypeVar("T")
@@ -62,7 +62,7 @@ def _invoke_samples(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     found = []
-    for path in sorted(folder.iterdir()):
+    for path in sample_files(folder):
         suffix = path.suffix.lower()
         if suffix in IMAGE_TYPES or (suffix == ".json" and not _is_v2(path)):
             found.append(path)

@@ -49,7 +49,7 @@ def import_handler(path: Path, shown_as: Path | None = None) -> ModuleType:
         raise ConfigError(
             f"{shown}:{exc.lineno}: syntax error in the handler: {exc.msg}{code}"
         ) from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() at import ended the CLI silently
         raise ConfigError(
             f"{where(exc, shown)}: the handler failed to import: {type(exc).__name__}: {exc}"
             + _import_hint(exc)
@@ -64,7 +64,7 @@ def where(exc: BaseException, shown: Path) -> str:
     return f"{shown}:{lines[-1]}" if lines else str(shown)
 
 
-def _import_hint(exc: Exception) -> str:
+def _import_hint(exc: BaseException) -> str:
     if isinstance(exc, ModuleNotFoundError):
         return ". Hint: install it, and list it in [handler] requirements so that targets get it"
     return ""

@@ -165,8 +165,10 @@ def load_manifest(path: Path) -> Manifest:
         raise ConfigError(
             f"{path}: no {MANIFEST_NAME} here. Hint: `edgeserve init {path.parent}` {does}."
         ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML (UTF-8 text): {exc}") from None
+    except OSError as exc:  # a folder named function.toml, no permission
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
     return parse_manifest(data, source=str(path))
 
 

@@ -21,7 +21,7 @@ import orjson
 from edgeserve.errors import ConfigError, EdgeserveError
 from edgeserve.handler import import_handler
 from edgeserve.manifest import Manifest
-from edgeserve.samples import IMAGE_TYPES, example_inputs, v2_inputs
+from edgeserve.samples import IMAGE_TYPES, example_inputs, sample_files, v2_inputs
 from edgeserve.types import Context, Signature, TensorDict
 
 log = logging.getLogger("edgeserve")
@@ -111,7 +111,7 @@ def _sample_batches(
 ) -> list[TensorDict]:
     """v2 JSON infer requests as they are; images through the handler's preprocess."""
     batches = []
-    for path in sorted(samples.iterdir()):
+    for path in sample_files(samples):
         if path.suffix == ".json":
             batch = _v2_request(path)
         elif path.suffix.lower() in IMAGE_TYPES and manifest.handler.module:

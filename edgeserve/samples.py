@@ -24,6 +24,12 @@ RANDOM_INT_HIGH = 16
 """Random integers lie in [0, 16): small enough to index an embedding or a class table."""
 
 
+def sample_files(folder: Path) -> list[Path]:
+    """The files of a samples/ folder, sorted (a folder inside it, even one named a.json, is
+    not a sample)."""
+    return sorted(path for path in folder.iterdir() if path.is_file())
+
+
 def content_type(path: Path) -> str:
     """The Content-Type a sample file is sent with."""
     suffix = path.suffix.lower()

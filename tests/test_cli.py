@@ -217,3 +217,25 @@ def test_cache_list_and_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     pruned = _run("cache", "prune", "--keep", "0")
     assert pruned.stdout.startswith("removed 2 bundles (")
     assert _run("cache", "list").stdout.startswith("0 bundles in ")
+
+
+def test_broken_inputs_are_one_line_errors_not_tracebacks(tmp_path: Path) -> None:
+    """Each of these once ended in a Python traceback."""
+    folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    (folder / "samples" / "a.json").mkdir(parents=True)  # a folder named like a sample
+    garbled = tmp_path / "garbled"
+    garbled.mkdir()
+    (garbled / "function.toml").write_bytes(b"\xff\xfe\x00garbage")
+    (tmp_path / "a-file").write_text("")
+    blocked = str(tmp_path / "a-file" / "out")  # its parent is a file
+    cases = [
+        (("build", str(garbled)), "not valid TOML (UTF-8 text)"),
+        (("build", str(folder), "--out", blocked), "cannot write the bundle there"),
+        (("invoke", "http://[::1", "--json", "{}"), "URL 'http://[::1': Invalid port"),
+    ]
+    for argv, words in cases:
+        done = _run(*argv)
+        assert done.returncode == 2 and words in done.stderr, (argv, done.stderr)
+        assert "Traceback" not in done.stdout + done.stderr, argv
+    built = _run("build", str(folder), "--out", str(tmp_path / "out"))
+    assert built.returncode == 0, built.stderr  # the folder among the samples is not one

@@ -70,6 +70,10 @@ def test_build_runs_a_good_handler_on_the_samples(
             "'tokenizerz'. Hint: install it, and list it in [handler] requirements",
         ),
         (
+            "import sys\nsys.exit(3)\n" + GOOD,
+            "{file}:2: the handler failed to import: SystemExit: 3",
+        ),
+        (
             GOOD.replace('return [{"x"', 'return {"x"').replace("float32)}]", "float32)}"),
             "{file}: on request.json: handler.preprocess returned dict; expected "
             "list[dict[str, np.ndarray]]",
@@ -95,7 +99,7 @@ def test_build_runs_a_good_handler_on_the_samples(
             "cannot carry",
         ),
     ],
-    ids=["syntax", "import", "not a list", "dtype", "names", "raises", "unencodable"],
+    ids=["syntax", "import", "exit", "not a list", "dtype", "names", "raises", "unencodable"],
 )
 def test_build_names_the_file_the_line_and_what_was_expected(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], handler: str, expected: str

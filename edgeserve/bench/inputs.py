@@ -17,7 +17,7 @@ import orjson
 
 from edgeserve.errors import ConfigError
 from edgeserve.http.v2 import tensor_bytes
-from edgeserve.samples import IMAGE_TYPES, is_v2_request, random_array, v2_inputs
+from edgeserve.samples import IMAGE_TYPES, is_v2_request, random_array, sample_files, v2_inputs
 from edgeserve.types import TensorDict
 
 DEFAULT_DYNAMIC_DIM = 16
@@ -137,7 +137,7 @@ def has_samples(folder: Path) -> bool:
 def read_samples(samples: Path, model: ModelInputs, binary: bool) -> list[Body]:
     """samples/*.json (v2 infer requests, or /invoke payloads) and images (/invoke bodies)."""
     bodies = []
-    for path in sorted(samples.iterdir()):
+    for path in sample_files(samples):
         suffix = path.suffix.lower()
         if suffix in IMAGE_TYPES:
             headers = {"Content-Type": IMAGE_TYPES[suffix]}
