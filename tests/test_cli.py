@@ -105,6 +105,17 @@ def test_no_execution_environments_for_the_lambda_emulator_is_refused(
     assert f"argument --instances: {count!r}: expected a whole number >= 1" in done.stderr
 
 
+def test_the_lambda_emulator_refuses_a_handler_that_cannot_import(tmp_path: Path) -> None:
+    """As `serve` does: the emulator started anyway, and every request was a 502."""
+    folder = write_function(
+        tmp_path / "mlp", mlp_model, MANIFEST + '[handler]\nmodule = "handler"\n',
+        "import tokenizerz\n",
+    )  # fmt: skip
+    done = _run("serve", str(folder), "--emulate", "aws-lambda", "--port", "0", timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "handler.py:1: the handler failed to import: ModuleNotFoundError" in done.stderr
+
+
 def test_a_port_in_use_is_found_before_the_model_loads(tmp_path: Path) -> None:
     folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
     with socket.socket() as taken:

@@ -182,9 +182,12 @@ def serve_lambda_emulator(
     """
     from edgeserve.aws_lambda.settings import LambdaSettings
     from edgeserve.builder import open_or_build
+    from edgeserve.handler import import_handler
     from edgeserve.profiles import load_target
 
     bundle = open_or_build(path, targets=("aws-lambda",))
+    if bundle.handler_path is not None:  # as `serve` refuses it; else every request was a 502
+        import_handler(bundle.handler_path, bundle.handler_source)
     profile = load_target(target, function_dir=path if path.is_dir() else None)
     settings = profile.settings_as(LambdaSettings)
     limits = Limits(settings.memory_mb, settings.timeout_s)
