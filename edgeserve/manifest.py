@@ -80,6 +80,25 @@ class HandlerSection(_Strict):
     requirements: tuple[str, ...] = ()
     options: dict[str, Any] = {}
 
+    @field_validator("requirements")
+    @classmethod
+    def _requirements_are_pep_508(cls, requirements: tuple[str, ...]) -> tuple[str, ...]:
+        """Each a requirement pip reads as one ("pillow>=10"), never an option or a second
+        line ("-r file", "numpy\\n--index-url URL" went into requirements files as written)."""
+        if not requirements:
+            return requirements
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        for text in requirements:
+            try:
+                Requirement(text)
+            except InvalidRequirement as exc:
+                reason = str(exc).splitlines()[0]  # packaging adds the text and a caret
+                raise ValueError(
+                    f"{text!r} is not a requirement like 'pillow>=10' (PEP 508): {reason}"
+                ) from None
+        return requirements
+
 
 class BatchingSection(_Strict):
     max_batch_size: int = Field(default=32, ge=0, le=4096)
@@ -181,19 +200,35 @@ def parse_manifest(data: dict[str, Any], source: str) -> Manifest:
 
 def describe_validation_error(exc: ValidationError, source: str) -> str:
     """One line per problem: file, dotted field, what was expected, what was found."""
-    lines = []
+    lines: dict[tuple[str, str], list[str]] = {}  # (field, found) -> what each type wanted
     for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        loc = tuple(part for part in error["loc"] if not _is_type_tag(part))
+        where = ".".join(str(part) for part in loc) or "(top level)"
         found = error.get("input")
         if error["type"] == "extra_forbidden":
             known = _known_keys(error["loc"])
             hint = did_you_mean(str(error["loc"][-1]), known) or f"; expected one of {known}"
-            lines.append(f"{source}: field `{where}`: unknown key (found {found!r}){hint}")
+            lines[(f"{where}`: unknown key (found {found!r}){hint}", "")] = []
         elif error["type"] == "missing":
-            lines.append(f"{source}: field `{where}`: required but missing")
+            lines[(f"{where}`: required but missing", "")] = []
         else:
-            lines.append(f"{source}: field `{where}`: {error['msg']} (found {found!r})")
-    return "\n".join(lines)
+            wanted = str(error["msg"]).removeprefix("Value error, ")
+            lines.setdefault((where, f"{found!r}"), []).append(wanted)
+    return "\n".join(
+        f"{source}: field `{field}`: {' or '.join(wanted)} (found {found})"
+        if wanted
+        else f"{source}: field `{field}"
+        for (field, found), wanted in lines.items()
+    )
+
+
+_TYPE_TAG = re.compile(r"\w*\[.*|(constrained|function)-.+|int|str|float|bool")
+
+
+def _is_type_tag(part: int | str) -> bool:
+    """A location part naming one type of a union ("literal['auto']", "constrained-int"), not
+    a field: what each type wanted becomes one "or" of the field's one line."""
+    return isinstance(part, str) and _TYPE_TAG.fullmatch(part) is not None
 
 
 def _known_keys(loc: tuple[int | str, ...]) -> list[str]:

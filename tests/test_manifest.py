@@ -23,3 +23,30 @@ def test_a_version_without_a_model_version_is_refused(version: str) -> None:
         parse_manifest({"function": {"name": "f", "version": version}}, "function.toml")
     assert "function.toml: field `function.version`" in error.value.message
     assert 'semantic version ("1.2.0"' in error.value.message
+
+
+@pytest.mark.parametrize(
+    "requirement",
+    ["$$$ not a req", "numpy>>>1", "-r /etc/passwd", "numpy\n--index-url http://elsewhere"],
+)
+def test_a_handler_requirement_is_one_pep_508_requirement(requirement: str) -> None:
+    """Each went into the requirements files as written: an option, a second line."""
+    with pytest.raises(ConfigError) as error:
+        parse_manifest(
+            {"function": {"name": "f"}, "handler": {"requirements": ["pillow>=10", requirement]}},
+            "function.toml",
+        )
+    assert error.value.message.startswith(
+        f"function.toml: field `handler.requirements`: {requirement!r} is not a requirement "
+        "like 'pillow>=10' (PEP 508): "
+    )
+    assert "\n" not in error.value.message  # one line, no caret drawing
+
+
+def test_a_field_of_several_types_gets_one_line_naming_them() -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_manifest({"function": {"name": "f"}, "resources": {"workers": "many"}}, "f.toml")
+    assert error.value.message == (
+        "f.toml: field `resources.workers`: Input should be a valid integer, unable to parse "
+        "string as an integer or Input should be 'auto' (found 'many')"
+    )
