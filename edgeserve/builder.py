@@ -266,13 +266,16 @@ def _model_file(source: Path, manifest: Manifest) -> Path:
     model = source / manifest.model.path
     if model.is_file():
         return model
-    present = sorted(path.relative_to(source).as_posix() for path in source.rglob("*.onnx"))
+    present = sorted(
+        path.relative_to(source).as_posix() for path in source.rglob("*.onnx") if path.is_file()
+    )
     hint = did_you_mean(manifest.model.path, present) or (
         f"; the folder holds {present}" if present else "; the folder holds no .onnx file"
     )
+    problem = "is a folder, not a file" if model.is_dir() else "does not exist"
     raise ConfigError(
         f"{source / MANIFEST_NAME}: field `model.path`: found {manifest.model.path!r}, but "
-        f"{model} does not exist; expected the ONNX model's path in the function folder{hint}"
+        f"{model} {problem}; expected the ONNX model's path in the function folder{hint}"
     )
 
 

@@ -419,6 +419,13 @@ def _build_error(folder: Path, capsys: pytest.CaptureFixture[str]) -> str:
             "`model.onnx`?",
         ),
         (
+            mlp_model,
+            '[model]\npath = "."',
+            "function.toml: field `model.path`: found '.', but {dir} is a folder, not a file; "
+            "expected the ONNX model's path in the function folder; the folder holds "
+            "['model.onnx']",
+        ),
+        (
             sequence_model,
             "[model.inputs.token]\npad_axis = 1",
             "function.toml: [model.inputs.token]: the model has no input `token`; expected one "
@@ -457,6 +464,7 @@ def _build_error(folder: Path, capsys: pytest.CaptureFixture[str]) -> str:
     ],
     ids=[
         "model file",
+        "model folder",
         "tensor name",
         "pad axis",
         "tensor key",
