@@ -71,6 +71,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from edgeserve.server import serve
 
+    emulator_only = {
+        "--event": args.event != "url",
+        "--instances": args.instances != 1,
+        "--target": args.target is not None,
+    }
+    if args.emulate is None and any(emulator_only.values()):  # else silently ignored
+        given = ", ".join(flag for flag, value in emulator_only.items() if value)
+        raise ConfigError(f"{given}: only with --emulate aws-lambda")
     if args.emulate == "aws-lambda":
         from edgeserve.aws_lambda.emulator import serve_lambda_emulator
 

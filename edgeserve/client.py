@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
 
 from edgeserve.errors import ConfigError, EdgeserveError
+
+EXPECTED = "expected http://HOST:PORT or HOST:PORT (as `edgeserve serve` prints)"
+_USERINFO = re.compile(r"(?<=://)[^/@]*@")
 
 
 def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0) -> Any:
@@ -15,18 +19,16 @@ def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0)
     A URL without a scheme (`127.0.0.1:8080`) is taken as http://.
     """
     endpoint = _endpoint(url)
+    shown = _USERINFO.sub("", endpoint)  # a password in the URL is not repeated in errors
     try:
         response = httpx.post(
             endpoint, content=body, headers={"Content-Type": content_type}, timeout=timeout_s
         )
     except httpx.InvalidURL as exc:
-        raise ConfigError(
-            f"URL {url!r}: {exc}; expected http://HOST:PORT or HOST:PORT (as `edgeserve serve` "
-            "prints)"
-        ) from None
+        raise ConfigError(f"URL {_USERINFO.sub('', url)!r}: {exc}; {EXPECTED}") from None
     except httpx.HTTPError as exc:
         raise EdgeserveError(
-            f"{endpoint}: request failed: {exc}. Hint: is `edgeserve serve` running there?"
+            f"{shown}: request failed: {exc}. Hint: is `edgeserve serve` running there?"
         ) from None
     try:
         answer = response.json()
@@ -34,7 +36,7 @@ def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0)
         answer = response.text
     if response.is_error:
         message = answer.get("error", answer) if isinstance(answer, dict) else answer
-        raise EdgeserveError(f"{endpoint}: HTTP {response.status_code}: {message}")
+        raise EdgeserveError(f"{shown}: HTTP {response.status_code}: {message}")
     return answer
 
 
@@ -42,10 +44,8 @@ def _endpoint(url: str) -> str:
     """`HOST:PORT` or `http(s)://...` as the full /invoke URL; any other scheme is refused."""
     if "://" not in url:
         url = f"http://{url}"
-    scheme = url.split("://", 1)[0].lower()
+    scheme, _, rest = url.partition("://")
     base = url.rstrip("/")
-    if scheme not in ("http", "https") or base.endswith("://"):
-        raise ConfigError(
-            f"URL {url!r}: expected http://HOST:PORT or HOST:PORT (as `edgeserve serve` prints)"
-        )
+    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise ConfigError(f"URL {_USERINFO.sub('', url)!r}: {EXPECTED}")
     return base if base.endswith("/invoke") else base + "/invoke"

@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import json
 import re
+import socket
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -148,3 +150,19 @@ def test_payload_limits_request_413_and_response_too_large(bundle: Bundle) -> No
         "Function.ResponseSizeTooLarge",
     )
     assert fine.status_code == 200 and len(fine.json()["pad"]) == 1_000_000
+
+
+def test_a_client_that_leaves_mid_body_is_no_invocation_and_no_error(bundle: Bundle) -> None:
+    """It was logged as an "Exception in ASGI application" (ClientDisconnect)."""
+    with emulated(bundle.root) as (url, server):
+        ran = len(reports(server))  # the readiness probe's
+        host, port = url.removeprefix("http://").split(":")
+        head = b"POST /invoke HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n"
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(head + b"x" * 10)
+            time.sleep(0.5)  # the emulator waits for the rest of the body...
+        time.sleep(0.5)  # ... until the client closes
+        assert len(reports(server, at_least=0)) == ran  # no invocation for it
+        after = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist()})
+    assert after.status_code == 200
+    assert not [line for line in server.output if "Exception in ASGI" in line]

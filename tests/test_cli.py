@@ -163,10 +163,42 @@ def test_invoke_takes_host_port_without_a_scheme(
     assert '"y"' in capsys.readouterr().out
 
 
-def test_invoke_blames_a_url_it_cannot_use(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["invoke", "ftp://127.0.0.1:8080", "--json", "{}"]) == 2
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("ftp://127.0.0.1:8080", "ftp://127.0.0.1:8080"),
+        ("", "http://"),
+        ("http://", "http://"),
+        ("http://user:secret@[::1", "http://[::1"),  # the password is not repeated
+    ],
+)
+def test_invoke_blames_a_url_it_cannot_use(
+    capsys: pytest.CaptureFixture[str], url: str, shown: str
+) -> None:
+    assert main(["invoke", url, "--json", "{}"]) == 2
     err = capsys.readouterr().err
-    assert "URL 'ftp://127.0.0.1:8080': expected http://HOST:PORT or HOST:PORT" in err
+    assert f"URL '{shown}': " in err and "expected http://HOST:PORT or HOST:PORT" in err
+    assert "secret" not in err
+
+
+def test_invoke_does_not_repeat_a_password_when_the_server_is_away(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["invoke", f"http://user:secret@127.0.0.1:{_free_port()}", "--json", "{}"]) == 1
+    err = capsys.readouterr().err
+    assert "request failed" in err and "secret" not in err
+
+
+@pytest.mark.parametrize(
+    "flags", [("--event", "rest"), ("--instances", "2"), ("--target", "aws-lambda")]
+)
+def test_emulator_options_without_the_emulator_are_refused(
+    tmp_path: Path, flags: tuple[str, str]
+) -> None:
+    folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    done = _run("serve", str(folder), *flags)
+    assert done.returncode == 2
+    assert f"{flags[0]}: only with --emulate aws-lambda" in done.stderr
 
 
 @pytest.mark.parametrize(

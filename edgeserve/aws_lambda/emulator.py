@@ -33,7 +33,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -138,7 +138,10 @@ def front(emulator: LambdaEmulator, max_body_bytes: int = 4 * PAYLOAD_LIMIT_BYTE
     """The HTTP front: every method and path becomes an invocation."""
 
     async def endpoint(request: Request) -> Response:
-        body = await request.body()
+        try:
+            body = await request.body()
+        except ClientDisconnect:  # gone mid-body: no invocation, and nobody to answer
+            return Response(status_code=499)
         if len(body) > max_body_bytes:
             return Response(TOO_LARGE, 413, media_type="application/json")
         return _response(await emulator.handle(_http_request(request, body)))
