@@ -198,15 +198,18 @@ def parse_manifest(data: dict[str, Any], source: str) -> Manifest:
         raise ConfigError(describe_validation_error(exc, source)) from None
 
 
-def describe_validation_error(exc: ValidationError, source: str) -> str:
-    """One line per problem: file, dotted field, what was expected, what was found."""
+def describe_validation_error(
+    exc: ValidationError, source: str, schema: type[BaseModel] | None = None
+) -> str:
+    """One line per problem: file, dotted field, what was expected, what was found; `schema`:
+    the model validated (the manifest's by default), whose keys "did you mean" offers."""
     lines: dict[tuple[str, str], list[str]] = {}  # (field, found) -> what each type wanted
     for error in exc.errors():
         loc = tuple(part for part in error["loc"] if not _is_type_tag(part))
         where = ".".join(str(part) for part in loc) or "(top level)"
         found = error.get("input")
         if error["type"] == "extra_forbidden":
-            known = _known_keys(error["loc"])
+            known = _known_keys(error["loc"], schema or Manifest)
             hint = did_you_mean(str(error["loc"][-1]), known) or f"; expected one of {known}"
             lines[(f"{where}`: unknown key (found {found!r}){hint}", "")] = []
         elif error["type"] == "missing":
@@ -231,9 +234,9 @@ def _is_type_tag(part: int | str) -> bool:
     return isinstance(part, str) and _TYPE_TAG.fullmatch(part) is not None
 
 
-def _known_keys(loc: tuple[int | str, ...]) -> list[str]:
+def _known_keys(loc: tuple[int | str, ...], root: type[BaseModel]) -> list[str]:
     """The keys the schema allows beside the last part of `loc` (for "did you mean")."""
-    schema: Any = Manifest
+    schema: Any = root
     parts = list(loc[:-1])
     while parts and isinstance(schema, type) and issubclass(schema, BaseModel):
         field = schema.model_fields.get(str(parts.pop(0)))

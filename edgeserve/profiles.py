@@ -50,7 +50,8 @@ class TargetProfile:
         try:
             return model.model_validate(self.settings)
         except ValidationError as exc:
-            raise ConfigError(describe_validation_error(exc, f"{self.source} [settings]")) from None
+            where = f"{self.source} [settings]"
+            raise ConfigError(describe_validation_error(exc, where, model)) from None
 
 
 def load_target(name_or_path: str | Path, function_dir: Path | None = None) -> TargetProfile:
@@ -62,7 +63,7 @@ def load_target(name_or_path: str | Path, function_dir: Path | None = None) -> T
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, str(path))) from None
+        raise ConfigError(describe_validation_error(exc, str(path), _ProfileFile)) from None
     kind_named(head.driver, f"{path}: field `driver`")
     return TargetProfile(path.stem, head.driver, head.description, head.settings, path)
 

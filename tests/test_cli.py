@@ -116,6 +116,18 @@ def test_the_lambda_emulator_refuses_a_handler_that_cannot_import(tmp_path: Path
     assert "handler.py:1: the handler failed to import: ModuleNotFoundError" in done.stderr
 
 
+def test_the_lambda_emulator_refuses_a_profile_of_another_target(tmp_path: Path) -> None:
+    folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    done = _run("serve", str(folder), "--emulate", "aws-lambda", "--target", "jetson")
+    assert done.returncode == 2
+    assert "--target jetson: a profile for jetson; --emulate aws-lambda takes" in done.stderr
+    odd = tmp_path / "odd.toml"
+    odd.write_text('driver = "aws-lambda"\nkind = "x"\n')
+    done = _run("serve", str(folder), "--emulate", "aws-lambda", "--target", str(odd))
+    assert done.returncode == 2  # the keys offered are a profile's, not function.toml's
+    assert "field `kind`: unknown key (found 'x'); expected one of ['driver'," in done.stderr
+
+
 def test_a_port_in_use_is_found_before_the_model_loads(tmp_path: Path) -> None:
     folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
     with socket.socket() as taken:

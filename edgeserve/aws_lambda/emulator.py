@@ -47,6 +47,7 @@ from edgeserve.aws_lambda.events import (
     to_event,
 )
 from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES
+from edgeserve.errors import ConfigError
 
 APP_TEMPLATE = Path(__file__).parent.parent / "templates" / "aws-lambda" / "app.py"
 GATEWAY_ERRORS: dict[EventKind, HttpResponse] = {
@@ -192,6 +193,11 @@ def serve_lambda_emulator(
     if bundle.handler_path is not None:  # as `serve` refuses it; else every request was a 502
         import_handler(bundle.handler_path, bundle.handler_source)
     profile = load_target(target, function_dir=path if path.is_dir() else None)
+    if profile.driver != "aws-lambda":
+        raise ConfigError(
+            f"--target {target}: a profile for {profile.driver}; --emulate aws-lambda takes an "
+            "aws-lambda one (its memory and timeout)"
+        )
     settings = profile.settings_as(LambdaSettings)
     limits = Limits(settings.memory_mb, settings.timeout_s)
     kind = _event_kind(event)
@@ -223,8 +229,6 @@ def _event_kind(event: str) -> EventKind:
     for kind in EVENT_KINDS:
         if kind == event:
             return kind
-    from edgeserve.errors import ConfigError
-
     raise ConfigError(f"--event {event!r}: expected one of {list(EVENT_KINDS)}")
 
 
