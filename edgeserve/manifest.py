@@ -151,7 +151,11 @@ class AuthSection(_Strict):
     """Who may call the function; the tokens themselves come from the environment (http/auth)."""
 
     required: bool = False  # refuse to start without a token (a device on a shared network)
-    open_paths: tuple[str, ...] = ("/v2/health/live", "/v2/health/ready", "/metrics")
+    open_paths: tuple[Annotated[str, Field(pattern=r"^/")], ...] = (
+        "/v2/health/live",
+        "/v2/health/ready",
+        "/metrics",
+    )  # paths as requested ("/metrics"): one without its "/" matches nothing
 
 
 class Manifest(_Strict):

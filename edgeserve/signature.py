@@ -34,6 +34,8 @@ def read_signature(
     initializers = {init.name for init in graph.initializer}
     where = manifest or model_path
     graph_inputs = [v for v in graph.input if v.name not in initializers]
+    if not graph.output:  # an empty file reads as an empty model; one without outputs answers {}
+        raise ConfigError(f"{model_path}: the model has no outputs (an empty or truncated file?)")
     _check_overrides_exist(section, graph_inputs, list(graph.output), where)
     inputs = [_spec(v, section.inputs, where, "inputs") for v in graph_inputs]
     outputs = [_spec(v, section.outputs, where, "outputs") for v in graph.output]

@@ -482,6 +482,17 @@ def test_manifest_errors_name_the_file_the_field_and_the_fix(
     assert expected.format(dir=folder) in message
 
 
+def test_an_empty_model_file_is_refused_at_the_build(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It read as a model of nothing (OpenVINO's frontends then listed themselves)."""
+    folder = write_function(
+        tmp_path / "fn", lambda path: path.write_bytes(b"") or path, '[function]\nname = "fn"\n'
+    )
+    message = _build_error(folder, capsys)
+    assert "model.onnx: the model has no outputs (an empty or truncated file?)" in message
+
+
 def test_a_folder_with_only_a_model_points_at_init(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -50,3 +50,11 @@ def test_a_field_of_several_types_gets_one_line_naming_them() -> None:
         "f.toml: field `resources.workers`: Input should be a valid integer, unable to parse "
         "string as an integer or Input should be 'auto' (found 'many')"
     )
+
+
+def test_an_open_path_is_a_path_as_requested() -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_manifest({"function": {"name": "f"}, "auth": {"open_paths": ["metrics"]}}, "f.toml")
+    assert "f.toml: field `auth.open_paths.0`: String should match pattern '^/'" in (
+        error.value.message
+    )
