@@ -222,7 +222,9 @@ def test_a_killed_inference_process_restarts_alone_while_the_other_serves(
         assert restarted["0"]["restarts"] == 1 and restarted["1"]["restarts"] == 0
         assert restarted["0"]["pid"] != victim
         before = executions(url)
-        assert [call.result() for call in post_in_background(pool, url, 2)] == [200, 200]
+        # one by one: two sent at once through two fronts may both see two idle processes
+        # and pick the same one (CI saw it)
+        assert [call.result() for call in one_by_one(pool, url, 2)] == [200, 200]
         assert all(after > then for after, then in zip(executions(url), before, strict=True))
         assert "inference process 0 exited (signal 9)" in "".join(server.output)
 
