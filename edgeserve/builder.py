@@ -129,7 +129,7 @@ def plan_build(
         update={"model": manifest.model.model_copy(update={"path": model_dest})}
     )
     names = dict.fromkeys(targets or ("local",))
-    plans = tuple(_target_plan(name, manifest, backend, source) for name in names)
+    plans = tuple(_target_plan(name, manifest, backend, source, signature) for name in names)
     return BuildPlan(resolved, signature, tuple(sorted(copies)), plans)
 
 
@@ -326,18 +326,22 @@ def _hidden(relative: Path) -> bool:
     return any(part.startswith(".") or part == "__pycache__" for part in relative.parts)
 
 
-def _target_plan(target: str, manifest: Manifest, backend: str | None, source: Path) -> TargetPlan:
+def _target_plan(
+    target: str, manifest: Manifest, backend: str | None, source: Path, signature: Signature
+) -> TargetPlan:
     kind = _target_kind(target, source)
     fits = kind.backends
     if backend is not None and backend not in BY_NAME:
         raise ConfigError(f"backend {backend!r}: unknown; expected one of {list(BY_NAME)}")
     wanted = (backend,) if backend else manifest.backend.prefer
-    backends = tuple(name for name in wanted if name in fits)
+    declined = {name: why for name in wanted if (why := BY_NAME[name].declines(signature))}
+    backends = tuple(name for name in wanted if name in fits and name not in declined)
     if not backends:
         where = f"{source / MANIFEST_NAME}: field `backend.prefer`"
+        why = "".join(f"; {reason}" for reason in declined.values())
         raise ConfigError(
             f"{'the backend override' if backend else where}: {list(wanted)} has no backend that "
-            f"runs on target {target!r} (platform {kind.platform}: {list(fits)})"
+            f"runs on target {target!r} (platform {kind.platform}: {list(fits)}){why}"
         )
     requirements = _requirements(kind, backends, manifest)
     return TargetPlan(target_name(target), kind.platform, backends, requirements)

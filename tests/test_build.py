@@ -19,7 +19,14 @@ from edgeserve.bundle import Bundle, content_hash
 from edgeserve.cli import main
 from edgeserve.errors import BackendError, ConfigError
 from edgeserve.scaffold import init_function
-from tests.models import conv_model, mlp_model, sequence_model, varlen_model, write_function
+from tests.models import (
+    conv_model,
+    identity_model,
+    mlp_model,
+    sequence_model,
+    varlen_model,
+    write_function,
+)
 
 TARGETS = ("local", "aws-lambda", "jetson")
 
@@ -528,3 +535,30 @@ def test_a_machine_without_openvino_is_told_so_or_builds_for_onnxruntime_alone(
     built = subprocess.run(run, capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr
     assert not (tmp_path / "out" / IR_PATH).exists()
+
+
+@pytest.mark.parametrize(
+    ("datatype", "planned"),
+    [("FP32", ["openvino", "onnxruntime"]), ("BYTES", ["onnxruntime"]), ("FP64", ["onnxruntime"])],
+)
+def test_a_backend_that_would_not_serve_the_model_as_written_is_not_planned(
+    tmp_path: Path, datatype: str, planned: list[str]
+) -> None:
+    """OpenVINO has no string tensors (its warm-up failed the server's start) and computes FP64
+    in FP32 without a word: such a model is planned on ONNX Runtime alone."""
+    folder = write_function(
+        tmp_path / "fn", lambda path: identity_model(path, (datatype,)), '[function]\nname = "fn"\n'
+    )
+    bundle = build(folder, tmp_path / "out")
+    meta = json.loads((bundle.root / "edgeserve.json").read_text())
+    assert meta["targets"]["local"]["backends"] == planned
+
+
+def test_a_manifest_that_leaves_only_a_declining_backend_says_why(tmp_path: Path) -> None:
+    folder = write_function(
+        tmp_path / "fn",
+        lambda path: identity_model(path, ("BYTES",)),
+        '[function]\nname = "fn"\n[backend]\nprefer = ["openvino"]\n',
+    )
+    with pytest.raises(ConfigError, match=r"openvino has no BYTES tensors \(`in_BYTES`\)"):
+        build(folder, tmp_path / "out")

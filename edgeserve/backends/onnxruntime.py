@@ -71,6 +71,11 @@ class OnnxRuntime:
         return missing_module(cls.modules, platform)
 
     @classmethod
+    def declines(cls, signature: Signature) -> str | None:
+        """Nothing: ONNX Runtime runs every tensor type an ONNX model has."""
+        return None
+
+    @classmethod
     def reaches_gpu(cls, platform: Platform) -> bool:
         """Only the onnxruntime-gpu wheel has the CUDA provider; the CPU wheel runs anywhere."""
         import onnxruntime as ort

@@ -26,10 +26,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edgeserve.backends.options import LoadOptions, TritonNames, missing_module
+from edgeserve.backends.options import (
+    LoadOptions,
+    TritonNames,
+    missing_module,
+    unsupported_types,
+)
 from edgeserve.errors import BackendError
 from edgeserve.hardware import Platform
-from edgeserve.types import TensorDict
+from edgeserve.types import Signature, TensorDict
 
 IR_PATH = "model/model.xml"
 """Where `prepare` puts the OpenVINO IR in a bundle (the weights go beside it, model.bin)."""
@@ -56,6 +61,16 @@ class OpenVINO:
     @classmethod
     def available(cls, platform: Platform) -> str | None:
         return missing_module(cls.modules, platform)
+
+    @classmethod
+    def declines(cls, signature: Signature) -> str | None:
+        """What of the model OpenVINO would not serve as written: string tensors (its warm-up
+        failed: "Unsupported data type: object"), FP64 (computed in FP32 without a word), an
+        input that is also an output (its compiled model has no such output)."""
+        both = {spec.name for spec in signature.inputs} & {s.name for s in signature.outputs}
+        if both:
+            return f"openvino cannot answer an input as an output ({sorted(both)})"
+        return unsupported_types(signature, ("BYTES", "FP64"), "openvino")
 
     @classmethod
     def reaches_gpu(cls, platform: Platform) -> bool:

@@ -15,6 +15,14 @@ from edgeserve.types import Signature
 Precision = Literal["fp32", "fp16", "int8", "auto"]
 
 
+def unsupported_types(signature: Signature, datatypes: tuple[str, ...], name: str) -> str | None:
+    """Why a backend that has none of `datatypes` declines the model, or None."""
+    for spec in (*signature.inputs, *signature.outputs):
+        if spec.datatype in datatypes:
+            return f"{name} has no {spec.datatype} tensors (`{spec.name}`)"
+    return None
+
+
 def missing_module(modules: Mapping[str, str], platform: Platform) -> str | None:
     """What to install, for the first of a backend's `modules` (import name -> how to get it)
     this machine lacks; None when all import."""

@@ -34,12 +34,18 @@ import numpy as np
 
 from edgeserve.backends import cuda
 from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for, write_parts
-from edgeserve.backends.options import LoadOptions, Precision, TritonNames, missing_module
+from edgeserve.backends.options import (
+    LoadOptions,
+    Precision,
+    TritonNames,
+    missing_module,
+    unsupported_types,
+)
 from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError
 from edgeserve.hardware import Platform
 from edgeserve.shapes import Shape, ShapeProfile, ShapeRange, shape_profile
-from edgeserve.types import TensorDict
+from edgeserve.types import Signature, TensorDict
 
 log = logging.getLogger(__name__)
 WORKSPACE_BYTES = 1 << 30
@@ -65,6 +71,11 @@ class TensorRT:
     @classmethod
     def prepare(cls, model_path: Path, bundle: Path) -> None:
         """Nothing: an engine is specific to the GPU, so it is built on the device itself."""
+
+    @classmethod
+    def declines(cls, signature: Signature) -> str | None:
+        """TensorRT's engines have no string nor FP64 tensors."""
+        return unsupported_types(signature, ("BYTES", "FP64"), "tensorrt")
 
     @classmethod
     def available(cls, platform: Platform) -> str | None:
