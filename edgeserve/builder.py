@@ -32,7 +32,7 @@ from edgeserve.bundle import (
     signature_to_json,
 )
 from edgeserve.cache import bundles_dir, prune, touch
-from edgeserve.dryrun import DryRun, dry_run
+from edgeserve.dryrun import DryRun, check_batch_axis, dry_run
 from edgeserve.errors import BundleError, ConfigError, did_you_mean
 from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
@@ -171,6 +171,7 @@ def build(
     plan = plan_build(source, targets=targets, backend=backend)
     manifest = load_manifest(source)
     planned = "openvino" in plan.backends  # the precision check measures OpenVINO's drift
+    check_batch_axis(source, manifest, plan.signature)
     ran = dry_run(source, manifest, plan.signature)
     check = check_precision(source, manifest, plan.signature) if planned else None
     for done in (ran, check):

@@ -57,6 +57,37 @@ def dry_run(source: Path, manifest: Manifest, signature: Signature) -> DryRun | 
     return DryRun(tuple(path.relative_to(source).as_posix() for path in samples))
 
 
+BATCH_CHECK_ROWS = 3
+
+
+def check_batch_axis(source: Path, manifest: Manifest, signature: Signature) -> None:
+    """Refuse a batched model whose outputs do not keep the batch axis first: an output such
+    as NonZero's [K, 2] or a sum over axis 0 has a dynamic first dim as the batch has, and
+    every request then failed with a 500 (its rows cannot be handed back). Run once on random
+    inputs of BATCH_CHECK_ROWS rows (ONNX Runtime, fp32); a model that fails on them is left
+    to the rest of the build."""
+    if not signature.batched or manifest.batching.max_batch_size == 0:
+        return
+    from edgeserve.backends import load_backend
+    from edgeserve.samples import example_inputs
+
+    engine = load_backend("onnxruntime", source / manifest.model.path, signature=signature)
+    try:
+        rows = BATCH_CHECK_ROWS
+        outputs = engine.infer(example_inputs(signature, rows, np.random.default_rng(0)))
+    except EdgeserveError:
+        return
+    finally:
+        engine.close()
+    wrong = {n: list(array.shape) for n, array in outputs.items() if array.shape[:1] != (rows,)}
+    if wrong:
+        raise ConfigError(
+            f"{source / manifest.model.path}: outputs {wrong} for a batch of {rows} rows: their "
+            "first axis is not the batch axis, so batches cannot be split back into requests. "
+            "Hint: serve it one request a run, [batching] max_batch_size = 0"
+        )
+
+
 def _invoke_samples(folder: Path) -> list[Path]:
     """Samples that go to /invoke: images, and JSON payloads that are not v2 infer requests."""
     if not folder.is_dir():

@@ -104,6 +104,6 @@ class LocalEngine:
 
 
 def _warmup_sizes(preferred: Sequence[int], policy: BatchPolicy) -> list[int]:
-    if policy.max_batch_size == 0:
-        return [0]
+    if policy.max_batch_size == 0:  # batching off: one request a run, of one row when it has rows
+        return [1]
     return sorted(set(preferred) | {1})

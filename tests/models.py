@@ -323,3 +323,30 @@ def branching_model(path: Path) -> Path:
         [numpy_helper.from_array(np.array(0.0, np.float32), "zero")],
     )
     return _save(graph, path)
+
+
+def nonzero_model(path: Path) -> Path:
+    """x FP32 [N, 4] -> y INT64 [K, 2]: the indices of x's nonzero values, one row each. Its
+    outputs' first dim is dynamic, as a batch axis would be, but it is not one."""
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["at"]),
+        helper.make_node("Transpose", ["at"], ["y"], perm=[1, 0]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nonzero",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, ["K", 2])],
+    )
+    return _save(graph, path)
+
+
+def scalar_model(path: Path) -> Path:
+    """x FP32 [] -> y FP32 []: x squared (a rank-0 input: no batch axis, no dims at all)."""
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "x"], ["y"])],
+        "scalar",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+    )
+    return _save(graph, path)

@@ -25,7 +25,7 @@ from edgeserve.manifest import ModelSection
 from edgeserve.shapes import ShapeRange, shape_profile
 from edgeserve.signature import read_signature
 from edgeserve.types import Signature
-from tests.models import conv_model, mlp_model, varlen_model
+from tests.models import conv_model, mlp_model, scalar_model, varlen_model
 
 RTOL, ATOL = 1e-4, 1e-5
 RNG = np.random.default_rng(7)
@@ -96,6 +96,16 @@ def test_mlp_matches_numpy_on_both_backends(models: dict[str, Path]) -> None:
     for backend_name in ("openvino", "onnxruntime"):
         got = load_backend(backend_name, models["mlp"]).infer({"x": x})["y"]
         np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", ["openvino", "onnxruntime"])
+def test_a_read_only_scalar_input_runs_on_both_backends(tmp_path: Path, name: str) -> None:
+    """A binary tensor is a read-only view of the request's body; OpenVINO refused a rank-0 one
+    ("array is not writeable": a 500)."""
+    backend = load_backend(name, scalar_model(tmp_path / "scalar.onnx"))
+    x = np.frombuffer(np.float32(3.0).tobytes(), np.float32).reshape(())
+    assert not x.flags.writeable
+    assert float(backend.infer({"x": x})["y"]) == 9.0
 
 
 def test_openvino_outputs_are_not_overwritten_by_the_next_call(models: dict[str, Path]) -> None:

@@ -7,6 +7,7 @@ import json
 from importlib import metadata
 from pathlib import Path
 
+import httpx
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -18,15 +19,19 @@ from edgeserve.builder import build, open_or_build, plan_build
 from edgeserve.bundle import Bundle, content_hash
 from edgeserve.cli import main
 from edgeserve.errors import BackendError, ConfigError
+from edgeserve.http import create_app
+from edgeserve.runtime import Runtime
 from edgeserve.scaffold import init_function
 from tests.models import (
     conv_model,
     identity_model,
     mlp_model,
+    nonzero_model,
     sequence_model,
     varlen_model,
     write_function,
 )
+from tests.threaded_server import serving
 
 TARGETS = ("local", "aws-lambda", "jetson")
 
@@ -562,3 +567,27 @@ def test_a_manifest_that_leaves_only_a_declining_backend_says_why(tmp_path: Path
     )
     with pytest.raises(ConfigError, match=r"openvino has no BYTES tensors \(`in_BYTES`\)"):
         build(folder, tmp_path / "out")
+
+
+def test_outputs_without_the_batch_axis_first_are_refused_and_serve_unbatched(
+    tmp_path: Path,
+) -> None:
+    """NonZero's [K, 2] looks batched (a dynamic first dim everywhere), and every request was a
+    500 (its rows cannot be split back); the build says so, and with batching off it serves."""
+    folder = write_function(tmp_path / "fn", nonzero_model, '[function]\nname = "nz"\n')
+    with pytest.raises(ConfigError) as refused:
+        build(folder, tmp_path / "out")
+    assert "outputs {'y': [" in refused.value.message
+    assert (
+        "Hint: serve it one request a run, [batching] max_batch_size = 0" in refused.value.message
+    )
+    (folder / "function.toml").write_text(
+        '[function]\nname = "nz"\n[batching]\nmax_batch_size = 0\n'
+    )
+    bundle = build(folder, tmp_path / "out")
+    x = np.array([[1, 0, 2, 0], [0, 0, 3, 4]], np.float32)
+    with serving(create_app(Runtime.load(bundle))) as url:
+        tensor = {"name": "x", "datatype": "FP32", "shape": [2, 4], "data": x.ravel().tolist()}
+        answer = httpx.post(f"{url}/v2/models/nz/infer", json={"inputs": [tensor]}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["outputs"][0]["data"] == np.argwhere(x).ravel().tolist()

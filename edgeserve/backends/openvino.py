@@ -100,6 +100,11 @@ class OpenVINO:
 
     def infer(self, inputs: TensorDict) -> TensorDict:
         request = self._request()
+        # a read-only scalar (a binary tensor is a view of the body) failed: "array is not
+        # writeable"; arrays of any rank share their memory read-only
+        inputs = {
+            n: a.copy() if not a.ndim and not a.flags.writeable else a for n, a in inputs.items()
+        }
         try:
             # share_outputs=False: OpenVINO reuses its output buffers on the next call, so copy.
             results = request.infer(inputs, share_inputs=True, share_outputs=False)
