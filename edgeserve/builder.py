@@ -15,9 +15,6 @@ from importlib import metadata as package_metadata
 from pathlib import Path
 from typing import Any
 
-import onnx
-from onnx.external_data_helper import ExternalDataInfo, uses_external_data
-
 from edgeserve.archive import write_archive
 from edgeserve.backends import BACKENDS, BY_NAME
 from edgeserve.bundle import (
@@ -38,7 +35,7 @@ from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.precision import PrecisionCheck, check_precision
 from edgeserve.profiles import load_target, target_name
-from edgeserve.signature import read_signature
+from edgeserve.signature import external_data, read_signature
 from edgeserve.types import Signature
 
 RUNTIME_PACKAGES = (
@@ -282,20 +279,7 @@ def _model_file(source: Path, manifest: Manifest) -> Path:
 
 def _external_data_copies(model: Path) -> list[tuple[str, Path]]:
     """Weights an ONNX model keeps in side files (models over 2 GB must) travel beside it."""
-    proto = onnx.load(str(model), load_external_data=False)
-    locations = {
-        ExternalDataInfo(tensor).location
-        for tensor in proto.graph.initializer
-        if uses_external_data(tensor)
-    }
-    for location in sorted(locations):
-        if Path(location).is_absolute() or ".." in Path(location).parts:
-            raise ConfigError(
-                f"{model}: external data {location!r} lies outside the model's folder"
-            )
-        if not (model.parent / location).is_file():
-            raise ConfigError(f"{model}: external data file {model.parent / location} is missing")
-    return [(f"model/{location}", model.parent / location) for location in sorted(locations)]
+    return [(f"model/{location}", model.parent / location) for location in external_data(model)]
 
 
 def _handler_copy(source: Path, manifest: Manifest) -> list[tuple[str, Path]]:

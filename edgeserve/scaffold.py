@@ -24,7 +24,7 @@ from edgeserve.errors import ConfigError
 from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelgen import mlp_model
 from edgeserve.samples import sample_request
-from edgeserve.signature import read_signature
+from edgeserve.signature import external_data, read_signature
 from edgeserve.types import Signature
 
 TEMPLATE = "function"
@@ -75,11 +75,14 @@ def init_function(dest: Path, name: str | None = None, model: Path | None = None
         _write(dest, render_templates(function_name(dest, name)))
         mlp_model(dest / "model.onnx")
         return dest
-    _refuse_unless_empty(dest, allowed=(adopted.name,))
+    weights = external_data(adopted)  # side files of weights: they go with the model
+    _refuse_unless_empty(dest, allowed=(adopted.name, *weights))
     signature = read_signature(adopted, ModelSection())
     if model is not None and present is None:
         dest.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(model, dest / model.name)
+        for file in (model.name, *weights):
+            (dest / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(model.parent / file, dest / file)
     _write(dest, adopted_files(function_name(dest, name), adopted.name, signature))
     return dest
 
@@ -147,13 +150,18 @@ def _batching_lines(signature: Signature) -> list[str]:
 
 
 def _folder_model(dest: Path) -> Path | None:
-    """The model a folder holds when it holds only that: one .onnx file and nothing else."""
+    """The model a folder holds when it holds only that: one .onnx file, and the side files
+    of its weights if it keeps them apart."""
     if not dest.is_dir():
         return None
     entries = list(dest.iterdir())
-    if len(entries) == 1 and entries[0].suffix == ".onnx" and entries[0].is_file():
-        return entries[0]
-    return None
+    models = [entry for entry in entries if entry.suffix == ".onnx" and entry.is_file()]
+    if len(models) != 1:
+        return None
+    others = {entry.name for entry in entries} - {models[0].name}
+    if others and others != set(external_data(models[0])):
+        return None
+    return models[0]
 
 
 def _refuse_unless_empty(dest: Path, allowed: tuple[str, ...]) -> None:

@@ -17,6 +17,29 @@ from edgeserve.manifest import ModelSection, TensorOverride
 from edgeserve.types import Signature, TensorSpec
 
 
+def external_data(model: Path) -> list[str]:
+    """The side files an ONNX model keeps its weights in (models over 2 GB must), relative to
+    its folder; ConfigError for one outside that folder or missing."""
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    proto = onnx.load(str(model), load_external_data=False)
+    locations = sorted(
+        {
+            ExternalDataInfo(tensor).location
+            for tensor in proto.graph.initializer
+            if uses_external_data(tensor)
+        }
+    )
+    for location in locations:
+        if Path(location).is_absolute() or ".." in Path(location).parts:
+            raise ConfigError(
+                f"{model}: external data {location!r} lies outside the model's folder"
+            )
+        if not (model.parent / location).is_file():
+            raise ConfigError(f"{model}: external data file {model.parent / location} is missing")
+    return locations
+
+
 def read_signature(
     model_path: Path, section: ModelSection, manifest: Path | None = None
 ) -> Signature:

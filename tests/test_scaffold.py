@@ -279,3 +279,21 @@ def test_init_refuses_a_folder_with_more_than_a_model(
     )
     assert "`edgeserve init NEW --model path/to/model.onnx`" in error
     assert (tmp_path / "fn" / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("how", ["--model", "in the folder"])
+def test_init_takes_a_models_external_weights_along(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    """A model keeping its weights in a side file: `init --model` copied the model alone (the
+    build then said the weights were missing), and a folder holding both was refused."""
+    home = tmp_path / ("mine" if how == "--model" else "fn")
+    model = pair_model(home / "pair.onnx")
+    onnx.save(onnx.load(str(model)), str(model), save_as_external_data=True,
+              location="pair.weights", size_threshold=0)  # fmt: skip
+    dest = tmp_path / "fn"
+    argv = ["init", str(dest), *(["--model", str(model)] if how == "--model" else [])]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert (dest / "pair.weights").read_bytes() == (home / "pair.weights").read_bytes()
+    bundle = build(dest, tmp_path / "out")
+    assert "model/pair.weights" in bundle.metadata["files"]
