@@ -163,7 +163,8 @@ def test_a_saturated_load_process_is_named_as_the_limit(url: str) -> None:
         "c=1: a load process was busy 97% of a core: the load generator, not the server, "
         "may be the limit (try --processes)"
     )
-    assert not any("load process" in note for note in report.warnings)
+    calm = dataclasses.replace(report, results=(dataclasses.replace(busy, client_cpu=0.5),))
+    assert not any("load process" in note for note in calm.warnings)
     assert saturated.to_json()["levels"][0]["client_cpu"] == 0.97
 
 
