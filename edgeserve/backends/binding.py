@@ -191,7 +191,6 @@ class DeviceBinding(Binding):
             self._io.bind_output(name, "cuda", device)
         with self._turn:
             self._session.run_with_iobinding(self._io, _run_options(NO_GRAPH))
-            self._io.synchronize_outputs()
         values = [value.numpy() for value in self._io.get_outputs()]
         return dict(zip(outputs, values, strict=True))
 
@@ -202,12 +201,16 @@ class DeviceBinding(Binding):
     def run(self, rows: int) -> TensorDict:
         """The copies are ONNX Runtime's own: where the event loop is busy, every call that lets
         the GIL go waits to get it back (one more such call, a cuda-python device wait, made a
-        contended CRNN batch 0.8 ms slower: RESULTS-gpu.md, fifth session)."""
+        contended CRNN batch 0.8 ms slower: RESULTS-gpu.md, fifth session).
+
+        A run ends by synchronizing its own streams, so its outputs are complete when it
+        returns. `IOBinding.synchronize_outputs` is not called: it synchronizes the whole
+        device, holding the GIL, and so waited for the other threads' runs too (1.0 ms a
+        CRNN batch with graphs on an H100, CUPTI's timeline: RESULTS-gpu.md, tenth session)."""
         with self._turn:
             for name, value in self._device_inputs.items():
                 value.update_inplace(self.inputs[name])
             self._session.run_with_iobinding(self._io, self._options)
-            self._io.synchronize_outputs()
             return {name: value.numpy()[:rows] for name, value in self._device_outputs.items()}
 
 
