@@ -33,7 +33,7 @@ from edgeserve.archive import Limits, SafeArchive, is_archive
 from edgeserve.cache import bundles_dir, prune, touch
 from edgeserve.errors import BundleError
 from edgeserve.manifest import MANIFEST_NAME, Manifest, parse_manifest
-from edgeserve.types import Signature, TensorSpec
+from edgeserve.types import Signature, TensorSpec, TiedDim
 
 BUNDLE_FILE = "edgeserve.json"
 FORMAT = 1
@@ -94,6 +94,7 @@ def signature_to_json(signature: Signature) -> dict[str, Any]:
         "batched": signature.batched,
         "inputs": [spec(tensor) for tensor in signature.inputs],
         "outputs": [spec(tensor) for tensor in signature.outputs],
+        "tied": [{"name": tie.name, "axes": [list(a) for a in tie.axes]} for tie in signature.tied],
     }
 
 
@@ -116,6 +117,10 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
         inputs=tuple(spec(tensor) for tensor in data["inputs"]),
         outputs=tuple(spec(tensor) for tensor in data["outputs"]),
         batched=data["batched"],
+        tied=tuple(  # none in bundles built before inputs' shared dims were read
+            TiedDim(tie["name"], tuple((name, axis) for name, axis in tie["axes"]))
+            for tie in data.get("tied", ())
+        ),
     )
 
 

@@ -14,7 +14,7 @@ import onnx
 from edgeserve import datatypes
 from edgeserve.errors import ConfigError, did_you_mean
 from edgeserve.manifest import ModelSection, TensorOverride
-from edgeserve.types import Signature, TensorSpec
+from edgeserve.types import Signature, TensorSpec, TiedDim
 
 
 def external_data(model: Path) -> list[str]:
@@ -71,7 +71,20 @@ def read_signature(
                 f"{where}: field `model.inputs.{spec.name}`: axis 0 is the batch axis, which "
                 "[batching] max_batch_size bounds: give -1 there in min_dims and max_dims"
             )
-    return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched)
+    tied = _tied_dims(graph_inputs, batched)
+    return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched, tied=tied)
+
+
+def _tied_dims(values: list[onnx.ValueInfoProto], batched: bool) -> tuple[TiedDim, ...]:
+    """Named dims on more than one input axis: ONNX gives a name one size wherever it appears.
+    A request whose tensors disagree there failed inside the model alone (a 500), and in a
+    batch whose padding evened them out it was answered as if it were right."""
+    axes: dict[str, list[tuple[str, int]]] = {}
+    for value in values:
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.dim_param and not (batched and axis == 0):
+                axes.setdefault(dim.dim_param, []).append((value.name, axis))
+    return tuple(TiedDim(name, tuple(places)) for name, places in axes.items() if len(places) > 1)
 
 
 _SAME_VALUES = {"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose"}

@@ -36,12 +36,23 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
+class TiedDim:
+    """A dim the model names on several input axes (ONNX `dim_param`): one size, whatever it is
+    (`input_ids` and `attention_mask` both [batch, seq])."""
+
+    name: str
+    axes: tuple[tuple[str, int], ...]  # (input, axis), in the model's order
+
+
+@dataclass(frozen=True)
 class Signature:
-    """A model's inputs and outputs, and whether its first axis is a batch axis."""
+    """A model's inputs and outputs, whether its first axis is a batch axis, and the dims its
+    inputs share (the batch axis aside)."""
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     batched: bool
+    tied: tuple[TiedDim, ...] = ()
 
     def input(self, name: str) -> TensorSpec | None:
         return next((spec for spec in self.inputs if spec.name == name), None)

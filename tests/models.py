@@ -242,6 +242,27 @@ def pair_model(path: Path) -> Path:
     return _save(graph, path)
 
 
+def masked_tokens_model(path: Path) -> Path:
+    """`input_ids` and `attention_mask` INT64 [batch, seq] (one named dim, as exported text
+    models have) -> `total` INT64 [batch]: the sum of the ids the mask keeps."""
+    nodes = [
+        helper.make_node("Mul", ["input_ids", "attention_mask"], ["kept"]),
+        helper.make_node("ReduceSum", ["kept", "axes"], ["total"], keepdims=0),
+    ]
+    tokens = ["batch", "seq"]
+    graph = helper.make_graph(
+        nodes,
+        "masked_tokens",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, tokens),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, tokens),
+        ],
+        [helper.make_tensor_value_info("total", TensorProto.INT64, ["batch"])],
+        [numpy_helper.from_array(np.array([1], np.int64), "axes")],
+    )
+    return _save(graph, path)
+
+
 def classifier_model(path: Path, seed: int = 0) -> Path:
     """A conv net with a softmax: pixels FP32 [N, 3, 32, 32] -> probabilities FP32 [N, 10]."""
     return conv_model(

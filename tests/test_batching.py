@@ -547,6 +547,25 @@ async def test_failing_batch_fails_only_its_own_requests() -> None:
 
 
 @in_loop
+async def test_a_batch_the_backend_fails_reruns_its_requests_alone() -> None:
+    """Any backend failure, not only a refused value: the requests beside the one that fails
+    alone get their answers (a non-UTF-8 string failed every request of its batch with a 500)."""
+    model = Affine()
+    async with serving(model, policy(max_batch=4, delay=0.05)) as batcher:
+        bad = tagged(-1.0)  # the same shape: it joins the others' batch
+        results = await asyncio.gather(
+            *(batcher.submit(tagged(float(i)), soon()) for i in range(3)),
+            batcher.submit(bad, soon()),
+            return_exceptions=True,
+        )
+        assert len(model.ran[0]) == 4  # they did share a batch
+        assert isinstance(results[3], BackendError) and "negative input" in str(results[3])
+        for i, result in enumerate(results[:3]):
+            assert isinstance(result, dict)
+            np.testing.assert_array_equal(result["y"], tagged(float(i))["x"] * 2 + 1)
+
+
+@in_loop
 async def test_edgeserve_errors_from_run_batch_pass_through() -> None:
     def refuse(inputs: TensorDict) -> TensorDict:
         raise InvalidInput("tensor `x`: expected values in [0, 1]")

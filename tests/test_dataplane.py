@@ -21,7 +21,7 @@ from edgeserve.http.app import create_app
 from edgeserve.shapes import ShapeProfile, shape_profile
 from edgeserve.stats import ModelStats
 from edgeserve.types import Backend, Signature, TensorDict, TensorSpec
-from tests.models import mlp_model, varlen_model, write_function
+from tests.models import masked_tokens_model, mlp_model, varlen_model, write_function
 from tests.threaded_server import serving as served_over_http
 
 MLP = Signature((TensorSpec("x", "FP32", (-1, 16)),), (TensorSpec("y", "FP32", (-1, 4)),), True)
@@ -262,3 +262,47 @@ def test_size_bounds_are_for_inputs(tmp_path: Path) -> None:
     manifest = VARLEN + "[model.outputs.total]\nmin_dims = [-1]\n"
     with pytest.raises(ConfigError, match="`min_dims` and `max_dims` bound inputs only"):
         build(write_function(tmp_path / "fn", varlen_model, manifest), tmp_path / "b")
+
+
+MASKED = """
+[function]
+name = "masked"
+[model.inputs.input_ids]
+pad_axis = 1
+[model.inputs.attention_mask]
+pad_axis = 1
+[batching]
+max_batch_size = 4
+preferred_batch_sizes = [3]
+max_queue_delay_ms = 500
+"""
+
+
+def test_inputs_sharing_a_named_dim_must_agree_there_and_the_rest_of_the_batch_is_served(
+    tmp_path: Path,
+) -> None:
+    """`input_ids` 3 long with an `attention_mask` 2 long: before, a 500 alone, and in a batch
+    padding made them agree (a 200 with a wrong total) or failed its neighbours too."""
+    bundle = build(write_function(tmp_path / "fn", masked_tokens_model, MASKED), tmp_path / "b")
+    assert [(tie.name, tie.axes) for tie in bundle.signature.tied] == [
+        ("seq", (("input_ids", 1), ("attention_mask", 1)))
+    ]
+    sent = [([1, 2, 3], [1, 1, 0]), ([1, 2, 3], [1, 1]), ([4, 5, 6, 7, 8], [1, 0, 1, 0, 1])]
+
+    async def three_at_once(url: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            posts = [
+                client.post("/invoke", json={"input_ids": [ids], "attention_mask": [mask]})
+                for ids, mask in sent
+            ]
+            return await asyncio.gather(*posts)
+
+    for backend in ("onnxruntime", "openvino"):
+        with served_over_http(create_app(Runtime.load(bundle, backend=backend))) as url:
+            first, mismatched, third = asyncio.run(three_at_once(url))
+        assert (first.status_code, mismatched.status_code, third.status_code) == (200, 400, 200)
+        assert mismatched.json()["error"] == (
+            "inputs `input_ids` axis 1: 3, `attention_mask` axis 1: 2: the model names these "
+            "axes `seq`, one size: expected the same size on each"
+        )
+        assert (first.json()["total"], third.json()["total"]) == ([3], [18])

@@ -167,6 +167,39 @@ def test_model_metadata_config_and_statistics(client: triton.InferenceServerClie
     assert any(b["batch_size"] == 2 for b in stats["batch_stats"])
 
 
+def test_bytes_that_are_not_utf8_are_a_400_for_their_request_alone(url: str) -> None:
+    """ONNX Runtime's Python API takes text: such a string is refused at its own request
+    (before: a 500, for every request of its batch)."""
+    undecodable = np.array([[b"\xff\xfe", b"a", b"b"], [b"c", b"d", b"e"]], dtype=object)
+
+    def request(strings: np.ndarray | None) -> list[triton.InferInput]:
+        inputs = every_input(binary=True)
+        if strings is None:
+            return inputs
+        bad = triton.InferInput("in_BYTES", [2, 3], "BYTES").set_data_from_numpy(strings)
+        return [bad if i.name() == "in_BYTES" else i for i in inputs]
+
+    async def run() -> list[object]:
+        client = triton_aio.InferenceServerClient(url)
+        try:
+            sent = [None, undecodable, None, None]
+            return await asyncio.gather(
+                *(client.infer("identity", request(s)) for s in sent), return_exceptions=True
+            )
+        finally:
+            await client.close()
+
+    good, refused, *others = asyncio.run(run())
+    assert isinstance(refused, InferenceServerException)
+    assert (refused.status(), refused.message()) == (
+        "400",
+        "tensor `in_BYTES`: onnxruntime takes UTF-8 text only",
+    )
+    for result in (good, *others):
+        assert not isinstance(result, BaseException), result
+        np.testing.assert_array_equal(result.as_numpy("out_INT64"), SAMPLES["INT64"])
+
+
 def test_the_aio_client_with_concurrent_requests(url: str) -> None:
     async def run() -> list[np.ndarray]:
         client = triton_aio.InferenceServerClient(url)

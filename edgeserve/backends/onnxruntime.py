@@ -146,11 +146,11 @@ class OnnxRuntime:
     def infer(self, inputs: TensorDict) -> TensorDict:
         if not isinstance(inputs, Staged) and self.shapes.rows:
             inputs = self.assemble([inputs], self._fills)
+        feeds = {} if isinstance(inputs, Staged) else {n: _text(n, a) for n, a in inputs.items()}
         try:
             with self._first_uses.run():
                 if isinstance(inputs, Staged):
                     return inputs.binding.run(len(next(iter(inputs.values()))))
-                feeds = {name: _text(name, array) for name, array in inputs.items()}
                 values = self._session(()).run(self._output_names, feeds)
         except self._invalid_argument as exc:
             raise InvalidInput(f"onnxruntime rejected the inputs: {exc}") from None

@@ -29,7 +29,6 @@ from edgeserve.batching.plan import BatchPolicy, plan_batch
 from edgeserve.batching.rows import batch_key, request_parts, rows_of, split_outputs, stack_rows
 from edgeserve.errors import (
     DeadlineExceeded,
-    InvalidInput,
     PayloadTooLarge,
     Unavailable,
     as_edgeserve_error,
@@ -85,7 +84,7 @@ class Batcher:
         self._waits = WaitMeter()
         self._busy_until: dict[int, float] = {}  # running batch -> its predicted end
         self._run_s: dict[int, float] = {}  # rows -> EWMA of run_batch alone (no hand-off)
-        self._reruns: set[Item] = set()  # items of a refused batch waiting to run one by one
+        self._reruns: set[Item] = set()  # items of a failed batch waiting to run one by one
         self._idle = 0  # workers asleep on an empty queue
         self.door = Door(lambda: self._policy.max_queue_size - self._rows, policy.max_queue_size)
 
@@ -323,7 +322,7 @@ class Batcher:
         self._busy_until[token] = start + Outlook(self._cost.table).cost_of(rows)
         clock = PhaseClock()
         waited_ns = 0
-        alone: list[Item] = []  # to run one by one: the batch failed on one item's values
+        alone: list[Item] = []  # to run one by one: the batch failed, maybe for one item
         try:
             parts = [item.inputs for item in batch]
             if self._inline(rows, INLINE_S):
@@ -341,7 +340,7 @@ class Batcher:
             self._fail(batch, Unavailable("stopped while the request was running"))
             raise
         except Exception as exc:
-            if isinstance(exc, InvalidInput) and len(batch) > 1:
+            if len(batch) > 1:
                 alone = [item for item in batch if not item.future.done()]
             else:
                 self._fail(batch, as_edgeserve_error(exc, f"batch of {rows} rows"))
@@ -356,7 +355,7 @@ class Batcher:
         clock.lap()
         self._report(batch, rows, start + waited_ns / 1e9, clock.times(), ok)
         self._reruns.update(alone)
-        for item in alone:  # the backend refused a value: only its own request gets the 400
+        for item in alone:  # only a request that fails alone gets the error
             self._reruns.discard(item)
             if not item.future.done():  # not withdrawn meanwhile
                 await self._run([item])

@@ -20,7 +20,7 @@ import numpy as np
 from edgeserve import datatypes
 from edgeserve.errors import InvalidInput
 from edgeserve.shapes import UNBOUNDED, ShapeProfile, ShapeRange
-from edgeserve.types import Signature, TensorDict, TensorSpec
+from edgeserve.types import Signature, TensorDict, TensorSpec, TiedDim
 
 
 class InputChecks:
@@ -58,6 +58,8 @@ class InputChecks:
         for spec in self._indexed:
             _check_indices(spec, checked[spec.name])
         self._check_rows(checked)
+        for tie in self.signature.tied:
+            _check_tied(tie, checked)
         return checked
 
     def _checked_one_by_one(self, inputs: TensorDict) -> TensorDict:
@@ -65,6 +67,8 @@ class InputChecks:
         for spec in self._indexed:
             _check_indices(spec, checked[spec.name])
         self._check_rows(checked)
+        for tie in self.signature.tied:
+            _check_tied(tie, checked)
         for name, allowed in self._ranged:
             self._check_range(name, checked[name].shape, allowed)
         return checked
@@ -127,6 +131,16 @@ class _Fits:
             and len(shape) == self.ndim
             and all(map(operator.le, self.low, shape))
             and all(map(operator.le, shape, self.high))
+        )
+
+
+def _check_tied(tie: TiedDim, inputs: TensorDict) -> None:
+    sizes = {(name, axis): inputs[name].shape[axis] for name, axis in tie.axes}
+    if len(set(sizes.values())) > 1:
+        found = ", ".join(f"`{name}` axis {axis}: {size}" for (name, axis), size in sizes.items())
+        raise InvalidInput(
+            f"inputs {found}: the model names these axes `{tie.name}`, one size: expected "
+            "the same size on each"
         )
 
 
