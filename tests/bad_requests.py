@@ -326,6 +326,19 @@ CORPUS: list[Bad] = [
         "request `parameters`: binary_data_output: expected true or false, got 1",
     ),
     Bad(
+        "a request parameter that is an object",
+        with_request(parameters={"tag": {"nested": 1}}),
+        400,
+        "request `parameters`: `tag`: expected a string, number or boolean, got dict",
+    ),
+    Bad(
+        "an output parameter that is null",
+        with_request(outputs=[{"name": "out_FP32", "parameters": {"classification": None}}]),
+        400,
+        "output `out_FP32`: `parameters`: `classification`: expected a string, number or "
+        "boolean, got null",
+    ),
+    Bad(
         "1000 unknown inputs",
         with_request(inputs=[*orjson.loads(v2_body())["inputs"], *MANY_UNKNOWN]),
         400,
@@ -333,6 +346,15 @@ CORPUS: list[Bad] = [
         "and 990 more",
     ),
     Bad("GET on infer", b"", 405, "Method Not Allowed", method="GET"),
+    Bad(  # Triton's 404, not a redirect built from the Host header
+        "metadata with a trailing slash",
+        b"",
+        404,
+        "Not Found",
+        path="/v2/models/identity/",
+        method="GET",
+        headers={"Host": "elsewhere.example"},
+    ),
     # the binary extension: lies in Inference-Header-Content-Length and binary_data_size
     binary_fp32(12, b"\0" * 12, "100000"),
     binary_fp32(12, b"\0" * 12, "-5"),

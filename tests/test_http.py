@@ -160,6 +160,8 @@ def test_model_metadata_and_config_in_triton_shapes(client: httpx.Client) -> Non
     ]
     assert config["dynamic_batching"]["preferred_batch_size"] == [4]
     assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 1000
+    policy = config["dynamic_batching"]["default_queue_policy"]
+    assert policy["allow_timeout_override"] is True  # a request's `timeout` is honoured
     assert config["instance_group"][0]["kind"] == "KIND_CPU"
 
 

@@ -114,7 +114,7 @@ def _dynamic_batching(manifest: Manifest) -> dict[str, Any]:
         "default_queue_policy": {
             "timeout_action": "REJECT",
             "default_timeout_microseconds": round(batching.timeout_ms * 1000),
-            "allow_timeout_override": False,
+            "allow_timeout_override": True,  # a request's `timeout` parameter may shorten it
             "max_queue_size": batching.max_queue_size,
         },
     }

@@ -109,6 +109,7 @@ def create_app(
         exception_handlers={HTTPException: http_exception_handler},
         lifespan=lifespan,
     )
+    rest.router.redirect_slashes = False  # Triton answers 404; a redirect would echo the Host
     credentials = load_credentials(runtime.manifest.auth, os.environ)
     return FunctionApp(InferenceRoutes(runtime, limit, regions), rest, timeouts, credentials)
 

@@ -42,7 +42,7 @@ def decode_request(
     Inputs naming a shared-memory region are read through `read_slice` (None: not served)."""
     json_end = _json_length(body, header_length)
     header = _parse_json(body[:json_end])
-    parameters = _mapping(header.get("parameters", {}), "request `parameters`")
+    parameters = _parameters(header.get("parameters", {}), "request `parameters`")
     binary = memoryview(body)[json_end:]
     inputs: TensorDict = {}
     offset = 0
@@ -98,6 +98,19 @@ def _mapping(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
+def _parameters(value: Any, what: str) -> dict[str, Any]:
+    """A `parameters` object: each value a string, number or boolean (the protocol's
+    `$parameter`; Triton refuses others too)."""
+    parameters = _mapping(value, what)
+    for key, item in parameters.items():
+        if not isinstance(item, str | int | float | bool):
+            raise InvalidInput(
+                f"{what}: `{key}`: expected a string, number or boolean, "
+                f"got {type(item).__name__ if item is not None else 'null'}"
+            )
+    return parameters
+
+
 def _list(value: Any, what: str) -> list[Any]:
     if not isinstance(value, list):
         raise InvalidInput(f"{what}: expected a JSON list, got {type(value).__name__}")
@@ -112,7 +125,7 @@ def _decode_input(
         raise InvalidInput(f"an input: expected a string `name`, got {name!r}")
     datatype = _datatype(name, entry.get("datatype"))
     shape = values.to_shape(entry.get("shape"), f"tensor `{name}`")
-    parameters = _mapping(entry.get("parameters", {}), f"tensor `{name}`: `parameters`")
+    parameters = _parameters(entry.get("parameters", {}), f"tensor `{name}`: `parameters`")
     where = f"tensor `{name}`"
     place = shared_memory_slice(where, parameters)
     if place is not None:
@@ -208,7 +221,7 @@ def _requested_outputs(
         name = entry.get("name")
         if not isinstance(name, str):
             raise InvalidInput(f"a requested output: expected a string `name`, got {name!r}")
-        params = _mapping(entry.get("parameters", {}), f"output `{name}`: `parameters`")
+        params = _parameters(entry.get("parameters", {}), f"output `{name}`: `parameters`")
         if "classification" in params:
             raise InvalidInput(f"output `{name}`: the classification extension is not supported")
         if name in named:
