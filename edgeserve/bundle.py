@@ -88,6 +88,7 @@ def signature_to_json(signature: Signature) -> dict[str, Any]:
             "index_range": None if tensor.index_range is None else list(tensor.index_range),
             "min_dims": None if tensor.min_dims is None else list(tensor.min_dims),
             "max_dims": None if tensor.max_dims is None else list(tensor.max_dims),
+            "labels": list(tensor.labels),
         }
 
     return {
@@ -111,6 +112,7 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
             _index_range(tensor.get("index_range")),
             _dims(tensor.get("min_dims")),
             _dims(tensor.get("max_dims")),
+            tuple(tensor.get("labels", ())),
         )
 
     return Signature(

@@ -67,6 +67,7 @@ class TensorOverride(_Strict):
     pad_value: float = 0.0
     follows: str | None = None  # outputs only: the padded input their pad_axis follows
     ratio: float = Field(default=1.0, gt=0)  # outputs only: length = floor(input length x ratio)
+    labels: str | None = None  # outputs only: a text file of class labels, one a line
 
 
 class ModelSection(_Strict):

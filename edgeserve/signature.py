@@ -144,6 +144,11 @@ def _spec(
             f"{where}: field `{field}`: `follows` and `ratio` describe outputs only "
             "(how an output's length follows a padded input)"
         )
+    if kind == "inputs" and override.labels is not None:
+        raise ConfigError(
+            f"{where}: field `{field}.labels`: labels name an output's classes (the "
+            "classification extension), not an input's"
+        )
     if kind == "outputs" and (override.min_dims or override.max_dims) is not None:
         raise ConfigError(
             f"{where}: field `{field}`: `min_dims` and `max_dims` bound inputs only (the sizes "
@@ -167,7 +172,25 @@ def _spec(
         override.ratio,
         min_dims=low,
         max_dims=high,
+        labels=_labels(f"{field}.labels", override.labels, where),
     )
+
+
+def _labels(field: str, name: str | None, where: Path) -> tuple[str, ...]:
+    """An output's class labels, one a line of a UTF-8 file beside function.toml (Triton's
+    `label_filename`): the classification extension answers `value:index:label`."""
+    if name is None:
+        return ()
+    path = where.parent / name
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(
+            f"{where}: field `{field}`: cannot read {path}: {reason}; expected a text file, "
+            "one class label a line"
+        ) from None
+    return tuple(text.splitlines())
 
 
 def _size_bounds(

@@ -30,6 +30,7 @@ class TensorSpec:
     index_range: tuple[int, int] | None = None  # inputs: the values a lookup table allows
     min_dims: tuple[int, ...] | None = None  # inputs: the smallest size per axis (-1: any)
     max_dims: tuple[int, ...] | None = None  # inputs: the largest size per axis (-1: any)
+    labels: tuple[str, ...] = ()  # outputs: class labels by index (the classification extension)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.dims)}

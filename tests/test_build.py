@@ -125,6 +125,7 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
                 "index_range": None,
                 "min_dims": None,
                 "max_dims": None,
+                "labels": [],
             }
         ],
         "outputs": [
@@ -139,8 +140,10 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
                 "index_range": None,
                 "min_dims": None,
                 "max_dims": None,
+                "labels": [],
             }
         ],
+        "tied": [],
     }
     assert meta["targets"] == {
         "local": {"platform": "cpu", "backends": ["openvino", "onnxruntime"]},

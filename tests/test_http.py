@@ -119,6 +119,7 @@ def test_health_and_server_metadata(client: httpx.Client) -> None:
     assert metadata["name"] == "edgeserve"
     assert metadata["extensions"] == [
         "binary_tensor_data",
+        "classification",
         "model_configuration",
         "model_repository",
         "statistics",

@@ -15,6 +15,7 @@ from edgeserve.types import Signature, TensorSpec
 
 EXTENSIONS = (
     "binary_tensor_data",
+    "classification",
     "model_configuration",
     "model_repository",
     "statistics",

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeserve.datatypes import from_numpy
+from edgeserve.datatypes import DATATYPES, from_numpy
 from edgeserve.errors import InvalidInput
 from edgeserve.sharedmemory import Slice
 from edgeserve.types import Signature, TensorDict
@@ -25,6 +25,7 @@ class RequestedOutput:
     name: str
     binary: bool
     place: Slice | None = None  # written to shared memory, not sent
+    classes: int | None = None  # the classification extension: the top N, as BYTES
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,27 @@ def check_outputs(request: InferRequest, signature: Signature) -> None:
                 f"output `{output.name}`: the model has no such output; "
                 f"its outputs are {sorted(specs)}"
             )
-        if spec.datatype == "BF16" and not output.binary and output.place is None:
+        if output.classes is not None:
+            _check_classification(output, spec.datatype)
+        elif spec.datatype == "BF16" and not output.binary and output.place is None:
             raise _bf16_as_json(output.name)
+
+
+CLASSIFIABLE = frozenset(DATATYPES) - {"BOOL", "BYTES", "BF16"}
+"""Outputs the classification extension ranks: numbers numpy compares."""
+
+
+def _check_classification(output: RequestedOutput, datatype: str) -> None:
+    if datatype not in CLASSIFIABLE:
+        raise InvalidInput(
+            f"output `{output.name}`: parameters.classification: the output is {datatype}; "
+            "classes are ranked from a numeric output"
+        )
+    if output.place is not None:
+        raise InvalidInput(
+            f"output `{output.name}`: parameters.classification: not written to shared memory; "
+            "leave out shared_memory_region for it"
+        )
 
 
 def _bf16_as_json(name: str) -> InvalidInput:
@@ -130,6 +150,9 @@ def response_outputs(
         ]
     datatypes = {spec.name: spec.datatype for spec in signature.outputs}
     wanted = request.outputs
+    if any(o.classes is not None for o in wanted):
+        results = _with_classes(wanted, results, signature)
+        datatypes |= {o.name: "BYTES" for o in wanted if o.classes is not None}
     return [
         OutputTensor(
             o.name,
@@ -140,3 +163,33 @@ def response_outputs(
         )
         for o in wanted
     ]
+
+
+def _with_classes(
+    wanted: tuple[RequestedOutput, ...], results: TensorDict, signature: Signature
+) -> TensorDict:
+    """The outputs asked for as classes replaced by their top N, as Triton's classification
+    extension answers: per row of a batched model, `value:index[:label]` from the highest
+    value down (ties: the lower index first); at most as many as the row has values."""
+    labels = {spec.name: spec.labels for spec in signature.outputs}
+    ranked = dict(results)
+    for output in wanted:
+        if output.classes is not None:
+            values = results[output.name]
+            rows = values.reshape(len(values), -1) if signature.batched else values.reshape(1, -1)
+            top = [_top(row, output.classes, labels[output.name]) for row in rows]
+            ranked[output.name] = np.array(top if signature.batched else top[0], dtype=object)
+    return ranked
+
+
+def _top(row: np.ndarray, count: int, labels: tuple[str, ...]) -> list[bytes]:
+    width = len(row)
+    order = (width - 1 - np.argsort(row[::-1], kind="stable"))[::-1][:count]
+    float_values = row.dtype.kind == "f"
+    found = []
+    for index in order.tolist():
+        value = row[index]
+        text = f"{value:f}" if float_values else str(int(value))  # as C++'s std::to_string
+        label = f":{labels[index]}" if index < len(labels) else ""
+        found.append(f"{text}:{index}{label}".encode())
+    return found

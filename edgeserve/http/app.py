@@ -6,10 +6,10 @@ errors) is a Starlette app. Status codes
 follow Triton except where noted at the route.
 
 Not served (Triton has them): response compression by Accept-Encoding (request bodies may be
-gzip or deflate), raw binary requests (Inference-Header-Content-Length: 0), classification,
-trace and logging extensions. System shared memory is served (`sharedmemory.py`); the
-repository extension lists the one function and answers model control as `repository.py`
-explains.
+gzip or deflate), raw binary requests (Inference-Header-Content-Length: 0), trace and logging
+extensions. The classification extension is `dataplane.requests`'. System shared memory is
+served (`sharedmemory.py`); the repository extension lists the one function and answers model
+control as `repository.py` explains.
 """
 
 from __future__ import annotations

@@ -222,15 +222,26 @@ def _requested_outputs(
         if not isinstance(name, str):
             raise InvalidInput(f"a requested output: expected a string `name`, got {name!r}")
         params = _parameters(entry.get("parameters", {}), f"output `{name}`: `parameters`")
-        if "classification" in params:
-            raise InvalidInput(f"output `{name}`: the classification extension is not supported")
         if name in named:
             raise InvalidInput(f"output `{name}`: requested twice in `outputs`")
         named.add(name)
         place = shared_memory_slice(f"output `{name}`", params)
         binary = _flag(params, "binary_data", default, f"output `{name}`: `parameters`")
-        outputs.append(RequestedOutput(name, binary, place))
+        outputs.append(RequestedOutput(name, binary, place, _classes(name, params)))
     return tuple(outputs)
+
+
+def _classes(name: str, parameters: Mapping[str, Any]) -> int | None:
+    """The classification extension's count: the top N classes of the output, as BYTES."""
+    count = parameters.get("classification")
+    if count is None:
+        return None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidInput(
+            f"output `{name}`: parameters.classification: expected a count of classes >= 1, "
+            f"got {count!r}"
+        )
+    return count
 
 
 def _flag(parameters: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
