@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import tomllib
 from pathlib import Path
@@ -218,3 +219,17 @@ def test_tune_shows_its_sweep_live_on_a_terminal(tmp_path: Path) -> None:
     assert "tune: max_batch 4, delay 1 ms" in output and "1/2" in output  # the live line
     assert "not written" in output
     assert (source / "function.toml").read_text() == MANIFEST
+
+
+def test_tune_counts_the_items_of_invoke_samples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The samples `init` writes are /invoke payloads, whose rows only the server counts: every
+    candidate showed 0 items/s (and the choice fell to p99 alone) while `bench` was right."""
+    source = mlp_source(tmp_path)
+    (source / "samples").mkdir()
+    (source / "samples" / "request.json").write_text(json.dumps({"x": [[0.5] * 16]}))
+    assert main([*tune_argv(source, "0,1"), "--preferred", "none", "--dry-run"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    rows = [row for row in rows if row and row[0] == "4"]  # max_batch 4: the candidates' rows
+    assert len(rows) == 2 and all(float(row[4]) > 0 for row in rows), rows
