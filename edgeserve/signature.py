@@ -22,7 +22,7 @@ def external_data(model: Path) -> list[str]:
     its folder; ConfigError for one outside that folder or missing."""
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
-    proto = onnx.load(str(model), load_external_data=False)
+    proto = _load(model)
     locations = sorted(
         {
             ExternalDataInfo(tensor).location
@@ -40,6 +40,16 @@ def external_data(model: Path) -> list[str]:
     return locations
 
 
+def _load(model_path: Path) -> onnx.ModelProto:
+    """The model's graph without its weights; ConfigError for a file that is not ONNX."""
+    try:
+        return onnx.load(str(model_path), load_external_data=False)
+    except FileNotFoundError:
+        raise ConfigError(f"{model_path}: model file not found ([model] path)") from None
+    except Exception as exc:  # onnx raises DecodeError, ValueError, ...: all mean "not ONNX"
+        raise ConfigError(f"{model_path}: not a readable ONNX model: {exc}") from None
+
+
 def read_signature(
     model_path: Path, section: ModelSection, manifest: Path | None = None
 ) -> Signature:
@@ -47,13 +57,7 @@ def read_signature(
 
     `manifest`: the function.toml the overrides came from, named in errors about them.
     """
-    try:
-        model = onnx.load(str(model_path), load_external_data=False)
-    except FileNotFoundError:
-        raise ConfigError(f"{model_path}: model file not found ([model] path)") from None
-    except Exception as exc:  # onnx raises DecodeError, ValueError, ...: all mean "not ONNX"
-        raise ConfigError(f"{model_path}: not a readable ONNX model: {exc}") from None
-    graph = model.graph
+    graph = _load(model_path).graph
     initializers = {init.name for init in graph.initializer}
     where = manifest or model_path
     graph_inputs = [v for v in graph.input if v.name not in initializers]

@@ -297,3 +297,19 @@ def test_init_takes_a_models_external_weights_along(
     assert (dest / "pair.weights").read_bytes() == (home / "pair.weights").read_bytes()
     bundle = build(dest, tmp_path / "out")
     assert "model/pair.weights" in bundle.metadata["files"]
+
+
+@pytest.mark.parametrize("how", ["--model", "in the folder"])
+def test_init_says_a_file_that_is_not_onnx_is_not_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    """It crashed with protobuf's DecodeError and a traceback; now the line `build` gives."""
+    home = tmp_path / ("mine" if how == "--model" else "fn")
+    home.mkdir()
+    (home / "bad.onnx").write_bytes(b"this is not an ONNX model\n" * 4)
+    dest = tmp_path / "fn"
+    argv = ["init", str(dest), *(["--model", str(home / "bad.onnx")] if how == "--model" else [])]
+    assert main(argv) == 2
+    error = " ".join(capsys.readouterr().err.split())
+    assert error.startswith(f"error: {home / 'bad.onnx'}: not a readable ONNX model: "), error
+    assert not (dest / "function.toml").exists()
