@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import httpx
@@ -253,6 +254,31 @@ def test_the_manifest_reference_names_every_key_of_the_schema() -> None:
             assert re.search(written, text, re.MULTILINE), f"{section}.{key}"
     for key in TensorOverride.model_fields:
         assert re.search(rf"^    {key} = ", text, re.MULTILINE), key
+
+
+def test_the_manifest_reference_shows_defaults_or_says_optional() -> None:
+    """A value shown for a key is its default, unless the key has none and its comment says
+    `optional` (`max_abs_diff = 0.05` read as a default that the schema does not have)."""
+    from edgeserve.manifest import Manifest
+
+    text, section, shown = _run("help", "manifest").stdout, "", []
+    for line in text.splitlines():  # the keys of each section, before its sub-tables
+        if heading := re.match(r"^## \[(\w+)\]", line):
+            section = heading[1]
+        elif line.startswith("    ["):
+            section = ""
+        elif (key := re.match(r"^    (\w+) = (.+?)\s*(#.*)?$", line)) and section:
+            shown.append((section, *key.groups()))
+    for section, key, value, comment in shown:
+        field = getattr(Manifest.model_fields[section].annotation, "model_fields", {})[key]
+        if field.is_required():
+            continue
+        if field.default is None:
+            assert (comment or "").startswith("# optional"), f"{section}.{key}: {comment}"
+            continue
+        default = list(field.default) if isinstance(field.default, tuple) else field.default
+        assert tomllib.loads(f"v = {value}")["v"] == default, f"{section}.{key} = {value}"
+    assert ("backend", "max_abs_diff") in {(section, key) for section, key, *_ in shown}
 
 
 def test_cache_list_and_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
