@@ -35,7 +35,7 @@ from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.precision import PrecisionCheck, check_precision
 from edgeserve.profiles import load_target, target_name
-from edgeserve.signature import external_data, read_signature
+from edgeserve.signature import check_max_batch_size, external_data, read_signature
 from edgeserve.types import Signature
 
 RUNTIME_PACKAGES = (
@@ -118,6 +118,7 @@ def plan_build(
     manifest = load_manifest(source)
     model = _model_file(source, manifest)
     signature = read_signature(model, manifest.model, source / MANIFEST_NAME)
+    check_max_batch_size(signature, manifest.batching, source / MANIFEST_NAME)
     model_dest = f"model/{model.name}"
     copies = [(MANIFEST_NAME, source / MANIFEST_NAME), (model_dest, model)]
     copies += _external_data_copies(model) + _handler_copy(source, manifest)

@@ -53,8 +53,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     name, digest = bundle.manifest.function.name, bundle.content_hash[:12]
     _say("built", "green", f"{name} -> {bundle.root}  hash {digest}")
     if not bundle.signature.batched:
-        fixed = [spec.name for spec in bundle.signature.inputs + bundle.signature.outputs
-                 if not spec.dims or spec.dims[0] != -1]  # fmt: skip
+        fixed = [spec.name for spec in bundle.signature.fixed_first_dims()]
         _say(
             "batching off:", "yellow", f"{', '.join(fixed)} has no dynamic first dim, so every "
             "request runs alone (export the model with a dynamic batch axis to batch)",

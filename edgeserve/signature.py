@@ -13,7 +13,7 @@ import onnx
 
 from edgeserve import datatypes
 from edgeserve.errors import ConfigError, did_you_mean
-from edgeserve.manifest import ModelSection, TensorOverride
+from edgeserve.manifest import BatchingSection, ModelSection, TensorOverride
 from edgeserve.types import Signature, TensorSpec, TiedDim
 
 
@@ -89,6 +89,22 @@ def _tied_dims(values: list[onnx.ValueInfoProto], batched: bool) -> tuple[TiedDi
             if dim.dim_param and not (batched and axis == 0):
                 axes.setdefault(dim.dim_param, []).append((value.name, axis))
     return tuple(TiedDim(name, tuple(places)) for name, places in axes.items() if len(places) > 1)
+
+
+def check_max_batch_size(signature: Signature, batching: BatchingSection, manifest: Path) -> None:
+    """Refuse a max_batch_size written for a model that cannot batch, as Triton refuses to load
+    one: it could only be ignored, and the function would not batch as its manifest says."""
+    if signature.batched or "max_batch_size" not in batching.model_fields_set:
+        return
+    if batching.max_batch_size == 0:
+        return
+    fixed = ", ".join(f"{spec.name} {list(spec.dims)}" for spec in signature.fixed_first_dims())
+    raise ConfigError(
+        f"{manifest}: field `batching.max_batch_size`: found {batching.max_batch_size}, but the "
+        f"model cannot batch ({fixed}: no dynamic first dim); expected 0. Hint: set "
+        "[batching] max_batch_size = 0 (every request runs alone), or export the model with a "
+        "dynamic first dim to batch"
+    )
 
 
 _SAME_VALUES = {"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose"}

@@ -58,6 +58,10 @@ class Signature:
     def input(self, name: str) -> TensorSpec | None:
         return next((spec for spec in self.inputs if spec.name == name), None)
 
+    def fixed_first_dims(self) -> tuple[TensorSpec, ...]:
+        """The tensors whose first dim is not dynamic: any one keeps the model from batching."""
+        return tuple(spec for spec in self.inputs + self.outputs if spec.dims[:1] != (-1,))
+
 
 class ComputeTimes(NamedTuple):
     """One model execution in Triton's three phases (ns): gathering the batch's inputs,

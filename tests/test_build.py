@@ -295,6 +295,31 @@ def test_a_model_with_a_fixed_batch_dim_is_recorded_unbatched(tmp_path: Path) ->
     assert Bundle.open(bundle.root).signature == bundle.signature
 
 
+@pytest.mark.parametrize(
+    "written", ["", "max_batch_size = 0\n", "max_batch_size = 8\n"], ids=["left out", "0", "8"]
+)
+def test_a_max_batch_size_for_a_model_that_cannot_batch_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], written: str
+) -> None:
+    """Triton refuses max_batch_size > 0 for a model without a dynamic first dim; edgeserve
+    built it, said only "batching off", and served every request alone."""
+    manifest = f'[function]\nname = "fixed"\n[batching]\n{written}'
+    folder = write_function(tmp_path / "fixed", lambda path: mlp_model(path, batch=1), manifest)
+    code = main(["build", str(folder), "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    if written != "max_batch_size = 8\n":  # left out, or 0: built, batching off, no error
+        assert code == 0 and captured.err == ""
+        assert "batching off: x, y has no dynamic first dim" in captured.out
+        return
+    assert code == 2 and not (tmp_path / "out").exists()
+    assert " ".join(captured.err.split()) == (
+        f"error: {folder / 'function.toml'}: field `batching.max_batch_size`: found 8, but the "
+        "model cannot batch (x [1, 16], y [1, 4]: no dynamic first dim); expected 0. Hint: set "
+        "[batching] max_batch_size = 0 (every request runs alone), or export the model with a "
+        "dynamic first dim to batch"
+    )
+
+
 def test_a_pad_axis_from_the_manifest_is_recorded(tmp_path: Path) -> None:
     manifest = '[function]\nname = "v"\n[model.inputs.x]\npad_axis = 1\npad_value = -1.0\n'
     bundle = build(write_function(tmp_path / "v", varlen_model, manifest), tmp_path / "out" / "v")
