@@ -1,8 +1,9 @@
 """`edgeserve tune SRC`: sweep the batching settings against a latency budget and keep the best.
 
 Model Analyzer's method in short windows: every candidate (max_batch_size, preferred sizes,
-max_queue_delay_ms, instances and, when asked, the inference processes per device) is served
-from a scratch copy of the function and measured by `edgeserve bench` at one closed-loop
+max_queue_delay_ms, instances and, when asked, the inference processes per device) is built
+from a scratch copy of the function into a scratch bundle (never the bundle cache, whose other
+bundles two dozen candidates would evict) and measured by `edgeserve bench` at one closed-loop
 concurrency; the candidate with the most items/s whose p99 stays within the budget (and that
 failed no request) wins, and its settings are written into the function's manifest: only those
 keys change ([batching], and [resources] processes_per_device), the rest of the file is kept as
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import tomlkit
 from tomlkit.items import Array, Item, Table
 
+from edgeserve.builder import plan_build, write_bundle
 from edgeserve.errors import ConfigError, EdgeserveError
 from edgeserve.manifest import MANIFEST_NAME, load_manifest
 
@@ -83,6 +85,7 @@ class TuneResult:
 
 
 Measure = Callable[[Path, int, float], Trial]
+"""Measures a candidate's bundle folder at a concurrency, in windows of so many seconds."""
 
 
 def candidates(
@@ -196,7 +199,11 @@ def tune(
 def _trial(
     source: Path, candidate: Candidate, concurrency: int, window_s: float, run: Measure
 ) -> Trial:
-    """Serve a scratch copy of the function with the candidate's settings and measure it."""
+    """Serve a scratch copy of the function with the candidate's settings and measure it.
+
+    Its bundle is built beside the copy, not in the bundle cache: a sweep's two dozen
+    candidates would evict the user's own bundles there, and none is of use after the sweep.
+    """
     with tempfile.TemporaryDirectory(prefix="edgeserve-tune-") as scratch:
         folder = Path(scratch) / source.resolve().name
         shutil.copytree(source, folder, ignore=shutil.ignore_patterns("build", "dist", ".*"))
@@ -204,17 +211,17 @@ def _trial(
         text = update_sections(manifest.read_text(encoding="utf-8"), candidate.sections())
         manifest.write_text(text, encoding="utf-8")
         try:
-            load_manifest(folder)
-            trial = run(folder, concurrency, window_s)
+            bundle = write_bundle(plan_build(folder), Path(scratch) / "bundle")
+            trial = run(bundle.root, concurrency, window_s)
         except EdgeserveError as exc:
             return Trial(candidate, 0.0, float("inf"), -1, exc.message)
     return Trial(candidate, trial.items_per_s, trial.p99_ms, trial.errors, trial.failure)
 
 
-def _bench(folder: Path, concurrency: int, window_s: float) -> Trial:
+def _bench(bundle: Path, concurrency: int, window_s: float) -> Trial:
     from edgeserve.bench import bench
 
-    report = bench(str(folder), concurrency=(concurrency,), window_s=window_s, max_windows=3)
+    report = bench(str(bundle), concurrency=(concurrency,), window_s=window_s, max_windows=3)
     result = report.results[0]
     client = result.client
     placeholder = Candidate(0, (), 0.0, 0)  # _trial puts the real candidate in

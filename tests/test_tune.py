@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from edgeserve.builder import open_or_build
 from edgeserve.cli import main
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import load_manifest
@@ -233,3 +234,20 @@ def test_tune_counts_the_items_of_invoke_samples(
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     rows = [row for row in rows if row and row[0] == "4"]  # max_batch 4: the candidates' rows
     assert len(rows) == 2 and all(float(row[4]) > 0 for row in rows), rows
+
+
+def test_tune_leaves_the_bundle_cache_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each candidate's bundle went into the cache, whose cap (here 1) then evicted the user's
+    own bundles; candidates are now built outside it."""
+    monkeypatch.setenv("EDGESERVE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("EDGESERVE_CACHE_MAX_BUNDLES", "1")
+    mine = open_or_build(mlp_source(tmp_path / "mine")).root  # the user's served function
+    source = mlp_source(tmp_path)
+    assert main([*tune_argv(source, "0,1"), "--preferred", "none", "--dry-run"]) == 0
+    capsys.readouterr()
+    assert main(["cache", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert listed.startswith("1 bundles in ") and mine.name in listed
+    assert [path.name for path in (tmp_path / "cache" / "bundles").iterdir()] == [mine.name]
