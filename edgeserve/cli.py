@@ -270,18 +270,34 @@ def _cmd_engine(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from edgeserve.progress import progress_display
-    from edgeserve.tune import Candidate, candidates, failure_reason, render_table, tune
+    from edgeserve.tune import (
+        Candidate,
+        candidates,
+        failure_reason,
+        render_table,
+        tune,
+        unbatchable_model,
+    )
 
     per_device = args.processes_per_device or [None]
+    fixed = unbatchable_model(Path(args.source))
     grid = candidates(
-        args.max_batch, args.delay_ms, args.instances, args.preferred.split(","), per_device
-    )
+        args.max_batch, args.delay_ms, args.instances, args.preferred.split(","), per_device,
+        batched=not fixed,
+    )  # fmt: skip
+    if fixed:
+        _say(
+            "no batching:", "yellow", f"{fixed} has no dynamic first dim, so the model cannot "
+            "batch; tune sweeps instances alone and writes no batch size",
+        )  # fmt: skip
     with progress_display(err_console) as progress:
         task = progress.add_task("tune", total=len(grid))
 
         def on_trial(index: int, candidate: Candidate) -> None:
             settings = (
                 f"max_batch {candidate.max_batch_size}, delay {candidate.max_queue_delay_ms:g} ms"
+                if candidate.max_batch_size
+                else f"instances {candidate.instances}"
             )
             if candidate.processes_per_device:
                 settings += f", {candidate.processes_per_device} per device"

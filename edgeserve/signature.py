@@ -91,6 +91,11 @@ def _tied_dims(values: list[onnx.ValueInfoProto], batched: bool) -> tuple[TiedDi
     return tuple(TiedDim(name, tuple(places)) for name, places in axes.items() if len(places) > 1)
 
 
+def unbatchable(signature: Signature) -> str:
+    """The tensors that keep the model from batching, as "x [1, 16], y [1, 4]" ("": none)."""
+    return ", ".join(f"{spec.name} {list(spec.dims)}" for spec in signature.fixed_first_dims())
+
+
 def check_max_batch_size(signature: Signature, batching: BatchingSection, manifest: Path) -> None:
     """Refuse a max_batch_size written for a model that cannot batch, as Triton refuses to load
     one: it could only be ignored, and the function would not batch as its manifest says."""
@@ -98,12 +103,11 @@ def check_max_batch_size(signature: Signature, batching: BatchingSection, manife
         return
     if batching.max_batch_size == 0:
         return
-    fixed = ", ".join(f"{spec.name} {list(spec.dims)}" for spec in signature.fixed_first_dims())
     raise ConfigError(
         f"{manifest}: field `batching.max_batch_size`: found {batching.max_batch_size}, but the "
-        f"model cannot batch ({fixed}: no dynamic first dim); expected 0. Hint: set "
-        "[batching] max_batch_size = 0 (every request runs alone), or export the model with a "
-        "dynamic first dim to batch"
+        f"model cannot batch ({unbatchable(signature)}: no dynamic first dim); expected 0. "
+        "Hint: set [batching] max_batch_size = 0 (every request runs alone), or export the "
+        "model with a dynamic first dim to batch"
     )
 
 

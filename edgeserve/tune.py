@@ -27,6 +27,7 @@ from tomlkit.items import Array, Item, Table
 from edgeserve.builder import plan_build, write_bundle
 from edgeserve.errors import ConfigError, EdgeserveError
 from edgeserve.manifest import MANIFEST_NAME, load_manifest
+from edgeserve.signature import unbatchable
 
 if TYPE_CHECKING:
     from rich.table import Table as RichTable
@@ -38,6 +39,9 @@ PREFERRED_MODES = ("none", "pow2")
 
 @dataclass(frozen=True)
 class Candidate:
+    """One setting of the sweep; max_batch_size 0: the model cannot batch, so only instances
+    (and processes per device) are set, and no batch size is ever written for it."""
+
     max_batch_size: int
     preferred_batch_sizes: tuple[int, ...]
     max_queue_delay_ms: float
@@ -46,6 +50,8 @@ class Candidate:
 
     def settings(self) -> dict[str, Any]:
         """The [batching] keys."""
+        if not self.max_batch_size:
+            return {"instances": self.instances}
         return {
             "max_batch_size": self.max_batch_size,
             "preferred_batch_sizes": list(self.preferred_batch_sizes),
@@ -94,9 +100,11 @@ def candidates(
     instances: Sequence[int],
     preferred: Sequence[str] = PREFERRED_MODES,
     per_device: Sequence[int | None] = (None,),
+    batched: bool = True,
 ) -> list[Candidate]:
     """The grid; `preferred` modes: "none" (batches close at max_batch_size) or "pow2";
-    `per_device`: inference processes per device (None: the manifest's)."""
+    `per_device`: inference processes per device (None: the manifest's); not `batched`: the
+    model cannot batch, so instances and processes alone are swept."""
     unknown = set(preferred) - set(PREFERRED_MODES)
     if (
         unknown
@@ -110,6 +118,8 @@ def candidates(
             f"and preferred in {PREFERRED_MODES}, got {list(max_batch)}, {list(instances)}, "
             f"{list(per_device)}, {list(preferred)}"
         )
+    if not batched:
+        max_batch, preferred, delays_ms = [0], ["none"], [0.0]
     grid = []
     product = itertools.product(max_batch, preferred, delays_ms, instances, per_device)
     for size, mode, delay, count, processes in product:
@@ -120,6 +130,11 @@ def candidates(
         )
         grid.append(Candidate(size, sizes, float(delay), count, processes))
     return list(dict.fromkeys(grid))  # pow2 of max_batch 1 equals none
+
+
+def unbatchable_model(source: Path) -> str:
+    """The tensors that keep the function's model from batching ("x [1, 16]"), or ""."""
+    return unbatchable(plan_build(source).signature)
 
 
 def choose(trials: Sequence[Trial], budget_ms: float) -> Trial | None:
@@ -266,8 +281,10 @@ def render_table(result: TuneResult, concurrency: int) -> RichTable:
         c = trial.candidate
         over = "over" if trial.p99_ms > result.budget_ms else ""
         mark = "chosen" if trial is result.best else over
-        cells = [str(c.max_batch_size), ",".join(map(str, c.preferred_batch_sizes)) or "-",
-                 f"{c.max_queue_delay_ms:g}", str(c.instances)]  # fmt: skip
+        batches = c.max_batch_size > 0  # else the model cannot batch: no size, no delay
+        cells = [str(c.max_batch_size) if batches else "-",
+                 ",".join(map(str, c.preferred_batch_sizes)) or "-",
+                 f"{c.max_queue_delay_ms:g}" if batches else "-", str(c.instances)]  # fmt: skip
         cells += [str(c.processes_per_device or "-")] if swept else []
         table.add_row(
             *cells, f"{trial.items_per_s:.0f}", f"{trial.p99_ms:.1f}",

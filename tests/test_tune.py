@@ -251,3 +251,25 @@ def test_tune_leaves_the_bundle_cache_as_it_was(
     listed = capsys.readouterr().out
     assert listed.startswith("1 bundles in ") and mine.name in listed
     assert [path.name for path in (tmp_path / "cache" / "bundles").iterdir()] == [mine.name]
+
+
+def test_tune_sweeps_instances_alone_for_a_model_that_cannot_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fixed first dims (served with max_batch_size 0): tune measured the same server for every
+    batch size and delay, then wrote `max_batch_size = 4` into the manifest."""
+    source = tmp_path / "fixed"
+    mlp_model(source / "model.onnx", batch=1)
+    (source / "function.toml").write_text('[function]\nname = "fixed"\n')
+    argv = [*tune_argv(source, "0,1"), "--preferred", "none,pow2", "--instances", "1,2"]
+    assert main(argv) == 0  # the last --instances counts
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split()[:4] for line in lines if line.split()[:1] == ["-"]]
+    assert rows == [["-", "-", "-", "1"], ["-", "-", "-", "2"]]  # two candidates, not eight
+    out = " ".join(" ".join(lines).split())
+    assert "no batching: x [1, 16], y [1, 4] has no dynamic first dim" in out
+    assert "writes no batch size" in out
+    written = tomllib.loads((source / "function.toml").read_text())["batching"]
+    assert set(written) == {"instances"}  # no max_batch_size, preferred sizes nor delay
+    assert f"best: instances={written['instances']} written to" in out
+    assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
