@@ -2,7 +2,8 @@
 
 `[backend] precision = "auto"` lets OpenVINO compute in bf16 where the CPU has it (AMX,
 AVX512-BF16): several times faster, with outputs that drift from fp32. `build` runs the
-function's samples (or, without usable samples, seeded random inputs) through OpenVINO at fp32
+function's samples (v2 requests; /invoke payloads where there is no handler to read them; images
+through the handler) or, where none fits, seeded random inputs through OpenVINO at fp32
 and at the manifest's precision, reports the largest absolute output difference, and refuses
 the bundle when it exceeds `[backend] max_abs_diff`.
 """
@@ -18,11 +19,18 @@ from typing import Any
 import numpy as np
 import orjson
 
-from edgeserve.errors import ConfigError, EdgeserveError
+from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput
 from edgeserve.handler import import_handler
 from edgeserve.manifest import Manifest
-from edgeserve.samples import IMAGE_TYPES, example_inputs, sample_files, v2_inputs
+from edgeserve.samples import (
+    IMAGE_TYPES,
+    example_inputs,
+    is_v2_request,
+    sample_files,
+    v2_inputs,
+)
 from edgeserve.types import Context, Signature, TensorDict
+from edgeserve.values import spec_array
 
 log = logging.getLogger("edgeserve")
 
@@ -99,35 +107,55 @@ def _run(
 
 def _inputs(source: Path, manifest: Manifest, signature: Signature) -> tuple[list[TensorDict], str]:
     samples = source / "samples"
-    batches = _sample_batches(samples, manifest, signature, source) if samples.is_dir() else []
+    files = sample_files(samples) if samples.is_dir() else []
+    batches = _sample_batches(files, manifest, signature, source)
     if batches:
         return batches, f"{len(batches)} samples"
     random = example_inputs(signature, RANDOM_ROWS, np.random.default_rng(0))
-    return [random], "random inputs (no usable samples/)"
+    why = "no file in samples/ holds the model's inputs" if files else "no samples/"
+    return [random], f"random inputs ({why})"
 
 
 def _sample_batches(
-    samples: Path, manifest: Manifest, signature: Signature, source: Path
+    files: list[Path], manifest: Manifest, signature: Signature, source: Path
 ) -> list[TensorDict]:
-    """v2 JSON infer requests as they are; images through the handler's preprocess."""
+    """JSON samples' tensors as they are; images through the handler's preprocess."""
     batches = []
-    for path in sample_files(samples):
+    for path in files:
         if path.suffix == ".json":
-            batch = _v2_request(path)
+            batch = _json_tensors(path, manifest, signature)
         elif path.suffix.lower() in IMAGE_TYPES and manifest.handler.module:
             batch = _preprocessed(path, manifest, signature, source)
         else:
             continue
-        if batch and set(batch) == {spec.name for spec in signature.inputs}:
+        if batch and _fits(batch, signature):
             batches.append(batch)
     return batches
 
 
-def _v2_request(path: Path) -> TensorDict | None:
+def _json_tensors(path: Path, manifest: Manifest, signature: Signature) -> TensorDict | None:
+    """A v2 request's tensors; without a handler an /invoke payload's too (`init` writes one):
+    /invoke then hands the model its JSON as the inputs."""
+    names = {spec.name for spec in signature.inputs}
     try:
-        return v2_inputs(orjson.loads(path.read_bytes()))[0]
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        return None  # an /invoke payload or something else: not a tensor sample
+        payload = orjson.loads(path.read_bytes())
+        if is_v2_request(payload):
+            return v2_inputs(payload)[0]
+        if manifest.handler.module is None and isinstance(payload, dict) and set(payload) == names:
+            return {spec.name: spec_array(spec, payload[spec.name]) for spec in signature.inputs}
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, InvalidInput):
+        pass  # not a tensor sample, or not one of this model's
+    return None
+
+
+def _fits(batch: TensorDict, signature: Signature) -> bool:
+    """The model's inputs, each of a shape its dims allow (-1: any size)."""
+    specs = {spec.name: spec for spec in signature.inputs}
+    return set(batch) == set(specs) and all(
+        len(value.shape) == len(specs[name].dims)
+        and all(dim in (-1, size) for dim, size in zip(specs[name].dims, value.shape, strict=True))
+        for name, value in batch.items()
+    )
 
 
 def _preprocessed(

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from edgeserve import datatypes, values
 from edgeserve.backends import choose, default_device, load_backend, probe
 from edgeserve.batching import ONE_REQUEST, REQUEST_NUMBERS, BatchPolicy
 from edgeserve.dataplane.checks import InputChecks, check_names
@@ -30,7 +29,8 @@ from edgeserve.handler import check_items, import_handler
 from edgeserve.memory import trim_when_idle
 from edgeserve.shapes import shape_profile
 from edgeserve.stats import ModelStats
-from edgeserve.types import Context, TensorDict, TensorSpec
+from edgeserve.types import Context, TensorDict
+from edgeserve.values import spec_array
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
@@ -284,7 +284,7 @@ class Runtime:
                 f"got {type(payload).__name__}"
             )
         check_names(self.signature, payload)
-        return {spec.name: _tensor(spec, payload[spec.name]) for spec in self.signature.inputs}
+        return {spec.name: spec_array(spec, payload[spec.name]) for spec in self.signature.inputs}
 
     def _arrival(self, arrived: float | None, timeout_s: float | None = None) -> _Arrival:
         arrived = time.monotonic() if arrived is None else arrived
@@ -315,15 +315,6 @@ class _Arrival(NamedTuple):
 
     arrived: float
     deadline: float
-
-
-def _tensor(spec: TensorSpec, value: Any) -> np.ndarray:
-    """An `/invoke` value: a numpy array (msgpack ext) as sent, nested lists typed as the spec's."""
-    if isinstance(value, np.ndarray):
-        return value
-    datatype = datatypes.DATATYPES[spec.datatype]
-    where = f"tensor `{spec.name}`: {spec.datatype} {list(spec.dims)}"
-    return values.to_array(value, datatype, where, max_depth=len(spec.dims))
 
 
 async def _all_or_none(work: Iterable[Awaitable[T]]) -> list[T]:

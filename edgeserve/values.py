@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from edgeserve.datatypes import Datatype
+from edgeserve.datatypes import DATATYPES, Datatype
 from edgeserve.errors import InvalidInput
+from edgeserve.types import TensorSpec
 
 MAX_ELEMENTS = 2**48
 """The most elements a client's shape may describe, zero dims aside (numpy refuses shapes whose
@@ -98,6 +99,14 @@ def to_array(data: Any, datatype: Datatype, where: str, max_depth: int) -> np.nd
         array[:] = [item.encode("utf-8") if isinstance(item, str) else item for item in flat]
         return array.reshape(dims)
     return _numbers(flat, datatype, where).reshape(dims)
+
+
+def spec_array(spec: TensorSpec, value: Any) -> np.ndarray:
+    """An `/invoke` value: a numpy array (msgpack ext) as sent, nested lists typed as the spec's."""
+    if isinstance(value, np.ndarray):
+        return value
+    where = f"tensor `{spec.name}`: {spec.datatype} {list(spec.dims)}"
+    return to_array(value, DATATYPES[spec.datatype], where, max_depth=len(spec.dims))
 
 
 def to_shape(value: Any, where: str) -> tuple[int, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -112,3 +113,25 @@ def test_the_default_is_auto_and_only_targets_running_openvino_are_measured(
     build(folder, tmp_path / "lambda", targets=("aws-lambda",), report=reported.append)
     build(folder, tmp_path / "ort", backend="onnxruntime", report=reported.append)
     assert len(reported) == 1  # ONNX Runtime alone: nothing to compare
+
+
+def test_the_invoke_sample_init_writes_is_what_the_check_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`init` writes samples/request.json as an /invoke payload; the check ran random inputs
+    beside it, "no usable samples/". Without a handler that payload is the model's inputs;
+    with one it is the handler's, and the line says why the samples were not used."""
+    folder = tmp_path / "conv"
+    assert main(["init", str(folder), "--model", str(conv_model(tmp_path / "conv.onnx"))]) == 0
+    assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert re.search(r"outputs differ from fp32 by at most \S+ on 1 samples \(", printed), printed
+    (folder / "handler.py").write_text(
+        "import numpy as np\n\ndef preprocess(payload, ctx):\n"
+        '    return [{"image": np.asarray(row, np.float32)} for row in payload["image"]]\n'
+    )
+    with (folder / "function.toml").open("a") as manifest_file:
+        manifest_file.write('\n[handler]\nmodule = "handler"\n')
+    assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "on random inputs (no file in samples/ holds the model's inputs)" in printed
