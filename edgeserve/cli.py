@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -115,6 +116,12 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
 
 
 def _invoke_body(args: argparse.Namespace) -> tuple[bytes, str]:
+    if args.payload is not None:
+        raise ConfigError(
+            f"invoke: unexpected argument {args.payload!r} after the URL; expected the payload "
+            f"as --json TEXT or --file PATH. Hint: edgeserve invoke {args.url} --json "
+            f"{shlex.quote(args.payload)}"
+        )
     if args.json is not None:
         return args.json.encode(), "application/json"
     if args.file is not None:

@@ -230,6 +230,17 @@ def test_invoke_says_what_is_wrong_with_its_own_arguments(argv: list[str], words
     assert "Traceback" not in done.stderr
 
 
+def test_invoke_with_the_payload_as_an_argument_points_at_json() -> None:
+    """It printed the top-level usage and "unrecognized arguments"."""
+    done = _run("invoke", "127.0.0.1:9", '{"x": [[1, 2]]}')
+    assert done.returncode == 2 and "unrecognized" not in done.stderr
+    assert " ".join(done.stderr.split()) == (
+        "error: invoke: unexpected argument '{\"x\": [[1, 2]]}' after the URL; expected the "
+        "payload as --json TEXT or --file PATH. Hint: edgeserve invoke 127.0.0.1:9 --json "
+        "'{\"x\": [[1, 2]]}'"
+    )
+
+
 def test_help_manifest_prints_the_reference_that_ships_with_the_package(tmp_path: Path) -> None:
     text = _run("help", "manifest").stdout
     for section in ("[function]", "[model]", "[handler]", "[batching]", "[backend]", "[resources]"):
