@@ -166,3 +166,27 @@ def test_a_client_that_leaves_mid_body_is_no_invocation_and_no_error(bundle: Bun
         after = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist()})
     assert after.status_code == 200
     assert not [line for line in server.output if "Exception in ASGI" in line]
+
+
+def test_a_raw_event_on_the_invoke_api_path_is_a_direct_invocation(bundle: Bundle) -> None:
+    """As with AWS's Runtime Interface Emulator: the body is the event, the answer the
+    function's result (a v2 infer request is answered as JSON), 200 even for a function error."""
+    invocations = "/2015-03-31/functions/function/invocations"
+    request = {"inputs": [{"name": "x", "shape": [2, 16], "datatype": "FP32", "data": []}]}
+    request["inputs"][0]["data"] = ROWS.ravel().tolist()
+    with emulated(bundle.root) as (url, _):
+        inferred = httpx.post(f"{url}{invocations}", json=request, timeout=60)
+        other = httpx.post(f"{url}{invocations}", json={"Records": []}, timeout=60)
+        garbled = httpx.post(f"{url}{invocations}", content=b"{not json", timeout=60)
+    assert (inferred.status_code, inferred.headers["x-amz-executed-version"]) == (200, "$LATEST")
+    outputs = inferred.json()["outputs"]
+    np.testing.assert_allclose(
+        np.reshape(outputs[0]["data"], outputs[0]["shape"]), expected(bundle, ROWS), rtol=1e-5
+    )
+    assert other.status_code == 200 and "x-amz-function-error" not in other.headers
+    assert "it got an event with keys ['Records']" in other.json()["error"]
+    assert (garbled.status_code, garbled.headers["x-amzn-errortype"]) == (
+        400,
+        "InvalidRequestContent",
+    )
+    assert garbled.json()["message"].startswith("Could not parse request body into json")

@@ -19,6 +19,12 @@ Function-error answers (`GATEWAY_ERRORS`): API Gateway REST 502 `{"message": "In
 error"}` (AWS docs, services-apigateway-errors); HTTP API, Function URL and ALB are assumed to
 answer 502 as well (not verified against AWS); `x-amzn-errortype` carries Lambda's errorType.
 `--instances N` runs N environments; a request waits for a free one.
+
+`POST /2015-03-31/functions/function/invocations` (the Invoke API's path, as AWS's Runtime
+Interface Emulator serves it) takes a raw event instead: a direct invocation (a v2 infer
+request, or any JSON), answered as Lambda's Invoke API answers: 200 with the function's result,
+`X-Amz-Function-Error: Unhandled` when it failed, 400 InvalidRequestContentException for a body
+that is not JSON.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ GATEWAY_ERRORS: dict[EventKind, HttpResponse] = {
     ),
 }
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+INVOKE_PATH = "/2015-03-31/functions/{function}/invocations"
 TOO_LARGE = json.dumps(
     {
         "Message": f"Request must be smaller than {PAYLOAD_LIMIT_BYTES} bytes "
@@ -88,20 +95,30 @@ class LambdaEmulator:
         request_id = str(uuid.uuid4())
         event = to_event(request, self.event, request_id)
         if len(json.dumps(event)) > PAYLOAD_LIMIT_BYTES:
-            return HttpResponse(
-                413,
-                [
-                    ("content-type", "application/json"),
-                    ("x-amzn-errortype", "RequestTooLargeException"),
-                ],
-                TOO_LARGE,
-            )
+            return _TOO_LARGE
+        return self._answer(await self._invoke(event, request_id))
+
+    async def invoke(self, body: bytes) -> HttpResponse:
+        """A raw event through one invocation, answered as the Invoke API answers."""
+        if len(body) > PAYLOAD_LIMIT_BYTES:
+            return _TOO_LARGE
+        try:
+            event = json.loads(body) if body.strip() else {}
+        except ValueError as exc:
+            message = f"Could not parse request body into json: {exc}"
+            return _json_answer(400, {"Type": "User", "message": message}, "InvalidRequestContent")
+        outcome = await self._invoke(event, str(uuid.uuid4()))
+        headers = [("content-type", "application/json"), ("x-amz-executed-version", "$LATEST")]
+        if outcome.status != "ok":
+            headers.append(("x-amz-function-error", "Unhandled"))
+        return HttpResponse(200, headers, outcome.payload)
+
+    async def _invoke(self, event: object, request_id: str) -> Outcome:
         environment = await self.idle.get()
         try:
-            outcome = await environment.invoke(event, request_id)
+            return await environment.invoke(event, request_id)
         finally:
             self.idle.put_nowait(environment)
-        return self._answer(outcome)
 
     def _answer(self, outcome: Outcome) -> HttpResponse:
         if outcome.status == "ok":
@@ -136,7 +153,8 @@ async def open_emulator(
 
 
 def front(emulator: LambdaEmulator, max_body_bytes: int = 4 * PAYLOAD_LIMIT_BYTES) -> Starlette:
-    """The HTTP front: every method and path becomes an invocation."""
+    """The HTTP front: every method and path becomes an invocation through an HTTP event, but
+    the Invoke API's path, whose body is the event."""
 
     async def endpoint(request: Request) -> Response:
         try:
@@ -145,9 +163,24 @@ def front(emulator: LambdaEmulator, max_body_bytes: int = 4 * PAYLOAD_LIMIT_BYTE
             return Response(status_code=499)
         if len(body) > max_body_bytes:
             return Response(TOO_LARGE, 413, media_type="application/json")
+        if request.method == "POST" and "function" in request.path_params:
+            return _response(await emulator.invoke(body))
         return _response(await emulator.handle(_http_request(request, body)))
 
-    return Starlette(routes=[Route("/{path:path}", endpoint, methods=METHODS)])
+    routes = [Route(INVOKE_PATH, endpoint, methods=["POST"])]
+    return Starlette(routes=[*routes, Route("/{path:path}", endpoint, methods=METHODS)])
+
+
+def _json_answer(status: int, body: object, error_type: str) -> HttpResponse:
+    headers = [("content-type", "application/json"), ("x-amzn-errortype", error_type)]
+    return HttpResponse(status, headers, json.dumps(body).encode())
+
+
+_TOO_LARGE = HttpResponse(
+    413,
+    [("content-type", "application/json"), ("x-amzn-errortype", "RequestTooLargeException")],
+    TOO_LARGE,
+)
 
 
 def _http_request(request: Request, body: bytes) -> HttpRequest:

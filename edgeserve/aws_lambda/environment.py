@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from edgeserve.aws_lambda.runtime_api import RESPONSE_TOO_LARGE, Invocation, RuntimeApi
 
@@ -77,7 +76,7 @@ class Environment:
         await self._kill()
         await self.api.close()
 
-    async def invoke(self, event: dict[str, Any], request_id: str) -> Outcome:
+    async def invoke(self, event: object, request_id: str) -> Outcome:
         """Run one event; init first when this environment has no live runtime process."""
         init_ms = None if self._alive() else await self._init()
         if self.api.init_error is not None:
@@ -117,7 +116,7 @@ class Environment:
             )
         return (time.perf_counter() - started) * 1000
 
-    async def _run(self, request_id: str, event: dict[str, Any]) -> Outcome:
+    async def _run(self, request_id: str, event: object) -> Outcome:
         deadline = time.monotonic() + self.limits.timeout_s
         deadline_ms = int((time.time() + self.limits.timeout_s) * 1000)
         invocation = Invocation(request_id, json.dumps(event).encode(), deadline_ms)
