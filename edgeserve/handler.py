@@ -117,7 +117,7 @@ def _check_item(
         if value.dtype != DATATYPES[spec.datatype].numpy or not fits:
             raise HandlerError(
                 f"{where_}, `{spec.name}`: got {_datatype(value)} {list(value.shape)}; "
-                f"expected {spec.datatype} {list(want)} (-1: any size)"
+                f"expected {spec.datatype} {list(want)}" + (" (-1: any size)" if -1 in want else "")
             )
 
 

@@ -28,7 +28,14 @@ from edgeserve.kubernetes.manifests import plain_kubernetes
 from edgeserve.kubernetes.settings import KubernetesSettings
 from edgeserve.manifest import ResourcesSection
 from tests.base_image import ensure_base_image
-from tests.containers import container, podman_available, podman_config, registry, wait_http
+from tests.containers import (
+    container,
+    free_port,
+    podman_available,
+    podman_config,
+    registry,
+    wait_http,
+)
 from tests.models import mlp_model, write_function
 
 DRAIN_S = ResourcesSection().drain_timeout_s  # the default drain bound
@@ -355,3 +362,23 @@ def test_lambda_package_type_image_builds_and_answers_a_function_url_event(
         np.array(outputs["data"]).reshape(2, 4), session.run(None, {"x": x})[0], rtol=1e-5
     )
     assert 'ENTRYPOINT ["python3", "-m", "awslambdaric"]' in report
+
+
+def test_a_base_image_that_cannot_be_pulled_says_to_set_base_image(
+    built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default base lives on gcr.io, out of reach from many build hosts: the error now
+    says which setting takes a local image instead."""
+    profile = tmp_path / "knative.toml"
+    missing = f"127.0.0.1:{free_port()}/edgeserve-missing:1"
+    profile.write_text(
+        f'driver = "knative"\n[settings]\nregistry = "127.0.0.1:5000/x"\nbase_image = "{missing}"\n'
+    )
+    capsys.readouterr()
+    code = main(
+        ["build", str(built.source), "--out", str(tmp_path / "b"), "--target", str(profile)]
+    )
+    error = " ".join(capsys.readouterr().err.split())
+    assert code != 0
+    assert f"the base image {missing} is pulled unless podman has it" in error
+    assert "set `base_image` in the target profile to a local image" in error

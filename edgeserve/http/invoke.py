@@ -91,13 +91,22 @@ def encode_result(result: Any, accept: str | None) -> tuple[bytes, str]:
             if msgpack_type in accepted:
                 return msgpack.packb(result, default=_builtin), msgpack_type
         options = orjson.OPT_SERIALIZE_NUMPY
-        return orjson.dumps(result, default=_builtin, option=options), JSON_TYPE
+        return orjson.dumps(result, default=_json_builtin, option=options), JSON_TYPE
     except (TypeError, ValueError) as exc:
         raise HandlerError(
             f"handler.postprocess returned {type(result).__name__} holding what a response "
             f"cannot carry ({exc}); expected JSON-like values: dict, list, str, numbers, "
             "np.ndarray"
         ) from None
+
+
+def _json_builtin(value: Any) -> Any:
+    """orjson writes only C-contiguous numeric arrays itself: others (an output cut on a padded
+    axis) would go through `tolist`, and float32 values would print as float64 ones
+    (0.1428571492433548 for 0.14285715)."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return np.ascontiguousarray(value)
+    return _builtin(value)
 
 
 def _builtin(value: Any) -> Any:

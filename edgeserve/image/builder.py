@@ -97,6 +97,17 @@ def build_image(
 def probe_base(tool: ImageTool, base: str, platform: str | None = None) -> BasePython:
     """Run the base's python3 once: its version, machine and glibc decide the wheels (for
     another `platform` the machine needs its emulation, binfmt/qemu, as any such build does)."""
+    try:
+        return _probe(tool, base, platform)
+    except DeployError as exc:
+        raise DeployError(
+            f"{exc.message}. Hint: the base image {base} is pulled unless {tool.name} has it "
+            "already; where its registry cannot be reached, set `base_image` in the target "
+            "profile to a local image with python3 (docs/kubernetes.md)"
+        ) from None
+
+
+def _probe(tool: ImageTool, base: str, platform: str | None) -> BasePython:
     chosen = ["--platform", platform] if platform else []
     if tool.name == "buildah":
         container = _run(tool, ["from", "--quiet", *chosen, base], "probe the base").strip()
