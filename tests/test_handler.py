@@ -191,3 +191,37 @@ def test_float32_results_keep_float32_digits_in_json_even_when_sliced(tmp_path: 
     written = answer.text.split("[")[1].split("]")[0].split(",")
     assert len(values) == len(written) == 2
     assert written == [str(np.float32(value)) for value in values]  # float32's shortest repr
+
+
+ECHO = """\
+import numpy as np
+
+def preprocess(payload, ctx):
+    ctx.state["seen"] = {"type": ctx.content_type, "payload": repr(payload)[:80]}
+    return [{"x": np.zeros(16, np.float32)}]
+
+def postprocess(items, ctx):
+    return ctx.state["seen"]
+"""
+
+
+def test_a_form_upload_hands_the_handler_its_one_file(tmp_path: Path) -> None:
+    """`curl -F file=@page.png`: the handler sees the file as if sent alone (before: the raw
+    multipart body, boundaries and all)."""
+    png = b"\\x89PNG\\r\\n\\x1a\\n\\x00\\r\\n--not-a-boundary"
+    with running(_function(tmp_path, ECHO, sample=False)) as (url, _):
+        image = httpx.post(f"{url}/invoke", files={"file": ("page.png", png, "image/png")})
+        as_json = httpx.post(
+            f"{url}/invoke",
+            data={"note": "a field beside the file"},
+            files={"file": ("x.json", b'{"x": [1, 2]}', "application/json")},
+        )
+        two = httpx.post(f"{url}/invoke", files={"a": ("a.png", png), "b": ("b.png", png)})
+        bare = httpx.post(
+            f"{url}/invoke", content=png, headers={"content-type": "multipart/form-data"}
+        )
+    assert image.json() == {"type": "image/png", "payload": repr(png)}
+    assert as_json.json() == {"type": "application/json", "payload": "{'x': [1, 2]}"}
+    assert two.status_code == 400
+    assert "multipart/form-data with 2 files (fields ['a', 'b']); expected one" in two.text
+    assert bare.status_code == 400 and "without parts" in bare.json()["error"]

@@ -96,8 +96,11 @@ class InferenceRoutes:
         return Reply(content, "application/octet-stream", header_length)
 
     async def invoke(self, call: Call) -> Reply:
-        content_type = invoke.media_type(call.headers.get("content-type"))
-        payload = invoke.decode_payload(call.body, content_type)
+        header = call.headers.get("content-type")
+        content_type, body = invoke.media_type(header), call.body
+        if content_type == invoke.FORM_TYPE and header is not None:  # parsing 10 MB: 0.4 s
+            body, content_type = await asyncio.to_thread(invoke.form_file, body, header)
+        payload = invoke.decode_payload(body, content_type)
         result = await self.runtime.invoke(payload, content_type, arrived=call.arrived)
         content, media_type = invoke.encode_result(result, call.headers.get("accept"))
         return Reply(content, media_type)
