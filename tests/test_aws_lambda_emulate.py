@@ -190,3 +190,16 @@ def test_a_raw_event_on_the_invoke_api_path_is_a_direct_invocation(bundle: Bundl
         "InvalidRequestContent",
     )
     assert garbled.json()["message"].startswith("Could not parse request body into json")
+
+
+def test_stopping_the_emulator_prints_no_traceback(bundle: Bundle) -> None:
+    """The runtime's open long poll on the emulated Runtime API was cancelled at shutdown, and
+    asyncio printed that as a traceback at every Ctrl-C."""
+    with emulated(bundle.root) as (url, server):
+        assert httpx.post(f"{url}/invoke", json={"rows": ROWS[:1].tolist()}).status_code == 200
+    deadline = time.monotonic() + 10
+    while not any("Finished server process" in line for line in server.output):
+        assert time.monotonic() < deadline, "".join(server.output)
+        time.sleep(0.05)
+    time.sleep(0.5)  # what follows that line, if anything
+    assert not any("Traceback" in line for line in server.output), "".join(server.output)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -250,12 +251,19 @@ async def _serve(
 ) -> None:
     import uvicorn
 
+    # uvicorn re-raises SIGTERM once it has shut down; Python's default would end the process
+    # there, before the environments close, and their orphaned runtimes print tracebacks
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     async with AsyncExitStack() as stack:
         emulator = await open_emulator(stack, bundle, name, limits, event, instances, _log)
         config = uvicorn.Config(
             front(emulator), host=host, port=port, log_level=log_level, access_log=False
         )
         await uvicorn.Server(config).serve()
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _event_kind(event: str) -> EventKind:

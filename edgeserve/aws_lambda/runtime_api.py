@@ -84,6 +84,8 @@ class RuntimeApi:
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:  # `close`: a handler asyncio's server started must end
+            pass  # quietly, or asyncio prints its cancellation as a traceback at every Ctrl-C
         finally:
             writer.close()
             if task is not None:
