@@ -78,7 +78,7 @@ MALFORMED_HTTP = [
     (changed(URL, ("cookies",), "c=1"), "cookies must be a list (got str)"),
     (changed(URL, ("cookies",), [1]), "cookies must be a list of strings"),
     (changed(URL, ("rawQueryString",), 5), "rawQueryString must be a str (got int)"),
-    (changed(URL, ("requestContext", "http", "sourceIp"), DELETE), "KeyError 'sourceIp'"),
+    (changed(URL, ("requestContext", "http", "sourceIp"), DELETE), "missing field 'sourceIp'"),
     (changed(REST, ("httpMethod",), DELETE), "httpMethod must be a string (missing)"),
     (changed(REST, ("path",), None), "path must be a string (missing)"),
     (
@@ -118,7 +118,7 @@ MALFORMED_HTTP = [
         {"version": "1.0", "requestContext": {}, "path": "/"},
         "HTTP API (1.0) event: httpMethod must be a string",
     ),
-    ({"Records": [{"cf": {}}]}, "malformed Lambda@Edge event: KeyError 'request'"),
+    ({"Records": [{"cf": {}}]}, "malformed Lambda@Edge event: missing field 'request'"),
 ]
 
 

@@ -107,5 +107,10 @@ class LambdaHandler:
         except (KeyError, IndexError, TypeError, AttributeError, ValueError, RuntimeError) as exc:
             # Mangum's own reading of the event (the app's errors are responses already; its
             # RuntimeError: no handler of its own takes the event)
-            return events.bad_request(f"{where}: {type(exc).__name__} {exc}")
+            found = (
+                f"missing field {exc}"
+                if isinstance(exc, KeyError)
+                else f"{type(exc).__name__} {exc}"
+            )
+            return events.bad_request(f"{where}: {found}")
         return answer
