@@ -217,11 +217,34 @@ def test_a_form_upload_hands_the_handler_its_one_file(tmp_path: Path) -> None:
             files={"file": ("x.json", b'{"x": [1, 2]}', "application/json")},
         )
         two = httpx.post(f"{url}/invoke", files={"a": ("a.png", png), "b": ("b.png", png)})
-        bare = httpx.post(
-            f"{url}/invoke", content=png, headers={"content-type": "multipart/form-data"}
-        )
+        form = httpx.Request("POST", url, files={"file": ("page.png", png, "image/png")})
+        whole, form_type = form.read(), form.headers["content-type"]
+        refused = {
+            why: httpx.post(f"{url}/invoke", content=body, headers={"content-type": kind})
+            for why, body, kind in [
+                ("no boundary", png, "multipart/form-data"),
+                ("cut off", whole[: len(whole) // 2], form_type),
+                ("nested", NESTED_FORM, "multipart/form-data; boundary=B"),
+            ]
+        }
     assert image.json() == {"type": "image/png", "payload": repr(png)}
     assert as_json.json() == {"type": "application/json", "payload": "{'x': [1, 2]}"}
     assert two.status_code == 400
-    assert "multipart/form-data with 2 files (fields ['a', 'b']); expected one" in two.text
-    assert bare.status_code == 400 and "without parts" in bare.json()["error"]
+    assert "multipart/form-data: 2 files (fields ['a', 'b']); expected one" in two.text
+    assert {why: (r.status_code, r.json()["error"]) for why, r in refused.items()} == {
+        "no boundary": (400, "request body: multipart/form-data: no boundary in its Content-Type"),
+        "cut off": (
+            400,
+            "request body: multipart/form-data: a part has no closing boundary (a body cut off?)",
+        ),
+        "nested": (
+            400,
+            "request body: multipart/form-data: a part is itself multipart; expected a file",
+        ),
+    }
+
+
+NESTED_FORM = (
+    b"--B\r\nContent-Type: multipart/mixed; boundary=C\r\n\r\n"
+    b"--C\r\nContent-Type: text/plain\r\n\r\nx\r\n--C--\r\n\r\n--B--\r\n"
+)

@@ -1,9 +1,8 @@
 """The `/invoke` codec: a request body becomes the handler's payload, its result a response body.
 
 In: JSON (`application/json`, `*+json`), msgpack (`application/msgpack`, `application/x-msgpack`),
-and raw bytes for everything else (images, `application/octet-stream`, unknown types). A
-`multipart/form-data` upload (`curl -F file=@page.png`, a browser form) stands for its one file:
-the handler gets that file as if it had been sent alone, under the file's own media type. In msgpack
+and raw bytes for everything else (images, `application/octet-stream`, unknown types); a form
+upload stands for its one file (`forms.py`). In msgpack
 a numpy array may travel as plain lists or as ext type `NDARRAY_EXT`: the packed triple
 `[dtype.str, shape, raw bytes]` (see `pack_array`).
 Map keys must be strings (msgpack's strict_map_key), as in JSON.
@@ -12,8 +11,6 @@ Out: msgpack when `Accept` asks for it, else JSON; numpy arrays and scalars beco
 
 from __future__ import annotations
 
-import email.parser
-import email.policy
 from typing import Any
 
 import msgpack
@@ -26,36 +23,11 @@ from edgeserve.errors import HandlerError, InvalidInput
 NDARRAY_EXT = 1
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
 JSON_TYPE = "application/json"
-FORM_TYPE = "multipart/form-data"
 
 
 def media_type(header: str | None) -> str:
     """`type/subtype` of a Content-Type header, lower case, without parameters."""
     return (header or "").split(";", 1)[0].strip().lower()
-
-
-def form_file(body: bytes, content_type_header: str) -> tuple[bytes, str]:
-    """The one file of a multipart/form-data body and its media type (`curl -F file=@x.png`:
-    image/png). Several parts are refused unless exactly one is a file: the handler takes one
-    payload."""
-    head = f"Content-Type: {content_type_header}\r\n\r\n".encode("latin-1", "replace")
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
-    parts = list(message.iter_parts()) if message.is_multipart() else []
-    if not parts:
-        raise InvalidInput(
-            "request body: multipart/form-data without parts (a boundary missing from the "
-            "Content-Type, or a body that does not use it); expected one file"
-        )
-    files = [part for part in parts if part.get_filename()] or parts
-    if len(files) != 1:
-        names = [part.get_param("name", header="content-disposition") for part in parts]
-        raise InvalidInput(
-            f"request body: multipart/form-data with {len(files)} files (fields {names}); "
-            "expected one. Hint: send the file alone: curl --data-binary @FILE -H "
-            "'Content-Type: image/png'"
-        )
-    data = files[0].get_payload(decode=True)
-    return (data if isinstance(data, bytes) else b""), files[0].get_content_type()
 
 
 def decode_payload(body: bytes, content_type: str) -> Any:
