@@ -202,7 +202,8 @@ def _spec(
 
 def _labels(field: str, name: str | None, where: Path) -> tuple[str, ...]:
     """An output's class labels, one a line of a UTF-8 file beside function.toml (Triton's
-    `label_filename`): the classification extension answers `value:index:label`."""
+    `label_filename`): the classification extension answers `value:index:label`, or
+    `value:index` where the line is empty."""
     if name is None:
         return ()
     path = where.parent / name
@@ -214,7 +215,7 @@ def _labels(field: str, name: str | None, where: Path) -> tuple[str, ...]:
             f"{where}: field `{field}`: cannot read {path}: {reason}; expected a text file, "
             "one class label a line"
         ) from None
-    return tuple(text.splitlines())
+    return tuple(line.removesuffix("\r") for line in text.split("\n"))  # as Triton: \n only
 
 
 def _size_bounds(

@@ -178,6 +178,10 @@ def test_a_raw_event_on_the_invoke_api_path_is_a_direct_invocation(bundle: Bundl
         inferred = httpx.post(f"{url}{invocations}", json=request, timeout=60)
         other = httpx.post(f"{url}{invocations}", json={"Records": []}, timeout=60)
         garbled = httpx.post(f"{url}{invocations}", content=b"{not json", timeout=60)
+        unstrict = [
+            httpx.post(f"{url}{invocations}", content=body, timeout=60).status_code
+            for body in (b"NaN", b'{"a": Infinity}', b"[" * 100_000)
+        ]
     assert (inferred.status_code, inferred.headers["x-amz-executed-version"]) == (200, "$LATEST")
     outputs = inferred.json()["outputs"]
     np.testing.assert_allclose(
@@ -187,9 +191,10 @@ def test_a_raw_event_on_the_invoke_api_path_is_a_direct_invocation(bundle: Bundl
     assert "it got an event with keys ['Records']" in other.json()["error"]
     assert (garbled.status_code, garbled.headers["x-amzn-errortype"]) == (
         400,
-        "InvalidRequestContent",
+        "InvalidRequestContentException",
     )
     assert garbled.json()["message"].startswith("Could not parse request body into json")
+    assert unstrict == [400, 400, 400]  # the runtime could not unmarshal them (nor json, deep)
 
 
 def test_stopping_the_emulator_prints_no_traceback(bundle: Bundle) -> None:

@@ -189,3 +189,26 @@ def test_a_bad_direct_v2_request_gets_the_v2_error_and_its_status(handler: Lambd
 
     assert answer["status"] == 400
     assert "nope" in answer["error"]
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        {"parameters": {"binary_data_output": True}},
+        {"outputs": [{"name": "y", "parameters": {"binary_data": True}}]},
+    ],
+)
+def test_a_direct_request_for_binary_outputs_is_told_the_answer_is_json(
+    handler: LambdaHandler, asked: dict[str, object]
+) -> None:
+    """The answer to a direct invocation is JSON: binary tensors made the handler itself raise
+    (a UnicodeDecodeError out of Lambda) before."""
+    tensor = {"name": "x", "shape": [1, 16], "datatype": "FP32", "data": [0.5] * 16}
+
+    answer = handler({"inputs": [tensor], **asked}, None)
+
+    assert answer == {
+        "error": "a direct invocation is answered in JSON: leave out binary_data and "
+        "binary_data_output (or call the function's URL, which carries binary tensors)",
+        "status": 400,
+    }

@@ -20,7 +20,9 @@ from edgeserve.runtime import Runtime
 from tests.models import classifier_model, identity_model, pair_model, write_function
 from tests.threaded_server import serving
 
-LABELS = ["airplane", "car", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+# a label with a line separator inside (lines split on \n alone, as Triton's), one left empty
+# (no label then), CRLF line endings, and none for the last class
+LABELS = ["air\u2028plane", "car", "", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 MANIFEST = """
 [function]
 name = "classes"
@@ -35,7 +37,7 @@ max_batch_size = 8
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("classes")
     source = write_function(root / "src", classifier_model, MANIFEST)
-    (source / "labels.txt").write_text("\n".join(LABELS[:9]) + "\n")  # the last has no label
+    (source / "labels.txt").write_bytes("\r\n".join(LABELS[:9]).encode() + b"\r\n")
     bundle = build(source, root / "bundle")
     with serving(create_app(Runtime.load(bundle, backend="onnxruntime"))) as base_url:
         yield base_url
@@ -64,7 +66,9 @@ def expected_top(probabilities: np.ndarray, count: int) -> list[list[str]]:
     tops = []
     for row in probabilities:
         order = sorted(range(len(row)), key=lambda i: -row[i])[:count]
-        tops.append([f"{row[i]:f}:{i}" + (f":{LABELS[i]}" if i < 9 else "") for i in order])
+        tops.append(
+            [f"{row[i]:f}:{i}" + (f":{LABELS[i]}" if i < 9 and LABELS[i] else "") for i in order]
+        )
     return tops
 
 
@@ -174,3 +178,22 @@ def test_a_model_that_does_not_batch_ranks_its_whole_output(tmp_path: Path) -> N
         top = client.infer("pair", inputs, outputs=[asked]).as_numpy("masked")
         client.close()
     assert top.tolist() == [b"3.000000:1", b"0.500000:0"]
+
+
+def test_nan_ranks_last(tmp_path: Path) -> None:
+    """Triton's order for NaN is undefined; ranked first, it would crowd out every class."""
+    manifest = '[function]\nname = "pair"\n[backend]\nprefer = ["onnxruntime"]\n'
+    source = write_function(tmp_path / "pair", pair_model, manifest)
+    features = np.array([[np.nan, 3.0, -np.inf, 2.0]], np.float32)
+    with serving(create_app(Runtime.load(build(source, tmp_path / "b")))) as url:
+        client = triton.InferenceServerClient(url.removeprefix("http://"))
+        inputs = [
+            triton.InferInput("features", [1, 4], "FP32").set_data_from_numpy(features),
+            triton.InferInput("mask", [1, 4], "INT32").set_data_from_numpy(
+                np.ones((1, 4), np.int32)
+            ),
+        ]
+        asked = triton.InferRequestedOutput("masked", class_count=4)
+        top = client.infer("pair", inputs, outputs=[asked]).as_numpy("masked")
+        client.close()
+    assert top.tolist() == [b"3.000000:1", b"2.000000:3", b"-inf:2", b"nan:0"]

@@ -91,6 +91,8 @@ class LambdaHandler:
         kind = events.kind_of(event)
         if kind is None:
             if self.model is not None and events.is_infer_request(event):
+                if why := events.binary_asked(event):
+                    return {"error": why, "status": 400}
                 response = self._http(events.infer_event(event, self.model), "http-v2", context)
                 return events.direct_answer(response)
             return events.not_http(event)

@@ -24,7 +24,7 @@ answer 502 as well (not verified against AWS); `x-amzn-errortype` carries Lambda
 Interface Emulator serves it) takes a raw event instead: a direct invocation (a v2 infer
 request, or any JSON), answered as Lambda's Invoke API answers: 200 with the function's result,
 `X-Amz-Function-Error: Unhandled` when it failed, 400 InvalidRequestContentException for a body
-that is not JSON.
+that is not strict JSON.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import orjson
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -103,11 +104,12 @@ class LambdaEmulator:
         """A raw event through one invocation, answered as the Invoke API answers."""
         if len(body) > PAYLOAD_LIMIT_BYTES:
             return _TOO_LARGE
-        try:
-            event = json.loads(body) if body.strip() else {}
-        except ValueError as exc:
+        try:  # strict JSON (no NaN), nesting bounded: what the runtime can unmarshal
+            event = orjson.loads(body) if body.strip() else {}
+        except orjson.JSONDecodeError as exc:
             message = f"Could not parse request body into json: {exc}"
-            return _json_answer(400, {"Type": "User", "message": message}, "InvalidRequestContent")
+            refusal = json.dumps({"Type": "User", "message": message}).encode()
+            return _json_answer(400, refusal, "InvalidRequestContentException")
         outcome = await self._invoke(event, str(uuid.uuid4()))
         headers = [("content-type", "application/json"), ("x-amz-executed-version", "$LATEST")]
         if outcome.status != "ok":
@@ -172,16 +174,12 @@ def front(emulator: LambdaEmulator, max_body_bytes: int = 4 * PAYLOAD_LIMIT_BYTE
     return Starlette(routes=[*routes, Route("/{path:path}", endpoint, methods=METHODS)])
 
 
-def _json_answer(status: int, body: object, error_type: str) -> HttpResponse:
+def _json_answer(status: int, body: bytes, error_type: str) -> HttpResponse:
     headers = [("content-type", "application/json"), ("x-amzn-errortype", error_type)]
-    return HttpResponse(status, headers, json.dumps(body).encode())
+    return HttpResponse(status, headers, body)
 
 
-_TOO_LARGE = HttpResponse(
-    413,
-    [("content-type", "application/json"), ("x-amzn-errortype", "RequestTooLargeException")],
-    TOO_LARGE,
-)
+_TOO_LARGE = _json_answer(413, TOO_LARGE, "RequestTooLargeException")
 
 
 def _http_request(request: Request, body: bytes) -> HttpRequest:

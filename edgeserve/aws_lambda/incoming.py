@@ -100,12 +100,32 @@ def infer_event(request: Mapping[str, Any], model: str) -> dict[str, Any]:
     }
 
 
+def binary_asked(request: Mapping[str, Any]) -> str | None:
+    """Why a direct invocation's request cannot be answered as asked: its answer is JSON, which
+    cannot carry the binary tensor extension's bytes (None: it can)."""
+    wanted = [request.get("parameters")] + [
+        entry.get("parameters") for entry in request.get("outputs") or () if isinstance(entry, dict)
+    ]
+    if any(
+        isinstance(p, dict) and (p.get("binary_data") or p.get("binary_data_output"))
+        for p in wanted
+    ):
+        return (
+            "a direct invocation is answered in JSON: leave out binary_data and "
+            "binary_data_output (or call the function's URL, which carries binary tensors)"
+        )
+    return None
+
+
 def direct_answer(response: Mapping[str, Any]) -> dict[str, Any]:
     """The HTTP response to a direct invocation, as the JSON a direct caller reads."""
     body = response.get("body", "")
-    if response.get("isBase64Encoded"):
-        body = base64.b64decode(body).decode()
-    answer: dict[str, Any] = json.loads(body) if body else {}
+    try:
+        if response.get("isBase64Encoded"):
+            body = base64.b64decode(body).decode()
+        answer: dict[str, Any] = json.loads(body) if body else {}
+    except ValueError as exc:  # never raise out of the handler: say what came back instead
+        return {"error": f"the function's answer is not JSON ({exc})", "status": 500}
     if response["statusCode"] >= 400:
         answer["status"] = response["statusCode"]
     return answer

@@ -183,13 +183,25 @@ def _with_classes(
 
 
 def _top(row: np.ndarray, count: int, labels: tuple[str, ...]) -> list[bytes]:
-    width = len(row)
-    order = (width - 1 - np.argsort(row[::-1], kind="stable"))[::-1][:count]
     float_values = row.dtype.kind == "f"
     found = []
-    for index in order.tolist():
+    for index in _ranked(row)[:count].tolist():
         value = row[index]
         text = f"{value:f}" if float_values else str(int(value))  # as C++'s std::to_string
-        label = f":{labels[index]}" if index < len(labels) else ""
+        label = f":{labels[index]}" if index < len(labels) and labels[index] else ""
         found.append(f"{text}:{index}{label}".encode())
     return found
+
+
+def _ranked(row: np.ndarray) -> np.ndarray:
+    """Indices from the highest value down, ties by the lower index, NaN last (Triton's order
+    for NaN is undefined; first, it would crowd out every class)."""
+    if row.dtype.kind == "f" and np.isnan(row).any():
+        kept, missing = np.flatnonzero(~np.isnan(row)), np.flatnonzero(np.isnan(row))
+        return np.concatenate([kept[_descending(row[kept])], missing])
+    return _descending(row)
+
+
+def _descending(row: np.ndarray) -> np.ndarray:
+    width = len(row)
+    return (width - 1 - np.argsort(row[::-1], kind="stable"))[::-1]

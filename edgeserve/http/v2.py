@@ -94,7 +94,8 @@ def _parse_json(data: bytes | memoryview) -> dict[str, Any]:
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise InvalidInput(f"{what}: expected a JSON object, got {type(value).__name__}")
+        found = "null" if value is None else type(value).__name__
+        raise InvalidInput(f"{what}: expected a JSON object, got {found}")
     return value
 
 
