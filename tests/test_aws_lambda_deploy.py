@@ -24,6 +24,7 @@ from edgeserve.errors import DeployError
 from edgeserve.profiles import TargetProfile, load_target
 from tests.aws_lambda_support import (
     FAKE_CREDENTIALS,
+    HANDLER,
     ROLE,
     TRUST,
     moto_endpoint,
@@ -225,3 +226,31 @@ def test_a_zip_over_50_mb_is_deployed_from_s3(
     digest = hashlib.sha256(body["Body"].read()).digest()
     assert config["CodeSha256"] == base64.b64encode(digest).decode()
     assert (result.version, config["CodeSize"]) == ("1", stored[0]["Size"])
+
+
+BROKEN_ON_LAMBDA = """\
+import os
+
+if "AWS_LAMBDA_FUNCTION_NAME" in os.environ:
+    raise RuntimeError("MODEL_KEY is not set")
+"""
+
+
+def test_a_handler_failing_at_init_is_stopped_before_upload_and_the_alias_stays(
+    tmp_path: Path, aws: Any, role: str, bundle: Bundle, driver: AwsLambda
+) -> None:
+    """The handler imports at build, but fails in Lambda's init: the preflight (the emulated
+    Lambda runtime) catches it before any upload, so version 1 stays live and unchanged."""
+    driver.deploy(bundle, profile(tmp_path, role))
+    before = aws.get_function_configuration(FunctionName="tiny")["CodeSha256"]
+    broken = small_bundle(tmp_path / "broken", handler=BROKEN_ON_LAMBDA + HANDLER)
+
+    with pytest.raises(
+        DeployError, match=r"preflight before upload failed: .*MODEL_KEY is not set"
+    ):
+        driver.deploy(broken, profile(tmp_path, role))
+
+    assert aws.get_alias(FunctionName="tiny", Name="live")["FunctionVersion"] == "1"
+    versions = aws.list_versions_by_function(FunctionName="tiny")["Versions"]
+    assert [v["Version"] for v in versions] == ["$LATEST", "1"]
+    assert aws.get_function_configuration(FunctionName="tiny")["CodeSha256"] == before

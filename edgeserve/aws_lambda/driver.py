@@ -1,10 +1,11 @@
 """The aws-lambda driver: package, then deploy with boto3; status and rollback through the alias.
 
-Deploy, in order: create or update the function (and wait, with the v2 waiters), publish a
-version guarded by the CodeSha256 just uploaded, move the alias, then the function URL,
-reserved and provisioned concurrency. Until the alias moves, traffic stays on the old
-version; a later step that fails moves the alias back. The alias description records the
-version it replaced, which is where `rollback` returns to.
+Deploy, in order: a local preflight (preflight.py: the bundle answers its readiness check as
+Lambda runs it; nothing reaches AWS when it fails), create or update the function (and wait,
+with the v2 waiters), publish a version guarded by the CodeSha256 just uploaded, move the
+alias, then the function URL, reserved and provisioned concurrency. Until the alias moves,
+traffic stays on the old version; a later step that fails moves the alias back. The alias
+description records the version it replaced, which is where `rollback` returns to.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeserve.aws_lambda.environment import Limits
 from edgeserve.aws_lambda.package import needs_s3, package_image, package_zip, requirements
+from edgeserve.aws_lambda.preflight import preflight
 from edgeserve.aws_lambda.sam import sam_template
 from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.errors import ConfigError, DeployError
@@ -53,7 +56,9 @@ class AwsLambda:
 
     def deploy(self, bundle: Bundle, profile: TargetProfile) -> DeployResult:
         settings = profile.settings_as(LambdaSettings)
-        deployment = Deployment(settings, settings.name_for(bundle.name))  # checks boto3 first
+        name = settings.name_for(bundle.name)
+        deployment = Deployment(settings, name)  # checks boto3 first
+        preflight(bundle.root, name, Limits(settings.memory_mb, settings.timeout_s))
         with tempfile.TemporaryDirectory(prefix="edgeserve-deploy-") as scratch:
             code = self._code(bundle, settings, Path(scratch))
             return deployment.run(code, bundle.content_hash)
