@@ -254,3 +254,28 @@ def test_a_handler_failing_at_init_is_stopped_before_upload_and_the_alias_stays(
     versions = aws.list_versions_by_function(FunctionName="tiny")["Versions"]
     assert [v["Version"] for v in versions] == ["$LATEST", "1"]
     assert aws.get_function_configuration(FunctionName="tiny")["CodeSha256"] == before
+
+
+def test_a_failed_deploy_puts_the_url_permissions_and_reserved_concurrency_back(
+    tmp_path: Path, aws: Any, role: str, bundle: Bundle, driver: AwsLambda
+) -> None:
+    """The new profile asks for a public URL, no reserved concurrency and provisioned
+    concurrency (which moto lacks, so that step fails): the function keeps its IAM URL, no
+    public permissions and its reserved concurrency of 2."""
+    house = wheelhouse(tmp_path)
+    common = f'role_arn = "{role}"\nrequirements = ["tinydep"]\nwheelhouse = "{house}"\n'
+    first = write_profile(tmp_path / "iam.toml", common + 'url_auth_type = "AWS_IAM"\n')
+    driver.deploy(bundle, load_target(first))
+    aws.put_function_concurrency(FunctionName="tiny", ReservedConcurrentExecutions=2)
+    second = common + 'url_auth_type = "NONE"\nprovisioned_concurrency = 1\n'
+
+    with pytest.raises(DeployError, match="step 'provisioned concurrency'"):
+        driver.deploy(bundle, load_target(write_profile(tmp_path / "public.toml", second)))
+
+    assert aws.get_alias(FunctionName="tiny", Name="live")["FunctionVersion"] == "1"
+    assert aws.get_function_url_config(FunctionName="tiny", Qualifier="live")["AuthType"] == (
+        "AWS_IAM"
+    )
+    with pytest.raises(aws.exceptions.ResourceNotFoundException):
+        aws.get_policy(FunctionName="tiny", Qualifier="live")
+    assert aws.get_function_concurrency(FunctionName="tiny")["ReservedConcurrentExecutions"] == 2

@@ -4,7 +4,8 @@ Deploy, in order: a local preflight (preflight.py: the bundle answers its readin
 Lambda runs it; nothing reaches AWS when it fails), create or update the function (and wait,
 with the v2 waiters), publish a version guarded by the CodeSha256 just uploaded, move the
 alias, then the function URL, reserved and provisioned concurrency. Until the alias moves,
-traffic stays on the old version; a later step that fails moves the alias back. The alias
+traffic stays on the old version; a later step that fails moves the alias back and puts the
+function URL, its permissions and the reserved concurrency back as they were. The alias
 description records the version it replaced, which is where `rollback` returns to.
 """
 
@@ -17,6 +18,7 @@ import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -157,17 +159,19 @@ class Deployment:
             self.client.get_waiter("published_version_active").wait(
                 FunctionName=self.name, Qualifier=version, WaiterConfig={"Delay": 1}
             )
-        with translated(self.name, self.settings, "read alias"):
+        with translated(self.name, self.settings, "read alias and settings"):
             before = self._alias()
+            settings_before = self._settings()
         live = before["FunctionVersion"] if before else None
         # Lambda publishes nothing new for unchanged code and configuration: keep the record
         previous = _previous(before) if live == version else live
         self._move_alias(version, previous)
         try:
             url = self._after_alias()
-        except DeployError:
+        except DeployError as exc:
             if live is not None:
                 self._move_alias(live, _previous(before))
+            self._restore(settings_before, exc)
             raise
         return DeployResult("aws-lambda", self.name, version, url, previous)
 
@@ -289,14 +293,37 @@ class Deployment:
         return url
 
     def _allow_public(self, target: dict[str, str]) -> None:
-        policy = self._get(self.client.get_policy, **target)
-        statements = json.loads(policy["Policy"])["Statement"] if policy else []
-        granted = {statement.get("Sid") for statement in statements}
+        granted = self._granted()
         for statement_id, statement in URL_STATEMENTS:
             if statement_id not in granted:
                 self.client.add_permission(
                     **target, StatementId=statement_id, Principal="*", **statement
                 )
+
+    def _settings(self) -> FunctionSettings:
+        return FunctionSettings(self._url_auth(), self._reserved(), self._granted())
+
+    def _restore(self, before: FunctionSettings, cause: DeployError) -> None:
+        """Put the URL, its permissions and the reserved concurrency back as `before` had them:
+        a failed deploy leaves the function as it found it."""
+        target = {"FunctionName": self.name, "Qualifier": self.settings.alias}
+        try:
+            with translated(self.name, self.settings, "restore settings after the failure"):
+                auth = self._url_auth()
+                if before.url_auth is None and auth is not None:
+                    self.client.delete_function_url_config(**target)
+                elif before.url_auth is not None and auth != before.url_auth:
+                    self.client.update_function_url_config(**target, AuthType=before.url_auth)
+                for statement_id in self._granted() - before.granted:
+                    self.client.remove_permission(**target, StatementId=statement_id)
+                if before.reserved is None:
+                    self.client.delete_function_concurrency(FunctionName=self.name)
+                else:
+                    self.client.put_function_concurrency(
+                        FunctionName=self.name, ReservedConcurrentExecutions=before.reserved
+                    )
+        except DeployError as failed:
+            raise DeployError(f"{cause.message}; and then {failed.message}") from None
 
     def _move_alias(self, version: str, previous: str | None) -> None:
         description = f"edgeserve previous={previous}" if previous else "edgeserve"
@@ -311,12 +338,27 @@ class Deployment:
         return self._get(self.client.get_alias, FunctionName=self.name, Name=self.settings.alias)
 
     def _url(self) -> str | None:
-        config = self._get(
+        config = self._url_config()
+        return config["FunctionUrl"] if config else None
+
+    def _url_auth(self) -> str | None:
+        config = self._url_config()
+        return config["AuthType"] if config else None
+
+    def _url_config(self) -> dict[str, Any] | None:
+        return self._get(
             self.client.get_function_url_config,
             FunctionName=self.name,
             Qualifier=self.settings.alias,
         )
-        return config["FunctionUrl"] if config else None
+
+    def _granted(self) -> frozenset[str]:
+        """The statement ids of the alias's resource policy."""
+        policy = self._get(
+            self.client.get_policy, FunctionName=self.name, Qualifier=self.settings.alias
+        )
+        statements = json.loads(policy["Policy"])["Statement"] if policy else []
+        return frozenset(statement.get("Sid", "") for statement in statements)
 
     def _reserved(self) -> int | None:
         found = self._get(self.client.get_function_concurrency, FunctionName=self.name)
@@ -334,6 +376,15 @@ class Deployment:
 
     def _wait(self, waiter: str) -> None:
         self.client.get_waiter(waiter).wait(FunctionName=self.name, WaiterConfig={"Delay": 1})
+
+
+@dataclass(frozen=True)
+class FunctionSettings:
+    """What a deploy changes beyond the alias, as it was before the deploy."""
+
+    url_auth: str | None  # None: no function URL on the alias
+    reserved: int | None
+    granted: frozenset[str]  # statement ids on the alias's policy
 
 
 def _previous(alias: dict[str, Any] | None) -> str | None:
