@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from edgeserve.cli import main
 from edgeserve.errors import DeployError
 from edgeserve.targets.ssh import Remote
 from tests.sshd import SshFleet, sshd_missing, start_fleet
+from tests.stalling import stalling_server
 
 pytestmark = pytest.mark.skipif(sshd_missing() is not None, reason=str(sshd_missing()))
 
@@ -82,3 +85,25 @@ def test_tar_copy_when_rsync_is_missing(remote: Remote, tmp_path: Path) -> None:
     remote.has_rsync = False  # what the probe answers on a device without rsync
     assert remote.copy_tree(source, str(tmp_path / "dest")) == "tar"
     assert (tmp_path / "dest" / "a" / "b.txt").read_text() == "hello"
+
+
+def test_a_device_that_greets_and_stalls_fails_in_bounded_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`edgeserve stop` against an sshd that sends its banner, then nothing more: ssh's
+    ConnectTimeout covers the banner only, so the key exchange used to be waited for forever."""
+    with stalling_server(b"SSH-2.0-OpenSSH_9.2\r\n") as port:
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            f"Host dev1\n  HostName 127.0.0.1\n  Port {port}\n  StrictHostKeyChecking yes\n"
+            f"  UserKnownHostsFile {tmp_path / 'known_hosts'}\n"
+        )
+        profile = tmp_path / "jetson.toml"
+        profile.write_text(
+            f'driver = "jetson"\n[settings]\nhosts = ["dev1"]\nssh_config = "{config}"\n'
+            "connect_timeout_s = 1\n"
+        )
+        started = time.monotonic()
+        code = main(["stop", "fn", "--target", str(profile)])
+    assert (code, time.monotonic() - started < 10) == (3, True)
+    assert "host dev1: no SSH session within 3 s" in capsys.readouterr().err

@@ -7,7 +7,9 @@ that turns the check off is refused before connecting: `ssh -G` prints the optio
 itself would use for the host (every spelling, `-o` and config files, Include and Match, all
 resolved), so the check reads OpenSSH's answer instead of guessing its parser. `BatchMode=yes`
 makes a missing key or an unknown host fail at once instead of waiting for a password prompt
-nobody will answer. A failed command becomes a `DeployError`
+nobody will answer. Every wait is bounded: the handshake by 3 x connect_timeout_s, an open
+connection by ServerAliveInterval (connect_timeout_s) x 3 unanswered probes, a command by
+`timeout_s`. A failed command becomes a `DeployError`
 naming the host, the command and its stderr: the one place `ssh`, `rsync` and `tar` failures
 are translated.
 """
@@ -28,6 +30,9 @@ from edgeserve.errors import ConfigError, DeployError
 SSH_UNREACHABLE = 255
 """ssh's own exit status when it cannot connect or authenticate."""
 NO_KNOWN_HOSTS = "/dev/null"
+HANDSHAKE_FACTOR = 3
+"""Connecting and authenticating may take this many times connect_timeout_s."""
+SERVER_ALIVE_COUNT = 3
 
 
 def host_key_problem(effective: str) -> str | None:
@@ -73,11 +78,28 @@ class Remote:
         master += ["--", self.host]
         # The master stays in the background: it must not hold pipes we wait on.
         log_path = self.control_dir / "master.log"
-        with log_path.open("wb") as log:
-            started = subprocess.run(master, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        try:
+            with log_path.open("wb") as log:
+                started = subprocess.run(
+                    master, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    timeout=self.handshake_s,
+                )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            shutil.rmtree(self.control_dir, ignore_errors=True)
+            raise DeployError(
+                f"host {self.host}: no SSH session within {self.handshake_s} s: the server "
+                "accepted the connection but stopped answering. Hint: check the device's sshd "
+                "(`ssh -v` shows where it stops), or raise connect_timeout_s"
+            ) from None
         if started.returncode != 0:
             raise self.failure(["(connect)"], started.returncode, log_path.read_bytes())
         return self
+
+    @property
+    def handshake_s(self) -> int:
+        """The bound on connecting and authenticating: ConnectTimeout covers only the TCP
+        connect, so a server that accepts and then stalls would be waited for forever."""
+        return HANDSHAKE_FACTOR * self.connect_timeout_s
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -103,6 +125,9 @@ class Remote:
     def ssh_argv(self, control: str = "no") -> list[str]:
         """`ssh` and its options, without the host: the `-e` of rsync uses the same."""
         argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout_s}"]
+        # a connection that goes silent once up ends after SERVER_ALIVE_COUNT unanswered probes
+        argv += ["-o", f"ServerAliveInterval={self.connect_timeout_s}"]
+        argv += ["-o", f"ServerAliveCountMax={SERVER_ALIVE_COUNT}"]
         if self.config_file is not None:
             argv += ["-F", str(self.config_file)]
         if self.user:
