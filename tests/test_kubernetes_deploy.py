@@ -9,6 +9,7 @@ The stand-in decides readiness by image name: `never-ready` never becomes ready,
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from edgeserve.kubernetes.rollouts import rollout_for
 from edgeserve.kubernetes.settings import KubernetesSettings
 from tests.kube_standin import Store, stand_in_api_server
 from tests.models import mlp_model, write_function
+from tests.stalling import stalling_server
 
 REPO = "registry.example.com/team/mlp@sha256:"
 GOOD_1, GOOD_2 = REPO + "1" * 64, REPO + "2" * 64
@@ -209,3 +211,28 @@ def test_the_profile_context_picks_the_cluster_stand_in(
     assert store.read(("serving.knative.dev/v1", "services", "models", "mlp")) is not None
     with pytest.raises(DeployError, match=r"127\.0\.0\.1:9 namespace models"):
         ship("knative", bundle, settings.model_copy(update={"kubeconfig": str(two)}), GOOD_1, "1")
+
+
+def kubeconfig_for(path: Path, port: int) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        f'clusters: [{{name: k, cluster: {{server: "http://127.0.0.1:{port}"}}}}]\n'
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    return path
+
+
+def test_an_api_server_that_accepts_and_never_answers_fails_in_bounded_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real TCP server that accepts and stays silent (no stand-in needed): `status` used to
+    wait for its answer forever."""
+    with stalling_server() as port:
+        kubeconfig = kubeconfig_for(tmp_path / "kubeconfig", port)
+        target = profile(tmp_path, "knative", kubeconfig)
+        target.write_text(target.read_text() + "request_timeout_s = 0.5\n")
+        started = time.monotonic()
+        code = main(["status", "mlp", "--target", str(target)])
+    assert (code, time.monotonic() - started < 10) == (3, True)
+    assert "no answer within 0.5 s (request_timeout_s)" in capsys.readouterr().err

@@ -75,6 +75,7 @@ class Cluster:
         except (config.ConfigException, OSError) as exc:
             raise ConfigError(f"kubeconfig {path or '~/.kube/config'}: {exc}") from None
         self.namespace = settings.namespace
+        self.request_timeout_s = settings.request_timeout_s
         self.where = f"{self._api.configuration.host} namespace {self.namespace}"
 
     def get(self, resource: Resource, name: str) -> Obj | None:
@@ -129,7 +130,7 @@ class Cluster:
         missing_ok: bool = False,
     ) -> Obj | None:
         from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
+        from urllib3.exceptions import HTTPError, TimeoutError
 
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
@@ -141,12 +142,20 @@ class Cluster:
                 body=body,
                 auth_settings=["BearerToken"],
                 _preload_content=False,
+                _request_timeout=self.request_timeout_s,
             )
         except ApiException as exc:
             if missing_ok and exc.status == 404:
                 return None
             raise DeployError(f"{self.where}: {method} {path}: {_reason(exc)}") from None
         except HTTPError as exc:
+            if isinstance(exc, TimeoutError) or isinstance(
+                getattr(exc, "reason", None), TimeoutError
+            ):
+                raise DeployError(
+                    f"{self.where}: {method} {path}: no answer within {self.request_timeout_s:g} "
+                    "s (request_timeout_s). Hint: check that the API server is up (kubectl get ns)"
+                ) from None
             raise DeployError(f"{self.where}: {method} {path}: {exc}") from None
         data: Obj = json.loads(answer.data or b"{}")
         return data

@@ -54,6 +54,8 @@ class KubernetesSettings(BaseModel):
     """Default: the function's [resources] memory_mb."""
     gpu: int = Field(default=0, ge=0)
     ready_timeout_s: float = Field(default=300, gt=0)
+    request_timeout_s: float = Field(default=30, gt=0)
+    """How long one API request may wait for the server's answer (connect and each read)."""
 
     @field_validator("port")
     @classmethod
