@@ -236,3 +236,18 @@ def test_an_api_server_that_accepts_and_never_answers_fails_in_bounded_time(
         code = main(["status", "mlp", "--target", str(target)])
     assert (code, time.monotonic() - started < 10) == (3, True)
     assert "no answer within 0.5 s (request_timeout_s)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text", ["apiVersion: v1\nclusters: [\n  - name: x\n", "- just\n- a list\n", "hello\n"],
+    ids=["invalid-yaml", "list", "scalar"],
+)  # fmt: skip
+def test_a_malformed_kubeconfig_is_a_config_error_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(text)
+    code = main(["status", "mlp", "--target", str(profile(tmp_path, "knative", kubeconfig))])
+    err = capsys.readouterr().err
+    assert (code, err.count("\n")) == (2, 1), err
+    assert f"kubeconfig {kubeconfig}: not a kubeconfig (a YAML mapping" in err

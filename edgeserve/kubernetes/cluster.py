@@ -67,13 +67,23 @@ class Cluster:
                 "Kubernetes targets need the kubernetes client. "
                 "Hint: pip install 'edgeserve[kubernetes]'"
             ) from None
+        import yaml
+
         path = settings.kubeconfig_path()
+        where = f"kubeconfig {path or '~/.kube/config'}"
         try:
             self._api = config.new_client_from_config(
                 config_file=str(path) if path else None, context=settings.context
             )
         except (config.ConfigException, OSError) as exc:
-            raise ConfigError(f"kubeconfig {path or '~/.kube/config'}: {exc}") from None
+            raise ConfigError(f"{where}: {exc}") from None
+        except (yaml.YAMLError, TypeError, AttributeError, KeyError, ValueError) as exc:
+            # the client indexes the parsed file as a mapping: invalid YAML, a list or a scalar
+            # fails inside it with one of these
+            raise ConfigError(
+                f"{where}: not a kubeconfig (a YAML mapping of clusters, contexts and users): "
+                f"{' '.join(str(exc).split())}"
+            ) from None
         self.namespace = settings.namespace
         self.request_timeout_s = settings.request_timeout_s
         self.where = f"{self._api.configuration.host} namespace {self.namespace}"
