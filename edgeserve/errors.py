@@ -15,6 +15,7 @@
     ├── Unavailable                503, with Retry-After: queue full, not ready, draining
     ├── DeadlineExceeded           504: the item's deadline passed before it could run
     └── DeployError                a deploy step failed (exit 3)
+        └── DeployInterrupted      Ctrl-C during a switch, after the device was put back (130)
 
 `http/errors.py` alone turns these into responses and `cli.py` alone into exit codes.
 """
@@ -106,6 +107,13 @@ class DeadlineExceeded(EdgeserveError):
 
 class DeployError(EdgeserveError):
     exit_code = 3
+
+
+class DeployInterrupted(DeployError):
+    """The user interrupted a deploy while it switched releases; it went back first. 130 is
+    the shell's code for SIGINT, as a plain Ctrl-C exits."""
+
+    exit_code = 130
 
 
 def as_edgeserve_error(exc: Exception, what: str) -> EdgeserveError:

@@ -249,3 +249,42 @@ def test_a_partial_fleet_counts_every_host_says_who_stays_new_and_stop_stops(
     assert json.loads(out)["dev1"]["service"] == "stopped"
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", _port(target, "dev1")), timeout=5).close()
+
+
+SLOW_HANDLER = """\
+import time
+from pathlib import Path
+
+if Path(__file__).parent.name == "handler":  # slow where it is served: the health step waits
+    time.sleep(8)
+"""
+
+
+def test_ctrl_c_during_the_switch_goes_back_to_the_previous_release(
+    make_profile: Any, bundles: dict[str, Bundle], tmp_path: Path, capsys: Any
+) -> None:
+    """SIGINT once `current` points at a release still starting: the CLI puts release 1 back
+    and exits 130 saying so (it used to exit 130 silently, `current` left on the new one)."""
+    target = profile_file(make_profile(["dev1"]), tmp_path / "jetson.toml")
+    assert cli(capsys, "deploy", str(bundles["1"].root), "--target", target)[0] == 0
+    source = init_function(tmp_path / "src", name="mlp")
+    (source / "handler.py").write_text(SLOW_HANDLER)
+    slow = deploy_tests._build(source, tmp_path / "slow", "9")
+    current = tmp_path / "dev1" / "mlp" / "current"
+    deploying = subprocess.Popen(
+        [sys.executable, "-m", "edgeserve", "deploy", str(slow.root), "--target", target],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not os.readlink(current).startswith("releases/9-") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # into restart / health
+    deploying.send_signal(signal.SIGINT)
+    _, err = deploying.communicate(timeout=120)
+
+    assert deploying.returncode == 130, err
+    assert re.search(r"host dev1: interrupted while switching to 9-\w+\s+rolled back to 1-", err)
+    assert os.readlink(current).startswith("releases/1-")
+    assert served_version(f"http://127.0.0.1:{_port(target, 'dev1')}") == "1"
+    code, out, _ = cli(capsys, "status", "mlp", "--target", target)
+    assert (code, json.loads(out)["dev1"]["version"]) == (0, "1")

@@ -33,7 +33,7 @@ from rich.text import Text
 
 from edgeserve.archive import write_archive
 from edgeserve.bundle import Bundle
-from edgeserve.errors import ConfigError, DeployError, EdgeserveError
+from edgeserve.errors import ConfigError, DeployError, DeployInterrupted, EdgeserveError
 from edgeserve.profiles import TargetProfile
 from edgeserve.targets import DeployResult
 from edgeserve.targets import releases as rel
@@ -176,21 +176,24 @@ class HostRun:
     def go_live(
         self, spec: ServiceSpec, name: str, previous: str | None, history: list[str]
     ) -> None:
-        """Switch, restart, check; on failure go back to `previous` and delete what failed."""
+        """Switch, restart, check; on failure, or Ctrl-C, go back to `previous` and delete
+        what failed (a release never checked must not stay live)."""
         try:
             with self.log.step(self.host, "switch") as note:
                 self.remote.sh(rel.SWITCH_SCRIPT, rel.link_target(name), spec.layout.current)
                 note(f"current -> {name}")
             self.restart_and_check(spec, name)
-        except DeployError as failure:
+        except (DeployError, KeyboardInterrupt) as failure:
+            error = DeployError if isinstance(failure, DeployError) else DeployInterrupted
+            why = failure.message if isinstance(failure, DeployError) else (
+                f"host {self.host}: interrupted while switching to {name}"
+            )  # fmt: skip
             if previous is None:
                 self.abandon(spec, name)
-                raise DeployError(
-                    f"{failure.message}\n(no previous release to go back to)"
-                ) from None
+                raise error(f"{why}\n(no previous release to go back to)") from None
             self.revert(spec, previous)
             self.finish(spec, history)
-            raise DeployError(f"{failure.message}\nrolled back to {previous}") from None
+            raise error(f"{why}\nrolled back to {previous}") from None
 
     def restart_and_check(self, spec: ServiceSpec, name: str) -> None:
         service = SERVICES[self.settings.service]

@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from edgeserve.errors import ConfigError, DeployError
-from edgeserve.targets.releases import BUNDLE_DIR, Layout
+from edgeserve.targets.releases import BUNDLE_DIR, CURRENT_SCRIPT, Layout, name_of
 from edgeserve.targets.ssh import Remote
 
 HEALTH_SCRIPT = """\
@@ -137,8 +137,11 @@ class Supervised:
         return str(state["release"]) if state and state.get("release") else None
 
     def await_generation(self, remote: Remote, spec: ServiceSpec, pid: str, seen: object) -> None:
-        """Wait for the supervisor to try the release (a new generation); raise if it failed."""
-        deadline = time.monotonic() + spec.start_timeout_s + 10
+        """Wait for the supervisor to try the release `current` names (a new generation);
+        raise if it failed. It may first finish a start it had begun (a deploy interrupted
+        mid-start, then reverted): that generation names another release and is passed over."""
+        wanted = name_of(remote.sh(CURRENT_SCRIPT, spec.layout.current))
+        deadline = time.monotonic() + 2 * spec.start_timeout_s + 10
         while time.monotonic() < deadline:
             text = remote.sh(PROBE_SCRIPT, spec.layout.run_file("state.json"), pid).strip()
             if text == "dead":
@@ -147,7 +150,8 @@ class Supervised:
                     f"{self.log_tail(remote, spec)}"
                 )
             state = json.loads(text) if text else None
-            if state is not None and state["generation"] != seen:
+            tried = state is not None and name_of(str(state.get("attempted", ""))) == wanted
+            if state is not None and state["generation"] != seen and tried:
                 if state.get("error"):
                     tail = self.log_tail(remote, spec)
                     raise DeployError(f"host {remote.host}: {state['error']}\n{tail}")
