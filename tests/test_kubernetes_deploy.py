@@ -251,3 +251,20 @@ def test_a_malformed_kubeconfig_is_a_config_error_naming_the_file(
     err = capsys.readouterr().err
     assert (code, err.count("\n")) == (2, 1), err
     assert f"kubeconfig {kubeconfig}: not a kubeconfig (a YAML mapping" in err
+
+
+def test_deploy_reads_the_kubeconfig_before_building_the_image(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A kubeconfig that cannot be read is the first thing `deploy` reports: before, the image
+    was built and pushed first (here the build failed first, pulling the default base)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("- just\n- a list\n")
+    target = profile(tmp_path, "knative", kubeconfig)
+    target.write_text(target.read_text() + 'registry = "127.0.0.1:9/team"\n')
+    source = write_function(tmp_path / "mlp", mlp_model, '[function]\nname = "mlp"\n')
+    capsys.readouterr()
+    code = main(["deploy", str(source), "--target", str(target)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2, err
+    assert f"kubeconfig {kubeconfig}: not a kubeconfig" in err

@@ -229,11 +229,25 @@ def test_the_yaml_written_by_package_round_trips(bundle: Bundle) -> None:
     assert list(yaml.safe_load_all(text)) == [knative_service(workload(bundle, settings(), IMAGE))]
 
 
-def test_a_function_name_that_is_no_dns_label_is_refused(tmp_path: Path) -> None:
-    source = write_function(tmp_path / "src", mlp_model, '[function]\nname = "my_model"\n')
-    bundle = build(source, tmp_path / "bundle", targets=("knative",))
-    with pytest.raises(ConfigError, match="DNS-1035"):
-        workload(bundle, settings(), IMAGE)
+@pytest.mark.parametrize(
+    ("kind", "name", "words"),
+    [
+        ("knative", "my_model", "need a DNS-1035 label"),
+        ("knative", "a" * 53, f"knative names a '{'a' * 53}-0123456789' after it, which must "
+         "stay within 63 characters; expected a name of at most 52"),
+        ("kserve", "b" * 48, f"kserve names a '{'b' * 48}-predictor-00001' after it, which must "
+         "stay within 63 characters; expected a name of at most 47"),
+    ],
+)  # fmt: skip
+def test_a_name_the_cluster_cannot_use_is_refused_before_any_image_is_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, name: str, words: str
+) -> None:
+    """Refused by `build --target` before the image (no podman is needed to see it): a 53-letter
+    name made a 64-letter Knative revision name, which the cluster refuses after the push."""
+    source = write_function(tmp_path / "src", mlp_model, f'[function]\nname = "{name}"\n')
+    code = main(["build", str(source), "--out", str(tmp_path / "b"), "--target", kind])
+    assert code == 2
+    assert words in " ".join(capsys.readouterr().err.split())
 
 
 def test_the_shipped_gpu_profile_asks_for_a_gpu_and_stays_warm(bundle: Bundle) -> None:
