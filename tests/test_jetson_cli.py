@@ -288,3 +288,17 @@ def test_ctrl_c_during_the_switch_goes_back_to_the_previous_release(
     assert served_version(f"http://127.0.0.1:{_port(target, 'dev1')}") == "1"
     code, out, _ = cli(capsys, "status", "mlp", "--target", target)
     assert (code, json.loads(out)["dev1"]["version"]) == (0, "1")
+
+
+def test_rollback_and_stop_where_nothing_was_deployed_say_so(
+    make_profile: Any, tmp_path: Path, capsys: Any
+) -> None:
+    """They said "no live release before None" and "stopped" (exit 0) for a device that never
+    had the function."""
+    target = profile_file(make_profile(["dev1"]), tmp_path / "jetson.toml")
+    code, _, err = cli(capsys, "rollback", "mlp", "--target", target)
+    assert code == 3
+    assert "error: host dev1: mlp is not deployed here; nothing to roll back" in err
+    code, _, err = cli(capsys, "stop", "mlp", "--target", target)
+    assert code == 3
+    assert "mlp is not deployed on ['dev1'] (jetson); nothing to stop" in err

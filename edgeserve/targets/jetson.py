@@ -239,6 +239,10 @@ class HostRun:
         with self.locked(spec, f"rollback of {self.function}"):
             current = self.current(spec)
             history = self.history(spec, current)
+            if current is None:
+                raise DeployError(
+                    f"host {self.host}: {self.function} is not deployed here; nothing to roll back"
+                )
             target, below = rel.rollback_target(history, current)
             if target is None:
                 raise DeployError(
@@ -271,9 +275,12 @@ class HostRun:
 
     def stop(self) -> dict[str, Any]:
         _, spec = self.prepare(checked=False)
+        current = self.current(spec)
+        if current is None:
+            return {"release": None, "service": "not deployed"}
         with self.locked(spec, f"stop of {self.function}"):
             SERVICES[self.settings.service].stop(self.remote, spec)
-        return {"release": self.current(spec), "service": "stopped"}
+        return {"release": current, "service": "stopped"}
 
 
 class JetsonDriver:
@@ -324,7 +331,12 @@ class JetsonDriver:
         """Stop the function's service on every host (its releases stay; deploy starts it)."""
         settings = profile.settings_as(JetsonSettings)
         on_host = self._on(settings, name, profile, HostRun.stop)
-        return rollout(settings.hosts, settings.max_parallel, False, on_host, "stopped")
+        stopped = rollout(settings.hosts, settings.max_parallel, False, on_host, "stopped")
+        if all(report["release"] is None for report in stopped.values()):
+            raise DeployError(
+                f"{name} is not deployed on {list(stopped)} ({profile.name}); nothing to stop"
+            )
+        return stopped
 
     def _on(
         self,
