@@ -302,3 +302,17 @@ def test_rollback_and_stop_where_nothing_was_deployed_say_so(
     code, _, err = cli(capsys, "stop", "mlp", "--target", target)
     assert code == 3
     assert "mlp is not deployed on ['dev1'] (jetson); nothing to stop" in err
+
+
+def test_a_lock_whose_owner_cannot_be_written_says_why(
+    make_profile: Any, tmp_path: Path, capsys: Any
+) -> None:
+    """A device whose disk is full took the lock and could not write its owner; that was
+    reported as "another deploy holds the lock" (here the owner's path is a folder instead)."""
+    target = profile_file(make_profile(["dev1"], lock_timeout_s=0), tmp_path / "jetson.toml")
+    (tmp_path / "dev1" / "deploy.lock.owner").mkdir(parents=True)
+    code, _, err = cli(capsys, "rollback", "mlp", "--target", target)
+    assert code == 3
+    assert "another deploy holds" not in err
+    said = " ".join(err.split())
+    assert "but cannot write" in said and "deploy.lock.owner: Is a directory)" in said

@@ -20,9 +20,12 @@ from contextlib import contextmanager
 from edgeserve.errors import DeployError
 from edgeserve.targets.ssh import Remote
 
+OWNER_UNWRITABLE = 75
+"""The holder's exit status when it took the lock but could not write its owner (a full disk):
+flock's own 1 means the wait ran out, and was all it could say before."""
 HOLD_SCRIPT = (
-    'exec flock -w "$2" "$1" sh -c \'printf "%s\\n" "$0" > "$1.owner" && echo locked && '
-    'cat >/dev/null; rm -f "$1.owner"\' "$3" "$1"'
+    'exec flock -w "$2" "$1" sh -c \'{ printf "%s\\n" "$0" > "$1.owner"; } || exit '
+    f'{OWNER_UNWRITABLE}; echo locked && cat >/dev/null; rm -f "$1.owner"\' "$3" "$1"'
 )
 """Take the lock $1 within $2 s, write the owner $3 beside it, say so, hold until EOF."""
 OWNER_SCRIPT = 'cat "$1.owner" 2>/dev/null || echo unknown'
@@ -60,9 +63,14 @@ def _await_locked(
     ready, _, _ = select.select([holder.stdout], [], [], wait_s + MARGIN_S)
     if ready and holder.stdout.readline().strip() == b"locked":
         return
-    _release(holder)
+    stderr = _release(holder)
+    if holder.returncode == OWNER_UNWRITABLE:  # sh names itself by $0, the owner: cut that off
+        why = stderr.decode(errors="replace").strip().rsplit(": ", 2)[-2:]
+        raise DeployError(
+            f"host {remote.host}: took the lock {path} but cannot write {path}.owner beside it "
+            f"({': '.join(why)}). Hint: is the device's disk full? (`df` on it)"
+        )
     if holder.returncode not in (0, 1, None):
-        stderr = holder.stderr.read() if holder.stderr else b""
         raise remote.failure(["flock", path], holder.returncode, stderr)
     raise DeployError(
         f"host {remote.host}: another deploy holds {path} ({remote.sh(OWNER_SCRIPT, path).strip()}"
@@ -70,7 +78,8 @@ def _await_locked(
     )
 
 
-def _release(holder: subprocess.Popen[bytes]) -> None:
+def _release(holder: subprocess.Popen[bytes]) -> bytes:
+    """End the holder (its stdin closed: it lets go); what it wrote to stderr."""
     if holder.stdin is not None and not holder.stdin.closed:
         holder.stdin.close()
     try:
@@ -78,6 +87,8 @@ def _release(holder: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         holder.kill()
         holder.wait()
+    stderr = holder.stderr.read() if holder.stderr and not holder.stderr.closed else b""
     for stream in (holder.stdout, holder.stderr):
         if stream is not None:
             stream.close()
+    return stderr
