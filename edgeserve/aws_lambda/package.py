@@ -46,11 +46,9 @@ def package_zip(bundle: Bundle, settings: LambdaSettings, out: Path) -> Path:
         staging = Path(scratch)
         _pip_install(requirements(bundle, settings), staging, settings)
         members = [*_task_root(bundle), *_tree("", staging)]
-        unzipped = sum(path.stat().st_size for _, path in members)
+        check_size(sum(path.stat().st_size for _, path in members), bundle.name)
         out.mkdir(parents=True, exist_ok=True)
-        archive = write_zip(out / f"{bundle.name}-{TARGET}.zip", members)
-    check_size(unzipped, archive)
-    return archive
+        return write_zip(out / f"{bundle.name}-{TARGET}.zip", members)
 
 
 def package_image(bundle: Bundle, settings: LambdaSettings, out: Path) -> Path:
@@ -69,13 +67,14 @@ def requirements(bundle: Bundle, settings: LambdaSettings) -> list[str]:
     return bundle.requirements(TARGET) if own is None else list(own)
 
 
-def check_size(unzipped: int, where: Path) -> None:
-    """Refuse a zip over 250 MB unzipped, pointing at the image package type. (Over 50 MB
-    zipped is fine: Lambda takes those from S3, which is how `deploy` sends them.)"""
+def check_size(unzipped: int, function: str) -> None:
+    """Refuse, before the zip is written, one over 250 MB unzipped, pointing at the image
+    package type. (Over 50 MB zipped is fine: Lambda takes those from S3, which is how `deploy`
+    sends them.)"""
     mb = 1024 * 1024
     if unzipped > UNZIPPED_LIMIT_BYTES:
         raise DeployError(
-            f"{where}: {unzipped / mb:.1f} MB unzipped, over Lambda's "
+            f"{function}: its zip package would be {unzipped / mb:.1f} MB unzipped, over Lambda's "
             f"{UNZIPPED_LIMIT_BYTES // mb} MB limit for zip packages. Hint: set package_type = "
             '"image" in the target profile\'s [settings] (container images may be up to 10 GB)'
         )
