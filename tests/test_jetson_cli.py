@@ -274,6 +274,9 @@ def test_ctrl_c_during_the_switch_goes_back_to_the_previous_release(
     deploying = subprocess.Popen(
         [sys.executable, "-m", "edgeserve", "deploy", str(slow.root), "--target", target],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # a Ctrl-C reaches it as at a terminal, even where the suite runs in the background
+        # (a shell's background job ignores SIGINT, and so would the CLI it starts)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while not os.readlink(current).startswith("releases/9-") and time.monotonic() < deadline:

@@ -67,6 +67,7 @@ _ERROR_FIELDS: dict[type[errors.EdgeserveError], dict[str, tuple[type, ...]]] = 
     errors.Unavailable: {"retry_after_s": (float, int)},
     errors.DeadlineExceeded: {},
     errors.DeployError: {},
+    errors.DeployInterrupted: {},
 }
 """Every class of the error tree, with the fields it carries beyond its message."""
 _ERRORS = {cls.__name__: cls for cls in _ERROR_FIELDS}
