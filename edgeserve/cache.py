@@ -114,3 +114,12 @@ def _env_number(name: str, default: float) -> float:
     if value < 0:
         raise ConfigError(f"${name}={text!r}: expected a number >= 0")
     return value
+
+
+def ago(when: float) -> str:
+    """How long ago a time.time() was, as `cache list` shows it: "3 min ago"."""
+    seconds = max(0.0, time.time() - when)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"

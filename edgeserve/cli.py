@@ -107,34 +107,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_invoke(args: argparse.Namespace) -> int:
-    from edgeserve.client import invoke
+    from edgeserve.client import invoke, request_body
 
-    body, content_type = _invoke_body(args)
-    result = invoke(args.url, body, content_type, timeout_s=args.timeout)
-    console.print_json(json.dumps(result)) if not isinstance(result, str) else _say("", "", result)
-    return 0
-
-
-def _invoke_body(args: argparse.Namespace) -> tuple[bytes, str]:
     if args.payload is not None:
         raise ConfigError(
             f"invoke: unexpected argument {args.payload!r} after the URL; expected the payload "
             f"as --json TEXT or --file PATH. Hint: edgeserve invoke {args.url} --json "
             f"{shlex.quote(args.payload)}"
         )
-    if args.json is not None:
-        return args.json.encode(), "application/json"
-    if args.file is not None:
-        from edgeserve.samples import content_type
-
-        path = Path(args.file)
-        try:
-            return path.read_bytes(), content_type(path)
-        except OSError as exc:
-            raise EdgeserveError(
-                f"invoke --file {args.file}: cannot read it ({exc.strerror})"
-            ) from None
-    raise EdgeserveError("invoke needs --json TEXT or --file PATH")
+    body, content_type = request_body(args.json, args.file)
+    result = invoke(args.url, body, content_type, timeout_s=args.timeout)
+    console.print_json(json.dumps(result)) if not isinstance(result, str) else _say("", "", result)
+    return 0
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -363,20 +347,9 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     for column in ("bundle", "MB", "last used"):
         table.add_column(column, justify="left" if column == "bundle" else "right")
     for entry in found:
-        used = _ago(entry.last_used)
-        table.add_row(entry.name, f"{entry.size_bytes / 2**20:.1f}", used)
+        table.add_row(entry.name, f"{entry.size_bytes / 2**20:.1f}", cache.ago(entry.last_used))
     console.print(table)
     return 0
-
-
-def _ago(when: float) -> str:
-    import time
-
-    seconds = max(0.0, time.time() - when)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f} {unit} ago"
-    return f"{seconds:.0f} s ago"
 
 
 def _say(label: str, style: str, text: str, out: Console = console) -> None:

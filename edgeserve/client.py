@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,6 +12,22 @@ from edgeserve.errors import ConfigError, EdgeserveError
 
 EXPECTED = "expected http://HOST:PORT or HOST:PORT (as `edgeserve serve` prints)"
 _USERINFO = re.compile(r"(?<=://)[^/@]*@")
+
+
+def request_body(json_text: str | None, file: str | None) -> tuple[bytes, str]:
+    """The body and its media type, from `--json TEXT` or `--file PATH` (PNG/JPEG/JSON by
+    extension, else raw bytes)."""
+    if json_text is not None:
+        return json_text.encode(), "application/json"
+    if file is not None:
+        from edgeserve.samples import content_type
+
+        path = Path(file)
+        try:
+            return path.read_bytes(), content_type(path)
+        except OSError as exc:
+            raise EdgeserveError(f"invoke --file {file}: cannot read it ({exc.strerror})") from None
+    raise EdgeserveError("invoke needs --json TEXT or --file PATH")
 
 
 def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0) -> Any:

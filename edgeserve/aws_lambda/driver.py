@@ -16,8 +16,6 @@ import hashlib
 import json
 import re
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 from edgeserve.aws_lambda.environment import Limits
 from edgeserve.aws_lambda.package import needs_s3, package_image, package_zip, requirements
 from edgeserve.aws_lambda.preflight import preflight
+from edgeserve.aws_lambda.s3 import upload_to_s3
 from edgeserve.aws_lambda.sam import sam_template
 from edgeserve.aws_lambda.settings import LambdaSettings
+from edgeserve.aws_lambda.translate import translated
 from edgeserve.errors import ConfigError, DeployError
 from edgeserve.targets import DeployResult
 
@@ -89,47 +89,6 @@ class AwsLambda:
         from edgeserve.aws_lambda.image import push_lambda_image
 
         return {"ImageUri": push_lambda_image(bundle, settings, requirements(bundle, settings))}
-
-
-def upload_to_s3(archive: Path, settings: LambdaSettings, key: str) -> dict[str, Any]:
-    """Put a large zip in S3 (the profile's bucket, else one per account and region, created
-    when missing) and name it as the function's code."""
-    import boto3
-
-    endpoint, region = settings.resolved_endpoint(), settings.region
-    s3 = boto3.client("s3", region_name=region, endpoint_url=endpoint)
-    with translated(archive.name, settings, "upload to S3"):
-        bucket = settings.code_bucket or _default_bucket(region, endpoint)
-        if not _bucket_exists(s3, bucket):
-            s3.create_bucket(Bucket=bucket, **_location(region))
-        s3.upload_file(str(archive), bucket, key)
-    return {"S3Bucket": bucket, "S3Key": key}
-
-
-def _default_bucket(region: str, endpoint: str | None) -> str:
-    import boto3
-
-    sts = boto3.client("sts", region_name=region, endpoint_url=endpoint)
-    return f"edgeserve-code-{sts.get_caller_identity()['Account']}-{region}"
-
-
-def _location(region: str) -> dict[str, Any]:
-    """us-east-1 is S3's default and refuses to be named as a LocationConstraint."""
-    if region == "us-east-1":
-        return {}
-    return {"CreateBucketConfiguration": {"LocationConstraint": region}}
-
-
-def _bucket_exists(s3: Any, bucket: str) -> bool:
-    from botocore.exceptions import ClientError
-
-    try:
-        s3.head_bucket(Bucket=bucket)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchBucket", "NotFound"):
-            return False
-        raise
-    return True
 
 
 class Deployment:
@@ -390,45 +349,6 @@ class FunctionSettings:
 def _previous(alias: dict[str, Any] | None) -> str | None:
     match = PREVIOUS.search((alias or {}).get("Description", ""))
     return match.group(1) if match else None
-
-
-@contextmanager
-def translated(name: str, settings: LambdaSettings, step: str) -> Iterator[None]:
-    """botocore's exceptions -> DeployError saying which step failed and what to do."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, WaiterError
-
-    where = f"lambda {name} ({settings.region}), step {step!r}"
-    try:
-        yield
-    except NoCredentialsError:
-        raise DeployError(
-            f"{where}: no AWS credentials found. Hint: set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY, or run `aws configure`"
-        ) from None
-    except ClientError as exc:
-        raise DeployError(f"{where}: {_hint(exc.response, settings)}") from None
-    except WaiterError as exc:
-        raise DeployError(f"{where}: the function did not settle: {exc}") from None
-    except BotoCoreError as exc:
-        raise DeployError(
-            f"{where}: {exc}. Hint: check that region {settings.region!r} exists and is reachable"
-        ) from None
-
-
-def _hint(response: dict[str, Any], settings: LambdaSettings) -> str:
-    error = response.get("Error", {})
-    code, message = error.get("Code", "?"), error.get("Message", "")
-    hints = {
-        "UnrecognizedClientException": "the credentials are not valid in this region; check them",
-        "InvalidSignatureException": "the secret key does not match; check the credentials",
-        "AccessDeniedException": "these credentials may not do this; grant them lambda:*",
-        "ResourceNotFoundException": f"not in {settings.region}; deploy first, or check region",
-    }
-    if code == "InvalidParameterValueException" and "role" in message.lower():
-        hint = f"role {settings.resolved_role()!r} cannot be assumed by Lambda; check role_arn"
-    else:
-        hint = hints.get(code, "see the message")
-    return f"{code}: {message.rstrip('.')}. Hint: {hint}"
 
 
 DRIVER = AwsLambda()
