@@ -129,6 +129,17 @@ class BackendSection(_Strict):
     max_abs_diff: float | None = Field(default=None, gt=0)  # build refuses more drift vs fp32
 
 
+ProcessCount = Annotated[int, Field(ge=1, le=64)] | Literal["auto"]
+
+
+class PerDeviceKind(_Strict):
+    """processes_per_device by the kind of device serving: a bundle runs on a laptop's CPU and
+    on a GPU host alike, and the count that suits one does not suit the other."""
+
+    gpu: ProcessCount = "auto"
+    cpu: ProcessCount = "auto"
+
+
 class ResourcesSection(_Strict):
     memory_mb: int = Field(default=1024, ge=128)
     port: int = Field(default=8080, ge=0, le=65535)
@@ -141,11 +152,11 @@ class ResourcesSection(_Strict):
     workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = "auto"
     # where inference processes run (Triton's instance_group): every visible GPU ("auto"; the
     # CPU without one), the CPU, or these GPUs; and how many processes on each ("auto": one per
-    # GPU, one per two cores on the CPU)
+    # GPU, one per two cores on the CPU; { gpu = 2 }: a count for one kind of device only)
     devices: Literal["auto", "cpu"] | Annotated[tuple[NonNegativeInt, ...], Field(min_length=1)] = (
         "auto"
     )
-    processes_per_device: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
+    processes_per_device: ProcessCount | PerDeviceKind = "auto"
 
 
 class AuthSection(_Strict):

@@ -22,7 +22,7 @@ import pytest
 from edgeserve.backends import Choice, as_reached
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import Cpu, Gpu, Jetson, Platform, probe_gpus
-from edgeserve.manifest import load_manifest
+from edgeserve.manifest import PerDeviceKind, load_manifest
 from edgeserve.workers import choose_layout, usable_cores
 from edgeserve.workers.layout import Instance
 from tests.models import conv_model, write_function
@@ -359,12 +359,16 @@ JETSON = Platform("jetson", _cpu(8), (), Jetson("Orin", "t234", (8, 7), "36.3", 
         (JETSON, "auto", 1, {}, [("cuda:0", "0")]),
         (CPU, "auto", 1, {}, [("cpu", None)]),
         (CPU, "auto", 3, {}, [("cpu", None)] * 3),
+        (_gpus(2), "auto", PerDeviceKind(gpu=2), {}, [("cuda:0", "0")] * 2 + [("cuda:1", "1")] * 2),
+        (_gpus(1), "auto", PerDeviceKind(cpu=3), {}, [("cuda:0", "0")]),
+        (_gpus(1), "cpu", PerDeviceKind(gpu=2, cpu=3), {}, [("cpu", None)] * 3),
+        (CPU, "auto", PerDeviceKind(gpu=4, cpu=1), {}, [("cpu", None)]),
     ],
 )
 def test_inference_processes_follow_the_devices_as_triton_instance_groups_do(
     platform: Platform,
     devices: str | tuple[int, ...],
-    per_device: int,
+    per_device: int | PerDeviceKind,
     env: dict[str, str],
     expected: list[tuple[str, str | None]],
 ) -> None:
@@ -434,6 +438,8 @@ def test_auto_processes_split_the_cpu_into_two_core_processes_and_keep_one_per_g
 
 def test_one_front_asked_for_keeps_the_single_process_unless_instances_are_asked_for() -> None:
     assert choose_layout(1, _gpus(2), 16, env={}).single
+    assert choose_layout(1, CPU, 16, "auto", PerDeviceKind(gpu=2), env={}).single  # not the CPU's
+    assert not choose_layout(1, _gpus(1), 16, "auto", PerDeviceKind(gpu=2), env={}).single
     assert choose_layout("auto", _gpus(2), 2, env={}).single  # 2 cores: one process
     split = choose_layout(1, CPU, 16, "auto", 2, env={})
     assert not split.single and (split.fronts, len(split.instances)) == (1, 2)
@@ -477,6 +483,8 @@ def test_a_gpu_that_is_not_there_is_refused_with_what_is(
         ("devices = []", "devices"),
         ('devices = "gpu"', "devices"),
         ("processes_per_device = 0", "processes_per_device"),
+        ("processes_per_device = { gpu = 0 }", "processes_per_device.PerDeviceKind.gpu"),
+        ("processes_per_device = { tpu = 2 }", "processes_per_device.PerDeviceKind.tpu"),
     ],
 )
 def test_bad_device_settings_in_the_manifest_are_refused(
@@ -485,3 +493,14 @@ def test_bad_device_settings_in_the_manifest_are_refused(
     (tmp_path / "function.toml").write_text(f'[function]\nname = "f"\n[resources]\n{line}\n')
     with pytest.raises(ConfigError, match=message):
         load_manifest(tmp_path)
+
+
+def test_a_count_for_one_kind_of_device_reads_from_the_manifest(tmp_path: Path) -> None:
+    """{ gpu = 2 }: the count on a GPU host, "auto" (8 x cpu here) wherever the CPU serves."""
+    (tmp_path / "function.toml").write_text(
+        '[function]\nname = "f"\n[resources]\nprocesses_per_device = { gpu = 2 }\n'
+    )
+    per_device = load_manifest(tmp_path).resources.processes_per_device
+    assert per_device == PerDeviceKind(gpu=2, cpu="auto")
+    assert len(choose_layout("auto", _gpus(1), 16, "auto", per_device, {}).instances) == 2
+    assert len(choose_layout("auto", CPU, 16, "auto", per_device, {}).instances) == 8

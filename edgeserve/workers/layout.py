@@ -17,13 +17,17 @@ the fronts from the machine (cores: this process's CPU affinity, cut to its cgro
 
 The inference processes follow Triton's instance_group: `[resources] devices` "auto" is one per
 visible GPU (CUDA_VISIBLE_DEVICES counts, as it does for CUDA), or the CPU without a GPU; "cpu"
-or a list of GPU indices restrict it. `processes_per_device` sets how many run on each device;
-`auto` is one per GPU, and on the CPU one per two cores (up to 16), each running its backend on
-cores / N threads (`cpu_threads`) unless [backend] threads says otherwise. One process running
-every core's threads ran one batch at a time with most cores waiting on its thread pool; on 16
-cores, eight processes of two threads served functions/ocr 736 pages/s against 453 for one of
-sixteen, under 12 fronts (RESULTS-gpu.md, sixth session). Each GPU process sees only its GPU (its
-own CUDA_VISIBLE_DEVICES), so nothing of it lands on another. `EDGESERVE_DEVICE` (cpu, cuda:N)
+or a list of GPU indices restrict it. `processes_per_device` sets how many run on each device,
+or on each kind of device as { gpu = N, cpu = M }. `auto` is one per GPU: a model that keeps
+the GPU busy loses with two (ResNet-18-shaped: -10 to -22%), while a light one gains (the CRNN
++14 to +80%, functions/ocr +28%, RESULTS-gpu.md eleventh session), so a function says so
+itself (functions/ocr: { gpu = 2 }) or `edgeserve tune --processes-per-device` measures it. On
+the CPU `auto` is one per two cores (up to 16), each running its backend on cores / N threads
+(`cpu_threads`) unless [backend] threads says otherwise. One process running every core's
+threads ran one batch at a time with most cores waiting on its thread pool; on 16 cores, eight
+processes of two threads served functions/ocr 736 pages/s against 453 for one of sixteen,
+under 12 fronts (RESULTS-gpu.md, sixth session). Each GPU process sees only its GPU (its own
+CUDA_VISIBLE_DEVICES), so nothing of it lands on another. `EDGESERVE_DEVICE` (cpu, cuda:N)
 still forces the one device it names. A GPU counts only where the chosen backend can use it
 (`backends.as_reached`: not with ONNX Runtime's CPU wheel, nor OpenVINO).
 
@@ -43,6 +47,7 @@ from typing import Literal
 from edgeserve.backends import DEVICE_VAR, cuda_index
 from edgeserve.errors import ConfigError
 from edgeserve.hardware import Platform
+from edgeserve.manifest import PerDeviceKind
 
 ENV = "EDGESERVE_WORKERS"
 CORES_VAR = "EDGESERVE_CORES"
@@ -52,8 +57,9 @@ MAX_AUTO_CPU_PROCESSES = 16
 CORES_PER_CPU_PROCESS = 2
 Devices = Literal["auto", "cpu"] | tuple[int, ...]
 """[resources] devices: "auto", "cpu", or GPU indices (among the visible ones)."""
-PerDevice = int | Literal["auto"]
-"""[resources] processes_per_device: a count, or "auto" (see the module)."""
+PerDevice = int | Literal["auto"] | PerDeviceKind
+"""[resources] processes_per_device: a count, "auto" (see the module), or either by kind of
+device ({ gpu = 2 }: two per GPU, "auto" on the CPU)."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,8 @@ def choose_layout(
     the single process (on the first device), as before inference processes existed."""
     instances = choose_instances(devices, per_device, platform, env, cores)
     fronts, reason = _fronts(setting, instances, cores)
-    if fronts == 1 and devices == "auto" and per_device in (1, "auto"):
+    on = for_kind(per_device, "cpu" if instances[0].device == "cpu" else "gpu")
+    if fronts == 1 and devices == "auto" and on in (1, "auto"):
         instances = instances[:1]
     on_cpu = sum(instance.device == "cpu" for instance in instances)
     threads = max(1, cores // on_cpu) if on_cpu > 1 else 0  # their share of the cores
@@ -136,15 +143,21 @@ def choose_instances(
     if isinstance(devices, tuple):
         indices: Sequence[int] = devices
     elif devices == "cpu" or not visible:
-        return (Instance(),) * _cpu_processes(per_device, cores)
+        return (Instance(),) * _cpu_processes(for_kind(per_device, "cpu"), cores)
     else:
         indices = range(len(visible))
-    count = 1 if per_device == "auto" else per_device
+    on_gpu = for_kind(per_device, "gpu")
+    count = 1 if on_gpu == "auto" else on_gpu
     chosen = [Instance(f"cuda:{i}", _visible(visible, i, source)) for i in indices]
     return tuple(instance for instance in chosen for _ in range(count))
 
 
-def _cpu_processes(per_device: PerDevice, cores: int) -> int:
+def for_kind(per_device: PerDevice, kind: Literal["gpu", "cpu"]) -> int | Literal["auto"]:
+    """The count `per_device` sets for inference processes on a `kind` device."""
+    return getattr(per_device, kind) if isinstance(per_device, PerDeviceKind) else per_device
+
+
+def _cpu_processes(per_device: int | Literal["auto"], cores: int) -> int:
     if per_device != "auto":
         return per_device
     return min(max(1, cores // CORES_PER_CPU_PROCESS), MAX_AUTO_CPU_PROCESSES)
