@@ -21,7 +21,10 @@ IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 EXAMPLE_DYNAMIC_DIM = 32
 """Size given to dynamic non-batch dims of made-up inputs: large enough for conv and pooling."""
 RANDOM_INT_HIGH = 16
-"""Random integers lie in [0, 16): small enough to index an embedding or a class table."""
+"""Random integers lie in [0, 16): small enough to index an embedding or a class table; an
+input with an `index_range` (a smaller table, BERT's 2 token types) gets ids within it."""
+MASK_WORD = "mask"
+"""An integer input named like this (`attention_mask`) gets ones: every token attended."""
 
 
 def sample_files(folder: Path) -> list[Path]:
@@ -74,7 +77,7 @@ def example_inputs(
         elif rng is None:
             tensors[spec.name] = np.zeros(dims, dtype=DATATYPES[spec.datatype].numpy)
         else:
-            tensors[spec.name] = random_array(rng, spec.datatype, tuple(dims))
+            tensors[spec.name] = random_input(rng, spec, tuple(dims))
     return tensors
 
 
@@ -88,8 +91,22 @@ def _example_dim(spec: TensorSpec, axis: int) -> int:
     return size
 
 
-def random_array(rng: np.random.Generator, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
-    """Random values of a v2 datatype: fractions in [0, 1), small ints, booleans, short words."""
+def random_input(rng: np.random.Generator, spec: TensorSpec, shape: tuple[int, ...]) -> np.ndarray:
+    """Random values the server accepts for this input: integer ids within its `index_range`
+    (the door refuses others), ones for an integer mask, else `_random_array`'s."""
+    if not spec.datatype.startswith(("INT", "UINT")):
+        return _random_array(rng, spec.datatype, shape)
+    high = RANDOM_INT_HIGH if spec.index_range is None else spec.index_range[1] + 1
+    if MASK_WORD in spec.name.lower() and high > 1:
+        return np.ones(shape, dtype=DATATYPES[spec.datatype].numpy)
+    return _random_array(rng, spec.datatype, shape, min(high, RANDOM_INT_HIGH))
+
+
+def _random_array(
+    rng: np.random.Generator, datatype: str, shape: tuple[int, ...], int_high: int = RANDOM_INT_HIGH
+) -> np.ndarray:
+    """Random values of a v2 datatype: fractions in [0, 1), ints in [0, int_high), booleans,
+    short words."""
     if datatype == "BYTES":
         return np.array(
             [bytes(rng.integers(97, 123, 8, dtype=np.uint8)) for _ in range(int(np.prod(shape)))],
@@ -102,7 +119,7 @@ def random_array(rng: np.random.Generator, datatype: str, shape: tuple[int, ...]
         return rng.random(shape).astype(dtype)
     if dtype.kind == "b":
         return rng.random(shape) < 0.5
-    return rng.integers(0, RANDOM_INT_HIGH, shape).astype(dtype)
+    return rng.integers(0, max(int_high, 1), shape).astype(dtype)
 
 
 def sample_request(signature: Signature) -> dict[str, Any]:

@@ -371,3 +371,52 @@ def scalar_model(path: Path) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
     )
     return _save(graph, path)
+
+
+def bert_like_model(
+    path: Path, vocab: int = 100, width: int = 8, seed: int = 0, over_batch: bool = False
+) -> Path:
+    """A BERT's inputs, INT64 [batch, seq] each: `input_ids` (a table of `vocab` rows),
+    `token_type_ids` (a table of 2 rows, as every BERT has) and `attention_mask` ->
+    `hidden` FP32 [batch, seq, width] (the masked sum of both embeddings) and `pooled`
+    FP32 [batch, width] (its sum over the sequence). `over_batch`: `pooled` sums over the
+    batch too, [1, width], though declared [batch, width] (a batch cannot be split back)."""
+    rng = np.random.default_rng(seed)
+    tables = [
+        numpy_helper.from_array(rng.normal(0, 1, (rows, width)).astype(np.float32), name)
+        for name, rows in (("words", vocab), ("types", 2))
+    ]
+    nodes = [
+        helper.make_node("Gather", ["words", "input_ids"], ["word_embedded"]),
+        helper.make_node("Gather", ["types", "token_type_ids"], ["type_embedded"]),
+        helper.make_node("Add", ["word_embedded", "type_embedded"], ["embedded"]),
+        helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mask_f", "last"], ["mask_3d"]),
+        helper.make_node("Mul", ["embedded", "mask_3d"], ["hidden"]),
+        helper.make_node("ReduceSum", ["hidden", "seq_axis"], ["per_row"], keepdims=0),
+        helper.make_node(
+            "ReduceSum" if over_batch else "Identity",
+            ["per_row", "batch_axis"] if over_batch else ["per_row"],
+            ["pooled"],
+        ),
+    ]
+    tokens = ["batch", "sequence"]
+    graph = helper.make_graph(
+        nodes,
+        "bert_like",
+        [
+            helper.make_tensor_value_info(name, TensorProto.INT64, tokens)
+            for name in ("input_ids", "token_type_ids", "attention_mask")
+        ],
+        [
+            helper.make_tensor_value_info("hidden", TensorProto.FLOAT, [*tokens, width]),
+            helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", width]),
+        ],
+        [
+            *tables,
+            numpy_helper.from_array(np.array([2], np.int64), "last"),
+            numpy_helper.from_array(np.array([1], np.int64), "seq_axis"),
+            numpy_helper.from_array(np.array([0], np.int64), "batch_axis"),
+        ],
+    )
+    return _save(graph, path)

@@ -18,6 +18,7 @@ from edgeserve.cli import main
 from edgeserve.errors import ConfigError, EdgeserveError
 from edgeserve.scaffold import init_function
 from tests.bench_app import COMPUTE_S, MODEL, create_app, running
+from tests.models import bert_like_model
 from tests.terminal import in_terminal
 
 SHORT = {"window_s": 0.25, "max_windows": 4}
@@ -119,6 +120,18 @@ def test_bench_serves_a_function_folder_itself(tmp_path: Path) -> None:
     _check_sane(binary, rows=3)
     assert binary.results[0].server is not None
     assert binary.results[0].server.mean_batch > 1  # the micro-batcher merged requests
+
+
+def test_random_inputs_keep_ids_within_the_models_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench --inputs random` drew ids from 0..15 for token_type_ids, a table of 2 rows, and
+    the server refused every request; the served config now says each input's index_range."""
+    function = init_function(tmp_path / "bert", model=bert_like_model(tmp_path / "bert.onnx"))
+    argv = ["bench", str(function), "--inputs", "random", "--concurrency", "2", "--window-s"]
+    assert main([*argv, "0.25", "--max-windows", "4", "--json", "--plot", ""]) == 0
+    (level,) = json.loads(capsys.readouterr().out)["levels"]
+    assert level["requests"] > 0 and level["first_failure"] is None
 
 
 def test_table_has_a_row_per_level(url: str) -> None:

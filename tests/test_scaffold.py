@@ -27,7 +27,12 @@ from edgeserve.errors import ConfigError, InvalidInput
 from edgeserve.runtime import Runtime
 from edgeserve.scaffold import init_function, render_templates, template_root
 from edgeserve.types import Context
-from tests.models import classifier_model, pair_model, sequence_model
+from tests.models import (
+    bert_like_model,
+    classifier_model,
+    pair_model,
+    sequence_model,
+)
 from tests.server import served
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +132,12 @@ def test_the_scaffolded_function_serves_with_no_edits(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("folder", "name"),
-    [("My Func!", "my-func"), ("ocr_v2", "ocr_v2"), ("--__", "function"), ("Ünïcode", "n-code")],
+    [
+        ("My Func!", "my-func"),
+        ("ocr_v2", "ocr_v2"),
+        ("--__", "function"),
+        ("Ünïcode", "n-code"),
+    ],
 )
 def test_the_name_comes_from_the_folder_made_to_fit_the_pattern(
     tmp_path: Path, folder: str, name: str
@@ -228,11 +238,15 @@ def test_init_works_from_a_built_wheel(tmp_path: Path) -> None:
     ]
 
 
+BERT_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 ADOPTED = {  # model -> (its inputs in the manifest, the outputs /invoke answers with their shapes)
     "sequence": (sequence_model, ["tokens INT64 [-1, -1]"], {"pooled": (1, 8)}),
     "pair": (pair_model, ["features FP32 [1, 4]", "mask INT32 [1, 4]"],
              {"masked": (1, 4), "total": (1,)}),
     "classifier": (classifier_model, ["pixels FP32 [-1, 3, 32, 32]"], {"probabilities": (1, 10)}),
+    # the sample's token_type_ids index a table of 2 rows: they were 0..15, refused by the server
+    "bert": (bert_like_model, [f"{name} INT64 [-1, -1]" for name in BERT_INPUTS],
+             {"hidden": (1, 32, 8), "pooled": (1, 8)}),
 }  # fmt: skip
 
 
@@ -313,3 +327,13 @@ def test_init_says_a_file_that_is_not_onnx_is_not_a_model(
     error = " ".join(capsys.readouterr().err.split())
     assert error.startswith(f"error: {home / 'bad.onnx'}: not a readable ONNX model: "), error
     assert not (dest / "function.toml").exists()
+
+
+def test_init_samples_keep_ids_in_their_tables_and_masks_at_one(tmp_path: Path) -> None:
+    """The sample's ids are what the server accepts (within each input's table) and its
+    attention mask attends every token (it was 0..15)."""
+    dest = init_function(tmp_path / "fn", model=bert_like_model(tmp_path / "bert.onnx"))
+    sample = json.loads((dest / "samples" / "request.json").read_text())
+    assert set(np.ravel(sample["token_type_ids"])) == {0, 1}
+    assert min(np.ravel(sample["input_ids"])) >= 0 and max(np.ravel(sample["input_ids"])) < 100
+    assert set(np.ravel(sample["attention_mask"])) == {1}

@@ -8,17 +8,18 @@ way perf_analyzer and tritonclient send them; `protocol="json"` sends JSON tenso
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 
+from edgeserve.dataplane.metadata import INDEX_RANGE
 from edgeserve.errors import ConfigError
 from edgeserve.http.v2 import tensor_bytes
-from edgeserve.samples import IMAGE_TYPES, is_v2_request, random_array, sample_files, v2_inputs
-from edgeserve.types import TensorDict
+from edgeserve.samples import IMAGE_TYPES, is_v2_request, random_input, sample_files, v2_inputs
+from edgeserve.types import TensorDict, TensorSpec
 
 DEFAULT_DYNAMIC_DIM = 16
 """A dynamic (-1) non-batch dim without a --shape override becomes this."""
@@ -43,6 +44,7 @@ class ModelInputs:
     name: str
     inputs: tuple[tuple[str, str, tuple[int, ...]], ...]  # (name, datatype, shape)
     batched: bool
+    index_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def from_server(cls, metadata: Mapping[str, Any], config: Mapping[str, Any]) -> ModelInputs:
@@ -51,7 +53,23 @@ class ModelInputs:
             for spec in metadata["inputs"]
         )
         batched = int(config.get("max_batch_size", 0)) > 0
-        return cls(metadata["name"], specs, batched)
+        return cls(metadata["name"], specs, batched, _index_ranges(config))
+
+
+def _index_ranges(config: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """The inputs' `index_range:<name>` config parameters ("low..high"; edgeserve's own, so a
+    server that lacks them, or Triton, leaves ids unbounded but for random_input's own)."""
+    ranges = {}
+    for key, value in (config.get("parameters") or {}).items():
+        text = value.get("string_value", "") if isinstance(value, Mapping) else ""
+        low, _, high = str(text).partition("..")
+        if key.startswith(INDEX_RANGE) and _is_int(low) and _is_int(high):
+            ranges[key.removeprefix(INDEX_RANGE)] = (int(low), int(high))
+    return ranges
+
+
+def _is_int(text: str) -> bool:
+    return text.removeprefix("-").isdigit()
 
 
 def parse_shapes(values: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -83,7 +101,8 @@ def synthesize(
             dims = shapes[name]
         dims = tuple(DEFAULT_DYNAMIC_DIM if d < 0 else d for d in dims)
         full = (batch_size, *dims) if model.batched else dims
-        tensors[name] = random_array(rng, datatype, full)
+        spec = TensorSpec(name, datatype, shape, index_range=model.index_ranges.get(name))
+        tensors[name] = random_input(rng, spec, full)
     return tensors
 
 

@@ -78,11 +78,28 @@ def model_config(
         ],
         "default_model_filename": manifest.model.path,
         "model_transaction_policy": {"decoupled": False},
-        "parameters": {"function_version": {"string_value": manifest.function.version}},
+        "parameters": {
+            "function_version": {"string_value": manifest.function.version},
+            **_index_ranges(signature),
+        },
     }
     if max_batch_size > 0:
         config["dynamic_batching"] = _dynamic_batching(manifest)
     return config
+
+
+INDEX_RANGE = "index_range:"
+"""Config parameter `index_range:<input>` = "low..high": the ids an input's lookup table allows
+(the door refuses others), so a client such as `edgeserve bench URL` can make valid ones."""
+
+
+def _index_ranges(signature: Signature) -> dict[str, dict[str, str]]:
+    return {
+        f"{INDEX_RANGE}{spec.name}": {"string_value": f"{low}..{high}"}
+        for spec in signature.inputs
+        if spec.index_range is not None
+        for low, high in [spec.index_range]
+    }
 
 
 def _tensor_config(spec: TensorSpec, batched: bool, *, is_input: bool) -> dict[str, Any]:
