@@ -29,7 +29,7 @@ from edgeserve.bundle import (
     signature_to_json,
 )
 from edgeserve.cache import bundles_dir, prune, touch
-from edgeserve.dryrun import DryRun, check_batch_axis, dry_run
+from edgeserve.dryrun import DryRun, SkippedCheck, check_batch_axis, dry_run
 from edgeserve.errors import BundleError, ConfigError, did_you_mean
 from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
@@ -157,22 +157,23 @@ def build(
     backend: str | None = None,
     archive: bool = False,
     dist: Path | None = None,
-    report: Callable[[PrecisionCheck | DryRun], None] | None = None,
+    report: Callable[[PrecisionCheck | DryRun | SkippedCheck], None] | None = None,
 ) -> Bundle:
     """Build the function at `source` into the bundle folder `out`.
 
     With `archive`, also write `<name>-<version>-<target>.tar.gz` per target into `dist`
     (default: a `dist` folder beside `out`). When a target runs OpenVINO at a precision other
     than fp32, the drift against fp32 is measured (refused over max_abs_diff) and given to `report`.
-    The handler is imported and run on the samples first (`dryrun`): its mistakes fail the build.
+    The handler is imported and run on the samples first (`dryrun`): its mistakes fail the build;
+    a batch-axis check that could not run is given to `report` as a warning.
     """
     plan = plan_build(source, targets=targets, backend=backend)
     manifest = load_manifest(source)
     planned = "openvino" in plan.backends  # the precision check measures OpenVINO's drift
-    check_batch_axis(source, manifest, plan.signature)
+    skipped = check_batch_axis(source, manifest, plan.signature)
     ran = dry_run(source, manifest, plan.signature)
     check = check_precision(source, manifest, plan.signature) if planned else None
-    for done in (ran, check):
+    for done in (skipped, ran, check):
         if done is not None and report is not None:
             report(done)
     return write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)

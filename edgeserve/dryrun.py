@@ -60,26 +60,41 @@ def dry_run(source: Path, manifest: Manifest, signature: Signature) -> DryRun | 
 BATCH_CHECK_ROWS = 3
 
 
-def check_batch_axis(source: Path, manifest: Manifest, signature: Signature) -> None:
+@dataclass(frozen=True)
+class SkippedCheck:
+    """The batch-axis check could not run: said, so a build does not pass it in silence."""
+
+    reason: str
+
+    def describe(self) -> str:
+        return (
+            f"warning: the batch-axis check did not run: ONNX Runtime {self.reason}; a model "
+            "whose outputs lose the batch axis then fails its batched requests. Hint: check "
+            "the error above, or set [batching] max_batch_size = 0"
+        )
+
+
+def check_batch_axis(source: Path, manifest: Manifest, signature: Signature) -> SkippedCheck | None:
     """Refuse a batched model whose outputs do not keep the batch axis first: an output such
     as NonZero's [K, 2] or a sum over axis 0 has a dynamic first dim as the batch has, and
     every request then failed with a 500 (its rows cannot be handed back). Run once on random
-    inputs of BATCH_CHECK_ROWS rows (ONNX Runtime, fp32); a model that does not load or run on
-    them is left to the rest of the build."""
+    inputs of BATCH_CHECK_ROWS rows (ONNX Runtime, fp32), ids within each input's
+    `index_range`; a model that does not load or run on them is a SkippedCheck (the rest of
+    the build may still serve it on another backend)."""
     if not signature.batched or manifest.batching.max_batch_size == 0:
-        return
+        return None
     from edgeserve.backends import load_backend
     from edgeserve.samples import example_inputs
 
     rows = BATCH_CHECK_ROWS
     try:
         engine = load_backend("onnxruntime", source / manifest.model.path, signature=signature)
-    except EdgeserveError:  # a model ONNX Runtime cannot load: the rest of the build says why
-        return
+    except EdgeserveError as exc:
+        return SkippedCheck(f"cannot load the model ({exc.message})")
     try:
         outputs = engine.infer(example_inputs(signature, rows, np.random.default_rng(0)))
-    except EdgeserveError:
-        return
+    except EdgeserveError as exc:
+        return SkippedCheck(f"failed on {rows} random rows ({exc.message})")
     finally:
         engine.close()
     wrong = {n: list(array.shape) for n, array in outputs.items() if array.shape[:1] != (rows,)}
@@ -89,6 +104,7 @@ def check_batch_axis(source: Path, manifest: Manifest, signature: Signature) -> 
             "first axis is not the batch axis, so batches cannot be split back into requests. "
             "Hint: serve it one request a run, [batching] max_batch_size = 0"
         )
+    return None
 
 
 def _invoke_samples(folder: Path) -> list[Path]:

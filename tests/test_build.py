@@ -23,6 +23,7 @@ from edgeserve.http import create_app
 from edgeserve.runtime import Runtime
 from edgeserve.scaffold import init_function
 from tests.models import (
+    bert_like_model,
     conv_model,
     identity_model,
     mlp_model,
@@ -619,3 +620,45 @@ def test_outputs_without_the_batch_axis_first_are_refused_and_serve_unbatched(
         answer = httpx.post(f"{url}/v2/models/nz/infer", json={"inputs": [tensor]}, timeout=30)
     assert answer.status_code == 200, answer.text
     assert answer.json()["outputs"][0]["data"] == np.argwhere(x).ravel().tolist()
+
+
+def test_the_batch_axis_check_feeds_ids_within_the_tables_of_a_bert_like_model(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Its random rows held ids up to 15 for a table of 2 rows (token_type_ids): ONNX Runtime
+    printed a red ERROR during a build that then said "built", and the check was skipped in
+    silence, so a model losing the batch axis built and failed every batched request."""
+    fine = write_function(tmp_path / "fine", bert_like_model, '[function]\nname = "bert"\n')
+    assert main(["build", str(fine), "--out", str(tmp_path / "fine-out")]) == 0
+    printed = capfd.readouterr()
+    assert "[E:onnxruntime" not in printed.err and "warning" not in printed.out + printed.err
+    assert "built bert" in printed.out
+    lossy = write_function(
+        tmp_path / "lossy",
+        lambda path: bert_like_model(path, over_batch=True),
+        '[function]\nname = "bert"\n',
+    )
+    assert main(["build", str(lossy), "--out", str(tmp_path / "lossy-out")]) == 2
+    error = " ".join(capfd.readouterr().err.split())
+    assert "outputs {'pooled': [1, 8]} for a batch of 3 rows" in error
+    assert not (tmp_path / "lossy-out").exists()
+
+
+def test_a_batch_axis_check_that_cannot_run_says_so(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Ids reaching a table of 4 rows through Abs, which the door cannot bound: the check's
+    random ids (up to 15) fail in ONNX Runtime; the build goes on, and says the check did not
+    run rather than skipping it in silence."""
+    folder = write_function(
+        tmp_path / "fn",
+        lambda path: sequence_model(path, vocab=4, via="Abs"),
+        '[function]\nname = "seq"\n[backend]\nprefer = ["onnxruntime"]\n',
+    )
+    assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 0
+    out = " ".join(capfd.readouterr().out.split())
+    assert (
+        "warning: the batch-axis check did not run: ONNX Runtime failed on 3 random rows (" in out
+    )
+    assert "Hint: check the error above, or set [batching] max_batch_size = 0" in out
+    assert "built seq" in out
