@@ -64,6 +64,9 @@ def read_signature(
     if not graph.output:  # an empty file reads as an empty model; one without outputs answers {}
         raise ConfigError(f"{model_path}: the model has no outputs (an empty or truncated file?)")
     _check_overrides_exist(section, graph_inputs, list(graph.output), where)
+    for kind, values in (("input", graph_inputs), ("output", graph.output)):
+        for value in values:
+            _check_tensor(value, kind, model_path)
     inputs = [_spec(v, section.inputs, where, "inputs") for v in graph_inputs]
     outputs = [_spec(v, section.outputs, where, "outputs") for v in graph.output]
     outputs = [_resolve_follows(spec, inputs, where) for spec in outputs]
@@ -77,6 +80,32 @@ def read_signature(
             )
     tied = _tied_dims(graph_inputs, batched)
     return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched, tied=tied)
+
+
+_NOT_TENSORS = {
+    "sequence_type": "a sequence",
+    "map_type": "a map",
+    "optional_type": "an optional",
+    "sparse_tensor_type": "a sparse tensor",
+}
+
+
+def _check_tensor(value: onnx.ValueInfoProto, kind: str, model_path: Path) -> None:
+    """Refuse a value that is not a tensor: KServe v2 (and Triton) carry tensors only, and its
+    element type read as 0, which named neither the cause nor the fix."""
+    which = value.type.WhichOneof("value")
+    if which == "tensor_type":
+        return
+    what = _NOT_TENSORS.get(which or "", "of no declared type")
+    if which == "sequence_type" and value.type.sequence_type.elem_type.WhichOneof("value") == (
+        "map_type"
+    ):
+        what = "a sequence of maps (skl2onnx's ZipMap)"
+    raise ConfigError(
+        f"{model_path}: {kind} `{value.name}` is {what}, not a tensor; KServe v2 serves tensors "
+        "only. Hint: export it as a tensor; for skl2onnx classifiers, "
+        "to_onnx(model, X, options={'zipmap': False})"
+    )
 
 
 def _tied_dims(values: list[onnx.ValueInfoProto], batched: bool) -> tuple[TiedDim, ...]:

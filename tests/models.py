@@ -420,3 +420,40 @@ def bert_like_model(
         ],
     )
     return _save(graph, path)
+
+
+def zipmap_model(path: Path) -> Path:
+    """skl2onnx's default classifier output: features FP32 [N, 3] -> `label` INT64 [N] (the
+    argmax) and `output_probability`, ai.onnx.ml ZipMap's sequence of maps {class: p}."""
+    nodes = [
+        helper.make_node("ArgMax", ["features"], ["label"], axis=1, keepdims=0),
+        helper.make_node("Softmax", ["features"], ["probabilities"], axis=1),
+        helper.make_node(
+            "ZipMap",
+            ["probabilities"],
+            ["output_probability"],
+            domain="ai.onnx.ml",
+            classlabels_int64s=[0, 1, 2],
+        ),
+    ]
+    probabilities = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(
+            TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])
+        )
+    )
+    graph = helper.make_graph(
+        nodes,
+        "zipmap",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", 3])],
+        [
+            helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+            helper.make_value_info("output_probability", probabilities),
+        ],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[*OPSET, helper.make_opsetid("ai.onnx.ml", 1)], ir_version=8
+    )
+    onnx.checker.check_model(model, full_check=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path

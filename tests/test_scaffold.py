@@ -32,6 +32,7 @@ from tests.models import (
     classifier_model,
     pair_model,
     sequence_model,
+    zipmap_model,
 )
 from tests.server import served
 
@@ -337,3 +338,18 @@ def test_init_samples_keep_ids_in_their_tables_and_masks_at_one(tmp_path: Path) 
     assert set(np.ravel(sample["token_type_ids"])) == {0, 1}
     assert min(np.ravel(sample["input_ids"])) >= 0 and max(np.ravel(sample["input_ids"])) < 100
     assert set(np.ravel(sample["attention_mask"])) == {1}
+
+
+def test_init_says_a_zipmap_output_is_not_a_tensor_and_how_to_export_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """skl2onnx's default classifier output, a sequence of maps, read as "ONNX element type 0
+    has no KServe v2 datatype": neither the cause nor the fix."""
+    model = zipmap_model(tmp_path / "mine" / "clf.onnx")
+    assert main(["init", str(tmp_path / "fn"), "--model", str(model)]) == 2
+    error = " ".join(capsys.readouterr().err.split())
+    assert error == (
+        f"error: {model}: output `output_probability` is a sequence of maps (skl2onnx's "
+        "ZipMap), not a tensor; KServe v2 serves tensors only. Hint: export it as a tensor; "
+        "for skl2onnx classifiers, to_onnx(model, X, options={'zipmap': False})"
+    )
