@@ -317,6 +317,7 @@ def _target_plan(
     target: str, manifest: Manifest, backend: str | None, source: Path, signature: Signature
 ) -> TargetPlan:
     kind = _target_kind(target, source)
+    kind.check_name(manifest.function.name)  # a cluster's refusal, before "built"
     fits = kind.backends
     if backend is not None and backend not in BY_NAME:
         raise ConfigError(f"backend {backend!r}: unknown; expected one of {list(BY_NAME)}")

@@ -47,9 +47,10 @@ def render_templates(name: str, kind: str = TEMPLATE) -> dict[PurePosixPath, str
 
 
 def function_name(dest: Path, name: str | None = None) -> str:
-    """The given name, or the folder's name made to fit the manifest's name pattern."""
+    """The given name, or the folder's name made to fit the manifest's name pattern and the
+    cluster targets' DNS labels too (`_` and `.` become `-`)."""
     if name is None:
-        name = re.sub(r"[^a-z0-9_-]+", "-", dest.resolve().name.lower()).strip("-_")[:63]
+        name = re.sub(r"[^a-z0-9-]+", "-", dest.resolve().name.lower()).strip("-")[:63]
         name = name or "function"
     try:
         FunctionInfo(name=name)

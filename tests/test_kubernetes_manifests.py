@@ -242,12 +242,15 @@ def test_the_yaml_written_by_package_round_trips(bundle: Bundle) -> None:
 def test_a_name_the_cluster_cannot_use_is_refused_before_any_image_is_built(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, name: str, words: str
 ) -> None:
-    """Refused by `build --target` before the image (no podman is needed to see it): a 53-letter
-    name made a 64-letter Knative revision name, which the cluster refuses after the push."""
+    """Refused by `build --target` before the bundle and the image (no podman is needed to see
+    it): a 53-letter name made a 64-letter Knative revision name, which the cluster refuses
+    after the push; and "built" was printed before the refusal."""
     source = write_function(tmp_path / "src", mlp_model, f'[function]\nname = "{name}"\n')
     code = main(["build", str(source), "--out", str(tmp_path / "b"), "--target", kind])
     assert code == 2
-    assert words in " ".join(capsys.readouterr().err.split())
+    printed = capsys.readouterr()
+    assert words in " ".join(printed.err.split())
+    assert "built" not in printed.out and not (tmp_path / "b").exists()
 
 
 def test_the_shipped_gpu_profile_asks_for_a_gpu_and_stays_warm(bundle: Bundle) -> None:

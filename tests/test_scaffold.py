@@ -135,7 +135,8 @@ def test_the_scaffolded_function_serves_with_no_edits(tmp_path: Path) -> None:
     ("folder", "name"),
     [
         ("My Func!", "my-func"),
-        ("ocr_v2", "ocr_v2"),
+        ("ocr_v2", "ocr-v2"),  # `_` as `.`: Kubernetes targets take DNS labels only
+        ("resnet50-v1.5_int8", "resnet50-v1-5-int8"),
         ("--__", "function"),
         ("Ünïcode", "n-code"),
     ],

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from edgeserve.backends import BACKENDS
 from edgeserve.errors import ConfigError
 from edgeserve.image import BuiltImage, build_image, find_tool, plan_image, push_image
+from edgeserve.kinds import KINDS
 from edgeserve.kubernetes.manifests import Workload, min_replicas, render, to_yaml
 from edgeserve.kubernetes.scaling import concurrency_for
 from edgeserve.kubernetes.settings import KubernetesSettings
@@ -29,14 +30,6 @@ if TYPE_CHECKING:
 
 _CPU_PACKAGES = [b.package for b in BACKENDS if "cpu" in b.platforms and b.package]
 CPU_BACKEND_PACKAGES = re.compile(rf"^({'|'.join(map(re.escape, _CPU_PACKAGES))})([=<>!~ ].*)?$")
-DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-MAX_NAME = 63
-DERIVED_NAMES = {
-    "knative": "{name}-0123456789",  # the revision, `<service>-<hash10>` (manifests.py)
-    "kserve": "{name}-predictor-00001",  # the predictor's Knative revisions
-    "kubernetes": "{name}",  # Deployment, Service and HPA take the name as it is
-}
-"""The longest name each kind derives from a function's name (each a DNS-1035 label)."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +41,7 @@ class KubernetesDriver:
     def package(self, bundle: Bundle, profile: TargetProfile, out: Path) -> Path:
         """Build the image (tagged, not pushed) and write manifests.yaml, Containerfile and
         image.txt (size and per-layer cost) into `out`."""
-        check_name(self.kind, bundle.name)
+        KINDS[self.kind].check_name(bundle.name)
         settings = self.settings(profile)
         plan = image_plan(bundle, profile.name, settings)
         built = build_image(plan, find_tool(settings.image_tool), {"bundle": bundle.root})
@@ -65,7 +58,7 @@ class KubernetesDriver:
     def deploy(self, bundle: Bundle, profile: TargetProfile) -> DeployResult:
         from edgeserve.kubernetes.rollouts import rollout_for
 
-        check_name(self.kind, bundle.name)
+        KINDS[self.kind].check_name(bundle.name)
         settings = self.settings(profile)
         if not settings.registry:
             raise ConfigError(
@@ -131,25 +124,6 @@ def image_requirements(pinned: list[str], settings: KubernetesSettings) -> tuple
         return tuple(pinned)
     kept = [line for line in pinned if not CPU_BACKEND_PACKAGES.match(line)]
     return (*kept, settings.gpu_package)
-
-
-def check_name(kind: str, name: str) -> None:
-    """Refuse, before anything is built, a function name the cluster cannot use: the names it
-    derives from it must be DNS-1035 labels too (63 characters at most)."""
-    if not DNS_LABEL.match(name):
-        raise ConfigError(
-            f"function name {name!r}: Knative, KServe and Kubernetes services need a "
-            "DNS-1035 label (lowercase letters, digits and '-', starting with a letter). "
-            "Hint: rename it in function.toml [function] name"
-        )
-    derived = DERIVED_NAMES[kind].format(name=name)
-    if len(derived) > MAX_NAME:
-        longest = MAX_NAME - (len(derived) - len(name))
-        raise ConfigError(
-            f"function name {name!r} ({len(name)} characters): {kind} names a {derived!r} "
-            f"after it, which must stay within {MAX_NAME} characters; expected a name of at "
-            f"most {longest}. Hint: shorten function.toml [function] name"
-        )
 
 
 def workload(bundle: Bundle, settings: KubernetesSettings, image: str) -> Workload:
