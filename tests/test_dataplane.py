@@ -102,7 +102,8 @@ def test_request_parameters_are_read_once_with_their_units() -> None:
     assert Parameters.of({"timeout": 250_000, "priority": 2, "custom": "kept"}) == Parameters(
         0.25, 2
     )
-    with pytest.raises(InvalidInput, match=r"parameters\.timeout: expected a positive integer"):
+    assert Parameters.of({"timeout": 0}) == Parameters(None, 0)  # Triton's "no timeout"
+    with pytest.raises(InvalidInput, match=r"parameters\.timeout: expected a non-negative integ"):
         Parameters.of({"timeout": 1.5})
     with pytest.raises(InvalidInput, match=r"parameters\.priority: expected a non-negative"):
         Parameters.of({"priority": -1})

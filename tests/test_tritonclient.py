@@ -270,3 +270,16 @@ def test_nan_and_infinities_round_trip_as_triton_writes_them(
         got = result.as_numpy(f"out_{datatype}")
         assert np.isnan(got[0, 0]) and got[0, 1] == np.inf and got[0, 2] == -np.inf, datatype
         np.testing.assert_array_equal(got[1], [1.5, -0.0, 2.0])
+
+
+def test_a_timeout_of_zero_means_none_as_in_triton(client: triton.InferenceServerClient) -> None:
+    """tritonclient sends `timeout` whenever it is given one, and Triton reads 0 as "no
+    timeout" (TRITONSERVER_InferenceRequestSetTimeoutMicroseconds); it was a 400 here."""
+    result = client.infer("identity", every_input(binary=True), timeout=0)
+    np.testing.assert_array_equal(result.as_numpy("out_INT64"), SAMPLES["INT64"])
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("identity", every_input(binary=True), timeout=-1)
+    assert error.value.status() == "400"
+    assert "parameters.timeout: expected a non-negative integer of microseconds (0: none)" in str(
+        error.value.message()
+    )

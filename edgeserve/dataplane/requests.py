@@ -68,13 +68,16 @@ _DEFAULTS = Parameters()
 
 
 def _timeout_s(value: Any) -> float | None:
+    """µs as seconds; None (the function's timeout_ms) for none or 0, Triton's "no timeout"
+    (tritonclient sends a 0 it is given)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(
-            f"parameters.timeout: expected a positive integer of microseconds, got {value!r}"
+            f"parameters.timeout: expected a non-negative integer of microseconds (0: none), "
+            f"got {value!r}"
         )
-    return value / 1e6
+    return value / 1e6 if value else None
 
 
 def _priority(value: Any) -> int:
