@@ -7,9 +7,10 @@ follow Triton except where noted at the route.
 
 Not served (Triton has them): response compression by Accept-Encoding (request bodies may be
 gzip or deflate), raw binary requests (Inference-Header-Content-Length: 0), trace and logging
-extensions. The classification extension is `dataplane.requests`'. System shared memory is
-served (`sharedmemory.py`); the repository extension lists the one function and answers model
-control as `repository.py` explains.
+extensions (their routes answer 501, Triton's UNSUPPORTED, saying so: not a bare 404). The
+classification extension is `dataplane.requests`'. System shared memory is served
+(`sharedmemory.py`); the repository extension lists the one function and answers model control
+as `repository.py` explains.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from starlette.types import Receive, Scope, Send
 from edgeserve import __version__
 from edgeserve.dataplane import DataPlane, ServedFunction, serving
 from edgeserve.dataplane.metadata import server_metadata
-from edgeserve.errors import Unauthorized
+from edgeserve.errors import Unauthorized, Unsupported
 from edgeserve.http.auth import Credentials, load_credentials
 from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, route_path
@@ -133,6 +134,8 @@ class _Endpoints:
             *SharedMemoryRoutes(self.regions, "cuda").routes(),
             *DocsRoutes(self._document()).routes(),
         ]
+        unserved = ("/v2/trace/setting", model + "/trace/setting", "/v2/logging")
+        routes += [Route(path, self.unserved, methods=["GET", "POST"]) for path in unserved]
         for base in (model, model + "/versions/{version}"):
             routes += [
                 Route(base, self.model_metadata),
@@ -151,6 +154,19 @@ class _Endpoints:
             runtime.signature,
             runtime.manifest,
             samples if samples.is_dir() else None,
+        )
+
+    async def unserved(self, request: Request) -> Response:
+        """tritonclient's trace and log settings calls: named, with what to use instead."""
+        if request.url.path.endswith("/logging"):
+            raise Unsupported(
+                "the logging extension (/v2/logging) is not served by edgeserve. Hint: set the "
+                "log level with `edgeserve serve --log-level`"
+            )
+        raise Unsupported(
+            "the trace extension (trace/setting) is not served by edgeserve. Hint: per-model "
+            f"timings are in the statistics extension (/v2/models/{self.runtime.name}/stats) "
+            "and /metrics"
         )
 
     async def live(self, request: Request) -> Response:
