@@ -127,7 +127,7 @@ def plan_build(
         update={"model": manifest.model.model_copy(update={"path": model_dest})}
     )
     names = dict.fromkeys(targets or ("local",))
-    plans = tuple(_target_plan(name, manifest, backend, source, signature) for name in names)
+    plans = tuple(_target_plan(name, manifest, backend, source, signature, model) for name in names)
     return BuildPlan(resolved, signature, tuple(sorted(copies)), plans)
 
 
@@ -314,7 +314,12 @@ def _hidden(relative: Path) -> bool:
 
 
 def _target_plan(
-    target: str, manifest: Manifest, backend: str | None, source: Path, signature: Signature
+    target: str,
+    manifest: Manifest,
+    backend: str | None,
+    source: Path,
+    signature: Signature,
+    model: Path,
 ) -> TargetPlan:
     kind = _target_kind(target, source)
     kind.check_name(manifest.function.name)  # a cluster's refusal, before "built"
@@ -322,7 +327,7 @@ def _target_plan(
     if backend is not None and backend not in BY_NAME:
         raise ConfigError(f"backend {backend!r}: unknown; expected one of {list(BY_NAME)}")
     wanted = (backend,) if backend else manifest.backend.prefer
-    declined = {name: why for name in wanted if (why := BY_NAME[name].declines(signature))}
+    declined = {name: why for name in wanted if (why := BY_NAME[name].declines(signature, model))}
     backends = tuple(name for name in wanted if name in fits and name not in declined)
     if not backends:
         where = f"{source / MANIFEST_NAME}: field `backend.prefer`"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from edgeserve.backends import choose, default_device, load_backend, probe
+from edgeserve.backends import BY_NAME, choose, default_device, load_backend, probe
 from edgeserve.batching import ONE_REQUEST, REQUEST_NUMBERS, BatchPolicy
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.engine import Engine, LocalEngine
@@ -227,7 +227,9 @@ class Runtime:
     def _door(self) -> InputChecks:
         """The checks every request passes, against the shapes the engine's backend takes."""
         batching = self.signature.batched and self.manifest.batching.max_batch_size > 0
-        return InputChecks(self.signature, self.engine.profile, batching)
+        name = self.engine.backend_name
+        int_range = (name, BY_NAME[name].int_range)
+        return InputChecks(self.signature, self.engine.profile, batching, int_range)
 
     def _requests_seen(self) -> int:
         counters = self.stats.snapshot()

@@ -40,6 +40,26 @@ def external_data(model: Path) -> list[str]:
     return locations
 
 
+ONNX_DOMAINS = frozenset({"", "ai.onnx"})
+"""The default domain's two spellings: the ops every ONNX runtime has."""
+
+
+def foreign_ops(model: Path) -> list[str]:
+    """`domain.op` of each op outside ONNX's default domain (ai.onnx.ml's LinearClassifier,
+    a vendor's), subgraphs included; the model's own functions are not foreign."""
+    proto = _load(model)
+    local = {function.domain for function in proto.functions}
+    found: dict[str, None] = {}
+    graphs = [proto.graph]
+    while graphs:
+        for node in graphs.pop().node:
+            if node.domain not in ONNX_DOMAINS | local:
+                found[f"{node.domain}.{node.op_type}"] = None
+            for attribute in node.attribute:
+                graphs.extend([attribute.g] if attribute.HasField("g") else attribute.graphs)
+    return list(found)
+
+
 def _load(model_path: Path) -> onnx.ModelProto:
     """The model's graph without its weights; ConfigError for a file that is not ONNX."""
     try:

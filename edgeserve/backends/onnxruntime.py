@@ -58,6 +58,7 @@ class OnnxRuntime:
     platforms: ClassVar[tuple[str, ...]] = ("jetson", "nvidia-gpu", "cpu", "lambda")
     triton: ClassVar[TritonNames] = TritonNames("onnxruntime_onnx", "onnxruntime")
     prepared: ClassVar[tuple[str, ...]] = ()
+    int_range: ClassVar[tuple[int, int] | None] = None
     modules: ClassVar[dict[str, str]] = {
         "onnxruntime": "the onnxruntime package is not installed (pip install onnxruntime)"
     }
@@ -71,7 +72,7 @@ class OnnxRuntime:
         return missing_module(cls.modules, platform)
 
     @classmethod
-    def declines(cls, signature: Signature) -> str | None:
+    def declines(cls, signature: Signature, model: Path) -> str | None:
         """Nothing: ONNX Runtime runs every tensor type an ONNX model has."""
         return None
 

@@ -62,15 +62,27 @@ class OpenVINO:
     def available(cls, platform: Platform) -> str | None:
         return missing_module(cls.modules, platform)
 
+    int_range: ClassVar[tuple[int, int] | None] = (-(2**31), 2**31 - 1)
+    """The INT64 / UINT64 input values it computes exactly: its CPU plugin computes 64-bit
+    integers in 32 bits (2**40 + 1 answered 1, measured with OpenVINO 2026.4)."""
+
     @classmethod
-    def declines(cls, signature: Signature) -> str | None:
+    def declines(cls, signature: Signature, model: Path) -> str | None:
         """What of the model OpenVINO would not serve as written: string tensors (its warm-up
-        failed: "Unsupported data type: object"), FP64 (computed in FP32 without a word), an
-        input that is also an output (its compiled model has no such output)."""
+        failed: "Unsupported data type: object"), FP64 (computed in FP32 without a word), 64-bit
+        integer outputs (computed in 32 bits: wrong values with no error), an input that is also
+        an output (its compiled model has no such output), and ops outside ONNX's default domain
+        (ai.onnx.ml's classifiers from skl2onnx: it has no conversion for them)."""
         both = {spec.name for spec in signature.inputs} & {s.name for s in signature.outputs}
         if both:
             return f"openvino cannot answer an input as an output ({sorted(both)})"
-        return unsupported_types(signature, ("BYTES", "FP64"), "openvino")
+        wide = next((s for s in signature.outputs if s.datatype in ("INT64", "UINT64")), None)
+        if wide is not None:
+            return (
+                f"openvino computes {wide.datatype} in 32 bits (output `{wide.name}`): "
+                "values past 2**31 would be wrong"
+            )
+        return unsupported_types(signature, ("BYTES", "FP64"), "openvino") or _foreign_op(model)
 
     @classmethod
     def reaches_gpu(cls, platform: Platform) -> bool:
@@ -121,6 +133,21 @@ class OpenVINO:
         if request is None:
             request = self._local.request = self._compiled.create_infer_request()
         return request
+
+
+def _foreign_op(model: Path) -> str | None:
+    """Why OpenVINO is not used for a model with ops outside ONNX's default domain, or None:
+    it converts few of them (ai.onnx.ml's Normalizer, but not LinearClassifier nor the tree
+    ensembles), and a model it cannot convert failed `build` with its raw conversion report."""
+    from edgeserve.signature import foreign_ops
+
+    found = foreign_ops(model)
+    if not found:
+        return None
+    return (
+        f"openvino does not serve ops outside ONNX's default domain ({', '.join(found)}). "
+        'Hint: serve it with ONNX Runtime: [backend] prefer = ["onnxruntime"]'
+    )
 
 
 def compile_config(options: LoadOptions) -> dict[str, Any]:

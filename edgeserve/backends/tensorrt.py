@@ -63,6 +63,7 @@ class TensorRT:
     platforms: ClassVar[tuple[str, ...]] = ("jetson", "nvidia-gpu")
     triton: ClassVar[TritonNames] = TritonNames("tensorrt_plan", "tensorrt", "KIND_GPU")
     prepared: ClassVar[tuple[str, ...]] = ()
+    int_range: ClassVar[tuple[int, int] | None] = None
     modules: ClassVar[dict[str, str]] = {
         "tensorrt": "tensorrt is not installed (pip tensorrt, or JetPack's python3-libnvinfer)",
         "cuda.bindings": "cuda-python is not installed (pip install 'edgeserve[gpu]')",
@@ -73,7 +74,7 @@ class TensorRT:
         """Nothing: an engine is specific to the GPU, so it is built on the device itself."""
 
     @classmethod
-    def declines(cls, signature: Signature) -> str | None:
+    def declines(cls, signature: Signature, model: Path) -> str | None:
         """TensorRT's engines have no string nor FP64 tensors."""
         return unsupported_types(signature, ("BYTES", "FP64"), "tensorrt")
 

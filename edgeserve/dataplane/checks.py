@@ -27,13 +27,23 @@ class InputChecks:
     """The door of one loaded model. `batching`: the first axis holds rows the batcher may
     split and stack (its range is the batcher's business: a large request is split)."""
 
-    def __init__(self, signature: Signature, profile: ShapeProfile | None, batching: bool) -> None:
+    def __init__(
+        self,
+        signature: Signature,
+        profile: ShapeProfile | None,
+        batching: bool,
+        int_range: tuple[str, tuple[int, int] | None] = ("", None),
+    ) -> None:
+        """`int_range`: the backend's name and the INT64 / UINT64 values it computes exactly
+        (OpenVINO: int32's; None: all)."""
         self.signature = signature
         self.batching = batching and signature.batched
         self.profile = profile or {}
         # what every request is held to, worked out once (this runs for every request)
         self._names = frozenset(spec.name for spec in signature.inputs)
         self._indexed = [spec for spec in signature.inputs if spec.index_range is not None]
+        self._backend, self._int_range = int_range
+        self._wide = [s.name for s in signature.inputs if s.datatype in ("INT64", "UINT64")]
         self._ranged = [
             (spec.name, self.profile[spec.name])
             for spec in signature.inputs
@@ -55,17 +65,35 @@ class InputChecks:
             if not fits(array):  # something to convert, or to refuse: the checks one by one
                 return self._checked_one_by_one(inputs)
             checked[fits.name] = array
-        for spec in self._indexed:
-            _check_indices(spec, checked[spec.name])
+        self._check_values(checked)
         self._check_rows(checked)
         for tie in self.signature.tied:
             _check_tied(tie, checked)
         return checked
 
+    def _check_values(self, inputs: TensorDict) -> None:
+        for spec in self._indexed:
+            _check_indices(spec, inputs[spec.name])
+        if self._int_range is not None:
+            for name in self._wide:
+                self._check_int_range(name, inputs[name], *self._int_range)
+
+    def _check_int_range(self, name: str, array: np.ndarray, low: int, high: int) -> None:
+        """64-bit integers the backend would compute in 32 bits, answering wrong values."""
+        if array.size == 0:
+            return
+        bad = [v for v in (int(array.min()), int(array.max())) if not low <= v <= high]
+        if bad:
+            raise InvalidInput(
+                f"tensor `{name}`: value {bad[0]} is out of range: the {self._backend} backend "
+                f"serving this model computes {array.dtype.name} in 32 bits, expected "
+                f"{max(low, 0) if array.dtype.kind == 'u' else low}..{high}. "
+                'Hint: serve it with ONNX Runtime ([backend] prefer = ["onnxruntime"])'
+            )
+
     def _checked_one_by_one(self, inputs: TensorDict) -> TensorDict:
         checked = {spec.name: _checked(spec, inputs[spec.name]) for spec in self.signature.inputs}
-        for spec in self._indexed:
-            _check_indices(spec, checked[spec.name])
+        self._check_values(checked)
         self._check_rows(checked)
         for tie in self.signature.tied:
             _check_tied(tie, checked)

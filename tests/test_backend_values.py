@@ -1,0 +1,171 @@
+"""What each backend computes exactly, held at build and at the door: OpenVINO's 64-bit integers
+(computed in 32 bits on the CPU) and ops outside ONNX's default domain (ai.onnx.ml, which
+OpenVINO cannot convert). Real OpenVINO and ONNX Runtime, models made with onnx.helper, and
+`edgeserve init/build/serve/invoke` driven as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import tritonclient.http as triton
+from onnx import TensorProto, helper, numpy_helper
+from tritonclient.utils import InferenceServerException
+
+from edgeserve.errors import ConfigError
+from tests.server import running
+
+BIG = [[2**40, -(2**40), 2**31], [5, 6, 7]]
+
+
+def _save(path: Path, nodes: list, inputs: list, outputs: list, inits=(), domains=()) -> Path:
+    graph = helper.make_graph(nodes, path.stem, inputs, outputs, list(inits))
+    opsets = [helper.make_opsetid("", 17), *(helper.make_opsetid(d, 1) for d in domains)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def add_one(path: Path, elem: int, out_elem: int | None = None) -> Path:
+    """x + 1 on 64-bit integers [N, 3]; with `out_elem`, the sum cast to that type."""
+    one = numpy_helper.from_array(np.array([1], onnx.helper.tensor_dtype_to_np_dtype(elem)), "one")
+    nodes = [helper.make_node("Add", ["x", "one"], ["sum" if out_elem else "y"])]
+    if out_elem:
+        nodes.append(helper.make_node("Cast", ["sum"], ["y"], to=out_elem))
+    return _save(
+        path,
+        nodes,
+        [helper.make_tensor_value_info("x", elem, ["N", 3])],
+        [helper.make_tensor_value_info("y", out_elem or elem, ["N", 3])],
+        [one],
+    )
+
+
+def classifier(path: Path) -> Path:
+    """ai.onnx.ml's Normalizer then LinearClassifier's scores, as skl2onnx writes a pipeline
+    (OpenVINO converts the Normalizer, not the LinearClassifier)."""
+    nodes = [
+        helper.make_node("Normalizer", ["x"], ["unit"], domain="ai.onnx.ml", norm="L2"),
+        helper.make_node(
+            "LinearClassifier",
+            ["unit"],
+            ["label", "y"],
+            domain="ai.onnx.ml",
+            coefficients=[1.0, 0.0, 0.0, 0.0, 2.0, 0.0],
+            intercepts=[0.0, 1.0],
+            classlabels_ints=[0, 1],
+        ),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])
+    return _save(path, nodes, [x], [y], domains=("ai.onnx.ml",))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "edgeserve", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+
+
+def init(folder: Path, model: Path, backend: str = "") -> Path:
+    done = cli("init", str(folder), "--model", str(model))
+    assert done.returncode == 0, done.stderr
+    if backend:
+        manifest = folder / "function.toml"
+        manifest.write_text(manifest.read_text() + f'\n[backend]\nprefer = ["{backend}"]\n')
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGESERVE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def infer(url: str, name: str, x: np.ndarray, datatype: str) -> triton.InferResult:
+    client = triton.InferenceServerClient(url.removeprefix("http://"), network_timeout=30)
+    tensor = triton.InferInput("x", list(x.shape), datatype)
+    tensor.set_data_from_numpy(x)
+    try:
+        return client.infer(name, [tensor])
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(("datatype", "backend"), [("INT64", "onnxruntime"), ("INT32", "openvino")])
+def test_64_bit_integer_outputs_fall_through_to_onnxruntime(
+    tmp_path: Path, datatype: str, backend: str
+) -> None:
+    """OpenVINO answered 2**40 + 1 as 1 with a 200; ONNX Runtime computes INT64 exactly. An
+    INT32 model stays on OpenVINO (the default on a CPU)."""
+    elem = TensorProto.INT64 if datatype == "INT64" else TensorProto.INT32
+    source = init(tmp_path / "add", add_one(tmp_path / "add.onnx", elem))
+    x = np.array(
+        BIG if datatype == "INT64" else [[2**30, -(2**30), 7], [5, 6, 7]], datatype.lower()
+    )
+    with running(source) as (url, server):
+        y = infer(url, "add", x, datatype).as_numpy("y")
+    np.testing.assert_array_equal(y, x + 1)
+    assert f"loaded add on {backend}" in "".join(server.output)
+
+
+def test_only_openvino_for_64_bit_outputs_is_refused_at_build_saying_why(tmp_path: Path) -> None:
+    source = init(tmp_path / "add", add_one(tmp_path / "add.onnx", TensorProto.INT64), "openvino")
+    done = cli("build", str(source), "--out", str(tmp_path / "out"))
+    assert done.returncode == ConfigError.exit_code, done.stderr
+    assert "openvino computes INT64 in 32 bits (output `y`)" in done.stderr
+
+
+@pytest.mark.parametrize("datatype", ["INT64", "UINT64"])
+def test_openvino_refuses_64_bit_inputs_past_int32_with_a_400(
+    tmp_path: Path, datatype: str
+) -> None:
+    """Inputs within int32 are exact on OpenVINO (2**31 - 2 + 1 is 2**31 - 1); past it the sum
+    was wrong with a 200 (2**31 - 1 + 1 was -2**31): the door refuses them now."""
+    elem = TensorProto.INT64 if datatype == "INT64" else TensorProto.UINT64
+    model = add_one(tmp_path / "wide.onnx", elem, TensorProto.FLOAT)
+    source = init(tmp_path / "wide", model)
+    fits = np.array([[2**31 - 2, 0, 3], [5, 6, 2**20]], datatype.lower())
+    past = np.array([[2**31 - 1, 0, 3], [5, 6, 7]], datatype.lower())
+    with running(source) as (url, server):
+        y = infer(url, "wide", fits, datatype).as_numpy("y")
+        with pytest.raises(InferenceServerException) as refused:
+            infer(url, "wide", past + 1, datatype)
+    assert "loaded wide on openvino" in "".join(server.output)
+    np.testing.assert_array_equal(y, (fits + 1).astype(np.float32))
+    assert refused.value.status() == "400"
+    assert (
+        f"tensor `x`: value 2147483648 is out of range: the openvino backend serving this model "
+        f"computes {datatype.lower()} in 32 bits"
+    ) in refused.value.message()
+    assert 'prefer = ["onnxruntime"]' in refused.value.message()
+
+
+def test_an_ai_onnx_ml_model_builds_and_serves_on_onnxruntime(tmp_path: Path) -> None:
+    """OpenVINO has no conversion for LinearClassifier: `build` failed with its raw report."""
+    source = init(tmp_path / "clf", classifier(tmp_path / "clf.onnx"))
+    built = cli("build", str(source), "--out", str(tmp_path / "out"))
+    assert built.returncode == 0, built.stderr
+    x = [[3.0, 4.0, 0.0], [1.0, 2.0, 2.0]]
+    with running(tmp_path / "out") as (url, server):
+        invoked = cli("invoke", url, "--json", f'{{"x": {x}}}')
+    assert "loaded clf on onnxruntime" in "".join(server.output)
+    assert invoked.returncode == 0, invoked.stderr
+    y = np.array(json.loads(invoked.stdout)["y"])
+    np.testing.assert_allclose(y, [[0.6, 2.6], [1 / 3, 7 / 3]], rtol=1e-6)
+
+
+def test_an_ai_onnx_ml_model_with_only_openvino_names_the_op_and_the_fix(tmp_path: Path) -> None:
+    source = init(tmp_path / "clf", classifier(tmp_path / "clf.onnx"), "openvino")
+    done = cli("build", str(source), "--out", str(tmp_path / "out"))
+    assert done.returncode == ConfigError.exit_code, done.stderr
+    assert (
+        "openvino does not serve ops outside ONNX's default domain "
+        "(ai.onnx.ml.Normalizer, ai.onnx.ml.LinearClassifier)"
+    ) in done.stderr
+    assert 'Hint: serve it with ONNX Runtime: [backend] prefer = ["onnxruntime"]' in done.stderr
+    assert "Traceback" not in done.stderr and "OpConversionFailure" not in done.stderr
