@@ -227,8 +227,9 @@ class Runtime:
     def _door(self) -> InputChecks:
         """The checks every request passes, against the shapes the engine's backend takes."""
         batching = self.signature.batched and self.manifest.batching.max_batch_size > 0
-        name = self.engine.backend_name
-        int_range = (name, BY_NAME[name].int_range)
+        name = self.engine.backend_name  # "?" in a front until its inference process says
+        backend = BY_NAME.get(name)
+        int_range = (name, backend.int_range if backend else None)
         return InputChecks(self.signature, self.engine.profile, batching, int_range)
 
     def _requests_seen(self) -> int:

@@ -120,18 +120,19 @@ def test_only_openvino_for_64_bit_outputs_is_refused_at_build_saying_why(tmp_pat
     assert "openvino computes INT64 in 32 bits (output `y`)" in done.stderr
 
 
-@pytest.mark.parametrize("datatype", ["INT64", "UINT64"])
+@pytest.mark.parametrize(("datatype", "workers"), [("INT64", "1"), ("UINT64", "1"), ("INT64", "2")])
 def test_openvino_refuses_64_bit_inputs_past_int32_with_a_400(
-    tmp_path: Path, datatype: str
+    tmp_path: Path, datatype: str, workers: str
 ) -> None:
     """Inputs within int32 are exact on OpenVINO (2**31 - 2 + 1 is 2**31 - 1); past it the sum
-    was wrong with a 200 (2**31 - 1 + 1 was -2**31): the door refuses them now."""
+    was wrong with a 200 (2**31 - 1 + 1 was -2**31): the door refuses them now, in front
+    processes too (`--workers 2`: they learn the backend from the inference process)."""
     elem = TensorProto.INT64 if datatype == "INT64" else TensorProto.UINT64
     model = add_one(tmp_path / "wide.onnx", elem, TensorProto.FLOAT)
     source = init(tmp_path / "wide", model)
     fits = np.array([[2**31 - 2, 0, 3], [5, 6, 2**20]], datatype.lower())
     past = np.array([[2**31 - 1, 0, 3], [5, 6, 7]], datatype.lower())
-    with running(source) as (url, server):
+    with running(source, "--workers", workers) as (url, server):
         y = infer(url, "wide", fits, datatype).as_numpy("y")
         with pytest.raises(InferenceServerException) as refused:
             infer(url, "wide", past + 1, datatype)
