@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgeserve.types import Signature, TensorDict
+
 
 @dataclass(frozen=True)
 class Datatype:
@@ -45,6 +47,28 @@ DATATYPES: dict[str, Datatype] = {
 
 _BY_ONNX = {d.onnx: d for d in DATATYPES.values() if d.onnx is not None}
 _BY_NUMPY = {d.numpy: d for d in DATATYPES.values() if d.name != "BF16"}
+
+
+def bf16_bits(array: np.ndarray) -> np.ndarray:
+    """A BF16 tensor as its raw bits (uint16): OpenVINO hands them back in a float16 array,
+    whose values are not the tensor's; the bits are reinterpreted, never converted."""
+    if array.dtype == np.uint16:
+        return array
+    if array.dtype.itemsize != 2:
+        raise ValueError(f"a BF16 tensor in a {array.dtype} array: expected 2-byte elements")
+    return np.ascontiguousarray(array).view(np.uint16)
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """The numbers BF16 raw bits hold, as float32 (exact: bf16 is float32's top half)."""
+    return (bf16_bits(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+def as_numbers(tensors: TensorDict, signature: Signature) -> TensorDict:
+    """Outputs with their BF16 tensors widened to the float32 values they hold (for JSON, a
+    handler, a comparison), the others as they are."""
+    bf16 = [spec.name for spec in signature.outputs if spec.datatype == "BF16"]
+    return {**tensors, **{name: bf16_values(tensors[name]) for name in bf16 if name in tensors}}
 
 
 def from_onnx(elem_type: int) -> Datatype:

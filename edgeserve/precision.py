@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from edgeserve.datatypes import as_numbers
 from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput
 from edgeserve.handler import import_handler
 from edgeserve.manifest import Manifest
@@ -100,7 +101,8 @@ def _run(
         precision=precision,  # type: ignore[arg-type]
     )
     try:
-        return [engine.infer(batch) for batch in batches]
+        # BF16 outputs compared as the values their bits hold
+        return [as_numbers(engine.infer(batch), signature) for batch in batches]
     finally:
         engine.close()
 

@@ -23,6 +23,7 @@ import numpy as np
 from edgeserve.backends import BY_NAME, choose, default_device, load_backend, probe
 from edgeserve.batching import ONE_REQUEST, REQUEST_NUMBERS, BatchPolicy
 from edgeserve.dataplane.checks import InputChecks, check_names
+from edgeserve.datatypes import as_numbers
 from edgeserve.engine import Engine, LocalEngine
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
 from edgeserve.handler import check_items, import_handler
@@ -215,14 +216,17 @@ class Runtime:
         with self._counted():
             when = self._arrival(arrived)
             if self.handler is None:
-                return _to_lists(await self._run(self._tensors_from(payload), when))
+                tensors = await self._run(self._tensors_from(payload), when)
+                return _to_lists(as_numbers(tensors, self.signature))
             ctx = Context(content_type, self.manifest.handler.options, self.root)
             items = await self._hook("preprocess", payload, ctx)
             if hasattr(self.handler, "preprocess"):
                 items = self._checked(items)
             self.engine.check_room(len(items))
             results = await _all_or_none(self._run_item(item, when) for item in items)
-            return await self._hook("postprocess", list(results), ctx)
+            # BF16 outputs are raw bits (datatypes.py), which JSON or a handler reads as integers
+            numbers = [as_numbers(result, self.signature) for result in results]
+            return await self._hook("postprocess", numbers, ctx)
 
     def _door(self) -> InputChecks:
         """The checks every request passes, against the shapes the engine's backend takes."""

@@ -1,6 +1,7 @@
 """What each backend computes exactly, held at build and at the door: OpenVINO's 64-bit integers
-(computed in 32 bits on the CPU) and ops outside ONNX's default domain (ai.onnx.ml, which
-OpenVINO cannot convert). Real OpenVINO and ONNX Runtime, models made with onnx.helper, and
+(computed in 32 bits on the CPU), ops outside ONNX's default domain (ai.onnx.ml, which OpenVINO
+cannot convert), and BF16 outputs (bits OpenVINO hands back in a float16 array, and ONNX
+Runtime's numpy API lacks). Real OpenVINO and ONNX Runtime, models made with onnx.helper, and
 `edgeserve init/build/serve/invoke` driven as a user runs them."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import numpy as np
 import onnx
 import pytest
@@ -65,6 +67,17 @@ def classifier(path: Path) -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])
     return _save(path, nodes, [x], [y], domains=("ai.onnx.ml",))
+
+
+def cast(path: Path, source: int, target: int) -> Path:
+    """x [N, 4] cast from one element type to another (FP32 to BF16, BF16 to FP32)."""
+    node = helper.make_node("Cast", ["x"], ["y"], to=target)
+    return _save(
+        path,
+        [node],
+        [helper.make_tensor_value_info("x", source, ["N", 4])],
+        [helper.make_tensor_value_info("y", target, ["N", 4])],
+    )
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -170,3 +183,60 @@ def test_an_ai_onnx_ml_model_with_only_openvino_names_the_op_and_the_fix(tmp_pat
     ) in done.stderr
     assert 'Hint: serve it with ONNX Runtime: [backend] prefer = ["onnxruntime"]' in done.stderr
     assert "Traceback" not in done.stderr and "OpConversionFailure" not in done.stderr
+
+
+X_BF16 = np.array([[1.0, -2.5, 3.140625, 1e30], [0.0, -0.0, 65504.0, -1e-3]], np.float32)
+
+
+def bf16(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to the nearest bf16 (ties to even), widened back to float32."""
+    bits = x.view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
+def test_bf16_outputs_come_back_as_their_values(tmp_path: Path, backend: str) -> None:
+    """OpenVINO's bf16 bits in a float16 array were converted as float16 values (1.0 came back
+    as 9.2e-41); ONNX Runtime failed its start ("No corresponding Numpy type ... bfloat16")."""
+    source = init(
+        tmp_path / "bf", cast(tmp_path / "bf.onnx", TensorProto.FLOAT, TensorProto.BFLOAT16)
+    )
+    expected = bf16(X_BF16)
+    assert (expected[0].view(np.uint32) >> 16).tolist() == [0x3F80, 0xC020, 0x4049, 0x714A]
+    with running(source, "--backend", backend) as (url, server):
+        result = infer(url, "bf", X_BF16, "FP32")
+        invoked = httpx.post(f"{url}/invoke", json={"x": X_BF16.tolist()}, timeout=30)
+        as_json = httpx.post(
+            f"{url}/v2/models/bf/infer",
+            json={
+                "inputs": [
+                    {
+                        "name": "x",
+                        "datatype": "FP32",
+                        "shape": [2, 4],
+                        "data": X_BF16.ravel().tolist(),
+                    }
+                ]
+            },
+            timeout=30,
+        )
+    assert f"loaded bf on {backend}" in "".join(server.output)
+    assert result.get_output("y")["datatype"] == "BF16"
+    np.testing.assert_array_equal(result.as_numpy("y"), expected)
+    assert invoked.status_code == 200, invoked.text
+    np.testing.assert_array_equal(np.array(invoked.json()["y"], np.float32), expected)
+    assert as_json.status_code == 400
+    assert "BF16 travels only as binary data" in as_json.json()["error"]
+
+
+@pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
+def test_bf16_inputs_run_on_both_backends(tmp_path: Path, backend: str) -> None:
+    """ONNX Runtime refused BF16 inputs with a 400 (its numpy API takes the bits as uint16)."""
+    model = cast(tmp_path / "bfin.onnx", TensorProto.BFLOAT16, TensorProto.FLOAT)
+    source = init(tmp_path / "bfin", model)
+    x = bf16(X_BF16)  # values bf16 holds exactly: tritonclient sends them unchanged
+    with running(source, "--backend", backend) as (url, server):
+        y = infer(url, "bfin", x, "BF16").as_numpy("y")
+    assert f"loaded bfin on {backend}" in "".join(server.output)
+    np.testing.assert_array_equal(y, x)

@@ -19,9 +19,11 @@ CPU, control flow) runs kernel by kernel, with a warning at load.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import itertools
 import logging
+import math
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -101,6 +103,8 @@ class OnnxRuntime:
         self._options = options
         self._invalid_argument: type[Exception] = pybind_state.InvalidArgument
         self._output_names = [spec.name for spec in self.signature.outputs]
+        every = (*self.signature.inputs, *self.signature.outputs)
+        self._bf16 = frozenset(spec.name for spec in every if spec.datatype == "BF16")
         self._fills = {spec.name: spec.pad_value for spec in self.signature.inputs}
         bucketed = cuda is not None if options.buckets is None else options.buckets
         numeric = all(spec.datatype != "BYTES" for spec in self.signature.inputs)
@@ -152,12 +156,17 @@ class OnnxRuntime:
             with self._first_uses.run():
                 if isinstance(inputs, Staged):
                     return inputs.binding.run(len(next(iter(inputs.values()))))
-                values = self._session(()).run(self._output_names, feeds)
+                values = self._run(self._session(()), feeds)
         except self._invalid_argument as exc:
             raise InvalidInput(f"onnxruntime rejected the inputs: {exc}") from None
         except Exception as exc:
             raise BackendError(f"onnxruntime: inference failed: {exc}") from None
         return dict(zip(self._output_names, values, strict=True))
+
+    def _run(self, session: Any, feeds: TensorDict) -> list[np.ndarray]:
+        if not self._bf16:
+            return list(session.run(self._output_names, feeds))
+        return run_bf16(session, self._output_names, feeds, self._bf16)
 
     def close(self) -> None:
         self._sessions.clear()
@@ -249,6 +258,40 @@ def _new_session(
         )
     except Exception as exc:  # onnxruntime raises its own Fail / InvalidGraph / RuntimeError
         raise BackendError(f"onnxruntime: cannot load {model_path}: {exc}") from None
+
+
+def run_bf16(
+    session: Any, names: list[str], feeds: TensorDict, bf16: frozenset[str]
+) -> list[np.ndarray]:
+    """A run where BF16 tensors (`bf16`) cross as OrtValues holding their raw bits: ONNX
+    Runtime's numpy API has no bfloat16 (a BF16 output failed every run: "No corresponding
+    Numpy type for Tensor Type. bfloat16"; a uint16 input is refused)."""
+    from onnxruntime import OrtValue
+
+    values = {
+        name: OrtValue.ortvalue_from_numpy_with_onnx_type(array, BF16_ONNX)
+        if name in bf16
+        else OrtValue.ortvalue_from_numpy(array)
+        for name, array in feeds.items()
+    }
+    outputs = session.run_with_ort_values(names, values)
+    return [
+        _bits(value) if name in bf16 else value.numpy()
+        for name, value in zip(names, outputs, strict=True)
+    ]
+
+
+BF16_ONNX = 16  # onnx.TensorProto.BFLOAT16, as in datatypes.DATATYPES
+
+
+def _bits(value: Any) -> np.ndarray:
+    """A copy of a BF16 OrtValue's raw bits, as uint16 (datatypes.py)."""
+    shape = tuple(value.shape())
+    count = math.prod(shape)
+    if not count:
+        return np.zeros(shape, np.uint16)
+    memory = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    return np.ctypeslib.as_array(memory).reshape(shape).copy()
 
 
 def _dtype(signature: Signature, name: str) -> np.dtype:

@@ -32,6 +32,7 @@ from edgeserve.backends.options import (
     missing_module,
     unsupported_types,
 )
+from edgeserve.datatypes import bf16_bits
 from edgeserve.errors import BackendError
 from edgeserve.hardware import Platform
 from edgeserve.types import Signature, TensorDict
@@ -106,7 +107,8 @@ class OpenVINO:
         except Exception as exc:  # openvino raises RuntimeError (and subclasses) for everything
             raise BackendError(f"openvino: cannot load {source}: {_message(exc)}") from None
         self._outputs = [
-            (spec.name, _port(self._compiled, spec.name)) for spec in self.signature.outputs
+            (spec.name, _port(self._compiled, spec.name), spec.datatype == "BF16")
+            for spec in self.signature.outputs
         ]
         self._local = threading.local()
 
@@ -122,7 +124,11 @@ class OpenVINO:
             results = request.infer(inputs, share_inputs=True, share_outputs=False)
         except Exception as exc:
             raise BackendError(f"openvino: inference failed: {_message(exc)}") from None
-        return {name: np.asarray(results[port]) for name, port in self._outputs}
+        # a BF16 output comes back as its bits in a float16 array (numpy has no bfloat16)
+        return {
+            name: bf16_bits(results[port]) if bf16 else np.asarray(results[port])
+            for name, port, bf16 in self._outputs
+        }
 
     def close(self) -> None:
         self._local = threading.local()

@@ -24,7 +24,7 @@ import orjson
 
 from edgeserve import values
 from edgeserve.dataplane.requests import InferRequest, OutputTensor, RequestedOutput
-from edgeserve.datatypes import DATATYPES, Datatype
+from edgeserve.datatypes import DATATYPES, Datatype, bf16_bits
 from edgeserve.errors import InvalidInput
 from edgeserve.sharedmemory import Slice
 from edgeserve.types import TensorDict
@@ -311,6 +311,8 @@ def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
             parts.append(struct.pack("<I", len(raw)))
             parts.append(raw)
         return b"".join(parts)
+    if datatype == "BF16":  # raw bits: a conversion to uint16 would round the values
+        array = bf16_bits(array)
     dtype = DATATYPES[datatype].numpy.newbyteorder("<")
     return np.ascontiguousarray(array, dtype=dtype).tobytes()
 
