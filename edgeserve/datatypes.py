@@ -68,6 +68,8 @@ def as_numbers(tensors: TensorDict, signature: Signature) -> TensorDict:
     """Outputs with their BF16 tensors widened to the float32 values they hold (for JSON, a
     handler, a comparison), the others as they are."""
     bf16 = [spec.name for spec in signature.outputs if spec.datatype == "BF16"]
+    if not bf16:  # the common case, on every /invoke item: no copy
+        return tensors
     return {**tensors, **{name: bf16_values(tensors[name]) for name in bf16 if name in tensors}}
 
 
