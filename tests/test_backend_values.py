@@ -19,7 +19,12 @@ import tritonclient.http as triton
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
+from edgeserve.backends import load_backend
+from edgeserve.datatypes import bf16_values
 from edgeserve.errors import ConfigError
+from edgeserve.manifest import ModelSection
+from edgeserve.shapes import shape_profile
+from edgeserve.signature import read_signature
 from tests.server import running
 
 BIG = [[2**40, -(2**40), 2**31], [5, 6, 7]]
@@ -240,3 +245,23 @@ def test_bf16_inputs_run_on_both_backends(tmp_path: Path, backend: str) -> None:
         y = infer(url, "bfin", x, "BF16").as_numpy("y")
     assert f"loaded bfin on {backend}" in "".join(server.output)
     np.testing.assert_array_equal(y, x)
+
+
+def _bucketed(model: Path):
+    """ONNX Runtime asked for bound buffers at bucket shapes (rows 1, 2, 4), as on CUDA."""
+    signature = read_signature(model, ModelSection())
+    profile = shape_profile(signature, 4)
+    return load_backend("onnxruntime", model, signature=signature, profile=profile, buckets=True)
+
+
+def test_bf16_models_run_where_onnxruntime_binds_its_buffers(tmp_path: Path) -> None:
+    """Bound buffers (CUDA's path; `buckets=True` asks for them on the CPU too) are numpy
+    arrays, which hold no bfloat16: a BF16 model failed its warm-up there, so the server never
+    started on a GPU. It now runs at each batch's own shape, its tensors as OrtValues."""
+    x = bf16(X_BF16)
+    out = _bucketed(cast(tmp_path / "o.onnx", TensorProto.FLOAT, TensorProto.BFLOAT16))
+    np.testing.assert_array_equal(bf16_values(out.infer({"x": X_BF16})["y"]), x)
+    into = _bucketed(cast(tmp_path / "i.onnx", TensorProto.BFLOAT16, TensorProto.FLOAT))
+    np.testing.assert_array_equal(
+        into.infer({"x": (x.view(np.uint32) >> 16).astype(np.uint16)})["y"], x
+    )

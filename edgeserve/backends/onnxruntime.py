@@ -6,7 +6,8 @@ concurrently (a session is safe to share between threads). Precision is the mode
 Runtime has no switch for it, so an fp16 or int8 model must be converted before the build.
 
 On CUDA every batch runs at a bucket shape (`buckets`: rows and padded axes rounded up), in a
-session opened and warmed for that shape alone, so no request makes cuDNN plan again; the batch
+session opened and warmed for that shape alone, so no request makes cuDNN plan again (not for
+text inputs, nor where a BF16 tensor crosses, which numpy cannot hold in a bound buffer); the batch
 is assembled straight into that session's pinned, bound buffers (`binding`), and outputs are cut
 back to the batch's rows. A padded axis is padded to its bucket rather than to the batch's widest
 item; the batcher cuts outputs that follow it back to each request's own length as before.
@@ -107,11 +108,13 @@ class OnnxRuntime:
         self._bf16 = frozenset(spec.name for spec in every if spec.datatype == "BF16")
         self._fills = {spec.name: spec.pad_value for spec in self.signature.inputs}
         bucketed = cuda is not None if options.buckets is None else options.buckets
-        numeric = all(spec.datatype != "BYTES" for spec in self.signature.inputs)
+        # text cannot sit in a bound buffer, nor BF16 in one of numpy's types (it crosses as
+        # OrtValues: `run_bf16`); such a model runs at its batches' own shapes
+        bindable = not self._bf16 and all(s.datatype != "BYTES" for s in self.signature.inputs)
+        if bucketed and self._bf16:
+            log.info("onnxruntime: BF16 tensors: no bound buffers, each batch at its own shape")
         self.shapes = (
-            buckets_for(self.signature, self.profile)
-            if bucketed and numeric  # text cannot sit in a bound buffer
-            else Buckets()
+            buckets_for(self.signature, self.profile) if bucketed and bindable else Buckets()
         )
         self.buckets = self.shapes.rows  # already warm at load: warming them again is cheap
         # bound buffers are per thread: on a GPU the batcher assembles the next batch into
