@@ -311,7 +311,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if result.best is None:
         raise EdgeserveError(failure_reason(result))
     where = f"written to {result.written}" if result.written else "not written (--dry-run)"
-    _say("best:", "", f"{result.best.candidate.describe()}  {where}")
+    measured = f" (on the {result.best.kind})" if result.best.candidate.processes_per_device else ""
+    _say("best:", "", f"{result.best.candidate.describe()}{measured}  {where}")
     return 0
 
 

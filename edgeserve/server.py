@@ -19,7 +19,13 @@ from edgeserve.http.server import DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
-from edgeserve.workers import choose_layout, serve_workers, usable_cores, workers_setting
+from edgeserve.workers import (
+    Layout,
+    choose_layout,
+    serve_workers,
+    usable_cores,
+    workers_setting,
+)
 
 log = logging.getLogger("edgeserve")
 
@@ -53,17 +59,7 @@ def serve(
         check_port(host, port)
     load_credentials(bundle.manifest.auth, os.environ)  # a missing token fails before loading
     limits = Timeouts.from_resources(bundle.manifest.resources, **(timeouts or {}))
-    resources = bundle.manifest.resources
-    setting = workers_setting(workers, resources.workers)
-    platform = probe()
-    choice = choose(platform, prefer=bundle.planned_backends(), override=backend)
-    layout = choose_layout(
-        setting,
-        as_reached(platform, choice),
-        usable_cores(),
-        resources.devices,
-        resources.processes_per_device,
-    )
+    layout = plan_layout(bundle, workers, backend)
     log.info("process layout: %s", layout.reason)
     if not layout.single and fd is None:
         return serve_workers(
@@ -114,6 +110,20 @@ def load_app(path: Path, backend: str | None = None) -> FunctionApp:
     """Open (or build) the bundle at `path` and load it: the app every server of it runs."""
     started = time.perf_counter()
     return _load(_open(path), backend, started)
+
+
+def plan_layout(bundle: Bundle, workers: str | None, backend: str | None) -> Layout:
+    """The processes `serve` would start for `bundle` on this machine (workers.layout)."""
+    resources = bundle.manifest.resources
+    platform = probe()
+    choice = choose(platform, prefer=bundle.planned_backends(), override=backend)
+    return choose_layout(
+        workers_setting(workers, resources.workers),
+        as_reached(platform, choice),
+        usable_cores(),
+        resources.devices,
+        resources.processes_per_device,
+    )
 
 
 def _load(

@@ -26,7 +26,8 @@ from tomlkit.items import Array, Item, Table
 
 from edgeserve.builder import plan_build, write_bundle
 from edgeserve.errors import ConfigError, EdgeserveError
-from edgeserve.manifest import MANIFEST_NAME, load_manifest
+from edgeserve.manifest import MANIFEST_NAME, PerDeviceKind, load_manifest
+from edgeserve.server import plan_layout
 from edgeserve.signature import unbatchable
 
 if TYPE_CHECKING:
@@ -59,11 +60,19 @@ class Candidate:
             "instances": self.instances,
         }
 
-    def sections(self) -> dict[str, dict[str, Any]]:
-        """Every manifest key the candidate sets, by section."""
+    def sections(self, current: object = "auto", kind: str = "cpu") -> dict[str, dict[str, Any]]:
+        """Every manifest key the candidate sets, by section. Its processes per device were
+        measured on one `kind` of device: where the `current` setting counts by kind, the
+        other kind's count stays (a sweep on a laptop must not undo a function's { gpu = 2 })."""
         sections = {"batching": self.settings()}
-        if self.processes_per_device is not None:
-            sections["resources"] = {"processes_per_device": self.processes_per_device}
+        count = self.processes_per_device
+        if count is not None:
+            value = (
+                {**current.model_dump(), kind: count}
+                if isinstance(current, PerDeviceKind)
+                else count
+            )
+            sections["resources"] = {"processes_per_device": value}
         return sections
 
     def describe(self) -> str:
@@ -80,6 +89,7 @@ class Trial:
     p99_ms: float
     errors: int
     failure: str = ""
+    kind: str = "cpu"  # the kind of device inference ran on ("gpu", "cpu")
 
 
 @dataclass(frozen=True)
@@ -160,21 +170,30 @@ def update_sections(text: str, sections: Mapping[str, Mapping[str, Any]]) -> str
             elif last is not None and isinstance(table, Table):
                 # `add` would append after the blank lines and comments that precede the next
                 # section header: insert right after the table's last key instead
-                table.value._insert_after(last, key, tomlkit.item(value))
+                table.value._insert_after(last, key, _item(value))
                 last = key
             else:
-                table[key] = value
+                table[key] = _item(value)
                 last = key
     return tomlkit.dumps(document)
 
 
 def _like(old: Item, value: Any) -> Item:
     """`value` as a TOML item wearing `old`'s inline comment and multi-line layout."""
-    new = tomlkit.item(value)
+    new = _item(value)
     new.trivia.comment_ws, new.trivia.comment = old.trivia.comment_ws, old.trivia.comment
     if isinstance(old, Array) and isinstance(new, Array) and "\n" in old.as_string():
         new.multiline(True)
     return new
+
+
+def _item(value: Any) -> Item:
+    """A TOML item; a mapping inline, as { gpu = 2 } is written (not a [section.key] table)."""
+    if not isinstance(value, Mapping):
+        return tomlkit.item(value)
+    inline = tomlkit.inline_table()
+    inline.update(value)
+    return inline
 
 
 def tune(
@@ -195,7 +214,7 @@ def tune(
     if budget_ms <= 0 or concurrency < 1 or not grid:
         raise ConfigError("tune: expected a latency budget > 0 ms, concurrency >= 1, candidates")
     manifest_path = source / MANIFEST_NAME
-    load_manifest(source)  # a broken manifest fails here, before any measuring
+    current = load_manifest(source).resources.processes_per_device  # a broken one fails here
     run = measure or _bench
     trials = []
     for index, candidate in enumerate(grid):
@@ -206,7 +225,8 @@ def tune(
     written = None
     if best is not None and write:
         text = manifest_path.read_text(encoding="utf-8")
-        manifest_path.write_text(update_sections(text, best.candidate.sections()), encoding="utf-8")
+        sections = best.candidate.sections(current, best.kind)
+        manifest_path.write_text(update_sections(text, sections), encoding="utf-8")
         written = manifest_path
     return TuneResult(tuple(trials), best, budget_ms, written)
 
@@ -228,9 +248,10 @@ def _trial(
         try:
             bundle = write_bundle(plan_build(folder), Path(scratch) / "bundle")
             trial = run(bundle.root, concurrency, window_s)
+            kind = plan_layout(bundle, None, None).kind
         except EdgeserveError as exc:
             return Trial(candidate, 0.0, float("inf"), -1, exc.message)
-    return Trial(candidate, trial.items_per_s, trial.p99_ms, trial.errors, trial.failure)
+    return Trial(candidate, trial.items_per_s, trial.p99_ms, trial.errors, trial.failure, kind)
 
 
 def _bench(bundle: Path, concurrency: int, window_s: float) -> Trial:

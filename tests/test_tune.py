@@ -12,7 +12,7 @@ import pytest
 from edgeserve.builder import open_or_build
 from edgeserve.cli import main
 from edgeserve.errors import ConfigError
-from edgeserve.manifest import load_manifest
+from edgeserve.manifest import PerDeviceKind, load_manifest
 from edgeserve.tune import (
     Candidate,
     Trial,
@@ -130,6 +130,21 @@ def test_update_batching_adds_the_section_when_missing() -> None:
     assert tomllib.loads(text) == {"function": {"name": "x"}, "batching": {"max_batch_size": 4}}
 
 
+def test_a_count_by_kind_of_device_keeps_the_kind_not_measured() -> None:
+    """A sweep on a laptop's CPU wrote a plain count over functions/ocr's { gpu = 2 }, which
+    then also set the GPU's; now only the kind measured changes, in the table as written."""
+    manifest = MANIFEST + "\n[resources]\nprocesses_per_device = { gpu = 2 }  # a light model\n"
+    current = PerDeviceKind(gpu=2)
+    text = update_sections(manifest, Candidate(8, (), 0.0, 1, 3).sections(current, "cpu"))
+    assert tomllib.loads(text)["resources"] == {"processes_per_device": {"gpu": 2, "cpu": 3}}
+    assert "processes_per_device = {gpu = 2, cpu = 3}  # a light model" in text
+    on_gpu = Candidate(8, (), 0.0, 1, 1).sections(current, "gpu")["resources"]
+    assert on_gpu == {"processes_per_device": {"gpu": 1, "cpu": "auto"}}
+    assert Candidate(8, (), 0.0, 1, 3).sections(2, "cpu")["resources"] == {
+        "processes_per_device": 3
+    }
+
+
 def test_processes_per_device_land_in_resources_beside_its_other_keys() -> None:
     manifest = MANIFEST + "\n[resources]\nworkers = 2  # two fronts\n"
     text = update_sections(manifest, Candidate(8, (), 0.0, 1, 2).sections())
@@ -180,15 +195,20 @@ def test_tune_sweeps_processes_per_device_and_writes_the_best_into_resources(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """One and two inference processes (two: a front and two processes on CI's CPU): both
-    serve, the table shows the setting, and the winner's count is written to [resources]."""
+    serve, the table shows the setting, and the winner's count is written to [resources], for
+    the CPU alone where the function counts by kind of device."""
     source = mlp_source(tmp_path)
+    manifest = source / "function.toml"
+    manifest.write_text(
+        manifest.read_text() + "\n[resources]\nprocesses_per_device = { gpu = 3 }\n"
+    )
     argv = [*tune_argv(source, "0"), "--preferred", "none", "--processes-per-device", "1,2"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "procs" in out and "chosen" in out and "failed" not in out
     chosen = load_manifest(source).resources.processes_per_device
-    assert f"processes_per_device={chosen} written to" in " ".join(out.split())
-    assert chosen in (1, 2)
+    assert isinstance(chosen, PerDeviceKind) and chosen.gpu == 3 and chosen.cpu in (1, 2)
+    assert f"processes_per_device={chosen.cpu} (on the cpu) written to" in " ".join(out.split())
     assert load_manifest(source).batching.max_batch_size == 4
 
 

@@ -94,6 +94,11 @@ class Layout:
         return [instance.device for instance in self.instances]
 
     @property
+    def kind(self) -> Literal["gpu", "cpu"]:
+        """The kind of device inference runs on (the key of a per-kind processes_per_device)."""
+        return "cpu" if self.instances[0].device == "cpu" else "gpu"
+
+    @property
     def placement(self) -> str:
         """Where the inference processes run, counted: "8 x cpu", "cuda:0, cuda:1"."""
         return _placement(self.instances)
