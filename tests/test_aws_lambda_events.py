@@ -179,6 +179,75 @@ def test_binary_bodies_round_trip_base64_through_every_sample(
     assert result == {**expected, "body": base64.b64encode(body).decode(), "isBase64Encoded": True}
 
 
+def staged(
+    event: dict[str, Any], stage: str, path: str, domain: str | None = None
+) -> dict[str, Any]:
+    """The sample as the gateway sends it on `stage`, for `path` (as it arrives), from `domain`."""
+    context = {**event["requestContext"], "stage": stage}
+    if domain is not None:
+        context["domainName"] = domain
+    if "rawPath" in event:
+        context["http"] = {**context["http"], "path": path}
+        return {**event, "rawPath": path, "requestContext": context}
+    return {**event, "path": path, "requestContext": context}
+
+
+def echoed_get(path: str, *, rest: bool) -> dict[str, Any]:
+    """ECHO's whole answer to a GET of `path` without a body: REST and HTTP API 1.0 events
+    with the REST sample's query, 2.0 ones with none."""
+    query = [["name", "me"]] if rest else []
+    body = json_body(method="GET", path=path, query=query, body="", cookies=None)
+    headers = {"content-length": str(len(body)), "content-type": "application/json"}
+    if rest:
+        return {
+            "statusCode": 200,
+            "headers": headers,
+            "multiValueHeaders": {},
+            "body": body,
+            "isBase64Encoded": False,
+        }
+    return {"statusCode": 200, "headers": headers, "body": body, "isBase64Encoded": False}
+
+
+V2, REST = "apigw-v2-request-no-authorizer.json", "apigw-request.json"
+REST_GET = {**fixture(REST), "httpMethod": "GET", "body": None}
+HTTP_V1_GET = {**REST_GET, "version": "1.0"}
+ROUTED = [
+    # an HTTP API's own endpoint keeps a named stage in the path (2.0 and 1.0 payloads)
+    (staged(fixture(V2), "prod", "/prod/v2/health/ready"), "/v2/health/ready", False),
+    (staged(fixture(V2), "prod", "/prod"), "/", False),
+    (staged(HTTP_V1_GET, "prod", "/prod/v2/health/ready"), "/v2/health/ready", True),
+    # a custom domain's API mapping chose the stage: a path that starts like it is the route's
+    (staged(fixture(V2), "v2", "/v2/health/ready", "api.example.com"), "/v2/health/ready", False),
+    # the one route named like the stage, on a stage that is $default: nothing to take away
+    (staged(fixture(V2), "$default", "/prod/x"), "/prod/x", False),
+    # a REST API's base path mapping (`ml`) on a custom domain, resource /{proxy+}
+    ({**REST_GET, "path": "/ml/hello/world"}, "/hello/world", True),
+    ({**REST_GET, "path": "/ml", "resource": "/", "pathParameters": None}, "/", True),
+    # the REST API's own endpoint: the stage is never in `path`
+    ({**REST_GET, "path": "/hello/world"}, "/hello/world", True),
+]
+ROUTED_IDS = [
+    "http-api-stage",
+    "http-api-stage-root",
+    "http-api-1.0-stage",
+    "custom-domain-stage-named-like-a-route",
+    "default-stage",
+    "rest-base-path",
+    "rest-base-path-root",
+    "rest-own-endpoint",
+]
+
+
+@pytest.mark.parametrize(("event", "path", "rest"), ROUTED, ids=ROUTED_IDS)
+def test_the_routes_see_the_path_without_the_gateways_prefix(
+    event: dict[str, Any], path: str, rest: bool
+) -> None:
+    """A named stage or a base path mapping put in front of every path made every request a
+    404 behind an HTTP API stage or a REST API's custom domain."""
+    assert ECHO(event, None) == echoed_get(path, rest=rest)
+
+
 REQUEST = HttpRequest(
     method="POST",
     path="/invoke",

@@ -105,7 +105,7 @@ class LambdaHandler:
             return events.bad_request(f"{where}: {problem}")
         asyncio.set_event_loop(self.loop)
         try:
-            answer: dict[str, Any] = self.mangum(event, context)
+            answer: dict[str, Any] = self.mangum(events.routed(event, kind), context)
         except (KeyError, IndexError, TypeError, AttributeError, ValueError, RuntimeError) as exc:
             # Mangum's own reading of the event (the app's errors are responses already; its
             # RuntimeError: no handler of its own takes the event)

@@ -4,6 +4,7 @@ Mangum assumes a well-formed HTTP event and raises KeyError, TypeError or binasc
 the handler otherwise. Here every event gets an answer: an HTTP event with a missing or mistyped
 field gets a 400 saying which field; a direct invocation carrying a KServe v2 infer request is
 turned into one (`infer_event`); anything else gets an error payload saying what is accepted.
+A valid HTTP event reaches Mangum with the path the function's routes know (`routed`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ _LIST_MAPS = ("multiValueHeaders", "multiValueQueryStringParameters")
 _TYPED = {"body": str, "isBase64Encoded": bool, "rawQueryString": str, "cookies": list}
 _SURROGATE = re.compile("[\ud800-\udfff]")
 """Any surrogate left in a str is a lone one (JSON's escaped pairs decode to one code point)."""
+_PARAMETER = re.compile(r"\{([^{}+]+)\+?\}")
+"""A path parameter in a REST API resource: `{name}`, or greedy `{proxy+}`."""
 
 
 def kind_of(event: Mapping[str, Any]) -> str | None:
@@ -70,6 +73,34 @@ def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
         or _text_problem(event, ())
         or (None if kind == "edge" else _server_problem(event))
     )
+
+
+def routed(event: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The event with the path the function's routes know, without what the gateway put in
+    front of it (for an event `problem_in` passed):
+
+    - an HTTP API's named stage, which the API's own endpoint keeps in the path
+      (`/prod/v2/health/ready` on stage `prod`; `$default` is served at the root), in
+      rawPath and requestContext.http.path (payload 2.0) or path (1.0);
+    - a REST API's base path mapping on a custom domain (`/ml/v2/health/ready` for resource
+      `/{proxy+}`), found by filling the resource's path parameters in.
+    """
+    if kind not in ("http-v2", "http-v1", "rest"):
+        return event
+    context = event["requestContext"]
+    if kind == "http-v2":
+        http = context["http"]
+        prefix = _stage_prefix(context, http["path"])
+        if not prefix:
+            return event
+        raw = event.get("rawPath")
+        if isinstance(raw, str) and _under(raw, prefix):
+            event = {**event, "rawPath": _strip(raw, prefix)}
+        http = {**http, "path": _strip(http["path"], prefix)}
+        return {**event, "requestContext": {**context, "http": http}}
+    path = event["path"]
+    prefix = _stage_prefix(context, path) if kind == "http-v1" else _base_path(event, path)
+    return {**event, "path": _strip(path, prefix)} if prefix else event
 
 
 def bad_request(message: str) -> dict[str, Any]:
@@ -205,6 +236,37 @@ def _is_map(value: object, *, of_lists: bool) -> bool:
         if not all(isinstance(text, str) for text in items):
             return False
     return True
+
+
+def _stage_prefix(context: Mapping[str, Any], path: str) -> str:
+    """`/<stage>` where an HTTP API's own endpoint put its named stage in front of `path`."""
+    stage, domain = context.get("stage"), context.get("domainName")
+    if not isinstance(stage, str) or stage in ("", "$default"):
+        return ""
+    if isinstance(domain, str) and ".execute-api." not in domain:
+        return ""  # a custom domain: its API mapping chose the stage, the path has none
+    return f"/{stage}" if _under(path, f"/{stage}") else ""
+
+
+def _base_path(event: Mapping[str, Any], path: str) -> str:
+    """What a REST API's custom domain put in front of the resource's path (`/ml`), or ""."""
+    resource, parameters = event.get("resource"), event.get("pathParameters") or {}
+    if not isinstance(resource, str) or not isinstance(parameters, Mapping):
+        return ""
+    filled = _PARAMETER.sub(lambda found: str(parameters.get(found[1], found[0])), resource)
+    if filled == "/":
+        return path.rstrip("/")
+    if filled.startswith("/") and path != filled and path.endswith(filled):
+        return path[: -len(filled)]
+    return ""
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
+
+
+def _strip(path: str, prefix: str) -> str:
+    return path[len(prefix) :] or "/"
 
 
 def _lookup(event: Mapping[str, Any], path: tuple[str, ...]) -> object:
