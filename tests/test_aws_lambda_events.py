@@ -248,6 +248,42 @@ def test_the_routes_see_the_path_without_the_gateways_prefix(
     assert ECHO(event, None) == echoed_get(path, rest=rest)
 
 
+ALB = "alb-lambda-target-request.json"
+ALB_SINGLE = {
+    key: value
+    for key, value in fixture(ALB).items()
+    if key not in ("multiValueHeaders", "multiValueQueryStringParameters")
+}
+NOT_BASE64 = {"body": "not base64!", "isBase64Encoded": True}
+REFUSED = json.dumps(
+    {"error": "malformed ALB event: body is flagged isBase64Encoded but is not valid base64"}
+)
+
+
+@pytest.mark.parametrize(
+    ("event", "headers"),
+    [
+        (
+            {**fixture(ALB), **NOT_BASE64},
+            {"multiValueHeaders": {"content-type": ["application/json"]}},
+        ),
+        ({**ALB_SINGLE, **NOT_BASE64}, {"headers": {"content-type": "application/json"}}),
+    ],
+    ids=["multi-value-headers-on", "multi-value-headers-off"],
+)
+def test_the_handlers_own_400_to_an_alb_uses_the_headers_field_the_alb_reads(
+    event: dict[str, Any], headers: dict[str, Any]
+) -> None:
+    """With multi-value headers on, an ALB reads the response's multiValueHeaders alone: the
+    handler's own 400 carried `headers`, so its content-type was lost."""
+    assert ECHO(event, None) == {
+        "statusCode": 400,
+        **headers,
+        "body": REFUSED,
+        "isBase64Encoded": False,
+    }
+
+
 REQUEST = HttpRequest(
     method="POST",
     path="/invoke",

@@ -102,7 +102,7 @@ class LambdaHandler:
         where = f"malformed {events.KINDS[kind]} event"
         problem = events.problem_in(event, kind)
         if problem:
-            return events.bad_request(f"{where}: {problem}")
+            return events.bad_request(f"{where}: {problem}", event, kind)
         asyncio.set_event_loop(self.loop)
         try:
             answer: dict[str, Any] = self.mangum(events.routed(event, kind), context)
@@ -114,5 +114,5 @@ class LambdaHandler:
                 if isinstance(exc, KeyError)
                 else f"{type(exc).__name__} {exc}"
             )
-            return events.bad_request(f"{where}: {found}")
+            return events.bad_request(f"{where}: {found}", event, kind)
         return answer

@@ -103,11 +103,19 @@ def routed(event: dict[str, Any], kind: str) -> dict[str, Any]:
     return {**event, "path": _strip(path, prefix)} if prefix else event
 
 
-def bad_request(message: str) -> dict[str, Any]:
-    """A 400 every HTTP event kind's caller understands."""
+def bad_request(message: str, event: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """A 400 every HTTP event kind's caller understands: an ALB target group with multi-value
+    headers on (its events carry multiValueHeaders) reads the response's multiValueHeaders
+    alone, as Mangum answers it."""
+    headers = {"content-type": "application/json"}
+    fields = (
+        {"multiValueHeaders": {name: [value] for name, value in headers.items()}}
+        if kind == "alb" and "multiValueHeaders" in event
+        else {"headers": headers}
+    )
     return {
         "statusCode": 400,
-        "headers": {"content-type": "application/json"},
+        **fields,
         "body": json.dumps({"error": message}),
         "isBase64Encoded": False,
     }
