@@ -279,3 +279,55 @@ def test_a_failed_deploy_puts_the_url_permissions_and_reserved_concurrency_back(
     with pytest.raises(aws.exceptions.ResourceNotFoundException):
         aws.get_policy(FunctionName="tiny", Qualifier="live")
     assert aws.get_function_concurrency(FunctionName="tiny")["ReservedConcurrentExecutions"] == 2
+
+
+@pytest.mark.parametrize("now", ["off", "AWS_IAM"])
+def test_a_url_no_longer_public_loses_its_public_permissions(
+    tmp_path: Path, aws: Any, role: str, bundle: Bundle, driver: AwsLambda, now: str
+) -> None:
+    """A public URL (NONE) redeployed with url_auth_type "off" stayed, public; with "AWS_IAM"
+    its statements granting everyone the invocation stayed on the alias's policy."""
+    common = (
+        f'role_arn = "{role}"\nrequirements = ["tinydep"]\nwheelhouse = "{wheelhouse(tmp_path)}"\n'
+    )
+    public = write_profile(tmp_path / "public.toml", common + 'url_auth_type = "NONE"\n')
+    first = driver.deploy(bundle, load_target(public))
+    assert first.url is not None
+
+    changed = write_profile(tmp_path / "changed.toml", common + f'url_auth_type = "{now}"\n')
+    second = driver.deploy(bundle, load_target(changed))
+
+    if now == "off":
+        assert second.url is None
+        with pytest.raises(aws.exceptions.ResourceNotFoundException):
+            aws.get_function_url_config(FunctionName="tiny", Qualifier="live")
+    else:
+        url = aws.get_function_url_config(FunctionName="tiny", Qualifier="live")
+        assert (url["AuthType"], url["FunctionUrl"]) == ("AWS_IAM", first.url)
+    with pytest.raises(aws.exceptions.ResourceNotFoundException):
+        aws.get_policy(FunctionName="tiny", Qualifier="live")
+
+
+def test_a_failed_deploy_gives_a_public_url_its_permissions_back(
+    tmp_path: Path, aws: Any, role: str, bundle: Bundle, driver: AwsLambda
+) -> None:
+    """The new profile makes the URL IAM-only (its public statements go) and asks for
+    provisioned concurrency, which moto lacks: the URL is public again, both statements back."""
+    common = (
+        f'role_arn = "{role}"\nrequirements = ["tinydep"]\nwheelhouse = "{wheelhouse(tmp_path)}"\n'
+    )
+    public = write_profile(tmp_path / "public.toml", common + 'url_auth_type = "NONE"\n')
+    driver.deploy(bundle, load_target(public))
+    iam = common + 'url_auth_type = "AWS_IAM"\nprovisioned_concurrency = 1\n'
+
+    with pytest.raises(DeployError, match="step 'provisioned concurrency'"):
+        driver.deploy(bundle, load_target(write_profile(tmp_path / "iam.toml", iam)))
+
+    assert aws.get_function_url_config(FunctionName="tiny", Qualifier="live")["AuthType"] == "NONE"
+    statements = json.loads(aws.get_policy(FunctionName="tiny", Qualifier="live")["Policy"])[
+        "Statement"
+    ]
+    assert sorted((s["Sid"], s["Action"]) for s in statements) == [
+        ("edgeserve-url", "lambda:InvokeFunctionUrl"),
+        ("edgeserve-url-invoke", "lambda:InvokeFunction"),
+    ]

@@ -3,7 +3,8 @@
 Deploy, in order: a local preflight (preflight.py: the bundle answers its readiness check as
 Lambda runs it; nothing reaches AWS when it fails), create or update the function (and wait,
 with the v2 waiters), publish a version guarded by the CodeSha256 just uploaded, move the
-alias, then the function URL, reserved and provisioned concurrency. Until the alias moves,
+alias, then the function URL, reserved and provisioned concurrency, and last the removal of
+a URL `url_auth_type = "off"` no longer wants. Until the alias moves,
 traffic stays on the old version; a later step that fails moves the alias back and puts the
 function URL, its permissions and the reserved concurrency back as they were. The alias
 description records the version it replaced, which is where `rollback` returns to.
@@ -234,13 +235,20 @@ class Deployment:
                     Qualifier=alias,
                     ProvisionedConcurrentExecutions=settings.provisioned_concurrency,
                 )
+        if settings.url_auth_type == "off":  # last: a URL deleted may not come back the same
+            with translated(self.name, settings, "remove function URL"):
+                self._revoke_public()
+                if self._url() is not None:
+                    self.client.delete_function_url_config(**self._target())
         return url
 
     def _ensure_url(self) -> str | None:
+        """The URL as url_auth_type asks, everyone's permissions only for NONE ("off" is
+        removed later, in `_after_alias`)."""
         auth = self.settings.url_auth_type
         if auth == "off":
             return None
-        target = {"FunctionName": self.name, "Qualifier": self.settings.alias}
+        target = self._target()
         if self._url() is None:
             url: str = self.client.create_function_url_config(**target, AuthType=auth)[
                 "FunctionUrl"
@@ -248,16 +256,23 @@ class Deployment:
         else:
             url = self.client.update_function_url_config(**target, AuthType=auth)["FunctionUrl"]
         if auth == "NONE":
-            self._allow_public(target)
+            self._allow_public(URL_STATEMENTS)
+        else:
+            self._revoke_public()
         return url
 
-    def _allow_public(self, target: dict[str, str]) -> None:
+    def _allow_public(self, statements: tuple[tuple[str, dict[str, Any]], ...]) -> None:
         granted = self._granted()
-        for statement_id, statement in URL_STATEMENTS:
+        for statement_id, statement in statements:
             if statement_id not in granted:
                 self.client.add_permission(
-                    **target, StatementId=statement_id, Principal="*", **statement
+                    **self._target(), StatementId=statement_id, Principal="*", **statement
                 )
+
+    def _revoke_public(self) -> None:
+        """Take back the statements a public URL added (a URL no longer public, or none)."""
+        for statement_id in self._granted() & {statement_id for statement_id, _ in URL_STATEMENTS}:
+            self.client.remove_permission(**self._target(), StatementId=statement_id)
 
     def _settings(self) -> FunctionSettings:
         return FunctionSettings(self._url_auth(), self._reserved(), self._granted())
@@ -265,16 +280,9 @@ class Deployment:
     def _restore(self, before: FunctionSettings, cause: DeployError) -> None:
         """Put the URL, its permissions and the reserved concurrency back as `before` had them:
         a failed deploy leaves the function as it found it."""
-        target = {"FunctionName": self.name, "Qualifier": self.settings.alias}
         try:
             with translated(self.name, self.settings, "restore settings after the failure"):
-                auth = self._url_auth()
-                if before.url_auth is None and auth is not None:
-                    self.client.delete_function_url_config(**target)
-                elif before.url_auth is not None and auth != before.url_auth:
-                    self.client.update_function_url_config(**target, AuthType=before.url_auth)
-                for statement_id in self._granted() - before.granted:
-                    self.client.remove_permission(**target, StatementId=statement_id)
+                self._restore_url(before)
                 if before.reserved is None:
                     self.client.delete_function_concurrency(FunctionName=self.name)
                 else:
@@ -283,6 +291,24 @@ class Deployment:
                     )
         except DeployError as failed:
             raise DeployError(f"{cause.message}; and then {failed.message}") from None
+
+    def _restore_url(self, before: FunctionSettings) -> None:
+        target, auth = self._target(), self._url_auth()
+        if before.url_auth is None and auth is not None:
+            self.client.delete_function_url_config(**target)
+        elif before.url_auth is not None and auth is None:
+            self.client.create_function_url_config(**target, AuthType=before.url_auth)
+        elif before.url_auth is not None and auth != before.url_auth:
+            self.client.update_function_url_config(**target, AuthType=before.url_auth)
+        granted = self._granted()
+        for statement_id in granted - before.granted:
+            self.client.remove_permission(**target, StatementId=statement_id)
+        taken = before.granted - granted
+        self._allow_public(tuple(entry for entry in URL_STATEMENTS if entry[0] in taken))
+
+    def _target(self) -> dict[str, str]:
+        """The alias: the URL and its permissions live on it."""
+        return {"FunctionName": self.name, "Qualifier": self.settings.alias}
 
     def _move_alias(self, version: str, previous: str | None) -> None:
         description = f"edgeserve previous={previous}" if previous else "edgeserve"
