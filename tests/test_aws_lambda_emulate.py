@@ -3,6 +3,7 @@ interface client (awslambdaric) in worker processes, for every event source."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import re
@@ -59,6 +60,11 @@ def test_png_msgpack_and_json_bodies_through_each_event_source(bundle: Bundle, e
             headers={"content-type": "application/msgpack", "accept": "application/msgpack"},
         )
         as_json = httpx.post(f"{url}/invoke?unused=1", json={"rows": ROWS[:1].tolist()})
+        as_gzip = httpx.post(  # REST's gateway decompresses it, the others pass it on
+            f"{url}/invoke",
+            content=gzip.compress(json.dumps({"rows": ROWS[:1].tolist()}).encode()),
+            headers={"content-type": "application/json", "content-encoding": "gzip"},
+        )
 
     assert as_png.status_code == 200, as_png.text
     np.testing.assert_allclose(
@@ -75,6 +81,7 @@ def test_png_msgpack_and_json_bodies_through_each_event_source(bundle: Bundle, e
     np.testing.assert_allclose(
         as_json.json()["y"], expected(bundle, ROWS[:1]), rtol=1e-5, atol=1e-5
     )
+    assert (as_gzip.status_code, as_gzip.json()["y"]) == (200, as_json.json()["y"])
     assert len({as_png.json()["pid"], as_json.json()["pid"]}) == 1  # one environment served all
 
 

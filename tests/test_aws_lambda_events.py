@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import io
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +25,11 @@ from starlette.routing import Route
 from edgeserve.aws_lambda.adapter import create_handler, wrap
 from edgeserve.aws_lambda.events import (
     EVENT_KINDS,
+    UNSUPPORTED,
     HttpRequest,
     HttpResponse,
     from_result,
+    through_gateway,
     to_event,
 )
 from tests.aws_lambda_support import small_bundle
@@ -282,6 +286,50 @@ def test_the_handlers_own_400_to_an_alb_uses_the_headers_field_the_alb_reads(
         "body": REFUSED,
         "isBase64Encoded": False,
     }
+
+
+ROWS_JSON = b'{"rows": [[0.5, 0.25]]}'
+
+
+def coded(coding: str, body: bytes, content_type: str = "application/json") -> HttpRequest:
+    headers = [("content-type", content_type), ("content-encoding", coding)]
+    return HttpRequest("POST", "/invoke", "", headers, body)
+
+
+GATEWAYS = [
+    ("rest", coded("gzip", gzip.compress(ROWS_JSON)), coded("gzip", ROWS_JSON)),
+    ("rest", coded("deflate", zlib.compress(ROWS_JSON)), coded("deflate", ROWS_JSON)),
+    ("rest", coded("GZIP ", gzip.compress(ROWS_JSON)), coded("GZIP ", ROWS_JSON)),
+    ("rest", coded("identity", ROWS_JSON), coded("identity", ROWS_JSON)),
+    ("rest", coded("br", b"\x0b\x02\x80"), UNSUPPORTED),
+    ("rest", coded("gzip", ROWS_JSON), UNSUPPORTED),  # says gzip, is not
+    ("url", coded("gzip", gzip.compress(ROWS_JSON)), coded("gzip", gzip.compress(ROWS_JSON))),
+    ("alb", coded("br", b"\x0b\x02\x80"), coded("br", b"\x0b\x02\x80")),
+]
+
+
+@pytest.mark.parametrize(("kind", "request_", "passed"), GATEWAYS)
+def test_api_gateway_rest_decompresses_bodies_before_the_function(
+    kind: Any, request_: HttpRequest, passed: HttpRequest | HttpResponse
+) -> None:
+    assert through_gateway(request_, kind) == passed
+
+
+def test_a_rest_body_the_gateway_decompressed_is_not_gunzipped_again(tmp_path: Path) -> None:
+    """API Gateway REST hands the function the decompressed body with Content-Encoding: gzip
+    still in the headers: the function gunzipped plain JSON and answered 400."""
+    handler = create_handler(small_bundle(tmp_path).root)
+    request = {"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": [0.5] * 16}]}
+    plain = _to_path(
+        {**fixture("apigw-request.json"), "body": json.dumps(request)}, "/v2/models/tiny/infer"
+    )
+    decompressed = json.loads(json.dumps(plain))
+    decompressed["headers"]["Content-Encoding"] = "gzip"
+    decompressed["multiValueHeaders"]["Content-Encoding"] = ["gzip"]
+
+    answer = handler(plain, None)
+    assert answer["statusCode"] == 200
+    assert handler(decompressed, None) == answer
 
 
 REQUEST = HttpRequest(

@@ -105,7 +105,8 @@ class LambdaHandler:
             return events.bad_request(f"{where}: {problem}", event, kind)
         asyncio.set_event_loop(self.loop)
         try:
-            answer: dict[str, Any] = self.mangum(events.routed(event, kind), context)
+            as_sent = events.decoded(events.routed(event, kind), kind)
+            answer: dict[str, Any] = self.mangum(as_sent, context)
         except (KeyError, IndexError, TypeError, AttributeError, ValueError, RuntimeError) as exc:
             # Mangum's own reading of the event (the app's errors are responses already; its
             # RuntimeError: no handler of its own takes the event)

@@ -52,6 +52,7 @@ from edgeserve.aws_lambda.events import (
     HttpRequest,
     HttpResponse,
     from_result,
+    through_gateway,
     to_event,
 )
 from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES
@@ -94,8 +95,11 @@ class LambdaEmulator:
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         """One HTTP request through one Lambda invocation."""
+        passed = through_gateway(request, self.event)
+        if isinstance(passed, HttpResponse):
+            return passed
         request_id = str(uuid.uuid4())
-        event = to_event(request, self.event, request_id)
+        event = to_event(passed, self.event, request_id)
         if len(json.dumps(event)) > PAYLOAD_LIMIT_BYTES:
             return _TOO_LARGE
         return self._answer(await self._invoke(event, request_id))

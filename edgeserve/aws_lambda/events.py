@@ -3,15 +3,17 @@
 Four event sources, as API Gateway, Function URLs and ALB send them: `url` (Function URL,
 payload 2.0), `http` (HTTP API, payload 2.0), `rest` (REST API v1 proxy) and `alb`. Bodies
 that are not text travel base64-encoded (`isBase64Encoded`); the REST API is assumed to
-list `*/*` in its binaryMediaTypes, as a function taking images needs.
+list `*/*` in its binaryMediaTypes, as a function taking images needs. Before the event is
+built, the gateway may answer itself (`through_gateway`: REST's request decompression).
 """
 
 from __future__ import annotations
 
 import base64
 import time
+import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import parse_qsl
 
@@ -25,6 +27,10 @@ TARGET_GROUP = (
     f"arn:aws:elasticloadbalancing:us-east-1:{ACCOUNT}:targetgroup/edgeserve/0123456789abcdef"
 )
 Headers = Sequence[tuple[str, str]]
+REST_CODINGS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+"""The request codings API Gateway REST undoes before its integration: zlib wbits of each."""
+DECOMPRESSED_LIMIT = 6 * 1024 * 1024 + 1
+"""Past Lambda's payload limit, the rest of a body cannot change the answer (413)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,31 @@ class HttpResponse:
     status: int
     headers: list[tuple[str, str]]
     body: bytes
+
+
+UNSUPPORTED = HttpResponse(
+    415,
+    [("content-type", "application/json"), ("x-amzn-errortype", "UnsupportedMediaTypeException")],
+    b'{"message":"Unsupported Media Type"}',
+)
+
+
+def through_gateway(request: HttpRequest, kind: EventKind) -> HttpRequest | HttpResponse:
+    """The request as the gateway hands it on, or the gateway's own answer.
+
+    API Gateway REST decompresses a body its Content-Encoding names (gzip, deflate) before the
+    integration, leaving the header in, and answers 415 itself for any other coding or a body
+    that does not decompress (AWS docs, api-gateway-make-request-with-compressed-payload).
+    """
+    coding = (_header(request.headers, "content-encoding") or "identity").strip().lower()
+    if kind != "rest" or coding == "identity":
+        return request
+    try:
+        decoder = zlib.decompressobj(REST_CODINGS[coding])
+        body = decoder.decompress(request.body, DECOMPRESSED_LIMIT)
+    except (KeyError, zlib.error):
+        return UNSUPPORTED
+    return replace(request, body=body)
 
 
 def to_event(

@@ -32,6 +32,7 @@ _LIST_MAPS = ("multiValueHeaders", "multiValueQueryStringParameters")
 _TYPED = {"body": str, "isBase64Encoded": bool, "rawQueryString": str, "cookies": list}
 _SURROGATE = re.compile("[\ud800-\udfff]")
 """Any surrogate left in a str is a lone one (JSON's escaped pairs decode to one code point)."""
+_CODING = "content-encoding"
 _PARAMETER = re.compile(r"\{([^{}+]+)\+?\}")
 """A path parameter in a REST API resource: `{name}`, or greedy `{proxy+}`."""
 
@@ -101,6 +102,20 @@ def routed(event: dict[str, Any], kind: str) -> dict[str, Any]:
     path = event["path"]
     prefix = _stage_prefix(context, path) if kind == "http-v1" else _base_path(event, path)
     return {**event, "path": _strip(path, prefix)} if prefix else event
+
+
+def decoded(event: dict[str, Any], kind: str) -> dict[str, Any]:
+    """API Gateway REST decompresses a body its Content-Encoding names before the integration
+    (it answers 415 itself when it cannot) and leaves the header in: the body of a REST event
+    is never compressed, so the header goes (the app gunzipped plain JSON: a 400)."""
+    if kind != "rest":
+        return event
+    without: dict[str, Any] = {
+        key: {name: value for name, value in event[key].items() if name.lower() != _CODING}
+        for key in ("headers", "multiValueHeaders")
+        if key in event
+    }
+    return {**event, **without}
 
 
 def bad_request(message: str, event: Mapping[str, Any], kind: str) -> dict[str, Any]:
