@@ -331,3 +331,32 @@ def test_a_failed_deploy_gives_a_public_url_its_permissions_back(
         ("edgeserve-url", "lambda:InvokeFunctionUrl"),
         ("edgeserve-url-invoke", "lambda:InvokeFunction"),
     ]
+
+
+def test_a_redeploy_moves_the_function_to_the_profiles_python_and_architecture(
+    tmp_path: Path, aws: Any, role: str, bundle: Bundle, driver: AwsLambda
+) -> None:
+    """The zip is built for the profile's Python and architecture; a redeploy that changed
+    them uploaded it but left the function on the old runtime and architecture, where its
+    wheels do not load. moto keeps no architecture on UpdateFunctionCode: the request is
+    read through botocore's events."""
+    common = (
+        f'role_arn = "{role}"\nrequirements = ["tinydep"]\nwheelhouse = "{wheelhouse(tmp_path)}"\n'
+    )
+    driver.deploy(bundle, load_target(write_profile(tmp_path / "first.toml", common)))
+    sent: list[dict[str, Any]] = []
+    boto3.DEFAULT_SESSION.events.register(  # type: ignore[union-attr]
+        "provide-client-params.lambda.UpdateFunctionCode",
+        lambda params, **_: sent.append({k: v for k, v in params.items() if k != "ZipFile"}),
+    )
+    moved = common + 'python_version = "3.13"\narchitecture = "arm64"\n'
+
+    second = driver.deploy(bundle, load_target(write_profile(tmp_path / "moved.toml", moved)))
+
+    config = aws.get_function_configuration(FunctionName="tiny", Qualifier="live")
+    assert (second.version, config["Runtime"], config["Handler"]) == (
+        "2",
+        "python3.13",
+        "app.handler",
+    )
+    assert sent == [{"FunctionName": "tiny", "Architectures": ["arm64"]}]

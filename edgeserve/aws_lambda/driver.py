@@ -170,10 +170,14 @@ class Deployment:
         return DeployResult("aws-lambda", self.name, previous, self._url(), current)
 
     def _upload(self, code: dict[str, Any]) -> str:
-        if self._exists():
-            self.client.update_function_code(FunctionName=self.name, **code)
+        if self._exists():  # the code is built for the profile's architecture and Python
+            self.client.update_function_code(
+                FunctionName=self.name, **code, Architectures=[self.settings.architecture]
+            )
             self._wait("function_updated_v2")
-            self.client.update_function_configuration(FunctionName=self.name, **self._config())
+            self.client.update_function_configuration(
+                FunctionName=self.name, **self._config(), **self._runtime(code)
+            )
             self._wait("function_updated_v2")
         else:
             self.client.create_function(
@@ -206,15 +210,18 @@ class Deployment:
         }
 
     def _kind(self, code: dict[str, Any]) -> dict[str, Any]:
-        kind: dict[str, Any] = {"Architectures": [self.settings.architecture]}
-        if "ImageUri" in code:
-            return {**kind, "PackageType": "Image", "ImageConfig": {"Command": ["app.handler"]}}
+        """What create_function sets once: the package type, the architecture, the runtime."""
         return {
-            **kind,
-            "PackageType": "Zip",
-            "Runtime": self.settings.runtime,
-            "Handler": "app.handler",
+            "PackageType": "Image" if "ImageUri" in code else "Zip",
+            "Architectures": [self.settings.architecture],
+            **self._runtime(code),
         }
+
+    def _runtime(self, code: dict[str, Any]) -> dict[str, Any]:
+        """What runs the code, as the configuration sets it: an image's command, a zip's Python."""
+        if "ImageUri" in code:
+            return {"ImageConfig": {"Command": ["app.handler"]}}
+        return {"Runtime": self.settings.runtime, "Handler": "app.handler"}
 
     def _after_alias(self) -> str | None:
         settings, alias = self.settings, self.settings.alias
