@@ -189,6 +189,22 @@ def test_a_raw_event_on_the_invoke_api_path_is_a_direct_invocation(bundle: Bundl
             httpx.post(f"{url}{invocations}", content=body, timeout=60).status_code
             for body in (b"NaN", b'{"a": Infinity}', b"[" * 100_000)
         ]
+        queued, dry = (  # `aws lambda invoke --invocation-type Event | DryRun`
+            httpx.post(
+                f"{url}{invocations}",
+                json=request,
+                headers={"X-Amz-Invocation-Type": kind},
+                timeout=60,
+            )
+            for kind in ("Event", "DryRun")
+        )
+        # one environment, taken in turn: the queued invocation runs before this one
+        stats = httpx.get(f"{url}/v2/models/tiny/stats", timeout=60).json()["model_stats"][0]
+    assert [(queued.status_code, queued.content), (dry.status_code, dry.content)] == [
+        (202, b""),
+        (204, b""),
+    ]
+    assert stats["inference_count"] == 2 * 2  # the rows inferred, and the queued ones
     assert (inferred.status_code, inferred.headers["x-amz-executed-version"]) == (200, "$LATEST")
     outputs = inferred.json()["outputs"]
     np.testing.assert_allclose(

@@ -24,7 +24,8 @@ answer 502 as well (not verified against AWS); `x-amzn-errortype` carries Lambda
 Interface Emulator serves it) takes a raw event instead: a direct invocation (a v2 infer
 request, or any JSON), answered as Lambda's Invoke API answers: 200 with the function's result,
 `X-Amz-Function-Error: Unhandled` when it failed, 400 InvalidRequestContentException for a body
-that is not strict JSON.
+that is not strict JSON; `X-Amz-Invocation-Type: Event` 202 at once (the invocation runs
+after), `DryRun` 204 without one.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ class LambdaEmulator:
         self.environments = environments
         self.event = event
         self.idle: asyncio.Queue[Environment] = asyncio.Queue()
+        self.queued: set[asyncio.Task[Outcome]] = set()
+        """Asynchronous (`Event`) invocations not done yet."""
         for environment in environments:
             self.idle.put_nowait(environment)
 
@@ -104,8 +107,11 @@ class LambdaEmulator:
             return _TOO_LARGE
         return self._answer(await self._invoke(event, request_id))
 
-    async def invoke(self, body: bytes) -> HttpResponse:
-        """A raw event through one invocation, answered as the Invoke API answers."""
+    async def invoke(self, body: bytes, invocation_type: str = "RequestResponse") -> HttpResponse:
+        """A raw event through one invocation, answered as the Invoke API answers: `Event` is
+        queued (202 at once, it runs in the background), `DryRun` does not run (204)."""
+        if invocation_type == "DryRun":
+            return HttpResponse(204, [], b"")
         if len(body) > PAYLOAD_LIMIT_BYTES:
             return _TOO_LARGE
         try:  # strict JSON (no NaN), nesting bounded: what the runtime can unmarshal
@@ -114,6 +120,11 @@ class LambdaEmulator:
             message = f"Could not parse request body into json: {exc}"
             refusal = json.dumps({"Type": "User", "message": message}).encode()
             return _json_answer(400, refusal, "InvalidRequestContentException")
+        if invocation_type == "Event":
+            queued = asyncio.create_task(self._invoke(event, str(uuid.uuid4())))
+            self.queued.add(queued)  # held until done: the loop keeps only weak references
+            queued.add_done_callback(self.queued.discard)
+            return HttpResponse(202, [], b"")
         outcome = await self._invoke(event, str(uuid.uuid4()))
         headers = [("content-type", "application/json"), ("x-amz-executed-version", "$LATEST")]
         if outcome.status != "ok":
@@ -171,7 +182,8 @@ def front(emulator: LambdaEmulator, max_body_bytes: int = 4 * PAYLOAD_LIMIT_BYTE
         if len(body) > max_body_bytes:
             return Response(TOO_LARGE, 413, media_type="application/json")
         if request.method == "POST" and "function" in request.path_params:
-            return _response(await emulator.invoke(body))
+            kind = request.headers.get("x-amz-invocation-type", "RequestResponse")
+            return _response(await emulator.invoke(body, kind))
         return _response(await emulator.handle(_http_request(request, body)))
 
     routes = [Route(INVOKE_PATH, endpoint, methods=["POST"])]
