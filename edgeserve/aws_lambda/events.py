@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import parse_qsl
 
+from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES
+
 EventKind = Literal["url", "http", "rest", "alb"]
 EVENT_KINDS: tuple[EventKind, ...] = ("url", "http", "rest", "alb")
 TEXT_TYPES = ("text/", "application/json", "application/javascript", "application/xml")
@@ -29,8 +31,6 @@ TARGET_GROUP = (
 Headers = Sequence[tuple[str, str]]
 REST_CODINGS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 """The request codings API Gateway REST undoes before its integration: zlib wbits of each."""
-DECOMPRESSED_LIMIT = 6 * 1024 * 1024 + 1
-"""Past Lambda's payload limit, the rest of a body cannot change the answer (413)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,8 @@ def through_gateway(request: HttpRequest, kind: EventKind) -> HttpRequest | Http
         return request
     try:
         decoder = zlib.decompressobj(REST_CODINGS[coding])
-        body = decoder.decompress(request.body, DECOMPRESSED_LIMIT)
+        # past Lambda's payload limit the rest cannot change the answer (413)
+        body = decoder.decompress(request.body, PAYLOAD_LIMIT_BYTES + 1)
     except (KeyError, zlib.error):
         return UNSUPPORTED
     return replace(request, body=body)

@@ -4,7 +4,8 @@ Mangum assumes a well-formed HTTP event and raises KeyError, TypeError or binasc
 the handler otherwise. Here every event gets an answer: an HTTP event with a missing or mistyped
 field gets a 400 saying which field; a direct invocation carrying a KServe v2 infer request is
 turned into one (`infer_event`); anything else gets an error payload saying what is accepted.
-A valid HTTP event reaches Mangum with the path the function's routes know (`routed`).
+A valid HTTP event reaches Mangum as the request reached the gateway: the path without the
+gateway's prefix (`routed`), a REST body's spent Content-Encoding gone (`decoded`).
 """
 
 from __future__ import annotations
