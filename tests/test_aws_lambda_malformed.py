@@ -212,3 +212,19 @@ def test_a_direct_request_for_binary_outputs_is_told_the_answer_is_json(
         "binary_data_output (or call the function's URL, which carries binary tensors)",
         "status": 400,
     }
+
+
+def test_a_direct_request_with_binary_inputs_is_told_it_has_no_binary_part(
+    handler: LambdaHandler,
+) -> None:
+    """It was told `binary_data_size 64 runs past the body`, of a body it never had."""
+    tensor = {"name": "x", "shape": [1, 16], "datatype": "FP32"}
+
+    answer = handler({"inputs": [{**tensor, "parameters": {"binary_data_size": 64}}]}, None)
+
+    assert answer == {
+        "error": "a direct invocation is a JSON event, with no binary part: give each input its "
+        "`data` instead of binary_data_size (or call the function's URL, which carries binary "
+        "tensors)",
+        "status": 400,
+    }

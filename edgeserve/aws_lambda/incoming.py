@@ -156,20 +156,32 @@ def infer_event(request: Mapping[str, Any], model: str) -> dict[str, Any]:
 
 
 def binary_asked(request: Mapping[str, Any]) -> str | None:
-    """Why a direct invocation's request cannot be answered as asked: its answer is JSON, which
-    cannot carry the binary tensor extension's bytes (None: it can)."""
-    wanted = [request.get("parameters")] + [
-        entry.get("parameters") for entry in request.get("outputs") or () if isinstance(entry, dict)
-    ]
-    if any(
-        isinstance(p, dict) and (p.get("binary_data") or p.get("binary_data_output"))
-        for p in wanted
-    ):
+    """Why a direct invocation's request cannot be answered as asked: it is JSON both ways,
+    which cannot carry the binary tensor extension's bytes (None: it can)."""
+    top = request.get("parameters")
+    wanted = [*_parameters(request.get("outputs")), *([top] if isinstance(top, Mapping) else [])]
+    if any(p.get("binary_data") or p.get("binary_data_output") for p in wanted):
         return (
             "a direct invocation is answered in JSON: leave out binary_data and "
             "binary_data_output (or call the function's URL, which carries binary tensors)"
         )
+    sized = [p for p in _parameters(request.get("inputs")) if "binary_data_size" in p]
+    if sized:  # it read "binary_data_size 64 runs past the body": a body it never had
+        return (
+            "a direct invocation is a JSON event, with no binary part: give each input its "
+            "`data` instead of binary_data_size (or call the function's URL, which carries "
+            "binary tensors)"
+        )
     return None
+
+
+def _parameters(entries: object) -> list[Mapping[str, Any]]:
+    """The `parameters` objects of a request's inputs or outputs (entries of other shapes are
+    the v2 decoder's to refuse)."""
+    if not isinstance(entries, list):
+        return []
+    found = [entry.get("parameters") for entry in entries if isinstance(entry, Mapping)]
+    return [parameters for parameters in found if isinstance(parameters, Mapping)]
 
 
 def direct_answer(response: Mapping[str, Any]) -> dict[str, Any]:
