@@ -171,7 +171,9 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument(
         "--instances", type=_count, default=1, help="--emulate: execution environments (default 1)"
     )
-    p.add_argument("--target", help="--emulate: target profile giving memory and timeout")
+    p.add_argument(
+        "--target", help="--emulate: target profile giving memory, timeout and environment"
+    )
     p.add_argument("--ssl-certfile", help="serve HTTPS with this PEM certificate (chain)")
     p.add_argument("--ssl-keyfile", help="the PEM private key of --ssl-certfile")
     p.add_argument("--ssl-ca-certs", help="require client certificates signed by this CA (mTLS)")

@@ -360,3 +360,32 @@ def test_a_redeploy_moves_the_function_to_the_profiles_python_and_architecture(
         "app.handler",
     )
     assert sent == [{"FunctionName": "tiny", "Architectures": ["arm64"]}]
+
+
+NEEDS_MODEL_KEY = """\
+import os
+
+if "AWS_LAMBDA_FUNCTION_NAME" in os.environ and os.environ.get("MODEL_KEY") != "k-123":
+    raise RuntimeError("MODEL_KEY is not set")
+"""
+
+
+def test_the_preflight_runs_with_the_profiles_environment(
+    tmp_path: Path, aws: Any, role: str, driver: AwsLambda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The function reads MODEL_KEY, which the profile's `environment` gives it on Lambda: the
+    preflight ran without it, failed at init and refused the deploy."""
+    monkeypatch.delenv("MODEL_KEY", raising=False)
+    needs_key = small_bundle(tmp_path / "key", handler=NEEDS_MODEL_KEY + HANDLER)
+    settings = (
+        f'role_arn = "{role}"\nrequirements = ["tinydep"]\nwheelhouse = "{wheelhouse(tmp_path)}"\n'
+        'environment = { EDGESERVE_BACKEND = "onnxruntime", MODEL_KEY = "k-123" }\n'
+    )
+
+    result = driver.deploy(needs_key, load_target(write_profile(tmp_path / "key.toml", settings)))
+
+    config = aws.get_function_configuration(FunctionName="tiny", Qualifier="live")
+    assert (result.version, config["Environment"]["Variables"]) == (
+        "1",
+        {"EDGESERVE_BACKEND": "onnxruntime", "MODEL_KEY": "k-123"},
+    )

@@ -127,6 +127,23 @@ def test_timeout_answers_502_reports_it_and_the_next_call_starts_cold(
     assert "Init Duration:" in lines[timed_out[0] + 1]  # the timed-out environment was replaced
 
 
+def test_the_profiles_environment_reaches_the_function(bundle: Bundle, tmp_path: Path) -> None:
+    """The function runs with the variables deploy gives it on Lambda: here a token, which
+    closes /invoke (health stays open); the emulator ran it without them."""
+    token = "emulated-token-0123456789"
+    path = tmp_path / "lambda.toml"
+    path.write_text(
+        'driver = "aws-lambda"\n[settings]\n'
+        f'environment = {{ EDGESERVE_BACKEND = "onnxruntime", EDGESERVE_AUTH_TOKEN = "{token}" }}\n'
+    )
+    rows = {"rows": ROWS[:1].tolist()}
+    with emulated(bundle.root, "--target", str(path)) as (url, _):
+        refused = httpx.post(f"{url}/invoke", json=rows, timeout=30)
+        accepted = httpx.post(f"{url}/invoke", json=rows, headers={"x-api-key": token}, timeout=30)
+
+    assert (refused.status_code, accepted.status_code) == (401, 200)
+
+
 def test_over_memory_kills_the_environment(bundle: Bundle, tmp_path: Path) -> None:
     with emulated(bundle.root, "--target", profile(tmp_path, memory_mb=256)) as (url, server):
         fat = httpx.post(

@@ -61,7 +61,8 @@ class AwsLambda:
         settings = profile.settings_as(LambdaSettings)
         name = settings.name_for(bundle.name)
         deployment = Deployment(settings, name)  # checks boto3 first
-        preflight(bundle.root, name, Limits(settings.memory_mb, settings.timeout_s))
+        limits = Limits(settings.memory_mb, settings.timeout_s)
+        preflight(bundle.root, name, limits, settings.environment)
         with tempfile.TemporaryDirectory(prefix="edgeserve-deploy-") as scratch:
             code = self._code(bundle, settings, Path(scratch))
             return deployment.run(code, bundle.content_hash)

@@ -36,9 +36,10 @@ import shutil
 import signal
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 from starlette.applications import Starlette
@@ -56,8 +57,11 @@ from edgeserve.aws_lambda.events import (
     through_gateway,
     to_event,
 )
-from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES
+from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES, LambdaSettings
 from edgeserve.errors import ConfigError
+
+if TYPE_CHECKING:
+    from edgeserve.bundle import Bundle
 
 APP_TEMPLATE = Path(__file__).parent.parent / "templates" / "aws-lambda" / "app.py"
 GATEWAY_ERRORS: dict[EventKind, HttpResponse] = {
@@ -158,11 +162,13 @@ async def open_emulator(
     event: EventKind = "url",
     instances: int = 1,
     log: Callable[[str], None] = print,
+    variables: Mapping[str, str] | None = None,
 ) -> LambdaEmulator:
-    """Start `instances` environments (their runtimes start on first use); closed with `stack`."""
+    """Start `instances` environments (their runtimes start on first use); closed with `stack`.
+    `variables`: the function's environment variables (the profile's `environment`)."""
     task_root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="edgeserve-task-")))
     shutil.copyfile(APP_TEMPLATE, task_root / "app.py")
-    env = runtime_env(function_name, limits, bundle.resolve(), task_root)
+    env = runtime_env(function_name, limits, bundle.resolve(), task_root, variables)
     environments = [Environment(task_root, env, limits, log) for _ in range(instances)]
     for environment in environments:
         await environment.start()
@@ -230,9 +236,9 @@ def serve_lambda_emulator(
 ) -> None:
     """Serve a bundle (or a function source, built first) as Lambda runs it, until SIGTERM.
 
-    Memory size and timeout come from the target profile (`aws-lambda` by default).
+    Memory size, timeout and the function's environment variables come from the target
+    profile (`aws-lambda` by default).
     """
-    from edgeserve.aws_lambda.settings import LambdaSettings
     from edgeserve.builder import open_or_build
     from edgeserve.handler import import_handler
     from edgeserve.profiles import load_target
@@ -247,16 +253,13 @@ def serve_lambda_emulator(
             "aws-lambda one (its memory and timeout)"
         )
     settings = profile.settings_as(LambdaSettings)
-    limits = Limits(settings.memory_mb, settings.timeout_s)
     kind = _event_kind(event)
-    name = settings.name_for(bundle.name)
-    asyncio.run(_serve(bundle.root, name, limits, kind, instances, host, port, log_level))
+    asyncio.run(_serve(bundle, settings, kind, instances, host, port, log_level))
 
 
 async def _serve(
-    bundle: Path,
-    name: str,
-    limits: Limits,
+    bundle: Bundle,
+    settings: LambdaSettings,
     event: EventKind,
     instances: int,
     host: str,
@@ -268,8 +271,12 @@ async def _serve(
     # uvicorn re-raises SIGTERM once it has shut down; Python's default would end the process
     # there, before the environments close, and their orphaned runtimes print tracebacks
     signal.signal(signal.SIGTERM, _exit_on_signal)
+    limits = Limits(settings.memory_mb, settings.timeout_s)
+    name, variables = settings.name_for(bundle.name), settings.environment
     async with AsyncExitStack() as stack:
-        emulator = await open_emulator(stack, bundle, name, limits, event, instances, _log)
+        emulator = await open_emulator(
+            stack, bundle.root, name, limits, event, instances, _log, variables
+        )
         config = uvicorn.Config(
             front(emulator), host=host, port=port, log_level=log_level, access_log=False
         )

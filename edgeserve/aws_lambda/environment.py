@@ -15,7 +15,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,11 +191,18 @@ def _now() -> str:
 
 
 def runtime_env(
-    function_name: str, limits: Limits, bundle: Path, task_root: Path
+    function_name: str,
+    limits: Limits,
+    bundle: Path,
+    task_root: Path,
+    variables: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The environment variables Lambda sets for a function, plus where the bundle lies."""
+    """The environment variables Lambda sets for a function: its own `variables` (the
+    profile's `environment`, as deploy configures them) and Lambda's, plus where the bundle
+    lies."""
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_LAMBDA_", "_HANDLER"))},
+        **(variables or {}),
         "AWS_LAMBDA_FUNCTION_NAME": function_name,
         "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
         "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(limits.memory_mb),

@@ -4,7 +4,8 @@ Why here and not after `publish_version`: a version whose init fails publishes a
 a good one, and invoking it on AWS cannot be tested here (moto runs code only in Docker
 images pulled from the internet). So `deploy` runs the shipped `app.py` under the real runtime
 interface client on the emulated Runtime API, as `serve --emulate aws-lambda` does, with the
-profile's memory size and timeout, and sends one Function URL event `GET /v2/health/ready`.
+profile's memory size, timeout and environment, and sends one Function URL event
+`GET /v2/health/ready`.
 
 Covered: the handler imports, the model loads and warms up, the adapter answers 200.
 Not covered: the package's wheels (built for Lambda's platform; the check runs on this
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -27,9 +29,12 @@ from edgeserve.errors import DeployError
 READY = HttpRequest("GET", "/v2/health/ready", "", [("host", "preflight.local")], b"")
 
 
-def preflight(bundle: Path, function_name: str, limits: Limits) -> None:
-    """Raise DeployError, with the function's own error, unless the bundle answers ready."""
-    outcome = asyncio.run(_ready(bundle, function_name, limits))
+def preflight(
+    bundle: Path, function_name: str, limits: Limits, variables: Mapping[str, str]
+) -> None:
+    """Raise DeployError, with the function's own error, unless the bundle answers ready.
+    `variables`: the function's environment variables, as deploy configures them."""
+    outcome = asyncio.run(_ready(bundle, function_name, limits, variables))
     status = _status(outcome)
     if status != 200:
         raise DeployError(
@@ -39,9 +44,13 @@ def preflight(bundle: Path, function_name: str, limits: Limits) -> None:
         )
 
 
-async def _ready(bundle: Path, function_name: str, limits: Limits) -> Outcome:
+async def _ready(
+    bundle: Path, function_name: str, limits: Limits, variables: Mapping[str, str]
+) -> Outcome:
     async with AsyncExitStack() as stack:
-        emulator = await open_emulator(stack, bundle, function_name, limits, log=_quiet)
+        emulator = await open_emulator(
+            stack, bundle, function_name, limits, log=_quiet, variables=variables
+        )
         request_id = str(uuid.uuid4())
         return await emulator.environments[0].invoke(to_event(READY, "url", request_id), request_id)
 
