@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import numpy as np
 
 from edgeserve.backends import BY_NAME, choose, default_device, load_backend, probe
-from edgeserve.batching import ONE_REQUEST, REQUEST_NUMBERS, BatchPolicy
+from edgeserve.batching import EWMA_WEIGHT, ONE_REQUEST, REQUEST_NUMBERS, BatchPolicy
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.datatypes import as_numbers
 from edgeserve.engine import Engine, LocalEngine
@@ -41,6 +41,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgeserve")
 T = TypeVar("T")
 
+
+HOOK_INLINE_S = 0.0005
+"""A handler hook learned to take less than this runs on the event loop: the hop to a worker
+thread and back costs more than the hook itself (0.3-0.6 ms on a busy front, against 0.3 ms
+for functions/ocr's postprocess: benchmarks/RESULTS-gpu.md, seventh session). A hook that has
+not run yet, or that got slower, runs on a thread."""
 
 GPU_SWITCH_INTERVAL_S = 0.0005
 """With a GPU, a batch thread that finishes a copy or a run must get the GIL back from the
@@ -63,6 +69,7 @@ class Runtime:
             if bundle.handler_path is None
             else import_handler(bundle.handler_path, bundle.handler_source)
         )
+        self._hook_s: dict[str, float] = {}  # each hook's own time, an EWMA (HOOK_INLINE_S)
         self.started = False
         self.timings: dict[str, float] = {}
         self._housekeeping: asyncio.Task[None] | None = None
@@ -261,17 +268,30 @@ class Runtime:
         return {name: value[0] for name, value in (await self._run(row, when)).items()}
 
     async def _hook(self, hook: str, *args: Any) -> Any:
-        """A handler hook on a worker thread (it may hold the CPU for milliseconds), timed as
-        the request waits for it (the thread hop included) where the handler defines it."""
+        """A handler hook on a worker thread (it may hold the CPU for milliseconds), or on the
+        event loop once it has proved cheap (HOOK_INLINE_S); timed as the request waits for
+        it (the thread hop included) where the handler defines it."""
         started = time.perf_counter_ns()
         try:
+            if self._hook_s.get(hook, HOOK_INLINE_S) < HOOK_INLINE_S:
+                return self._call_handler(hook, *args)
             return await asyncio.to_thread(self._call_handler, hook, *args)
         finally:
             if hasattr(self.handler, hook):
                 self.stats.handler_done(hook, time.perf_counter_ns() - started)
 
     def _call_handler(self, hook: str, *args: Any) -> Any:
-        """Run a handler hook; our own errors pass through, anything else is the handler's fault."""
+        """Run a handler hook, learning its own time; our own errors pass through, anything
+        else is the handler's fault."""
+        started = time.perf_counter()
+        try:
+            return self._hook_result(hook, *args)
+        finally:
+            took = time.perf_counter() - started
+            old = self._hook_s.get(hook, took)
+            self._hook_s[hook] = old + EWMA_WEIGHT * (took - old)
+
+    def _hook_result(self, hook: str, *args: Any) -> Any:
         func = getattr(self.handler, hook, None)
         if func is None:  # a missing hook: the payload is one item, the items are the answer
             return args[0] if hook == "postprocess" else [self._tensors_from(args[0])]

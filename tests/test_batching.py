@@ -797,3 +797,26 @@ async def test_tiny_batches_run_on_the_event_loop_and_slow_ones_on_the_pool() ->
     assert fast[0].startswith("edgeserve-batch")  # nothing learned yet: the pool
     assert fast[-1] == threading.main_thread().name  # learned: tiny, run in place
     assert threads[-1].startswith("edgeserve-batch")  # learned again: slow, back to the pool
+
+
+@in_loop
+async def test_compute_infer_is_the_run_and_a_busy_loop_counts_as_handing_out() -> None:
+    """Triton times compute_infer around the model alone: a batch whose run took 20 ms on its
+    thread reports about that, while the event loop, busy when the run ends, delays only the
+    outputs' hand-out (compute_output)."""
+    run_s, busy_s = 0.020, 0.120
+    observer = Observer()
+
+    def run_batch(inputs: TensorDict) -> TensorDict:
+        time.sleep(run_s)
+        return {"y": inputs["x"]}
+
+    async with serving(run_batch, policy(delay=0.0), observer=observer) as batcher:
+        answer = asyncio.ensure_future(batcher.submit(tagged(1.0), soon()))
+        await asyncio.sleep(0.005)  # the batch is on its thread
+        time.sleep(busy_s)  # the loop holds on past the run's end
+        await answer
+    ((_, _, (_, infer_ns, output_ns), ok),) = observer.calls
+    assert ok
+    assert run_s <= infer_ns / 1e9 < run_s + 0.040
+    assert output_ns / 1e9 >= busy_s - run_s - 0.010

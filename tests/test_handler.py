@@ -248,3 +248,41 @@ NESTED_FORM = (
     b"--B\r\nContent-Type: multipart/mixed; boundary=C\r\n\r\n"
     b"--C\r\nContent-Type: text/plain\r\n\r\nx\r\n--C--\r\n\r\n--B--\r\n"
 )
+
+
+THREADS = """\
+import threading
+import time
+
+import numpy as np
+
+def preprocess(payload, ctx):
+    time.sleep(0.003)  # decoding an image: worth a worker thread
+    ctx.state["pre"], ctx.state["slow"] = threading.current_thread().name, payload["slow"]
+    return [{"x": np.zeros(16, np.float32)}]
+
+def postprocess(items, ctx):
+    if ctx.state["slow"]:
+        time.sleep(0.005)
+    return {"pre": ctx.state["pre"], "post": threading.current_thread().name}
+"""
+
+
+def test_a_hook_that_proved_cheap_runs_on_the_event_loop(tmp_path: Path) -> None:
+    """A thread hop costs more than a cheap postprocess: once a hook has proved cheap it runs on
+    the server's event loop; a hook that takes milliseconds, or got slower, runs on a thread."""
+    with running(_function(tmp_path, THREADS, sample=False)) as (url, _):
+
+        def ask(slow: bool) -> dict[str, str]:
+            answer = httpx.post(f"{url}/invoke", json={"slow": slow}, timeout=30)
+            assert answer.status_code == 200, answer.text
+            return answer.json()
+
+        fast = [ask(slow=False) for _ in range(4)]
+        slowed = ask(slow=True)  # still believed cheap: on the loop, and now learned slower
+        after = ask(slow=False)
+    assert fast[0]["post"] != "MainThread"  # nothing learned yet: a thread
+    assert [seen["post"] for seen in fast[1:]] == ["MainThread"] * 3
+    assert all(seen["pre"] != "MainThread" for seen in [*fast, slowed, after])
+    assert slowed["post"] == "MainThread"
+    assert after["post"] != "MainThread"

@@ -10,12 +10,14 @@ phases.py    a batch's three compute phases, timed, and the observer told of the
 """
 
 from edgeserve.batching.batcher import Batcher
+from edgeserve.batching.cost import EWMA_WEIGHT
 from edgeserve.batching.item import ONE_REQUEST, REQUEST_NUMBERS
 from edgeserve.batching.phases import BatchObserver
 from edgeserve.batching.plan import BatchPolicy, Plan, plan_batch
 from edgeserve.batching.rows import split_rows, stack_rows
 
 __all__ = [
+    "EWMA_WEIGHT",
     "ONE_REQUEST",
     "REQUEST_NUMBERS",
     "BatchObserver",

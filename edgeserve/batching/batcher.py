@@ -331,7 +331,6 @@ class Batcher:
                 outputs, run_s, padded, waited_ns = await self._device.run(
                     self._timed, parts, clock
                 )
-            clock.lap()
             old = self._run_s.get(rows, run_s)
             self._run_s[rows] = old + EWMA_WEIGHT * (run_s - old)
             parts = split_outputs(outputs, [item.rows for item in batch], self._batched)
@@ -365,12 +364,18 @@ class Batcher:
     ) -> tuple[TensorDict, float, dict[str, int], int]:
         """Assemble and run a batch (on a worker thread: a large copy stays off the loop);
         also the lengths the batch was padded to (a backend's bucket may pad past its widest),
-        and the nanoseconds it waited for the device once assembled (not compute: queueing)."""
+        and the nanoseconds it waited for the device once assembled (not compute: queueing).
+
+        The model's phase ends here, where the run returns, as Triton times compute_infer
+        around the model alone: the hop back to a busy event loop is handing out the outputs
+        (compute_output). Timed on the loop, a CRNN batch of 32 on an H100 counted 1.4-1.7x its
+        run (benchmarks/RESULTS-gpu.md, twelfth session)."""
         start = time.perf_counter_ns()
         merged = self._assemble(parts, self._input_fills)
         with self._device.slot() as waited_ns:
             clock.lap(waited_ns)
             outputs = self._run_batch(merged)
+            clock.lap()
         run_s = (time.perf_counter_ns() - start - waited_ns) / 1e9
         return outputs, run_s, self._padding.lengths(merged), waited_ns
 
