@@ -367,9 +367,8 @@ class Batcher:
         and the nanoseconds it waited for the device once assembled (not compute: queueing).
 
         The model's phase ends here, where the run returns, as Triton times compute_infer
-        around the model alone: the hop back to a busy event loop is handing out the outputs
-        (compute_output). Timed on the loop, a CRNN batch of 32 on an H100 counted 1.4-1.7x its
-        run (benchmarks/RESULTS-gpu.md, twelfth session)."""
+        around the model alone: the hop back to the event loop, which may be busy with other
+        requests, is part of handing out the outputs (compute_output)."""
         start = time.perf_counter_ns()
         merged = self._assemble(parts, self._input_fills)
         with self._device.slot() as waited_ns:
