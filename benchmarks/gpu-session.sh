@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The GPU run of benchmarks/RESULTS-gpu.md, step by step on one machine after gpu-setup.sh:
+# The GPU run of benchmarks/RESULTS-gpu.md, step by step on one machine after `gpu-setup.sh unpack`:
 #
-#   bash benchmarks/gpu-session.sh resnet|crnn|crnn-si|ocr|tests|triton|devices|per-device [DIR]
+#   bash benchmarks/gpu-session.sh resnet|crnn|ocr|tests|triton|devices|per-device [DIR]
 #
 # resnet, crnn: perf_analyzer over HTTP, system and CUDA shared memory, against `workers =
 #   auto`, with CPU per process, py-spy and `edgeserve bench -p 4` at c=128 (gpu_sweep.py);
 # ocr: functions/ocr's samples on CUDA and on the CPU provider (auto, and one process);
-# crnn-si: CRNN with the GIL switch interval at 0.1 ms; devices: the 2-GPU test and benchmark;
+# devices: the 2-GPU test and benchmark;
 # per-device: 1, 2, 3 inference processes on the GPU (CRNN), and functions/ocr on the CPU
 #   provider with 1, 2, 4 processes sharing the cores against one process (sweeps under DIR);
 # tests: the GPU tests; triton: edgeserve and then PyTriton binding ONNX Runtime CUDA, the same
@@ -14,7 +14,7 @@
 #   own, from the wheels in /tmp/pyw).
 set -uo pipefail
 . /tmp/gpu-env.sh
-cd /tmp/tree
+cd "$(dirname "$0")/.."
 levels=1,16,64,128
 case $1 in
 resnet | crnn)
@@ -26,12 +26,6 @@ ocr)
         --function functions/ocr --workers auto --concurrency 1,32 --profile
     EDGESERVE_DEVICE=cpu python3 benchmarks/gpu_sweep.py /tmp/w --out /tmp/o-ocr-cpu \
         --models "" --function functions/ocr --workers auto,1 --concurrency 1,32 ;;
-crnn-si)  # the GIL switch interval of the inference process, 0.5 ms (as landed) against 0.1
-    cp -r /tmp/tree /tmp/tree-si && cd /tmp/tree-si
-    sed -i 's/^GPU_SWITCH_INTERVAL_S = 0.0005/GPU_SWITCH_INTERVAL_S = 0.0001/' edgeserve/runtime.py
-    grep -n "^GPU_SWITCH_INTERVAL_S" edgeserve/runtime.py
-    PYTHONPATH=/tmp/tree-si:${PYTHONPATH#/tmp/tree:} python3 benchmarks/gpu_sweep.py /tmp/w \
-        --out /tmp/o-crnn-si --models crnn --workers auto --concurrency 16,64,128 --shm "" ;;
 devices)  # on a machine of 2 GPUs: one inference process per GPU (tests and benchmark)
     python3 -m pytest -q -p no:cacheprovider tests/test_workers_gpu.py
     python3 benchmarks/devices.py /tmp/w --processes 4 ;;

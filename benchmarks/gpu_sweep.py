@@ -14,7 +14,8 @@ of the inference process and of one front under the heaviest level, and `--bench
         [--per-device auto,1,2]
 
 `--per-device` serves each setting with that many inference processes per device (a copy of
-the function with `[resources] processes_per_device` set; `serve` gives N processes on the CPU
+the function with `[resources] processes_per_device` set; without it, the function's own
+setting, such as functions/ocr's `{ gpu = 2 }`; `serve` gives N processes on the CPU
 cores / N backend threads each).
 
 perf_analyzer comes from tritonclient 2.41.0 (libcudart.so.12 and libb64 on LD_LIBRARY_PATH).
@@ -275,7 +276,10 @@ def gpu_bundle(source: Path, work: Path) -> str:
 
 def variants(source: Path, args: argparse.Namespace) -> Iterator[tuple[int | str, Path]]:
     """`source` copied with each `--per-device` setting of inference processes: (setting,
-    folder)."""
+    folder); `source` itself, as its manifest says, without the option."""
+    if not args.per_device:
+        yield "manifest", source
+        return
     for setting in args.per_device.split(","):
         count = setting if setting == "auto" else int(setting)
         yield count, with_processes(source, args.work / f"{source.name}-x{count}", count)
@@ -415,7 +419,7 @@ def main() -> None:
     parser.add_argument("--limits", action="store_true", help="in-process items/s (CUDA)")
     parser.add_argument("--function", type=Path, help="a function folder, its samples as load")
     parser.add_argument("--processes", type=int, default=4, help="bench load processes")
-    parser.add_argument("--per-device", default="auto", help="inference processes per device")
+    parser.add_argument("--per-device", default="", help="inference processes per device")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import onnxruntime as ort
