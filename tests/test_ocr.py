@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from tests.server import served
 
@@ -168,3 +168,31 @@ def test_a_strip_narrower_than_the_model_pools_is_refused_at_the_door(ocr_url: s
         assert reply.status_code == status, reply.text
         if status == 400:
             assert "axis 3 is 2, allowed 4..any" in reply.json()["error"]
+
+
+HELD_OUT = evaluate.synth.font_paths(evaluate.synth.HELD_OUT_FONTS)
+
+
+def drawn(lines: list[tuple[str, int, int]], size: tuple[int, int], font: int = 0) -> Image.Image:
+    """A white page with (text, font px size, top) lines at x = 40 in a held-out font."""
+    page = Image.new("L", size, 255)
+    draw = ImageDraw.Draw(page)
+    for text, px, top in lines:
+        draw.text((40, top), text, font=evaluate.synth.load_font(HELD_OUT[font], px), fill=0)
+    return page
+
+
+BODY = ["Date: 2024-03-15 10:42", "Paper A4 x 2 = $12.50", "Total: $77.49"]
+
+
+def test_a_heading_three_times_the_body_size_is_read_as_one_line(ocr_url: str) -> None:
+    """Touching lines are cut at their sparsest rows; a heading's ascender rows were such a
+    cut ('First orange' at 84 px over 24 px lines was read 'F e I' and 'FIrst orange'); now
+    each piece must have dense rows of its own."""
+    for font, heading in ((5, "First orange"), (0, "Quarterly Report")):
+        page = drawn(
+            [(heading, 84, 20)] + [(t, 24, 150 + 36 * i) for i, t in enumerate(BODY)],
+            (760, 290),
+            font,
+        )
+        assert invoke(ocr_url, png(page)).json()["text"] == "\n".join([heading, *BODY])

@@ -321,7 +321,19 @@ def _split_tall(
         cut = centre - reach + int(np.argmin(window))
         if profile[cut] <= 0.25 * dense:
             cuts.append(cut)
-    edges = [y0, *cuts, y1]
+    edges = [y0, *sorted(set(cuts)), y1]
+    # A piece without a dense core of rows is no line: the ascenders or descenders of one tall
+    # line (a heading several times the body's height), so its cut goes.
+    while len(edges) > 2:
+        cores = [
+            np.count_nonzero(profile[a:b] >= 0.5 * dense) >= 0.25 * typical
+            for a, b in itertools.pairwise(edges)
+        ]
+        if all(cores):
+            break
+        k = cores.index(False)  # of its two cuts, the one through denser rows goes
+        inner = [j for j in (k, k + 1) if 0 < j < len(edges) - 1]
+        edges.pop(max(inner, key=lambda j: profile[edges[j]]))
     return [(a, b) for a, b in itertools.pairwise(edges) if b > a]
 
 
