@@ -196,3 +196,44 @@ def test_a_heading_three_times_the_body_size_is_read_as_one_line(ocr_url: str) -
             font,
         )
         assert invoke(ocr_url, png(page)).json()["text"] == "\n".join([heading, *BODY])
+
+
+ROWS = [("Paper A4", "2", "12.50"), ("Toner black", "1", "64.99"), ("Stapler", "3", "27.00")]
+
+
+def test_a_ruled_table_is_read_row_by_row(ocr_url: str) -> None:
+    """Its vertical rules joined every row into one band (read as 'E'); rules are dropped now."""
+    page = Image.new("L", (520, 200), 255)
+    draw = ImageDraw.Draw(page)
+    font = evaluate.synth.load_font(HELD_OUT[3], 24)
+    for i, row in enumerate(ROWS):
+        for text, x in zip(row, (32, 262, 352), strict=True):
+            draw.text((x, 34 + 44 * i), text, font=font, fill=0)
+    for i in range(len(ROWS) + 1):
+        draw.line([(20, 24 + 44 * i), (480, 24 + 44 * i)], fill=0, width=2)
+    for x in (20, 250, 340, 480):
+        draw.line([(x, 24), (x, 24 + 44 * len(ROWS))], fill=0, width=2)
+    assert invoke(ocr_url, png(page)).json()["text"] == "\n".join(" ".join(r) for r in ROWS)
+
+
+def underlined(font: int) -> Image.Image:
+    page = drawn([(t, 24, 30 + 48 * i) for i, t in enumerate(BODY)], (460, 200), font)
+    draw = ImageDraw.Draw(page)
+    draw.line([(40, 62), (400, 62)], fill=0, width=2)
+    draw.line([(40, 110), (330, 110)], fill=0, width=2)
+    return page
+
+
+def test_underlined_lines_are_read_as_their_text(ocr_url: str) -> None:
+    """An underline ran through the line's crop: 'Paper A4 x 2 = $12.50' was read
+    'PaperA4x2=Sl250'; long thin runs of ink are dropped now."""
+    assert invoke(ocr_url, png(underlined(3))).json()["text"] == "\n".join(BODY)
+
+
+def test_a_dark_scan_border_is_not_read_as_ink(ocr_url: str) -> None:
+    """A scan's dark edge was ink in every row: the page was one band, read as 'e'."""
+    for font in (0, 3):
+        page = drawn([(t, 24, 30 + 48 * i) for i, t in enumerate(BODY)], (460, 200), font)
+        bordered = Image.new("L", (page.width + 16, page.height + 12), 25)
+        bordered.paste(page, (16, 0))
+        assert invoke(ocr_url, png(bordered)).json()["text"] == "\n".join(BODY), font
