@@ -237,3 +237,15 @@ def test_a_dark_scan_border_is_not_read_as_ink(ocr_url: str) -> None:
         bordered = Image.new("L", (page.width + 16, page.height + 12), 25)
         bordered.paste(page, (16, 0))
         assert invoke(ocr_url, png(bordered)).json()["text"] == "\n".join(BODY), font
+
+
+def test_white_text_on_a_transparent_png_is_read(ocr_url: str) -> None:
+    """Transparency was flattened onto white only: white text on a clear PNG (a logo or label
+    made for dark backgrounds) was a blank page, {"text": ""}; it goes onto black now."""
+    alpha = Image.eval(
+        drawn([(t, 24, 30 + 48 * i) for i, t in enumerate(BODY)], (460, 200)), lambda v: 255 - v
+    )
+    clear = Image.merge("RGBA", (*[Image.new("L", alpha.size, 255)] * 3, alpha))
+    assert invoke(ocr_url, png(clear)).json()["text"] == "\n".join(BODY)
+    dark = Image.merge("RGBA", (*[Image.new("L", alpha.size, 0)] * 3, alpha))
+    assert invoke(ocr_url, png(dark)).json()["text"] == "\n".join(BODY)

@@ -211,7 +211,8 @@ def _check_size(width: int, height: int, max_pixels: int) -> None:
 
 
 def to_gray(image: Image.Image) -> np.ndarray:
-    """uint8 luminance; transparency is flattened onto white (dark text on clear PNGs)."""
+    """uint8 luminance; transparency is flattened onto white (dark text on clear PNGs), or
+    onto black where white leaves no contrast (white text on a clear PNG was a blank page)."""
     if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
         values = np.asarray(image, dtype=np.float32)
         low, high = float(values.min()), float(values.max())
@@ -219,7 +220,11 @@ def to_gray(image: Image.Image) -> np.ndarray:
     try:
         if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
             rgba = image.convert("RGBA")
-            image = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
+            flat = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba).convert("L")
+            low, high = flat.getextrema()
+            if high - low < 40:  # light text on a clear background: onto black, as it is shown
+                flat = Image.alpha_composite(Image.new("RGBA", rgba.size, "black"), rgba)
+            return np.asarray(flat.convert("L"), dtype=np.uint8)
         return np.asarray(image.convert("L"), dtype=np.uint8)
     except (ValueError, OSError) as err:  # Pillow: "conversion from LAB to RGB not supported"
         raise InvalidInput(
