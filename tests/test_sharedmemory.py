@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -27,6 +30,7 @@ from edgeserve.http import create_app
 from edgeserve.runtime import Runtime
 from edgeserve.sharedmemory import Regions
 from tests.models import identity_model, write_function
+from tests.server import Server, running
 from tests.threaded_server import serving
 
 MANIFEST = """
@@ -243,6 +247,106 @@ def test_an_object_shrunk_after_registering_is_a_400_not_a_dead_server(
         client.infer("identity", inputs, outputs=[output])  # nor written past it
     after = client.infer("identity", inputs)
     np.testing.assert_array_equal(after.as_numpy("out_FP32"), X)
+
+
+WAITING = MANIFEST.replace("max_queue_delay_ms = 1", "max_queue_delay_ms = 600")
+"""A batch waits 0.6 s for company: a lone request sits in the queue while its client acts."""
+
+
+def test_an_object_shrunk_while_its_request_waits_is_never_read_past_its_end(
+    tmp_path: Path,
+) -> None:
+    """A check of the object's size before a request cannot stop a shrink right after it: the
+    server used to map the object and let the request's tensor be a view of the mapping, so a
+    client that shrank the object while its request waited for a batch killed `edgeserve serve`
+    (SIGBUS) with every request in flight. Now the request runs on what was read when it
+    arrived, the next one is a 400, and the server serves on."""
+    source = write_function(
+        tmp_path / "src", lambda p: identity_model(p, ("FP32", "INT64", "BYTES")), WAITING
+    )
+    with serving_a_region(source, 1 << 20, X) as (url, server, client, name):
+        answers: list[httpx.Response | httpx.HTTPError] = []
+        waiting = threading.Thread(target=lambda: answers.append(_infer(url, name)))
+        waiting.start()
+        time.sleep(0.3)  # the request is in the queue, its tensor read
+        os.truncate(f"/dev/shm/{name}", 0)
+        waiting.join(timeout=30)
+        assert server.process.poll() is None, f"server died: {server.process.returncode}"
+        first = answers[0]
+        assert isinstance(first, httpx.Response), first
+        assert first.status_code == 200, first.text
+        assert first.json()["outputs"][0]["data"] == X.reshape(-1).tolist()
+        with pytest.raises(InferenceServerException) as error:
+            client.infer("identity", x_from_region(name))
+        assert error.value.status() == "400"
+        assert f"key '/{name}' is now 0 bytes" in error.value.message()
+        assert httpx.get(f"{url}/v2/health/ready").status_code == 200
+
+
+def test_inputs_in_shared_memory_are_held_to_the_body_limit(tmp_path: Path) -> None:
+    """Inputs are copied out of their region, so they are held to the limit a body is (1 MB
+    here): a client naming 4 MiB of a sparse object gets a 413 before anything is read, as it
+    would for a body that size, and a request within it is served."""
+    manifest = WAITING.replace("max_queue_delay_ms = 600", "max_queue_delay_ms = 1")
+    source = write_function(
+        tmp_path / "src",
+        lambda p: identity_model(p, ("FP32",), row=1024),
+        manifest + "[resources]\nmax_body_mb = 1\n",
+    )
+    with serving_a_region(source, 4 << 20) as (_, _, client, name):
+        for rows, status in ((1024, "413"), (16, None)):
+            tensor = triton.InferInput("in_FP32", [rows, 1024], "FP32")
+            tensor.set_shared_memory(name, rows * 4096)
+            if status is None:
+                result = client.infer("identity", [tensor])
+                assert result.as_numpy("out_FP32").shape == (rows, 1024)
+                continue
+            with pytest.raises(InferenceServerException) as error:
+                client.infer("identity", [tensor])
+            assert error.value.status() == status
+            words = "shared memory add up to 4194304 bytes, over the limit of 1048576"
+            assert words in error.value.message()
+
+
+@contextmanager
+def serving_a_region(
+    source: Path, size: int, data: np.ndarray | None = None
+) -> Iterator[tuple[str, Server, triton.InferenceServerClient, str]]:
+    """`edgeserve serve SOURCE` with a fresh object of `size` bytes (holding `data`) registered
+    whole: (url, server, a tritonclient, the region's name)."""
+    name = f"r{uuid.uuid4().hex[:8]}"
+    handle = shm.create_shared_memory_region(name, f"/{name}", size)
+    try:
+        if data is not None:
+            shm.set_shared_memory_region(handle, [data])
+        with running(source) as (url, server):
+            client = triton.InferenceServerClient(url.removeprefix("http://"))
+            try:
+                client.register_system_shared_memory(name, f"/{name}", size)
+                yield url, server, client, name
+            finally:
+                client.close()
+                del client
+                gc.collect()
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
+def _infer(url: str, region: str) -> httpx.Response | httpx.HTTPError:
+    """X from `region` (the other inputs in the body) as v2 JSON; out_FP32 only."""
+    place = {"shared_memory_region": region, "shared_memory_byte_size": X.nbytes}
+    body = {
+        "inputs": [
+            {"name": "in_FP32", "datatype": "FP32", "shape": [4, 3], "parameters": place},
+            {"name": "in_INT64", "datatype": "INT64", "shape": [4, 3], "data": N.tolist()},
+            {"name": "in_BYTES", "datatype": "BYTES", "shape": [4, 3], "data": [["a"] * 3] * 4},
+        ],
+        "outputs": [{"name": "out_FP32"}],
+    }
+    try:
+        return httpx.post(f"{url}/v2/models/identity/infer", json=body, timeout=30)
+    except httpx.HTTPError as exc:  # the server died under it: reported by the test
+        return exc
 
 
 def test_a_registry_shared_by_processes_takes_names_of_any_length(

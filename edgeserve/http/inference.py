@@ -82,7 +82,7 @@ class InferenceRoutes:
         match = _V2_INFER.fullmatch(call.path)
         assert match is not None  # app_for routes only matching paths here
         self.plane.check_model(match["model"], match["version"], infer=True)
-        shared = ClientRegions(self.regions, call.client)
+        shared = ClientRegions(self.regions, call.client, self.limit)
         decoded = v2.decode_request(call.body, call.headers.get(v2.HEADER_LENGTH), shared.read)
         shared.check_outputs(decoded.outputs or ())
         outputs = await self.plane.infer(decoded, arrived=call.arrived)

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from edgeserve.dataplane.requests import OutputTensor, RequestedOutput
-from edgeserve.errors import Forbidden
+from edgeserve.errors import Forbidden, PayloadTooLarge
 from edgeserve.http import v2
 from edgeserve.http.body import json_object
 from edgeserve.sharedmemory import Regions, Slice
@@ -65,16 +65,26 @@ class SharedMemoryRoutes:
         return JSONResponse(self.regions.status(self.kind, request.path_params.get("name")))
 
 
-@dataclass(frozen=True)
+@dataclass
 class ClientRegions:
-    """The regions as one infer request may use them: only a client on this machine may."""
+    """The regions as one infer request may use them: only a client on this machine may, and
+    its inputs there may add up to `limit` bytes, as its body may (they are copied in)."""
 
     regions: Regions
     client: str
+    limit: int
+    taken: int = 0
 
     def read(self, where: str, place: Slice) -> memoryview:
         """An input's bytes (v2.ReadSlice)."""
         check_local(self.client)
+        self.taken += place.byte_size
+        if self.taken > self.limit:
+            raise PayloadTooLarge(
+                f"{where}: the request's inputs in shared memory add up to {self.taken} bytes, "
+                f"over the limit of {self.limit} bytes that a request's inputs may hold (in its "
+                "body or in shared memory). Hint: raise [resources] max_body_mb in function.toml"
+            )
         return self.regions.read(where, place)
 
     def check_outputs(self, wanted: Iterable[RequestedOutput]) -> None:

@@ -134,6 +134,8 @@ def _decode_input(
             raise InvalidInput(f"{where}: names a shared memory region and also carries data")
         if read_slice is None:
             raise InvalidInput(f"{where}: shared memory is not served on this route")
+        if datatype.name != "BYTES":  # before reading (a copy) what the shape cannot take
+            _check_size(name, datatype, shape, place.byte_size)
         return name, _from_binary(name, datatype, shape, read_slice(where, place)), offset
     size = parameters.get("binary_data_size")
     if size is None:
@@ -183,12 +185,17 @@ def _from_binary(
     count = math.prod(shape)
     if datatype.name == "BYTES":
         return _unframe_bytes(name, chunk, count).reshape(shape)
-    if len(chunk) != count * datatype.size:
-        raise InvalidInput(
-            f"tensor `{name}`: {datatype.name} {list(shape)} needs {count * datatype.size} bytes, "
-            f"its data has {len(chunk)}"
-        )
+    _check_size(name, datatype, shape, len(chunk))
     return np.frombuffer(chunk, dtype=datatype.numpy.newbyteorder("<")).reshape(shape)
+
+
+def _check_size(name: str, datatype: Datatype, shape: tuple[int, ...], size: int) -> None:
+    needed = math.prod(shape) * datatype.size
+    if size != needed:
+        raise InvalidInput(
+            f"tensor `{name}`: {datatype.name} {list(shape)} needs {needed} bytes, "
+            f"its data has {size}"
+        )
 
 
 def _unframe_bytes(name: str, chunk: memoryview, count: int) -> np.ndarray:
