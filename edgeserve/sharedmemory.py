@@ -190,12 +190,24 @@ class Regions:
         self._book.add(name, entry)
         with self._lock:
             self._mapped[name] = (entry, region)
+        self._let_go()
 
     def unregister(self, kind: str, name: str | None = None) -> None:
         """Forget one region of `kind` (an unknown name is a no-op, as in Triton), or all."""
         for found, entry in self._book.entries().items():
             if entry.kind == kind and name in (None, found):
                 self._book.remove(found)
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Close what this process opened for registrations that are gone or changed (through
+        any front): each holds its object open, and a client registering and unregistering
+        names of its own ran the server out of file descriptors."""
+        booked = self._book.entries()
+        with self._lock:
+            for name, (entry, _) in list(self._mapped.items()):
+                if booked.get(name) != entry:
+                    del self._mapped[name]
 
     def status(self, kind: str, name: str | None = None) -> list[dict[str, Any]]:
         names = [n for n, e in self._book.entries().items() if e.kind == kind and name in (None, n)]
@@ -237,7 +249,7 @@ class Regions:
         """The region booked under `name`, mapped in this process (again, if it changed)."""
         entry = self._book.get(name)
         with self._lock:
-            mapped = self._mapped.get(name)
+            mapped = self._mapped.pop(name, None) if entry is None else self._mapped.get(name)
         if entry is None:
             return None
         if mapped is not None and mapped[0] == entry:

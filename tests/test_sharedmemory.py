@@ -28,7 +28,7 @@ from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from edgeserve.http import create_app
 from edgeserve.runtime import Runtime
-from edgeserve.sharedmemory import Regions
+from edgeserve.sharedmemory import Regions, Slice
 from tests.models import identity_model, write_function
 from tests.server import Server, running
 from tests.threaded_server import serving
@@ -347,6 +347,49 @@ def _infer(url: str, region: str) -> httpx.Response | httpx.HTTPError:
         return httpx.post(f"{url}/v2/models/identity/infer", json=body, timeout=30)
     except httpx.HTTPError as exc:  # the server died under it: reported by the test
         return exc
+
+
+def test_unregistered_regions_leave_no_file_descriptor_open(tmp_path: Path) -> None:
+    """A client that registered and unregistered regions of fresh names (one per session) left
+    the server two file descriptors each, until it could accept no connection: now
+    unregistering closes them."""
+    source = write_function(
+        tmp_path / "src", lambda p: identity_model(p, ("FP32", "INT64", "BYTES")), MANIFEST
+    )
+    name = f"r{uuid.uuid4().hex[:8]}"
+    handle = shm.create_shared_memory_region(name, f"/{name}", 4096)
+    try:
+        with running(source, "--workers", "1") as (url, server):
+            fds = Path(f"/proc/{server.process.pid}/fd")
+            before = len(list(fds.iterdir()))
+            with httpx.Client(base_url=f"{url}/v2/systemsharedmemory") as client:
+                for session in range(200):
+                    body = {"key": f"/{name}", "offset": 0, "byte_size": 64}
+                    register = client.post(f"/region/s{session}/register", json=body)
+                    assert register.status_code == 200, register.text
+                    assert client.post(f"/region/s{session}/unregister").status_code == 200
+                assert client.get("/status").json() == []
+            assert len(list(fds.iterdir())) < before + 10
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
+def test_a_front_lets_go_of_regions_another_front_unregistered(
+    tmp_path: Path, region: tuple[str, str, object]
+) -> None:
+    """Fronts of `--workers N` share registrations: a region one front opened for a request
+    and another front unregistered is closed by the first at its next registration change."""
+    _, key, _ = region
+    store = tmp_path / "regions"
+    first, second = Regions(store=store), Regions(store=store)
+    fds = Path("/proc/self/fd")
+    before = len(list(fds.iterdir()))
+    for session in range(50):
+        first.register("system", f"s{session}", {"key": key, "byte_size": 64})
+        second.read("input", Slice(f"s{session}", 0, 8))  # opened by the second front too
+        first.unregister("system", f"s{session}")
+    second.unregister("system", "never-registered")
+    assert len(list(fds.iterdir())) <= before + 1
 
 
 def test_a_registry_shared_by_processes_takes_names_of_any_length(
