@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -122,6 +123,19 @@ def binary_fp32(size: Any, tail: bytes, header_length: str | None = None) -> Bad
         header + tail,
         400,
         "",
+        headers={"Inference-Header-Content-Length": length},
+    )
+
+
+def respelled(spell: Callable[[int], str]) -> Bad:
+    """A binary request whose Inference-Header-Content-Length is the right count as Python's
+    int() reads it, which is no HTTP byte count (a sign, digit grouping)."""
+    good = binary_fp32(12, b"\0" * 12)
+    length = spell(int(good.headers["Inference-Header-Content-Length"]))
+    return replace(
+        good,
+        what=f"header length {length!r}",
+        words=f"Inference-Header-Content-Length: expected a byte count in 1..{len(good.body)}",
         headers={"Inference-Header-Content-Length": length},
     )
 
@@ -369,6 +383,8 @@ CORPUS: list[Bad] = [
     binary_fp32("12", b"\0" * 12),
     replace(binary_fp32(12.0, b"\0" * 12), words="binary_data_size: expected a non-negative"),
     binary_fp32(2**63, b"\0" * 12),
+    respelled(lambda length: f"+{length}"),
+    respelled(lambda length: f"{length // 10}_{length % 10}"),
     # encodings and sizes: bombs and lies
     Bad("gzip bomb", gzip.compress(b"\0" * (LIMIT * 64)), 413, "over the limit", headers=GZIP),
     Bad("not gzip", b"plain text", 400, "not valid gzip data", headers=GZIP),

@@ -71,10 +71,8 @@ def decode_request(
 def _json_length(body: bytes, header_length: str | None) -> int:
     if header_length is None:
         return len(body)
-    try:
-        length = int(header_length)
-    except ValueError:
-        length = -1
+    digits = header_length.strip()  # a count is digits only: int() also reads "+5" and "1_0"
+    length = int(digits) if digits.isascii() and digits.isdigit() else -1
     if length == 0:
         raise InvalidInput(
             "Inference-Header-Content-Length: 0 (a raw binary request) is not supported; "
