@@ -32,6 +32,7 @@ MAX_RANK = 32
 """The most dims a client's shape may have (numpy's own limit is 32 or 64 by version)."""
 
 _NON_FINITE = re.compile(rb"NaN|Infinity")
+_BOM = b"\xef\xbb\xbf"
 _ACCEPTED: dict[str, tuple[frozenset[type], str]] = {
     "b": (frozenset({bool}), "booleans"),
     "i": (frozenset({int}), "integers"),
@@ -55,7 +56,10 @@ def from_json(data: bytes | memoryview, where: str) -> Any:
     """A JSON document, or a 400 saying why not; JSON is UTF-8 text (RFC 8259), and a body that
     is not is more likely another encoding, or msgpack sent as JSON, than a typo. `NaN`,
     `Infinity` and `-Infinity` are read as Triton reads them (and as Python's json writes them),
-    though JSON has no such numbers: orjson refuses them, Python's json takes them."""
+    though JSON has no such numbers: orjson refuses them, Python's json takes them. A leading
+    UTF-8 byte order mark (Windows tools write one) is ignored, as RFC 8259 allows."""
+    if data[:3] == _BOM:
+        data = data[3:]
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:

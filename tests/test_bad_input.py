@@ -27,7 +27,7 @@ from edgeserve.builder import build
 from edgeserve.http import create_app
 from edgeserve.http.invoke import NDARRAY_EXT
 from edgeserve.runtime import Runtime
-from tests.bad_requests import CORPUS, GOOD_ROW, INFER, INPUTS, LIMIT, Bad, v2_body
+from tests.bad_requests import CORPUS, GOOD_ROW, INFER, INPUTS, JSON, LIMIT, Bad, v2_body
 from tests.models import identity_model, sequence_model, slow_model, write_function
 from tests.test_tritonclient import MANIFEST
 from tests.threaded_server import serving
@@ -79,6 +79,11 @@ def test_v2_and_invoke_accept_what_they_should(client: httpx.Client) -> None:
     """The refusals above are not over-eager: ints in float tensors, nesting, msgpack bytes."""
     body = v2_body(data=[[1, 2.5, -3]])
     assert client.post(INFER, content=body).json()["outputs"][0]["data"] == [1.0, 2.5, -3.0]
+    bom = "\ufeff".encode()  # a UTF-8 byte order mark, as Windows tools write JSON files
+    assert client.post(INFER, content=bom + body).json()["outputs"][0]["data"] == [1, 2.5, -3]
+    rows = {f"in_{dt}": [row] for dt, row in GOOD_ROW.items()}
+    invoked = client.post("/invoke", content=bom + orjson.dumps(rows), headers=JSON)
+    assert invoked.status_code == 200, invoked.text
     payload = {f"in_{dt}": [row] for dt, row in GOOD_ROW.items()} | {"in_BYTES": [[b"x", "y", b""]]}
     response = client.post(
         "/invoke",
