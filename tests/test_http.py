@@ -115,6 +115,7 @@ def test_health_and_server_metadata(client: httpx.Client) -> None:
     assert client.get("/v2/health/ready").status_code == 200
     assert client.get("/v2/models/mlp/ready").status_code == 200
     assert client.get("/v2/models/mlp/versions/3/ready").status_code == 200
+    assert client.get("/v2/models/mlp/versions/03/ready").status_code == 200  # Triton reads 3
     metadata = client.get("/v2").json()
     assert metadata["name"] == "edgeserve"
     assert metadata["extensions"] == [
@@ -202,7 +203,7 @@ def binary_request(x: np.ndarray, binary_output: bool) -> tuple[bytes, dict[str,
 def test_infer_binary_in_and_out(client: httpx.Client, mlp_bundle: Bundle) -> None:
     x = rows(5, seed=1)
     body, headers = binary_request(x, binary_output=True)
-    response = client.post("/v2/models/mlp/versions/3/infer", content=body, headers=headers)
+    response = client.post("/v2/models/mlp/versions/03/infer", content=body, headers=headers)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/octet-stream"
     length = int(response.headers["inference-header-content-length"])

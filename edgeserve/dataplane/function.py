@@ -97,14 +97,22 @@ class DataPlane:
 
         These are Triton's answers (its infer path reports an unknown model as INVALID_ARG), kept
         so that clients and retry policies written against Triton see the same codes. A version
-        is the integer model version or, beside it, the function's own ("1.2.0").
+        is the integer model version or, beside it, the function's own ("1.2.0"); as in Triton,
+        which reads the digits as a number, "01" is version 1.
         """
         f = self.function
         if model != f.name:
             error = InvalidInput if infer else ModelNotFound
             raise error(f"unknown model `{model}`: this server serves `{f.name}`")
-        if version is not None and version not in (f.model_version, f.version):
+        if version is not None and not {version, _number(version)} & {f.model_version, f.version}:
             raise ModelNotFound(
                 f"model `{f.name}` has no version `{version}`; it serves version "
                 f"`{f.model_version}` (function version `{f.version}`)"
             )
+
+
+def _number(version: str) -> str:
+    """A version of digits as the number they write ("007" -> "7"); any other as it is."""
+    if version.isascii() and version.isdigit():
+        return version.lstrip("0") or "0"  # not int(): Python refuses 4301 digits and more
+    return version
