@@ -284,6 +284,23 @@ CORPUS: list[Bad] = [
         "has no version `9`",
         path="/v2/models/identity/versions/9/infer",
     ),
+    *(
+        Bad(
+            f"load with parameters {parameters!r}",
+            orjson.dumps({"parameters": parameters}),
+            400,
+            "load `identity`: `parameters`: expected a JSON object, got",
+            path="/v2/repository/models/identity/load",
+        )
+        for parameters in (5, [1, "a"], True, "config")
+    ),
+    Bad(
+        "index of ready models, ready not a boolean",
+        b'{"ready": "no"}',
+        400,
+        "`ready`: expected true or false, got 'no'",
+        path="/v2/repository/index",
+    ),
     Bad("shape of 10000 dims", v2_body(shape=[1] * 10_000, data=[1]), 400, "has 10000 dims"),
     Bad(
         "1000 dims, nested as deep",

@@ -48,7 +48,12 @@ class RepositoryRoutes:
         """[{name, version, state, reason}]; `{"ready": true}` keeps only ready models."""
         body = await json_object(request)
         runtime = self.runtime
-        if body.get("ready") and not runtime.ready:
+        ready = body.get("ready", False)
+        if not isinstance(ready, bool):
+            raise InvalidInput(
+                f"/v2/repository/index: `ready`: expected true or false, got {ready!r}"
+            )
+        if ready and not runtime.ready:
             return JSONResponse([])
         state, reason = ("READY", "") if runtime.ready else ("UNAVAILABLE", "loading or draining")
         entry = {"name": runtime.name, "version": runtime.model_version}
@@ -63,6 +68,11 @@ class RepositoryRoutes:
                 f"cannot load `{model}`: {one}. Hint: build and deploy a bundle for `{model}`"
             )
         parameters = body.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InvalidInput(
+                f"load `{model}`: `parameters`: expected a JSON object, got "
+                f"{type(parameters).__name__} {parameters!r:.40}"
+            )
         if parameters:
             raise InvalidInput(
                 f"load `{model}`: parameters {sorted(parameters)} cannot change a running "
