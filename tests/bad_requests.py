@@ -294,6 +294,20 @@ CORPUS: list[Bad] = [
         )
         for parameters in (5, [1, "a"], True, "config")
     ),
+    *(
+        Bad(
+            f"{path}: a body past the limit",
+            b"{" + b" " * LIMIT + b"}",
+            413,
+            f"request body: over the limit of {LIMIT} bytes",
+            path=path,
+        )
+        for path in (
+            "/v2/repository/index",
+            "/v2/repository/models/identity/load",
+            "/v2/systemsharedmemory/region/r/register",
+        )
+    ),
     Bad(
         "index of ready models, ready not a boolean",
         b'{"ready": "no"}',

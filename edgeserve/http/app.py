@@ -97,7 +97,7 @@ def create_app(
     limit = max_body_bytes or int(resources.max_body_mb * 2**20)
     timeouts = timeouts or Timeouts.from_resources(resources)
     regions = regions or Regions()
-    endpoints = _Endpoints(runtime, regions)
+    endpoints = _Endpoints(runtime, regions, limit)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -116,10 +116,11 @@ def create_app(
 
 
 class _Endpoints:
-    def __init__(self, runtime: ServedFunction, regions: Regions) -> None:
+    def __init__(self, runtime: ServedFunction, regions: Regions, limit: int) -> None:
         self.runtime = runtime
         self.plane = DataPlane(runtime)
         self.regions = regions
+        self.limit = limit  # the body limit, which the control routes hold to as well
 
     def routes(self) -> list[Route]:
         model = "/v2/models/{model}"
@@ -129,9 +130,9 @@ class _Endpoints:
             Route("/v2", self.server_metadata),
             Route("/v2/models/stats", self.stats),
             Route("/metrics", self.metrics),
-            *RepositoryRoutes(self.runtime).routes(),
-            *SharedMemoryRoutes(self.regions, "system").routes(),
-            *SharedMemoryRoutes(self.regions, "cuda").routes(),
+            *RepositoryRoutes(self.runtime, self.limit).routes(),
+            *SharedMemoryRoutes(self.regions, "system", self.limit).routes(),
+            *SharedMemoryRoutes(self.regions, "cuda", self.limit).routes(),
             *DocsRoutes(self._document()).routes(),
         ]
         unserved = ("/v2/trace/setting", model + "/trace/setting", "/v2/logging")

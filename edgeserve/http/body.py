@@ -88,10 +88,10 @@ def _too_large(limit: int, why: str) -> PayloadTooLarge:
     )
 
 
-async def json_object(request: Request) -> dict[str, Any]:
-    """The JSON object a control route takes (Triton's repository and shared-memory routes);
-    an empty body is {}."""
-    raw = await request.body()
+async def json_object(request: Request, limit: int) -> dict[str, Any]:
+    """The JSON object a control route takes (Triton's repository and shared-memory routes),
+    under the body limit that every route holds to; an empty body is {}."""
+    raw = await read_body(request.receive, dict(request.headers), limit)
     if not raw.strip():
         return {}
     body = from_json(raw, f"{request.url.path}: body")

@@ -33,8 +33,8 @@ ONE_FUNCTION = "this server serves one function, `{name}`, fixed when its bundle
 class RepositoryRoutes:
     """The repository index and model-control routes of one function."""
 
-    def __init__(self, runtime: ServedFunction) -> None:
-        self.runtime = runtime
+    def __init__(self, runtime: ServedFunction, limit: int) -> None:
+        self.runtime, self.limit = runtime, limit
 
     def routes(self) -> list[Route]:
         models = "/v2/repository/models/{model}"
@@ -46,7 +46,7 @@ class RepositoryRoutes:
 
     async def index(self, request: Request) -> Response:
         """[{name, version, state, reason}]; `{"ready": true}` keeps only ready models."""
-        body = await json_object(request)
+        body = await json_object(request, self.limit)
         runtime = self.runtime
         ready = body.get("ready", False)
         if not isinstance(ready, bool):
@@ -61,7 +61,7 @@ class RepositoryRoutes:
 
     async def load(self, request: Request) -> Response:
         model = request.path_params["model"]
-        body = await json_object(request)
+        body = await json_object(request, self.limit)
         one = ONE_FUNCTION.format(name=self.runtime.name)
         if model != self.runtime.name:
             raise InvalidInput(
@@ -82,7 +82,7 @@ class RepositoryRoutes:
 
     async def unload(self, request: Request) -> Response:
         model = request.path_params["model"]
-        await json_object(request)
+        await json_object(request, self.limit)
         one = ONE_FUNCTION.format(name=self.runtime.name)
         raise InvalidInput(
             f"cannot unload `{model}`: {one}. Hint: stop the server (SIGTERM drains it) "

@@ -35,8 +35,8 @@ from edgeserve.sharedmemory import Regions, Slice
 class SharedMemoryRoutes:
     """The register, unregister and status routes of one kind of region ("system", "cuda")."""
 
-    def __init__(self, regions: Regions, kind: str) -> None:
-        self.regions, self.kind = regions, kind
+    def __init__(self, regions: Regions, kind: str, limit: int) -> None:
+        self.regions, self.kind, self.limit = regions, kind, limit
 
     def routes(self) -> list[Route]:
         prefix = f"/v2/{self.kind}sharedmemory"
@@ -51,7 +51,7 @@ class SharedMemoryRoutes:
 
     async def register(self, request: Request) -> Response:
         _check_caller(request)
-        body = await json_object(request)
+        body = await json_object(request, self.limit)
         self.regions.register(self.kind, request.path_params["name"], body)
         return Response()
 
