@@ -225,6 +225,7 @@ def test_a_form_upload_hands_the_handler_its_one_file(tmp_path: Path) -> None:
                 ("no boundary", png, "multipart/form-data"),
                 ("cut off", whole[: len(whole) // 2], form_type),
                 ("nested", NESTED_FORM, "multipart/form-data; boundary=B"),
+                ("LF line ends", whole.replace(b"\r\n", b"\n"), form_type),
             ]
         }
     assert image.json() == {"type": "image/png", "payload": repr(png)}
@@ -240,6 +241,11 @@ def test_a_form_upload_hands_the_handler_its_one_file(tmp_path: Path) -> None:
         "nested": (
             400,
             "request body: multipart/form-data: a part is itself multipart; expected a file",
+        ),
+        "LF line ends": (
+            400,
+            "request body: multipart/form-data: its lines end with a bare LF; multipart needs "
+            "CRLF (RFC 2046)",
         ),
     }
 

@@ -58,6 +58,8 @@ def _split(body: bytes, delimiter: bytes) -> list[bytes]:
     parts = []
     while not body.startswith(b"--", start):
         line_end = body.find(b"\r\n", start)
+        if line_end < 0 and body.find(b"\n", start) >= 0:
+            raise _refused("its lines end with a bare LF; multipart needs CRLF (RFC 2046)")
         if line_end < 0:
             raise _refused("the body ends inside a boundary line (cut off?)")
         if body[start:line_end].strip(b" \t"):
