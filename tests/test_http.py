@@ -29,6 +29,7 @@ from tests.models import mlp_model, write_function
 from tests.threaded_server import serving
 
 LIMIT = 64 * 1024
+MSGPACK = "application/msgpack"
 MLP = """
 [function]
 name = "mlp"
@@ -424,15 +425,25 @@ def test_invoke_msgpack_with_a_numpy_ext_in_and_msgpack_out(
     response = handler_client.post(
         "/invoke",
         content=body,
-        headers={"Content-Type": "application/msgpack", "Accept": "application/msgpack"},
+        headers={"Content-Type": MSGPACK, "Accept": MSGPACK},
     )
     assert response.status_code == 200, response.text
-    assert response.headers["content-type"] == "application/msgpack"
+    assert response.headers["content-type"] == MSGPACK
     result = msgpack.unpackb(response.content)
     np.testing.assert_allclose(
         np.array(result["y"]), reference(handler_bundle, x), rtol=1e-5, atol=1e-6
     )
     assert isinstance(result["first"], float)
+    for accept, answered in [
+        ("application/json, application/msgpack;q=0", "application/json"),  # "not msgpack"
+        ("application/msgpack;q=0.5, application/json", "application/json"),
+        ("application/x-msgpack;q=0.9, */*;q=0.1", "application/x-msgpack"),
+        ("application/json, application/msgpack", "application/msgpack"),
+    ]:
+        response = handler_client.post(
+            "/invoke", content=body, headers={"Content-Type": MSGPACK, "Accept": accept}
+        )
+        assert response.headers["content-type"] == answered, accept
 
 
 def test_invoke_raw_bytes_reach_the_handler_as_bytes(

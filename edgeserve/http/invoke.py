@@ -6,7 +6,8 @@ upload stands for its one file (`forms.py`). In msgpack
 a numpy array may travel as plain lists or as ext type `NDARRAY_EXT`: the packed triple
 `[dtype.str, shape, raw bytes]` (see `pack_array`).
 Map keys must be strings (msgpack's strict_map_key), as in JSON.
-Out: msgpack when `Accept` asks for it, else JSON; numpy arrays and scalars become Python values.
+Out: msgpack when `Accept` asks for it (with a q of at least JSON's), else JSON; numpy arrays
+and scalars become Python values.
 """
 
 from __future__ import annotations
@@ -86,10 +87,11 @@ def encode_result(result: Any, accept: str | None) -> tuple[bytes, str]:
     """The response body and its media type, chosen by the Accept header.
 
     A result that JSON or msgpack cannot carry is the handler's bug (HandlerError, 500)."""
-    accepted = (accept or "").lower()
+    weights = _weights(accept)
     try:
         for msgpack_type in MSGPACK_TYPES:
-            if msgpack_type in accepted:
+            wanted = weights.get(msgpack_type, 0.0)
+            if wanted > 0 and all(wanted >= weights.get(t, 0.0) for t in _COVER_JSON):
                 return msgpack.packb(result, default=_builtin), msgpack_type
         options = orjson.OPT_SERIALIZE_NUMPY
         return orjson.dumps(result, default=_json_builtin, option=options), JSON_TYPE
@@ -99,6 +101,27 @@ def encode_result(result: Any, accept: str | None) -> tuple[bytes, str]:
             f"cannot carry ({exc}); expected JSON-like values: dict, list, str, numbers, "
             "np.ndarray"
         ) from None
+
+
+_COVER_JSON = (JSON_TYPE, "application/*", "*/*")
+
+
+def _weights(accept: str | None) -> dict[str, float]:
+    """Each media type of an Accept header with its q (1 unless given): msgpack only when it is
+    asked for and wanted at least as much as JSON, so `application/msgpack;q=0` means JSON."""
+    weights: dict[str, float] = {}
+    for item in (accept or "").lower().split(","):
+        kind, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        weights[kind] = max(weights.get(kind, 0.0), q)
+    return weights
 
 
 def _json_builtin(value: Any) -> Any:
