@@ -15,11 +15,13 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
+from edgeserve.datatypes import as_numbers
 from edgeserve.errors import ConfigError, EdgeserveError, HandlerError, InvalidInput
 from edgeserve.handler import check_items, import_handler, where
 from edgeserve.http.invoke import decode_payload, encode_result
 from edgeserve.manifest import Manifest
 from edgeserve.samples import IMAGE_TYPES, content_type, is_v2_request, sample_files
+from edgeserve.signature import op_types
 from edgeserve.types import Backend, Context, Signature, TensorDict
 
 T = TypeVar("T")
@@ -69,42 +71,105 @@ class SkippedCheck:
     def describe(self) -> str:
         return (
             f"warning: the batch-axis check did not run: ONNX Runtime {self.reason}; a model "
-            "whose outputs lose the batch axis then fails its batched requests. Hint: check "
-            "the error above, or set [batching] max_batch_size = 0"
+            "whose first axis is not a batch axis then fails its batched requests, or answers "
+            "them wrong. Hint: check the error above, or set [batching] max_batch_size = 0"
         )
 
 
 def check_batch_axis(source: Path, manifest: Manifest, signature: Signature) -> SkippedCheck | None:
-    """Refuse a batched model whose outputs do not keep the batch axis first: an output such
-    as NonZero's [K, 2] or a sum over axis 0 has a dynamic first dim as the batch has, and
-    every request then failed with a 500 (its rows cannot be handed back). Run once on random
-    inputs of BATCH_CHECK_ROWS rows (ONNX Runtime, fp32), ids within each input's
-    `index_range`; a model that does not load or run on them is a SkippedCheck (the rest of
-    the build may still serve it on another backend)."""
+    """Refuse a batched model whose first axis is not a batch axis, though every first dim is
+    dynamic as a batch's is: an output such as NonZero's [K, 2] or a sum over axis 0 loses it
+    (every request then failed with a 500: its rows cannot be handed back), and a model whose
+    rows compute together (a point cloud centered on its mean, a graph's nodes) keeps it but
+    answered each request of a shared batch wrong, with a 200. Run on random inputs of
+    BATCH_CHECK_ROWS rows, then on each row alone (ONNX Runtime, fp32), ids within each
+    input's `index_range`; a model that does not load or run on them is a SkippedCheck (the
+    rest of the build may still serve it on another backend)."""
     if not signature.batched or manifest.batching.max_batch_size == 0:
         return None
     from edgeserve.backends import load_backend
     from edgeserve.samples import example_inputs
 
-    rows = BATCH_CHECK_ROWS
+    rows, model = BATCH_CHECK_ROWS, source / manifest.model.path
+    inputs = example_inputs(signature, rows, np.random.default_rng(0))
     try:
-        engine = load_backend("onnxruntime", source / manifest.model.path, signature=signature)
+        engine = load_backend("onnxruntime", model, signature=signature)
     except EdgeserveError as exc:
         return SkippedCheck(f"cannot load the model ({exc.message})")
     try:
-        outputs = engine.infer(example_inputs(signature, rows, np.random.default_rng(0)))
+        runs = [engine.infer(inputs) for _ in range(2)]
+        alone = [
+            engine.infer({n: a[row : row + 1] for n, a in inputs.items()}) for row in range(rows)
+        ]
     except EdgeserveError as exc:
         return SkippedCheck(f"failed on {rows} random rows ({exc.message})")
     finally:
         engine.close()
+    batched, again = (as_numbers(outputs, signature) for outputs in runs)
+    _check_rows_kept(batched, rows, model)
+    if not all(_close(again[name], array) for name, array in batched.items()):
+        return SkippedCheck(
+            "answered the same rows differently twice (a random op?), so each row alone "
+            "could not be compared with its row in a batch"
+        )
+    noise = QUANTIZED_NOISE if op_types(model) & DYNAMIC_QUANTIZATION else FLOAT_NOISE
+    for row, outputs in enumerate(alone):
+        _check_row_alone(batched, as_numbers(outputs, signature), row, model, noise)
+    return None
+
+
+FLOAT_NOISE = 1e-4
+"""How far a row alone may move from its row in a batch, as a share of the output's largest
+value: a kernel may sum in another order for another batch size."""
+QUANTIZED_NOISE = 0.05
+"""The same for a dynamically quantized model (onnxruntime's quantize_dynamic), whose
+activations are quantized with a scale taken over the whole batch: a row's answer moves with
+its batch mates (0.4% of the output's largest value in a two-layer MLP), as it does in Triton."""
+DYNAMIC_QUANTIZATION = frozenset({"DynamicQuantizeLinear", "DynamicQuantizeMatMul"})
+
+
+NOT_A_BATCH_AXIS_HINT = "Hint: serve it one request a run, [batching] max_batch_size = 0"
+
+
+def _check_rows_kept(outputs: TensorDict, rows: int, model: Path) -> None:
     wrong = {n: list(array.shape) for n, array in outputs.items() if array.shape[:1] != (rows,)}
     if wrong:
         raise ConfigError(
-            f"{source / manifest.model.path}: outputs {wrong} for a batch of {rows} rows: their "
-            "first axis is not the batch axis, so batches cannot be split back into requests. "
-            "Hint: serve it one request a run, [batching] max_batch_size = 0"
+            f"{model}: outputs {wrong} for a batch of {rows} rows: their first axis is not the "
+            f"batch axis, so batches cannot be split back into requests. {NOT_A_BATCH_AXIS_HINT}"
         )
-    return None
+
+
+def _check_row_alone(
+    batched: TensorDict, alone: TensorDict, row: int, model: Path, noise: float
+) -> None:
+    """Row `row` run alone must answer what it answered in the batch, within `noise`."""
+    for name, together in batched.items():
+        own, mine = alone[name], together[row : row + 1]
+        if _close(own, mine, noise):
+            continue
+        raise ConfigError(
+            f"{model}: output `{name}` of row {row} alone differs from its row in a batch of "
+            f"{len(together)} ({_difference(own, mine)}): its first axis is not a batch axis: "
+            "the rows of a batch compute together, so a request batched with others would be "
+            f"answered wrong. {NOT_A_BATCH_AXIS_HINT}"
+        )
+
+
+def _close(own: np.ndarray, mine: np.ndarray, noise: float = FLOAT_NOISE) -> bool:
+    if own.shape != mine.shape or own.dtype.kind not in "fiu":
+        return own.shape == mine.shape and bool(np.array_equal(own, mine))
+    scale = float(np.max(np.abs(mine[np.isfinite(mine)]), initial=1.0))
+    return bool(np.allclose(own, mine, rtol=1e-3, atol=noise * scale, equal_nan=True))
+
+
+def _difference(own: np.ndarray, mine: np.ndarray) -> str:
+    if own.shape != mine.shape:
+        return f"shape {list(own.shape)} against {list(mine.shape)}"
+    if own.dtype.kind not in "fiu":
+        return "other values"
+    gap = np.abs(own.astype(np.float64) - mine.astype(np.float64))
+    return f"by up to {float(np.nanmax(gap)):.3g}"
 
 
 def _invoke_samples(folder: Path) -> list[Path]:

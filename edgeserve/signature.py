@@ -7,6 +7,7 @@ dynamic first dimension; otherwise the function serves one request per run, unba
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -49,15 +50,24 @@ def foreign_ops(model: Path) -> list[str]:
     a vendor's), subgraphs included; the model's own functions are not foreign."""
     proto = _load(model)
     local = {function.domain for function in proto.functions}
-    found: dict[str, None] = {}
+    found = (
+        f"{n.domain}.{n.op_type}" for n in _nodes(proto) if n.domain not in ONNX_DOMAINS | local
+    )
+    return list(dict.fromkeys(found))
+
+
+def op_types(model: Path) -> set[str]:
+    """The op types the model uses, subgraphs included, whatever their domain."""
+    return {node.op_type for node in _nodes(_load(model))}
+
+
+def _nodes(proto: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
     graphs = [proto.graph]
     while graphs:
         for node in graphs.pop().node:
-            if node.domain not in ONNX_DOMAINS | local:
-                found[f"{node.domain}.{node.op_type}"] = None
+            yield node
             for attribute in node.attribute:
                 graphs.extend([attribute.g] if attribute.HasField("g") else attribute.graphs)
-    return list(found)
 
 
 def _load(model_path: Path) -> onnx.ModelProto:

@@ -362,6 +362,23 @@ def nonzero_model(path: Path) -> Path:
     return _save(graph, path)
 
 
+def centered_model(path: Path) -> Path:
+    """points FP32 [P, 3] -> centered FP32 [P, 3]: each point minus the mean of all of them (a
+    point cloud, a graph's nodes). Every first dim is dynamic, as a batch axis would be, but
+    its rows compute together: stacked with another request's, each answer changes."""
+    nodes = [
+        helper.make_node("ReduceMean", ["points"], ["centroid"], axes=[0], keepdims=1),
+        helper.make_node("Sub", ["points", "centroid"], ["centered"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "centered",
+        [helper.make_tensor_value_info("points", TensorProto.FLOAT, ["P", 3])],
+        [helper.make_tensor_value_info("centered", TensorProto.FLOAT, ["P", 3])],
+    )
+    return _save(graph, path)
+
+
 def scalar_model(path: Path) -> Path:
     """x FP32 [] -> y FP32 []: x squared (a rank-0 input: no batch axis, no dims at all)."""
     graph = helper.make_graph(

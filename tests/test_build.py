@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from edgeserve.runtime import Runtime
 from edgeserve.scaffold import init_function
 from tests.models import (
     bert_like_model,
+    centered_model,
     conv_model,
     identity_model,
     mlp_model,
@@ -32,6 +34,7 @@ from tests.models import (
     varlen_model,
     write_function,
 )
+from tests.server import served
 from tests.threaded_server import serving
 
 TARGETS = ("local", "aws-lambda", "jetson")
@@ -620,6 +623,55 @@ def test_outputs_without_the_batch_axis_first_are_refused_and_serve_unbatched(
         answer = httpx.post(f"{url}/v2/models/nz/infer", json={"inputs": [tensor]}, timeout=30)
     assert answer.status_code == 200, answer.text
     assert answer.json()["outputs"][0]["data"] == np.argwhere(x).ravel().tolist()
+
+
+def test_a_model_whose_rows_compute_together_is_refused_batching(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A point cloud [P, 3] centered on its mean looks batched (every first dim dynamic): init
+    turned batching on, build passed it, and two requests stacked in one batch were centered
+    on their joint mean, each answered wrong with a 200. Build now runs each row alone too,
+    refuses, and with batching off every request gets its own answer."""
+    model = centered_model(tmp_path / "centered.onnx")
+    folder = tmp_path / "cloud"
+    assert main(["init", str(folder), "--model", str(model)]) == 0
+    assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 2
+    error = " ".join(capfd.readouterr().err.split())
+    assert "output `centered` of row 0 alone differs from its row in a batch of 3" in error
+    assert "its first axis is not a batch axis: the rows of a batch compute together" in error
+    assert "Hint: serve it one request a run, [batching] max_batch_size = 0" in error
+    assert not (tmp_path / "out").exists()
+    manifest = folder / "function.toml"
+    manifest.write_text(manifest.read_text().replace("max_batch_size = 32", "max_batch_size = 0"))
+    assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 0
+    clouds = [np.arange(6, dtype=np.float32).reshape(2, 3) * scale for scale in range(1, 9)]
+    with served(tmp_path / "out") as url, ThreadPoolExecutor(8) as pool:
+        answers = list(
+            pool.map(
+                lambda points: httpx.post(
+                    f"{url}/invoke", json={"points": points.tolist()}, timeout=30
+                ).json()["centered"],
+                clouds,
+            )
+        )
+    for points, answer in zip(clouds, answers, strict=True):
+        np.testing.assert_allclose(answer, points - points.mean(axis=0), atol=1e-5)
+
+
+def test_a_dynamically_quantized_model_still_batches(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """onnxruntime's quantize_dynamic quantizes activations with a scale taken over the whole
+    batch, so a row alone moves a little from its row in a batch: that noise is not a model
+    whose rows compute together, and the build keeps its batching."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    fp32 = mlp_model(tmp_path / "fp32.onnx", n_in=64, hidden=128, n_out=10)
+    quantize_dynamic(str(fp32), str(tmp_path / "int8.onnx"))
+    folder = tmp_path / "int8"
+    assert main(["init", str(folder), "--model", str(tmp_path / "int8.onnx")]) == 0
+    assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 0, capfd.readouterr()
+    assert Bundle.open(tmp_path / "out").manifest.batching.max_batch_size == 32
 
 
 def test_the_batch_axis_check_feeds_ids_within_the_tables_of_a_bert_like_model(
