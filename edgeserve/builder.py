@@ -179,11 +179,20 @@ def build(
     return write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
 
 
-def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
+def open_or_build(
+    path: Path,
+    *,
+    targets: Sequence[str] = ("local",),
+    report: Callable[[SkippedCheck], None] | None = None,
+) -> Bundle:
     """Open a bundle, or first build a function source into the cache (what `serve` does).
 
     The cache entry is keyed by a hash of the source files and the build plan, so an edited
-    source builds again and an unchanged one opens at once.
+    source builds again and an unchanged one opens at once. A new entry's model gets build's
+    batch-axis check first (a batch-axis check that could not run is given to `report`); the
+    handler's dry run and the precision check stay `build`'s: they import the handler, which
+    this process then imports again to serve it (a handler registering a metric at import
+    would fail there).
     """
     if not is_function_source(path):
         return Bundle.open(path)
@@ -197,6 +206,9 @@ def open_or_build(path: Path, *, targets: Sequence[str] = ("local",)) -> Bundle:
         else:
             touch(cached)
             return replace(bundle, source=path)
+    skipped = check_batch_axis(path, load_manifest(path), plan.signature)
+    if skipped is not None and report is not None:
+        report(skipped)
     bundle = write_bundle(plan, cached)
     prune(keep=cached)
     return replace(bundle, source=path)

@@ -141,4 +141,4 @@ def _open(path: Path) -> Bundle:
         return Bundle.open(path)
     from edgeserve.builder import open_or_build
 
-    return open_or_build(path)
+    return open_or_build(path, report=lambda skipped: log.warning(skipped.describe()))

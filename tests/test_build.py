@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
@@ -672,6 +674,43 @@ def test_a_dynamically_quantized_model_still_batches(
     assert main(["init", str(folder), "--model", str(tmp_path / "int8.onnx")]) == 0
     assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 0, capfd.readouterr()
     assert Bundle.open(tmp_path / "out").manifest.batching.max_batch_size == 32
+
+
+@pytest.mark.parametrize("emulate", [(), ("--emulate", "aws-lambda")])
+def test_serving_a_source_folder_checks_it_as_build_does(
+    tmp_path: Path, emulate: tuple[str, ...]
+) -> None:
+    """`edgeserve serve SOURCE` (and the Lambda emulator, and deploy) built the source into the
+    cache without build's batch-axis check: the point cloud served, its batched requests
+    answered wrong with a 200. It is refused as `edgeserve build` refuses it, before anything
+    listens."""
+    folder = write_function(tmp_path / "cloud", centered_model, '[function]\nname = "cloud"\n')
+    command = [sys.executable, "-m", "edgeserve", "serve", str(folder), "--port", "0", *emulate]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    error = " ".join(done.stderr.split())
+    assert "output `centered` of row 0 alone differs from its row in a batch of 3" in error
+    assert "Hint: serve it one request a run, [batching] max_batch_size = 0" in error
+
+
+def test_serving_a_source_imports_its_handler_once(tmp_path: Path) -> None:
+    """The check before a cache entry must not import the handler: the serving process imports
+    it to serve, and a handler registering a metric at import failed the second time
+    ("Duplicated timeseries in CollectorRegistry")."""
+    source = init_function(tmp_path / "metered")
+    handler = source / "handler.py"
+    handler.write_text(
+        handler.read_text().replace(
+            "from __future__ import annotations\n",
+            "from __future__ import annotations\n\nimport prometheus_client\n\n"
+            'CALLS = prometheus_client.Counter("metered_calls", "calls")\n',
+            1,
+        )
+    )
+    sample = json.loads((source / "samples" / "request.json").read_text())
+    with served(source) as url:
+        answer = httpx.post(f"{url}/invoke", json=sample, timeout=30)
+    assert answer.status_code == 200, answer.text
 
 
 def test_the_batch_axis_check_feeds_ids_within_the_tables_of_a_bert_like_model(
