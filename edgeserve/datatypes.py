@@ -64,6 +64,14 @@ def bf16_values(bits: np.ndarray) -> np.ndarray:
     return (bf16_bits(bits).astype(np.uint32) << 16).view(np.float32)
 
 
+def bf16_from_values(values: np.ndarray) -> np.ndarray:
+    """Numbers as the raw bits of the nearest bf16 (ties to even, as every converter rounds);
+    NaN stays NaN."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0x7FC0), rounded)
+
+
 def as_numbers(tensors: TensorDict, signature: Signature) -> TensorDict:
     """Outputs with their BF16 tensors widened to the float32 values they hold (for JSON, a
     handler, a comparison), the others as they are."""

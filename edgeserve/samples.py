@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeserve.datatypes import DATATYPES
+from edgeserve.datatypes import DATATYPES, bf16_values
 from edgeserve.types import Signature, TensorDict, TensorSpec
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
@@ -124,9 +124,14 @@ def _random_array(
 
 def sample_request(signature: Signature) -> dict[str, Any]:
     """An /invoke request of the model's own tensors (for a function without a handler): one
-    row (batch axis included when batched), dynamic dims at EXAMPLE_DYNAMIC_DIM, small values."""
+    row (batch axis included when batched), dynamic dims at EXAMPLE_DYNAMIC_DIM, small values
+    (BF16 as numbers, as /invoke takes them, not as their raw bits)."""
     tensors = example_inputs(signature, 1, np.random.default_rng(0))
-    return {name: json_values(array) for name, array in tensors.items()}
+    bf16 = {spec.name for spec in signature.inputs if spec.datatype == "BF16"}
+    return {
+        name: json_values(bf16_values(array) if name in bf16 else array)
+        for name, array in tensors.items()
+    }
 
 
 def json_values(array: np.ndarray) -> Any:

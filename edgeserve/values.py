@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from edgeserve.datatypes import DATATYPES, Datatype
+from edgeserve.datatypes import DATATYPES, Datatype, bf16_from_values
 from edgeserve.errors import InvalidInput
 from edgeserve.types import TensorSpec
 
@@ -106,10 +106,14 @@ def to_array(data: Any, datatype: Datatype, where: str, max_depth: int) -> np.nd
 
 
 def spec_array(spec: TensorSpec, value: Any) -> np.ndarray:
-    """An `/invoke` value: a numpy array (msgpack ext) as sent, nested lists typed as the spec's."""
+    """An `/invoke` value: a numpy array (msgpack ext) as sent, nested lists typed as the spec's
+    (BF16: numbers, made the nearest bf16's raw bits)."""
     if isinstance(value, np.ndarray):
         return value
     where = f"tensor `{spec.name}`: {spec.datatype} {list(spec.dims)}"
+    if spec.datatype == "BF16":  # numbers, as /invoke answers them, rounded to bf16's bits
+        numbers = to_array(value, DATATYPES["FP32"], where, max_depth=len(spec.dims))
+        return bf16_from_values(numbers)
     return to_array(value, DATATYPES[spec.datatype], where, max_depth=len(spec.dims))
 
 

@@ -247,6 +247,26 @@ def test_bf16_inputs_run_on_both_backends(tmp_path: Path, backend: str) -> None:
     np.testing.assert_array_equal(y, x)
 
 
+@pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
+def test_bf16_inputs_travel_as_numbers_on_invoke(tmp_path: Path, backend: str) -> None:
+    """init wrote a BF16 input's sample as its raw bits (`[[16217, ...]]`), and /invoke refused
+    BF16 inputs ("travels only as binary data (binary_data_size)", a key /invoke does not
+    have): `edgeserve invoke --file samples/request.json` and `bench` failed out of the box.
+    /invoke takes them as numbers, as it answers BF16 outputs, rounded to the nearest bf16."""
+    model = cast(tmp_path / "bfin.onnx", TensorProto.BFLOAT16, TensorProto.FLOAT)
+    source = init(tmp_path / "bfin", model)
+    sample = json.loads((source / "samples" / "request.json").read_text())
+    assert all(0 <= value < 1 for value in sample["x"][0]), sample
+    with running(source, "--backend", backend) as (url, _):
+        invoked = cli("invoke", url, "--file", str(source / "samples" / "request.json"))
+        posted = httpx.post(f"{url}/invoke", json={"x": X_BF16.tolist()}, timeout=30)
+    assert invoked.returncode == 0, invoked.stderr
+    expected = bf16(np.array(sample["x"], np.float32))
+    np.testing.assert_array_equal(np.array(json.loads(invoked.stdout)["y"], np.float32), expected)
+    assert posted.status_code == 200, posted.text
+    np.testing.assert_array_equal(np.array(posted.json()["y"], np.float32), bf16(X_BF16))
+
+
 def _bucketed(model: Path):
     """ONNX Runtime asked for bound buffers at bucket shapes (rows 1, 2, 4), as on CUDA."""
     signature = read_signature(model, ModelSection())
