@@ -155,21 +155,32 @@ def _folder_model(dest: Path) -> Path | None:
     of its weights if it keeps them apart."""
     if not dest.is_dir():
         return None
-    entries = list(dest.iterdir())
-    models = [entry for entry in entries if entry.suffix == ".onnx" and entry.is_file()]
+    models = [entry for entry in dest.iterdir() if entry.suffix == ".onnx" and entry.is_file()]
     if len(models) != 1:
         return None
-    others = {entry.name for entry in entries} - {models[0].name}
+    others = set(_files(dest)) - {models[0].name}
     if others and others != set(external_data(models[0])):
         return None
     return models[0]
 
 
+def _files(dest: Path) -> list[str]:
+    """Every file under `dest`, as a POSIX path relative to it (weights may lie in a subfolder:
+    `location="weights/model.bin"`)."""
+    return sorted(path.relative_to(dest).as_posix() for path in dest.rglob("*") if path.is_file())
+
+
 def _refuse_unless_empty(dest: Path, allowed: tuple[str, ...]) -> None:
     if dest.exists() and not dest.is_dir():
         raise ConfigError(f"{dest}: exists and is not a folder; Hint: choose a new path")
+    kept = {PurePosixPath(name).parts[0] for name in allowed}  # a subfolder of weights too
     others = (
-        sorted(p.name for p in dest.iterdir() if p.name not in allowed) if dest.exists() else []
+        sorted(
+            {p.name for p in dest.iterdir() if p.name not in kept}
+            | {name for name in _files(dest) if name not in allowed and name.split("/")[0] in kept}
+        )
+        if dest.exists()
+        else []
     )
     if others:
         raise ConfigError(

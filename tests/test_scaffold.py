@@ -297,22 +297,39 @@ def test_init_refuses_a_folder_with_more_than_a_model(
     assert (tmp_path / "fn" / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("location", ["pair.weights", "weights/pair.bin"])
 @pytest.mark.parametrize("how", ["--model", "in the folder"])
 def test_init_takes_a_models_external_weights_along(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str, location: str
 ) -> None:
     """A model keeping its weights in a side file: `init --model` copied the model alone (the
-    build then said the weights were missing), and a folder holding both was refused."""
+    build then said the weights were missing), and a folder holding both was refused; so was
+    a folder holding the model and its weights in a subfolder ("already exists and holds
+    ['pair.onnx', 'weights']; expected ... one holding only a model")."""
     home = tmp_path / ("mine" if how == "--model" else "fn")
     model = pair_model(home / "pair.onnx")
+    (home / location).parent.mkdir(parents=True, exist_ok=True)
     onnx.save(onnx.load(str(model)), str(model), save_as_external_data=True,
-              location="pair.weights", size_threshold=0)  # fmt: skip
+              location=location, size_threshold=0)  # fmt: skip
     dest = tmp_path / "fn"
     argv = ["init", str(dest), *(["--model", str(model)] if how == "--model" else [])]
     assert main(argv) == 0, capsys.readouterr().err
-    assert (dest / "pair.weights").read_bytes() == (home / "pair.weights").read_bytes()
+    assert (dest / location).read_bytes() == (home / location).read_bytes()
     bundle = build(dest, tmp_path / "out")
-    assert "model/pair.weights" in bundle.metadata["files"]
+    assert f"model/{location}" in bundle.metadata["files"]
+
+
+def test_init_refuses_a_folder_holding_more_than_a_model_and_its_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = pair_model(tmp_path / "fn" / "pair.onnx")
+    (tmp_path / "fn" / "weights").mkdir()
+    onnx.save(onnx.load(str(model)), str(model), save_as_external_data=True,
+              location="weights/pair.bin", size_threshold=0)  # fmt: skip
+    (tmp_path / "fn" / "weights" / "notes.txt").write_text("mine")
+    assert main(["init", str(tmp_path / "fn")]) == 2
+    error = " ".join(capsys.readouterr().err.split())
+    assert "already exists and holds ['pair.onnx', 'weights']; expected a new" in error
 
 
 @pytest.mark.parametrize("how", ["--model", "in the folder"])
