@@ -133,11 +133,20 @@ def _padding_hint(signature: Signature) -> list[str]:
             f"# `{spec.name}` varies in length along axis {axis}. If padding it does not change",
             "# the answer (a mask, or a model that ignores pad tokens), let requests of different",
             "# lengths batch together:",
-            f"# [model.inputs.{spec.name}]",
+            f"# [model.inputs.{toml_key(spec.name)}]",
             f"# pad_axis = {axis}",
             "# pad_value = 0",
         ]
     return hints
+
+
+def toml_key(name: str) -> str:
+    """A tensor name as a TOML key: bare when TOML allows it, else quoted (`"input.1"`: a dot
+    would make a table of `input`)."""
+    return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def _batching_lines(signature: Signature) -> list[str]:

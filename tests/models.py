@@ -198,9 +198,9 @@ def _ids(via: str | None) -> str:
     return "tokens" if via is None else "ids"
 
 
-def exported_names_model(path: Path) -> Path:
+def exported_names_model(path: Path, width: int | str = 4) -> Path:
     """Tensor names as exporters write them: `input.1` (PyTorch), `serving/x:0` (TensorFlow)
-    FP32 [N, 4] -> `StatefulPartitionedCall:0` (their sum), `onnx::Out 1` (the first)."""
+    FP32 [N, width] -> `StatefulPartitionedCall:0` (their sum), `onnx::Out 1` (the first)."""
     nodes = [
         helper.make_node("Add", ["input.1", "serving/x:0"], ["StatefulPartitionedCall:0"]),
         helper.make_node("Identity", ["input.1"], ["onnx::Out 1"]),
@@ -209,10 +209,10 @@ def exported_names_model(path: Path) -> Path:
     graph = helper.make_graph(
         nodes,
         "exported",
-        [tensor("input.1", shape=["N", 4]), tensor("serving/x:0", shape=["N", 4])],
+        [tensor("input.1", shape=["N", width]), tensor("serving/x:0", shape=["N", width])],
         [
-            tensor("StatefulPartitionedCall:0", shape=["N", 4]),
-            tensor("onnx::Out 1", shape=["N", 4]),
+            tensor("StatefulPartitionedCall:0", shape=["N", width]),
+            tensor("onnx::Out 1", shape=["N", width]),
         ],
     )
     return _save(graph, path)

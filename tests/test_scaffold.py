@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from edgeserve.types import Context
 from tests.models import (
     bert_like_model,
     classifier_model,
+    exported_names_model,
     pair_model,
     sequence_model,
     zipmap_model,
@@ -280,6 +282,22 @@ def test_init_adopts_a_model_and_its_sample_fits(
     assert {name: np.shape(value) for name, value in answer.items()} == outputs
     if kind == "classifier":
         assert sum(answer["probabilities"][0]) == pytest.approx(1.0, abs=1e-2)  # the softmax
+
+
+def test_the_padding_hint_for_an_exported_name_is_valid_toml(tmp_path: Path) -> None:
+    """init's hint for `input.1` read `# [model.inputs.input.1]`: uncommented, the build said
+    "field `model.inputs.input.1`: unknown key (found {'pad_axis': 1})" (a table `input`
+    holding `1`), and for `serving/x:0` the TOML did not parse. The names are quoted."""
+    model = exported_names_model(tmp_path / "mine" / "exported.onnx", width="L")
+    dest = tmp_path / "fn"
+    assert main(["init", str(dest), "--model", str(model)]) == 0
+    manifest = dest / "function.toml"
+    hinted = re.sub(r"^# (\[model\.inputs\..*\]|pad_axis = 1|pad_value = 0)$", r"\1",
+                    manifest.read_text(), flags=re.MULTILINE)  # fmt: skip
+    assert '[model.inputs."input.1"]' in hinted and '[model.inputs."serving/x:0"]' in hinted
+    manifest.write_text(hinted)
+    bundle = build(dest, tmp_path / "out")
+    assert [spec.pad_axis for spec in bundle.signature.inputs] == [1, 1]
 
 
 def test_init_refuses_a_folder_with_more_than_a_model(
