@@ -151,10 +151,10 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 def _batching_lines(signature: Signature) -> list[str]:
     if not signature.batched:
-        fixed = [f"{s.name} {list(s.dims)}" for s in signature.inputs if s.dims[:1] != (-1,)]
+        fixed = [f"{s.name} {list(s.dims)}" for s in signature.fixed_first_dims()]
         return [
-            "# No batching: the model's first dims are fixed (" + ", ".join(fixed) + "), so",
-            "# every request runs alone. Export it with a dynamic first dim to batch.",
+            "# No batching: these tensors have no dynamic first dim (" + ", ".join(fixed) + "),",
+            "# so every request runs alone. Export the model with a dynamic batch axis to batch.",
         ]
     return ["[batching]", "max_batch_size = 32", "max_queue_delay_ms = 2.0"]
 

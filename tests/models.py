@@ -379,6 +379,18 @@ def centered_model(path: Path) -> Path:
     return _save(graph, path)
 
 
+def total_model(path: Path) -> Path:
+    """x FP32 [N, 4] -> total FP32 []: the sum of every value (a batched input, an output
+    without the batch axis: a rank-0 loss or score)."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0)],
+        "total",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [])],
+    )
+    return _save(graph, path)
+
+
 def scalar_model(path: Path) -> Path:
     """x FP32 [] -> y FP32 []: x squared (a rank-0 input: no batch axis, no dims at all)."""
     graph = helper.make_graph(

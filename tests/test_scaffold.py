@@ -34,6 +34,7 @@ from tests.models import (
     exported_names_model,
     pair_model,
     sequence_model,
+    total_model,
     zipmap_model,
 )
 from tests.server import served
@@ -298,6 +299,16 @@ def test_the_padding_hint_for_an_exported_name_is_valid_toml(tmp_path: Path) -> 
     manifest.write_text(hinted)
     bundle = build(dest, tmp_path / "out")
     assert [spec.pad_axis for spec in bundle.signature.inputs] == [1, 1]
+
+
+def test_init_names_the_output_that_turns_batching_off(tmp_path: Path) -> None:
+    """A batched input and a rank-0 output: the manifest said "No batching: the model's first
+    dims are fixed ()", naming nothing (only inputs were listed)."""
+    dest = tmp_path / "fn"
+    assert main(["init", str(dest), "--model", str(total_model(tmp_path / "total.onnx"))]) == 0
+    manifest = " ".join((dest / "function.toml").read_text().split())
+    assert "# No batching: these tensors have no dynamic first dim (total []), #" in manifest
+    assert "[batching]" not in manifest
 
 
 def test_init_refuses_a_folder_with_more_than_a_model(
