@@ -15,6 +15,7 @@ model (the sizes may be the client's: see `check_items`).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.machinery
 import importlib.util
 import traceback
@@ -34,8 +35,25 @@ ITEMS_TYPE = "list[dict[str, np.ndarray]]"
 
 def import_handler(path: Path, shown_as: Path | None = None) -> ModuleType:
     """Import the handler at `path`; errors and tracebacks name `shown_as` (the user's source
-    file when `path` is its copy in a cached bundle) and the line."""
+    file when `path` is its copy in a cached bundle) and the line.
+
+    A file is run once per process while its text is unchanged (build imports it for the dry
+    run and for each image sample of the precision check): a handler may do at import what
+    can be done only once, such as registering a Prometheus metric."""
     shown = shown_as or path
+    try:
+        key = (str(path.resolve()), str(shown), hashlib.sha256(path.read_bytes()).digest())
+    except OSError:  # no such file: the import says so, in the user's words
+        return _import(path, shown)
+    if (module := _IMPORTED.get(key)) is None:
+        module = _IMPORTED[key] = _import(path, shown)
+    return module
+
+
+_IMPORTED: dict[tuple[str, str, bytes], ModuleType] = {}
+
+
+def _import(path: Path, shown: Path) -> ModuleType:
     name = f"edgeserve_handler_{path.stem}"
     loader = _SourceOnly(name, str(path), str(shown))
     spec = importlib.util.spec_from_file_location(name, path, loader=loader)

@@ -58,6 +58,39 @@ def test_build_runs_a_good_handler_on_the_samples(
     assert "handler: ran samples/request.json through preprocess, model, postprocess" in said
 
 
+METERED = """\
+import numpy as np
+import prometheus_client
+
+CALLS = prometheus_client.Counter("metered_calls", "calls, counted where the handler runs")
+
+def preprocess(payload, ctx):
+    CALLS.inc()
+    x = payload["x"] if isinstance(payload, dict) else [0.5] * 16  # an image: a fixed row
+    return [{"x": np.asarray(x, dtype=np.float32)}]
+
+def postprocess(items, ctx):
+    return {"y": items[0]["y"]}
+"""
+
+
+def test_build_imports_a_handler_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The dry run imported the handler, then the precision check once more for each image
+    sample: a handler registering a Prometheus metric at import failed the build with "the
+    handler failed to import: DuplicateTimeseries" at its valid line 4."""
+    folder = write_function(
+        tmp_path / "fn", mlp_model, MANIFEST.split("[backend]")[0], METERED
+    )  # OpenVINO planned: the precision check runs
+    (folder / "samples").mkdir()
+    (folder / "samples" / "request.json").write_text(SAMPLE)
+    for name in ("a.png", "b.png"):
+        (folder / "samples" / name).write_bytes(b"\x89PNG\r\n\x1a\n")
+    code, said = _build(folder, capsys)
+    assert code == 0, said
+    assert "precision auto (openvino): outputs differ from fp32 by at most" in said
+    assert "on 2 samples" in said  # the images, through the one imported handler
+
+
 @pytest.mark.parametrize(
     ("handler", "expected"),
     [
