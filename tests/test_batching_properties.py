@@ -6,11 +6,13 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgeserve.batching import Batcher, BatchPolicy, plan_batch, split_rows, stack_rows
+from edgeserve.batching.rows import HELD_COPY_BYTES, copy_rows
 from edgeserve.types import Signature, TensorDict, TensorSpec
 
 FILL = -1.0
@@ -56,6 +58,25 @@ def test_split_then_stack_is_the_identity_and_slices_are_views(
     assert all(np.shares_memory(part["seq"], tensors["seq"]) for part in parts)
     for name, array in stack_rows(parts, {}).items():
         np.testing.assert_array_equal(array, tensors[name])
+
+
+DTYPES = ["float32", "float16", "bfloat16", ">f4", "bool", "int8", "uint64", "S5", "U3", "O"]
+
+
+@settings(max_examples=60)
+@given(st.sampled_from(DTYPES), st.integers(0, 3), st.booleans(), st.booleans())
+def test_copy_rows_copies_every_type_and_layout_as_numpy_does(
+    dtype: str, rows: int, large: bool, strided: bool
+) -> None:
+    """Held copies (memoryview) and numpy's must agree, whatever the buffer protocol can take."""
+    dtype_ = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    width = HELD_COPY_BYTES // 8 + 3 if large else 5
+    source = (np.arange(rows * width) % 120).reshape(rows, width).astype(dtype_)
+    out = np.zeros((rows, width + 2 if strided else width), dtype_)
+    copy_rows(out[:, :width], source)
+    expected = np.zeros_like(out)
+    expected[:, :width] = source
+    np.testing.assert_array_equal(out, expected)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgeserve.batching.rows import copy_rows
 from edgeserve.shapes import UNBOUNDED, Shape, ShapeProfile
 from edgeserve.types import Signature, TensorDict
 
@@ -123,7 +124,7 @@ def write_parts(
             if array.shape[1:] != buffer.shape[1:]:
                 region.fill(fills.get(name, 0.0))
                 region = region[(slice(None), *(slice(0, dim) for dim in array.shape[1:]))]
-            np.copyto(region, array, casting="no")
+            copy_rows(region, array)
             rows += len(array)
     return rows
 

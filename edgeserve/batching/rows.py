@@ -20,14 +20,42 @@ def stack_rows(parts: Sequence[TensorDict], fills: Mapping[str, float]) -> Tenso
 
 def _stack(arrays: list[np.ndarray], fill: float) -> np.ndarray:
     inner = tuple(max(dims) for dims in zip(*(array.shape[1:] for array in arrays), strict=True))
-    if all(array.shape[1:] == inner for array in arrays):
-        return np.concatenate(arrays)
-    out = np.full((sum(len(array) for array in arrays), *inner), fill, dtype=arrays[0].dtype)
+    rows = sum(len(array) for array in arrays)
+    out = np.empty((rows, *inner), arrays[0].dtype)
+    if any(array.shape[1:] != inner for array in arrays):
+        out.fill(fill)
     start = 0
     for array in arrays:
-        out[(slice(start, start + len(array)), *(slice(0, dim) for dim in array.shape[1:]))] = array
+        region = out[start : start + len(array)]
+        copy_rows(region[(slice(None), *(slice(0, dim) for dim in array.shape[1:]))], array)
         start += len(array)
     return out
+
+
+HELD_COPY_BYTES = 256 * 1024
+"""Up to here a copy (about 25 us) is far shorter than the wait for the GIL after it. A larger
+one lets the GIL go, so the event loop runs beside it: ResNet's 600 KB rows served no faster
+held (benchmarks/RESULTS-gpu.md, thirteenth session)."""
+
+
+def copy_rows(out: np.ndarray, array: np.ndarray) -> None:
+    """`out[...] = array`; a small contiguous copy keeps the GIL throughout.
+
+    numpy lets the GIL go for a contiguous copy of more than about a thousand items, and must
+    then get it back: where another thread of the process is busy in Python (the inference
+    process's event loop, answering the fronts) each such copy waits up to a switch interval
+    for it. On a 16-core GPU host, stacking 32 CRNN rows of 16 KB took 0.06 ms alone, 4.7-8.0
+    ms beside a busy thread, 0.07 ms held; served at c=128, a batch's input phase fell from
+    2.0-2.5 ms to 0.75-0.84 ms (benchmarks/gil_copies.py and RESULTS-gpu.md). A memoryview
+    copy is one memcpy that keeps the GIL; what it cannot take (strided views, types the
+    buffer protocol lacks, such as bfloat16) goes to numpy."""
+    if out.shape == array.shape and out.dtype == array.dtype and array.nbytes <= HELD_COPY_BYTES:
+        try:
+            out.data.cast("B")[:] = array.data.cast("B")
+            return
+        except (TypeError, ValueError, BufferError):
+            pass
+    np.copyto(out, array, casting="no")
 
 
 def split_rows(tensors: TensorDict, sizes: Sequence[int]) -> list[TensorDict]:

@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from edgeserve.batching.rows import copy_rows
 from edgeserve.types import TensorDict
 
 ALIGN = 64
@@ -63,7 +64,7 @@ class Arena:
                 placed[name] = np.ascontiguousarray(array)
                 continue
             target = np.frombuffer(self.buffer, array.dtype, array.size, offset)
-            target[...] = array.reshape(-1)
+            copy_rows(target, array.reshape(-1))  # the GIL held: see copy_rows
             placed[name] = (array.dtype.str, array.shape, offset)
             offset += _aligned(nbytes)
         return placed
