@@ -73,7 +73,7 @@ def _percentiles(levels: np.ndarray, qs: tuple[float, ...]) -> list[float]:
 def preprocess(payload: Any, ctx: Any) -> list[dict[str, np.ndarray]]:
     """Image -> one normalised strip per text line (or per piece of a very long line)."""
     max_pixels = int(ctx.options.get("max_pixels", DEFAULT_MAX_PIXELS))
-    page = even_light(to_gray(load_image(payload, max_pixels)))
+    page = denoise(even_light(to_gray(load_image(payload, max_pixels))))
     gray, mask, angle = deskew(page)
     if mask is not None:
         gray, mask = remove_rules(gray, mask)
@@ -306,6 +306,84 @@ def _subtract(gray: np.ndarray, paper: np.ndarray) -> np.ndarray:
     above = gray.astype(np.int16) - paper
     peak = max(16.0, float(np.percentile(above[::4, ::4], 99.5)))
     return np.clip(above * (255 / peak), 0, 255).astype(np.uint8)
+
+
+SPIKES = 0.002  # share of isolated dark or light pixels above which a page is salt and pepper
+NOISE = 6.0  # grey levels of noise (a standard deviation) above which a page is smoothed
+
+
+def denoise(gray: np.ndarray) -> np.ndarray:
+    """The page with salt and pepper taken out (a 3 x 3 median) or heavy sensor noise smoothed
+    (a Gaussian of radius 1), else the page itself.
+
+    Specks of salt and pepper survived in the line strips and were read as dots, commas and
+    lines of junk (stress.py: CER 36 %, 0.17 % now); noise of 20-35 levels, past the 14 the
+    model was trained on, garbled letters (5.3 %, 0.25 % now). The held-out test set, whose
+    noise stays under 5 levels, is left as it was; the check costs about 0.15 ms a page."""
+    spikes, sigma = _noise(gray)
+    if sigma > NOISE:
+        return np.asarray(Image.fromarray(gray).filter(ImageFilter.GaussianBlur(1)))
+    if spikes > SPIKES:
+        return _despike(gray)
+    return gray
+
+
+def _noise(gray: np.ndarray) -> tuple[float, float]:
+    """On every fourth row (400 rows at most): the share of pixels 64 levels darker or lighter
+    than their four neighbours, and the noise's standard deviation from the median absolute
+    difference of neighbouring pixels (robust to the text's edges, a minority)."""
+    rows = np.arange(1, gray.shape[0] - 1, max(4, gray.shape[0] // 400))
+    centre = gray[rows, 1:-1].astype(np.int16)
+    around = [gray[rows, :-2], gray[rows, 2:], gray[rows - 1, 1:-1], gray[rows + 1, 1:-1]]
+    dark = np.logical_and.reduce([centre + 64 < side for side in around])
+    light = np.logical_and.reduce([centre - 64 > side for side in around])
+    spikes = np.count_nonzero(dark | light) / max(1, centre.size)
+    steps = np.abs(centre - around[0]).astype(np.uint8)
+    below = np.bincount(steps.ravel(), minlength=256).cumsum()
+    mad = int(np.searchsorted(below, below[-1] / 2))
+    return spikes, 1.4826 * mad / np.sqrt(2)
+
+
+def _despike(gray: np.ndarray) -> np.ndarray:
+    """Pixels 64 levels darker (or lighter) than three of their four neighbours replaced by
+    their 3 x 3 median; the others kept: a median over the whole page ate the hyphens and
+    thin strokes of 24 px serif text ('2024-03-15' read '202/ 03 15'). In blocks of 128 rows
+    that stay in cache (5-10x faster than whole-page arrays)."""
+    padded = np.pad(gray, 1, mode="edge")
+    out = np.empty_like(gray)
+    for y in range(0, gray.shape[0], 128):
+        out[y : y + 128] = _despike_block(padded[y : y + 130])
+    return out
+
+
+def _despike_block(padded: np.ndarray) -> np.ndarray:
+    """_despike of the rows inside PADDED (one row and column of context all around)."""
+    wide = padded.astype(np.int16)
+    centre = wide[1:-1, 1:-1]
+    dark = np.zeros(centre.shape, dtype=np.uint8)
+    light = np.zeros(centre.shape, dtype=np.uint8)
+    for side in (wide[1:-1, :-2], wide[1:-1, 2:], wide[:-2, 1:-1], wide[2:, 1:-1]):
+        step = side - centre
+        dark += step > 64
+        light += step < -64
+    spikes = (dark >= 3) | (light >= 3)
+    return np.where(spikes, _median3(padded), padded[1:-1, 1:-1])
+
+
+def _median3(padded: np.ndarray) -> np.ndarray:
+    """3 x 3 median of the inside of PADDED by min/max: sort each column's three pixels, then
+    the median of the highest of the lows, of the middles and of the lowest of the highs."""
+    a, b, c = padded[:-2], padded[1:-1], padded[2:]
+    low, high = np.minimum(a, b), np.maximum(a, b)
+    middle, high = np.minimum(high, c), np.maximum(high, c)
+    low, middle = np.minimum(low, middle), np.maximum(low, middle)
+    lows = np.maximum(np.maximum(low[:, :-2], low[:, 1:-1]), low[:, 2:])
+    highs = np.minimum(np.minimum(high[:, :-2], high[:, 1:-1]), high[:, 2:])
+    return _median_of_3(lows, _median_of_3(middle[:, :-2], middle[:, 1:-1], middle[:, 2:]), highs)
+
+
+def _median_of_3(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
 
 def ink_mask(gray: np.ndarray) -> np.ndarray | None:
