@@ -386,11 +386,16 @@ def _median_of_3(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
 
+MIN_CONTRAST = 10
+
+
 def ink_mask(gray: np.ndarray) -> np.ndarray | None:
-    """Otsu binarisation, ink = the minority class; None for a blank page: one tone, or
-    nothing left once specks are dropped (scattered dots, a lone pixel)."""
+    """Otsu binarisation, ink = the minority class; None for a blank page: one tone (its two
+    classes closer than MIN_CONTRAST or than 4 x the noise), or nothing left once specks are
+    dropped (scattered dots, a lone pixel)."""
     threshold, mean_low, mean_high = _otsu(gray)
-    if mean_high - mean_low < 40:
+    contrast = mean_high - mean_low
+    if contrast < 40 and (contrast < MIN_CONTRAST or contrast < 4 * _noise(gray)[1]):
         return None
     dark = gray <= threshold
     mask = _despeckle(dark if dark.mean() < 0.5 else ~dark)
