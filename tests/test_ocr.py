@@ -316,3 +316,30 @@ def test_a_photo_of_blank_paper_reads_as_nothing(ocr_url: str, kind: str) -> Non
     '3%'); with the paper evened out, specks taken out and noise measured, no line is found."""
     page = Image.fromarray(np.clip(blank_photos()[kind], 0, 255).astype(np.uint8))
     assert invoke(ocr_url, png(page)).json() == {"text": "", "lines": []}
+
+
+def coloured(page: Image.Image, ink: tuple[int, int, int], paper: tuple[int, int, int]) -> bytes:
+    """PAGE (black on white) as INK on PAPER."""
+    cover = 1.0 - np.asarray(page, dtype=np.float32)[..., np.newaxis] / 255
+    rgb = np.array(paper) + (np.array(ink) - np.array(paper)) * cover
+    return png(Image.fromarray(rgb.astype(np.uint8)))
+
+
+# luminance (ITU-R 601) of each pair within 2 levels: red on green, blue on orange, and
+# yellow on white (33 levels apart)
+COLOURS = [
+    ((200, 40, 40), (60, 110, 40)),
+    ((40, 90, 250), (182, 62, 20)),
+    ((250, 250, 0), (255,) * 3),
+]
+
+
+@pytest.mark.parametrize(("ink", "paper"), COLOURS, ids=["red-green", "blue-orange", "yellow"])
+def test_coloured_text_as_bright_as_its_paper_is_read(
+    ocr_url: str, ink: tuple[int, int, int], paper: tuple[int, int, int]
+) -> None:
+    """Grey was the luminance alone: red text on green paper of the same brightness was a
+    blank page (stress.py: CER 100 %); such a page is projected on the colour axis along
+    which ink and paper differ most now."""
+    page = drawn([(t, 24, 30 + 48 * i) for i, t in enumerate(BODY)], (460, 200), 3)
+    assert invoke(ocr_url, coloured(page, ink, paper)).json()["text"] == "\n".join(BODY)
