@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
@@ -72,23 +73,23 @@ class Layout:
 def lay_out(
     rng: random.Random, font: Path, size: int, columns: int = 1, features: list[str] | None = None
 ) -> Layout:
-    """4-10 lines (per column) in one font; columns sit side by side with a gutter of 1.5-3
-    text heights, their lines at the same heights (the hardest case for row profiles)."""
+    """4-10 lines in one font, or 6-12 lines of running text per column wrapped at 13-20 x
+    the text height (26-40 characters), the last column up to 3 lines shorter; columns sit
+    side by side with a gutter of 1.5-3 text heights, their lines at the same heights (the
+    hardest case for row profiles)."""
     face = synth.load_font(font, size)
-    rows = rng.randint(4, 10) if columns == 1 else rng.randint(6, 12)
-    chars = 40 if columns == 1 else 28
-    texts = [
-        [
-            synth.random_text(rng, rng.randint(chars // 2, chars), realistic=True)
-            for _ in range(rows)
-        ]
-        for _ in range(columns)
-    ]
+    if columns == 1:
+        texts = [[line(rng, 40) for _ in range(rng.randint(4, 10))]]
+    else:
+        rows, measure = rng.randint(6, 12), size * rng.uniform(13, 20)
+        texts = [wrapped(rng, face, measure, rows, features) for _ in range(columns)]
+        texts[-1] = texts[-1][: rows - rng.randint(0, 3)]
     spacing = int(size * rng.uniform(1.3, 1.8))
     gutter = int(size * rng.uniform(1.5, 3.0))
     widths = [max(int(face.getlength(t, features=features)) for t in col) for col in texts]
     left, top = rng.randint(size, 4 * size), rng.randint(size, 3 * size)
     width = left + sum(widths) + gutter * (columns - 1) + rng.randint(size, 4 * size)
+    rows = max(len(col) for col in texts)
     mask = Image.new("L", (width, top + spacing * rows + rng.randint(size, 3 * size)), 0)
     draw = ImageDraw.Draw(mask)
     x = left
@@ -100,7 +101,23 @@ def lay_out(
 
 
 def line(rng: random.Random, chars: int) -> str:
+    """Realistic text of CHARS / 2 to CHARS characters (synth.random_text)."""
     return synth.random_text(rng, rng.randint(chars // 2, chars), realistic=True)
+
+
+def wrapped(
+    rng: random.Random, face: Any, measure: float, rows: int, features: list[str] | None
+) -> list[str]:
+    """ROWS lines of running text (realistic words and numbers), wrapped at MEASURE px."""
+    lines: list[str] = []
+    words: list[str] = []
+    while len(lines) < rows:
+        for word in line(rng, 40).split():
+            if words and face.getlength(" ".join([*words, word]), features=features) > measure:
+                lines.append(" ".join(words))
+                words = []
+            words.append(word)
+    return lines[:rows]
 
 
 Photo = Callable[[np.ndarray, random.Random], np.ndarray]  # coverage 0..1 -> grey 0..255
