@@ -2,11 +2,12 @@
 low contrast, heavy noise, JPEG artefacts, two columns, colour of the paper's brightness,
 old-style figures. Prints the character error rate per condition.
 
-Pages hold 4-10 lines of realistic text in one font at a text height (font px size) of 20-36,
-from the held-out fonts and the families on this machine neither split uses (FONTS.md); every
-condition renders the same texts, fonts and sizes (one seed), so the rows compare. A page's
-CER is the edit distance between the lines read, in order, and the lines drawn, in reading
-order (a two-column page: the left column, then the right one), over the characters drawn.
+Pages hold 4-10 lines of realistic text in one font at a text height (font px size) of 20-36
+(14-17 for noise on small text), from the held-out fonts and the families on this machine
+neither split uses (FONTS.md); every condition renders the same texts, fonts and sizes (one
+seed), so the rows compare. A page's CER is the edit distance between the lines read, in
+order, and the lines drawn, in reading order (a two-column page: the left column, then the
+right one), over the characters drawn.
 
     python functions/ocr/training/stress.py                  # handler + onnxruntime here
     python functions/ocr/training/stress.py --url http://127.0.0.1:8080
@@ -183,8 +184,10 @@ def salt_and_pepper(cover: np.ndarray, rng: random.Random) -> np.ndarray:
     return gray
 
 
-def gaussian(cover: np.ndarray, rng: random.Random) -> np.ndarray:
-    sigma = rng.uniform(20, 35)
+def gaussian(
+    cover: np.ndarray, rng: random.Random, low: float = 20, high: float = 35
+) -> np.ndarray:
+    sigma = rng.uniform(low, high)
     return document(cover, rng) + np.random.default_rng(rng.getrandbits(32)).normal(
         0, sigma, cover.shape
     )
@@ -223,6 +226,7 @@ def render(rng: random.Random, condition: str, font: Path, size: int) -> tuple[b
         "low contrast": lambda: low_contrast,
         "salt and pepper": lambda: salt_and_pepper,
         "gaussian noise": lambda: gaussian,
+        "noise, small text": lambda: lambda cover, rng: gaussian(cover, rng, 12, 25),
         "phone photo": lambda: lit(vignette(shape, rng) * shadow(shape, rng)),
     }
     photo = photos.get(condition, lambda: document)()
@@ -255,6 +259,7 @@ CONDITIONS = [
     "low contrast",
     "salt and pepper",
     "gaussian noise",
+    "noise, small text",
     "jpeg",
     "two columns",
     "colour, equal brightness",
@@ -270,6 +275,8 @@ def pages(condition: str, n_pages: int, seed: int) -> list[tuple[bytes, list[str
     out = []
     for _ in range(n_pages):
         font, size = rng.choice(fonts), rng.randint(20, 36)
+        if condition == "noise, small text":
+            size = 14 + size % 4  # 14-17 px: a blur that evens out noise can erase strokes
         out.append(render(random.Random(rng.getrandbits(32)), condition, font, size))
     return out
 
