@@ -293,12 +293,14 @@ def test_noisy_pages_read_as_their_truth(ocr_url: str, condition: str) -> None:
     assert figures[condition] <= 0.01, figures
 
 
-def test_grey_text_on_light_grey_is_read(ocr_url: str) -> None:
+@pytest.mark.parametrize("condition", ["low contrast", "low contrast, noise"])
+def test_grey_text_on_light_grey_is_read(ocr_url: str, condition: str) -> None:
     """Ink 22-40 levels from the paper was a blank page, {"text": ""}: a page whose two tones
     were under 40 levels apart counted as one tone (six pages of stress.py: CER 100 %); the
-    floor is now 10 levels, and 4 x the page's noise."""
-    figures = stress.stress(evaluate.url_recognizer(ocr_url), n_pages=6, only=["low contrast"])
-    assert figures["low contrast"] <= 0.01, figures
+    floor is now 5 levels, and 4 x the page's noise. Ink 14-22 levels from the paper under
+    noise of 3 levels was still blank half the time (53 %): such a page is smoothed first."""
+    figures = stress.stress(evaluate.url_recognizer(ocr_url), n_pages=6, only=[condition])
+    assert figures[condition] <= 0.04, figures
 
 
 def blank_photos() -> dict[str, np.ndarray]:
@@ -308,10 +310,11 @@ def blank_photos() -> dict[str, np.ndarray]:
         "noise": paper + rng.normal(0, 20, paper.shape),
         "salt and pepper": np.where(rng.random(paper.shape) < 0.03, 0, paper),
         "gradient": paper * lights(paper.shape)["gradient"] + rng.normal(0, 5, paper.shape),
+        "stripes": paper + 8 * np.sin(np.arange(600) / 3) + rng.normal(0, 2, paper.shape),
     }
 
 
-@pytest.mark.parametrize("kind", ["noise", "salt and pepper", "gradient"])
+@pytest.mark.parametrize("kind", ["noise", "salt and pepper", "gradient", "stripes"])
 def test_a_photo_of_blank_paper_reads_as_nothing(ocr_url: str, kind: str) -> None:
     """Salt and pepper and the dark end of a gradient were read as lines of junk ('-?', '4',
     '3%'); with the paper evened out, specks taken out and noise measured, no line is found."""

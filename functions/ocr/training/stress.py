@@ -165,13 +165,15 @@ def shadow(shape: tuple[int, int], rng: random.Random) -> np.ndarray:
     return 1.0 - (1.0 - rng.uniform(0.3, 0.5)) * inside
 
 
-def low_contrast(cover: np.ndarray, rng: random.Random) -> np.ndarray:
-    """Grey text on light grey: 22-40 levels apart."""
+def low_contrast(
+    cover: np.ndarray, rng: random.Random, levels: tuple[int, int] = (22, 40), noise: float = 1.5
+) -> np.ndarray:
+    """Grey text on light grey: LEVELS (22-40) apart, with NOISE."""
     paper = rng.randint(190, 235)
     return (
         paper
-        - rng.randint(22, 40) * cover
-        + np.random.default_rng(rng.getrandbits(32)).normal(0, 1.5, cover.shape)
+        - rng.randint(*levels) * cover
+        + np.random.default_rng(rng.getrandbits(32)).normal(0, noise, cover.shape)
     )
 
 
@@ -224,6 +226,7 @@ def render(rng: random.Random, condition: str, font: Path, size: int) -> tuple[b
         "vignette": lambda: lit(vignette(shape, rng)),
         "shadow": lambda: lit(shadow(shape, rng)),
         "low contrast": lambda: low_contrast,
+        "low contrast, noise": lambda: lambda cover, rng: low_contrast(cover, rng, (14, 22), 3),
         "salt and pepper": lambda: salt_and_pepper,
         "gaussian noise": lambda: gaussian,
         "noise, small text": lambda: lambda cover, rng: gaussian(cover, rng, 12, 25),
@@ -257,6 +260,7 @@ CONDITIONS = [
     "shadow",
     "phone photo",
     "low contrast",
+    "low contrast, noise",
     "salt and pepper",
     "gaussian noise",
     "noise, small text",
