@@ -487,7 +487,7 @@ def _median_of_3(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
 
-MIN_CONTRAST = 5
+MIN_CONTRAST = 5  # grey levels between its two tones under which a page is blank (ink_mask)
 
 
 def ink_mask(gray: np.ndarray) -> np.ndarray | None:
