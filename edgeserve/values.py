@@ -5,7 +5,8 @@ numbers only (no null, no strings, no booleans), an integer tensor takes integer
 fraction silently truncated) that fit its datatype, a BOOL tensor takes booleans only, a BYTES
 tensor strings (or msgpack bytes). Nesting is walked without recursion and may go no deeper
 than the tensor has dims, so a body nested a thousand deep is an error message, not a crash.
-NaN and infinity are floats like any other (binary tensors carry them too).
+NaN and infinity are floats like any other (binary tensors carry them too): read from JSON as
+the tokens `NaN`, `Infinity` and `-Infinity` (`from_json`), and written so (`to_json`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -83,6 +85,69 @@ def _as_orjson_reads(value: Any, where: str) -> Any:
     except orjson.JSONEncodeError as exc:
         raise InvalidInput(f"{where}: not valid JSON: {exc}") from None
     return value
+
+
+def to_json(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
+    """`value` as JSON text, numpy arrays and scalars included, as orjson writes it (`default`:
+    orjson's hook for what it cannot write), except floats that are not finite: written as
+    Triton and Python's json write them, `NaN`, `Infinity` and `-Infinity` (what `from_json`,
+    tritonclient and Python's json read back), where orjson writes null, which reads back as
+    nothing, or as NaN for an infinity too."""
+    encoded = orjson.dumps(value, default=default, option=orjson.OPT_SERIALIZE_NUMPY)
+    if b"null" not in encoded:  # the common answer: nothing non-finite (orjson writes null)
+        return encoded
+    marked = _non_finite_marked(value)
+    if marked is value:
+        return encoded
+    return orjson.dumps(marked, default=default, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _non_finite_marked(value: Any) -> Any:
+    """`value` with each float that is not finite, and each float array holding one, made an
+    orjson.Fragment of its JSON text; `value` itself (no copy) when it holds none. Nesting is
+    as deep as orjson wrote it (at most 255)."""
+    if isinstance(value, float | np.floating):
+        return value if math.isfinite(value) else orjson.Fragment(_token(float(value)))
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            return orjson.Fragment(_float_array_json(value))
+        if value.dtype.kind == "O":  # written through `default` as lists: look inside
+            as_lists = value.tolist()
+            marked = _non_finite_marked(as_lists)
+            return value if marked is as_lists else marked
+        return value
+    if isinstance(value, dict):
+        items = {key: _non_finite_marked(item) for key, item in value.items()}
+        return items if any(items[key] is not item for key, item in value.items()) else value
+    if isinstance(value, list | tuple):
+        marked_items = [_non_finite_marked(item) for item in value]
+        changed = any(new is not old for new, old in zip(marked_items, value, strict=True))
+        return marked_items if changed else value
+    return value
+
+
+_ORJSON_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _token(value: float) -> bytes:
+    """JSON text for a float that is not finite."""
+    return b"NaN" if math.isnan(value) else (b"Infinity" if value > 0 else b"-Infinity")
+
+
+def _float_array_json(array: np.ndarray) -> bytes:
+    """A float array's JSON text as orjson writes it (float32 in its own shortest form, not as
+    the float64 it widens to), each non-finite value's `null` made its token."""
+    if array.dtype not in _ORJSON_FLOATS:  # orjson writes no other float arrays
+        array = array.astype(np.float64)
+    if array.ndim == 0:
+        return _token(float(array))
+    pieces = orjson.dumps(np.ascontiguousarray(array), option=orjson.OPT_SERIALIZE_NUMPY)
+    parts = pieces.split(b"null")
+    tokens = [_token(item) for item in array[~np.isfinite(array)].tolist()]
+    joined = [parts[0]]
+    for token, part in zip(tokens, parts[1:], strict=True):
+        joined += [token, part]
+    return b"".join(joined)
 
 
 def to_array(data: Any, datatype: Datatype, where: str, max_depth: int) -> np.ndarray:

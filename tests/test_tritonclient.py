@@ -9,8 +9,12 @@ framing is checked against tritonclient's own encoder and decoder in test_v2_cod
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 from collections.abc import Callable, Iterator
 
+import httpx
+import msgpack
 import numpy as np
 import pytest
 import tritonclient.http as triton
@@ -270,6 +274,30 @@ def test_nan_and_infinities_round_trip_as_triton_writes_them(
         got = result.as_numpy(f"out_{datatype}")
         assert np.isnan(got[0, 0]) and got[0, 1] == np.inf and got[0, 2] == -np.inf, datatype
         np.testing.assert_array_equal(got[1], [1.5, -0.0, 2.0])
+
+
+@pytest.mark.parametrize("accept", ["application/json", "application/msgpack"])
+def test_invoke_answers_nan_and_infinities_as_v2_does(url: str, accept: str) -> None:
+    """/invoke JSON wrote them as null, silently (one null for three different values); JSON
+    now carries NaN, Infinity and -Infinity as v2 JSON does, msgpack its own floats."""
+    rows = {f"in_{dt}": SAMPLES[dt][:1].tolist() for dt in RUN_BY_ORT if dt != "BYTES"}
+    rows["in_BYTES"] = [["a", "b", "c"]]
+    for datatype in ("FP16", "FP32", "FP64"):
+        rows[f"in_{datatype}"] = [[math.nan, math.inf, -math.inf]]
+    response = httpx.post(
+        f"http://{url}/invoke",
+        content=msgpack.packb(rows),
+        headers={"content-type": "application/msgpack", "accept": accept},
+    )
+    assert response.status_code == 200, response.text
+    if accept == "application/json":
+        assert b'"out_FP32":[[NaN,Infinity,-Infinity]]' in response.content
+        answer = json.loads(response.content)
+    else:
+        answer = msgpack.unpackb(response.content)
+    for datatype in ("FP16", "FP32", "FP64"):
+        nan, inf, minus_inf = answer[f"out_{datatype}"][0]
+        assert math.isnan(nan) and inf == math.inf and minus_inf == -math.inf, datatype
 
 
 def test_a_timeout_of_zero_means_none_as_in_triton(client: triton.InferenceServerClient) -> None:

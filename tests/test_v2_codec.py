@@ -269,3 +269,12 @@ def test_bytes_that_are_not_utf8_cannot_be_json_output() -> None:
         v2.encode_response("m", "1", None, [OutputTensor("t", NOT_UTF8, "BYTES", binary=False)])
     result = client_result([OutputTensor("t", NOT_UTF8, "BYTES", binary=True)])
     np.testing.assert_array_equal(result.as_numpy("t"), NOT_UTF8)
+
+
+def test_json_floats_that_are_not_finite_leave_the_others_as_orjson_writes_them() -> None:
+    """FP32 [0.1, NaN] was written through Python's json, as 0.10000000149011612: the float64
+    that float32 widens to (the same float32 read back, but not the text of every other
+    answer)."""
+    data = np.array([[0.1, np.nan, -np.inf]], np.float32)
+    body, _ = v2.encode_response("m", "1", None, [OutputTensor("y", data, "FP32", binary=False)])
+    assert b'"data":[0.1,NaN,-Infinity]' in body

@@ -7,7 +7,8 @@ a numpy array may travel as plain lists or as ext type `NDARRAY_EXT`: the packed
 `[dtype.str, shape, raw bytes]` (see `pack_array`).
 Map keys must be strings (msgpack's strict_map_key), as in JSON.
 Out: msgpack when `Accept` asks for it (with a q of at least JSON's), else JSON; numpy arrays
-and scalars become Python values.
+and scalars become Python values. Floats that are not
+finite are JSON's `NaN`, `Infinity` and `-Infinity`, as v2 JSON writes them (`values.to_json`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Any
 
 import msgpack
 import numpy as np
-import orjson
 
 from edgeserve import datatypes, values
 from edgeserve.errors import HandlerError, InvalidInput
@@ -93,8 +93,7 @@ def encode_result(result: Any, accept: str | None) -> tuple[bytes, str]:
             wanted = weights.get(msgpack_type, 0.0)
             if wanted > 0 and all(wanted >= weights.get(t, 0.0) for t in _COVER_JSON):
                 return msgpack.packb(result, default=_builtin), msgpack_type
-        options = orjson.OPT_SERIALIZE_NUMPY
-        return orjson.dumps(result, default=_json_builtin, option=options), JSON_TYPE
+        return values.to_json(result, default=_json_builtin), JSON_TYPE
     except (TypeError, ValueError) as exc:
         raise HandlerError(
             f"handler.postprocess returned {type(result).__name__} holding what a response "

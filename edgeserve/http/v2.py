@@ -13,14 +13,12 @@ response body. Nothing here checks a request against the model: the data plane d
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 
 from edgeserve import values
 from edgeserve.dataplane.requests import InferRequest, OutputTensor, RequestedOutput
@@ -300,7 +298,7 @@ def encode_response(
         # an output in shared memory is in its region already: shape and datatype, as Triton
         entries.append(entry)
     header["outputs"] = entries
-    encoded = orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
+    encoded = values.to_json(header)
     if not chunks:
         return encoded, None
     return b"".join([encoded, *chunks]), len(encoded)
@@ -323,14 +321,11 @@ def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
 
 
 def _to_json(output: OutputTensor) -> Any:
-    """A flat list: numbers as a contiguous array orjson writes directly, BYTES as strings.
-    Floats that are not finite are written as Triton writes them, `NaN`, `Infinity` and
-    `-Infinity` (which tritonclient and Python's json read back), where orjson would write
-    null, which reads back as NaN even for an infinity."""
+    """A flat list: numbers as a contiguous array orjson writes directly (floats that are not
+    finite as Triton writes them, `NaN`, `Infinity` and `-Infinity`: `values.to_json`), BYTES
+    as strings."""
     flat = output.data.reshape(-1)
     if output.datatype != "BYTES":
-        if flat.dtype.kind == "f" and not np.isfinite(flat).all():
-            return orjson.Fragment(json.dumps(flat.tolist()))
         return np.ascontiguousarray(flat)
     try:
         return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in flat]
