@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -29,6 +30,7 @@ NON_FINITE_RESULTS: list[tuple[str, Any, bytes]] = [
         {"a": None, "b": "null", "c": [np.float32(NAN), np.float64(-INF)]},
         b'{"a":null,"b":"null","c":[NaN,-Infinity]}',
     ),
+    ("a rank-0 array", {"z": np.array(INF, np.float32)}, b'{"z":Infinity}'),
     ("an object array", {"o": np.array([NAN, "x"], dtype=object)}, b'{"o":[NaN,"x"]}'),
     ("a tuple", {"t": (1.0, NAN)}, b'{"t":[1.0,NaN]}'),
 ]
@@ -51,3 +53,11 @@ def test_json_writes_floats_that_are_not_finite_as_tokens_not_null(
 def test_json_of_a_finite_answer_is_orjson_s_own() -> None:
     result = {"y": np.array([[0.1, 2.5]], np.float32), "n": None, "s": "null"}
     assert encode_result(result, None)[0] == b'{"y":[[0.1,2.5]],"n":null,"s":"null"}'
+
+
+def test_a_rank_0_array_is_a_number_in_json_as_in_msgpack() -> None:
+    """It was `[2.25]` in JSON (ascontiguousarray makes a rank-0 array 1-d) and 2.25 in msgpack."""
+    assert encode_result({"y": np.array(2.25, np.float32)}, None)[0] == b'{"y":2.25}'
+    assert encode_result({"y": np.array(3, np.int64)}, None)[0] == b'{"y":3}'
+    packed, _ = encode_result({"y": np.array(2.25, np.float32)}, "application/msgpack")
+    assert msgpack.unpackb(packed) == {"y": 2.25}

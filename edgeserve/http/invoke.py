@@ -7,7 +7,7 @@ a numpy array may travel as plain lists or as ext type `NDARRAY_EXT`: the packed
 `[dtype.str, shape, raw bytes]` (see `pack_array`).
 Map keys must be strings (msgpack's strict_map_key), as in JSON.
 Out: msgpack when `Accept` asks for it (with a q of at least JSON's), else JSON; numpy arrays
-and scalars become Python values. Floats that are not
+and scalars become Python values (a rank-0 array a number, as in msgpack). Floats that are not
 finite are JSON's `NaN`, `Infinity` and `-Infinity`, as v2 JSON writes them (`values.to_json`).
 """
 
@@ -127,6 +127,8 @@ def _json_builtin(value: Any) -> Any:
     """orjson writes only C-contiguous numeric arrays itself: others (an output cut on a padded
     axis) would go through `tolist`, and float32 values would print as float64 ones
     (0.1428571492433548 for 0.14285715)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:  # ascontiguousarray: 1-d, a list
+        return value.item()
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
         return np.ascontiguousarray(value)
     return _builtin(value)
