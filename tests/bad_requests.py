@@ -166,6 +166,7 @@ def array_ext(dtype: str) -> msgpack.ExtType:
 
 
 GZIP = {"content-encoding": "gzip"}
+EXT_WHERE = f"request body: msgpack ext {NDARRAY_EXT} (a numpy array as [dtype, shape, bytes])"
 FP32_WHERE = "tensor `in_FP32`: FP32 [1, 3]"
 
 CORPUS: list[Bad] = [
@@ -467,15 +468,28 @@ CORPUS: list[Bad] = [
     to_invoke("msgpack deep", b"\x91" * 5000 + b"\x01", "nested deeper than msgpack", MSGPACK),
     to_invoke("msgpack NaN into INT64", payload(INT64=[[NAN, 1, 2]]), "found fractions", MSGPACK),
     to_invoke("msgpack FP32 bytes", payload(FP32=[[b"1", 1, 2]]), "found bytes", MSGPACK),
-    to_invoke("msgpack ext datetime", payload(FP32=array_ext("M8[s]")), "no KServe v2", MSGPACK),
+    to_invoke(
+        "msgpack ext datetime",
+        payload(FP32=array_ext("M8[s]")),
+        f"{EXT_WHERE}: dtype '<M8[s]' has no KServe v2 datatype; expected one of '|b1', '|u1', "
+        "'<u2', '<u4', '<u8', '|i1', '<i2', '<i4', '<i8', '<f2', '<f4', '<f8', or text as '<U<n>' "
+        "or '|S<n>' (either byte order: '>f4' is float32 too)",
+        MSGPACK,
+    ),
+    to_invoke("msgpack ext complex", payload(FP32=array_ext(">c8")), "dtype '>c8' has no", MSGPACK),
     to_invoke("msgpack ext FP64", payload(FP32=array_ext("f8")), "got [1, 3] FP64", MSGPACK),
     to_invoke("msgpack ext cut", ext(b"\x93\x01"), "not valid msgpack", MSGPACK),
     to_invoke("msgpack ext object", ext(_msgpack(["|O", [1], bytes(8)])), "numpy array", MSGPACK),
-    to_invoke("msgpack ext size", ext(_msgpack(["<f4", [1, 3], bytes(8)])), "numpy array", MSGPACK),
+    to_invoke(
+        "msgpack ext size",
+        ext(_msgpack(["<f4", [1, 3], bytes(8)])),
+        f"{EXT_WHERE}: <f4 [1, 3] needs 12 bytes, its data has 8",
+        MSGPACK,
+    ),
     to_invoke(
         "msgpack ext negative dim",
         ext(_msgpack(["<f4", [-1, 3], bytes(12)])),
-        "msgpack ext 1: `shape` must be a list of non-negative ints, got [-1, 3]",
+        f"{EXT_WHERE}: `shape` must be a list of non-negative ints, got [-1, 3]",
         MSGPACK,
     ),
     to_invoke(
@@ -484,14 +498,23 @@ CORPUS: list[Bad] = [
         "describes more elements than a tensor can hold",
         MSGPACK,
     ),
-    to_invoke("msgpack ext garbage", ext(b"\xc1"), "numpy array: malformed data", MSGPACK),
     to_invoke(
-        "msgpack ext of one field", ext(_msgpack([1])), "array: found a list of length 1", MSGPACK
+        "msgpack ext garbage",
+        ext(b"\xc1"),
+        f"{EXT_WHERE}: its data is not valid msgpack: malformed data",
+        MSGPACK,
+    ),
+    to_invoke(
+        "msgpack ext of one field",
+        ext(_msgpack([1])),
+        f"{EXT_WHERE}: found a list of length 1",
+        MSGPACK,
     ),
     to_invoke(
         "msgpack ext of text data",
         ext(_msgpack(["<f4", [1], "abcd"])),
-        "array: found dtype '<f4' and data of type str",
+        f"{EXT_WHERE}: found dtype '<f4' and data of type str; expected a dtype string such as "
+        "'<f4' and bytes",
         MSGPACK,
     ),
 ]

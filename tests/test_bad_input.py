@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import msgpack
+import numpy as np
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,9 +26,19 @@ from PIL import Image, ImageDraw
 
 from edgeserve.builder import build
 from edgeserve.http import create_app
-from edgeserve.http.invoke import NDARRAY_EXT
+from edgeserve.http.invoke import NDARRAY_EXT, pack_array
 from edgeserve.runtime import Runtime
-from tests.bad_requests import CORPUS, GOOD_ROW, INFER, INPUTS, JSON, LIMIT, Bad, v2_body
+from tests.bad_requests import (
+    CORPUS,
+    GOOD_ROW,
+    INFER,
+    INPUTS,
+    JSON,
+    LIMIT,
+    MSGPACK,
+    Bad,
+    v2_body,
+)
 from tests.models import identity_model, sequence_model, slow_model, write_function
 from tests.test_tritonclient import MANIFEST
 from tests.threaded_server import serving
@@ -93,6 +104,24 @@ def test_v2_and_invoke_accept_what_they_should(client: httpx.Client) -> None:
     assert response.status_code == 200, response.text
     assert response.json()["out_BYTES"] == [["x", "y", ""]]
     assert response.json()["out_INT8"] == [[-128, 0, 127]]
+
+
+def test_a_numpy_array_in_msgpack_is_read_in_its_own_byte_order(client: httpx.Client) -> None:
+    """An ext array of '>f4' (numpy's own spelling on a big-endian machine, or after
+    byteswap) was refused as 'not valid msgpack: ... numpy dtype >f4 has no KServe v2
+    datatype'; its dtype says how to read its bytes, so it is read as the same values."""
+    swapped = {
+        "in_FP32": np.array([[1.5, -2.0, 3.0]], ">f4"),
+        "in_INT64": np.array([[1, -2, 2**40]], ">i8"),
+        "in_FP16": np.array([[0.5, 1.0, 2.0]], ">f2"),
+    }
+    payload = {f"in_{dt}": [row] for dt, row in GOOD_ROW.items()} | {
+        name: pack_array(array) for name, array in swapped.items()
+    }
+    response = client.post("/invoke", content=msgpack.packb(payload), headers=MSGPACK)
+    assert response.status_code == 200, response.text
+    for name, array in swapped.items():
+        assert response.json()[name.replace("in_", "out_")] == array.tolist(), name
 
 
 # hypothesis: anything JSON or msgpack can carry, in the places a request has structure

@@ -4,7 +4,7 @@ In: JSON (`application/json`, `*+json`), msgpack (`application/msgpack`, `applic
 and raw bytes for everything else (images, `application/octet-stream`, unknown types); a form
 upload stands for its one file (`forms.py`). In msgpack
 a numpy array may travel as plain lists or as ext type `NDARRAY_EXT`: the packed triple
-`[dtype.str, shape, raw bytes]` (see `pack_array`).
+`[dtype.str, shape, raw bytes]` (see `pack_array`), in either byte order (read as the same values).
 Map keys must be strings (msgpack's strict_map_key), as in JSON.
 Out: msgpack when `Accept` asks for it (with a q of at least JSON's), else JSON; numpy arrays
 and scalars become Python values (a rank-0 array a number, as in msgpack). Floats that are not
@@ -13,6 +13,7 @@ finite are JSON's `NaN`, `Infinity` and `-Infinity`, as v2 JSON writes them (`va
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgpack
@@ -51,23 +52,55 @@ def pack_array(array: np.ndarray) -> msgpack.ExtType:
 
 
 def _unpack_ext(code: int, data: bytes) -> Any:
+    """The numpy array of an NDARRAY_EXT (other ext types are the handler's), in native byte
+    order; InvalidInput naming what does not fit."""
     if code != NDARRAY_EXT:
         return msgpack.ExtType(code, data)
+    where = f"request body: msgpack ext {NDARRAY_EXT} (a numpy array as [dtype, shape, bytes])"
     try:
         fields = msgpack.unpackb(data)
-        if not (isinstance(fields, list) and len(fields) == 3):
-            raise ValueError(f"found {_brief(fields)}")
-        dtype, shape, raw = fields
-        if not (isinstance(dtype, str) and isinstance(raw, bytes)):
-            raise ValueError(f"found dtype {dtype!r} and data of type {type(raw).__name__}")
-        dims = values.to_shape(shape, f"request body: msgpack ext {NDARRAY_EXT}")
-        array = np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(dims)
-        datatypes.from_numpy(array.dtype)  # a dtype v2 has (frombuffer refuses objects)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(
-            f"ext {NDARRAY_EXT} is not a [dtype, shape, bytes] numpy array: {_reason(exc)}"
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise InvalidInput(f"{where}: its data is not valid msgpack: {_reason(exc)}") from None
+    if not (isinstance(fields, list) and len(fields) == 3):
+        raise InvalidInput(f"{where}: found {_brief(fields)}")
+    name, shape, raw = fields
+    if not (isinstance(name, str) and isinstance(raw, bytes)):
+        raise InvalidInput(
+            f"{where}: found dtype {name!r} and data of type {type(raw).__name__}; expected a "
+            "dtype string such as '<f4' and bytes"
+        )
+    dims = values.to_shape(shape, where)
+    dtype = _dtype(name, where)
+    needed = math.prod(dims) * dtype.itemsize
+    if len(raw) != needed:
+        raise InvalidInput(
+            f"{where}: {dtype.str} {list(dims)} needs {needed} bytes, its data has {len(raw)}"
+        )
+    array = np.frombuffer(raw, dtype=dtype).reshape(dims)
+    return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
+
+
+def _dtype(name: str, where: str) -> np.dtype:
+    """The numpy dtype `name` spells, if a v2 datatype has it: in either byte order, as the
+    array carries its own (numpy on a big-endian machine writes '>f4'), which v2's binary
+    tensors do not (always little-endian)."""
+    try:
+        dtype = np.dtype(name)
+        datatypes.from_numpy(dtype.newbyteorder("="))
+        if dtype.kind == "O" or not dtype.itemsize:  # no bytes to read them from
+            raise ValueError(dtype.str)
+    except (TypeError, ValueError, DeprecationWarning):
+        raise InvalidInput(
+            f"{where}: dtype {name!r} has no KServe v2 datatype; expected one of "
+            f"{', '.join(_DTYPE_NAMES)}, or text as '<U<n>' or '|S<n>' (either byte order: "
+            "'>f4' is float32 too)"
         ) from None
-    return array
+    return dtype
+
+
+_DTYPE_NAMES = [
+    repr(d.numpy.str) for d in datatypes.DATATYPES.values() if d.name not in ("BYTES", "BF16")
+]  # BF16 travels as its raw bits, '<u2'; BYTES as text
 
 
 def _brief(value: Any) -> str:
