@@ -6,6 +6,7 @@ per datatype, `in_<DT>` [N, 3] -> `out_<DT>`), with no handler, under a body lim
 
 from __future__ import annotations
 
+import base64
 import gzip
 import zlib
 from collections.abc import Callable
@@ -163,6 +164,30 @@ def ext(data: bytes) -> msgpack.ExtType:
 
 def array_ext(dtype: str) -> msgpack.ExtType:
     return pack_array(np.zeros((1, 3), dtype))
+
+
+def form(data: bytes, encoding: str = "base64", **disposition: str) -> tuple[bytes, dict[str, str]]:
+    """A multipart/form-data body of one JSON file sent with a Content-Transfer-Encoding, and its
+    headers; `disposition`: name and filename (a field "file", a file "rows.json")."""
+    names = {"name": "file", "filename": "rows.json"} | disposition
+    params = "".join(f'; {key}="{value}"' for key, value in names.items())
+    body = (
+        (
+            f"--B\r\nContent-Disposition: form-data{params}\r\nContent-Type: application/json\r\n"
+            f"Content-Transfer-Encoding: {encoding}\r\n\r\n"
+        ).encode()
+        + data
+        + b"\r\n--B--\r\n"
+    )
+    return body, {"content-type": "multipart/form-data; boundary=B"}
+
+
+def bad_form(what: str, data: bytes, words: str, encoding: str = "base64") -> Bad:
+    body, headers = form(data, encoding)
+    return Bad(what, body, 400, words, path="/invoke", headers=headers)
+
+
+FORM_PART = 'request body: multipart/form-data: part 1 (field "file", file "rows.json")'
 
 
 GZIP = {"content-encoding": "gzip"}
@@ -446,6 +471,32 @@ CORPUS: list[Bad] = [
         headers={"content-encoding": "br"},
     ),
     Bad("too long", b" " * (LIMIT + 1), 413, "over the limit of 65536 bytes"),
+    # /invoke form uploads whose part does not decode: it was skipped over (`@@@@` + base64)
+    # or decoded to nothing, and the handler got what was left
+    *(
+        bad_form(
+            f"form part of base64 {data[:12]!r}",
+            data,
+            f"{FORM_PART}: its base64 does not decode: {why}; expected the letters A-Z a-z, "
+            "digits, `+` and `/`, then `=` padding to a multiple of 4 characters",
+        )
+        for data, why in [
+            (b"!!!!", "Only base64 data is allowed"),
+            (b"@@@@" + base64.b64encode(orjson.dumps(payload())), "Only base64 data is allowed"),
+            (b"====", "Leading padding not allowed"),
+            (b"YQ==YQ==", "Excess data after padding"),
+            (b"abc", "Incorrect padding"),
+            (b"\xff\xfe", "Only base64 data is allowed"),
+            (base64.urlsafe_b64encode(b"\xfb\xff"), "Only base64 data is allowed"),
+        ]
+    ),
+    bad_form(
+        "form part of an unknown transfer encoding",
+        b"begin 644 rows.json",
+        f"{FORM_PART}: Content-Transfer-Encoding `x-uuencode` is not supported; expected base64, "
+        "quoted-printable, 7bit, 8bit or binary (or none)",
+        encoding="x-uuencode",
+    ),
     # /invoke without a handler: JSON, msgpack, raw bytes
     Bad("invoke raw bytes", b"\x89PNG", 400, "got bytes", path="/invoke"),
     to_invoke("invoke list", b"[1]", "expected a JSON object with the inputs"),

@@ -6,6 +6,7 @@ a 4xx with a JSON error that says what was wrong, never a 5xx, and the next requ
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import gzip
 import io
@@ -37,6 +38,8 @@ from tests.bad_requests import (
     LIMIT,
     MSGPACK,
     Bad,
+    form,
+    payload,
     v2_body,
 )
 from tests.models import identity_model, sequence_model, slow_model, write_function
@@ -104,6 +107,17 @@ def test_v2_and_invoke_accept_what_they_should(client: httpx.Client) -> None:
     assert response.status_code == 200, response.text
     assert response.json()["out_BYTES"] == [["x", "y", ""]]
     assert response.json()["out_INT8"] == [[-128, 0, 127]]
+
+
+def test_a_form_part_in_base64_is_read_with_its_line_breaks(client: httpx.Client) -> None:
+    """RFC 2045 wraps base64 at 76 characters: line breaks are not a bad character."""
+    text = base64.encodebytes(orjson.dumps(payload()))  # lines of 76 and a newline each
+    assert text.count(b"\n") > 2
+    for data in (text, text.replace(b"\n", b"\r\n")):
+        body, headers = form(data)
+        response = client.post("/invoke", content=body, headers=headers)
+        assert response.status_code == 200, response.text
+        assert response.json()["out_BYTES"] == [GOOD_ROW["BYTES"]]
 
 
 def test_a_numpy_array_in_msgpack_is_read_in_its_own_byte_order(client: httpx.Client) -> None:
