@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from edgeserve.builder import build
 from edgeserve.http import create_app
@@ -233,3 +235,81 @@ def test_pipelined_requests_are_answered_in_order_a_bad_one_alone(url: str) -> N
     assert [status for status, _, _ in answers] == [200, 400, 200]
     assert orjson.loads(answers[1][2])["error"].startswith("request body: not valid JSON")
     assert orjson.loads(answers[2][2])["outputs"][0]["name"] == "y"
+
+
+def proposing(upgrade: str, connection: str = "Upgrade, HTTP2-Settings") -> bytes:
+    """REQUEST with BODY, proposing a protocol switch as `curl --http2 -d` does (h2c)."""
+    head = REQUEST.replace(b"keep-alive", f"{connection}\r\nupgrade: {upgrade}".encode())
+    return head.replace(b"host: t\r\n", b"host: t\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n")
+
+
+@pytest.mark.parametrize(
+    ("upgrade", "connection"),
+    [("h2c", "Upgrade, HTTP2-Settings"), ("TLS/1.2", "upgrade"), ("foo", "keep-alive, UPGRADE")],
+)
+def test_a_request_proposing_an_upgrade_is_served_with_its_body(
+    url: str, upgrade: str, connection: str
+) -> None:
+    """`curl --http2 -d @request.json http://...` proposes h2c: httptools took the body for the
+    new protocol's and the app answered 'request body: not valid JSON: Input is a zero-length,
+    empty document'. The upgrade is ignored (RFC 9110 7.8), the request served as HTTP/1.1."""
+    with rawhttp.connect(url) as sock:
+        sock.sendall(proposing(upgrade, connection) + BODY)
+        received, _ = read_until_closed(sock)
+    status, _, body = rawhttp.parse(received)
+    assert status == 200, body
+    assert orjson.loads(body)["outputs"][0]["name"] == "y"
+
+
+WEBSOCKET_REFUSED = (
+    "/v2/models/mlp/infer: WebSocket is not served: this function speaks HTTP/1.1 (KServe v2 as "
+    "Triton does: POST /v2/models/mlp/infer, GET /v2/models/mlp, /v2/health/ready; POST /invoke; "
+    "GET /metrics, /docs). Hint: send a plain HTTP request, without `Upgrade: websocket`"
+)
+
+
+def refused_handshake(url: str) -> tuple[int, str]:
+    """A WebSocket client's handshake, refused: the status and the JSON error."""
+    ws_url = url.replace("http://", "ws://") + "/v2/models/mlp/infer"
+    with pytest.raises(InvalidStatus) as refused, connect(ws_url, open_timeout=10):
+        pass
+    response = refused.value.response
+    return response.status_code, orjson.loads(response.body)["error"]
+
+
+def test_a_websocket_handshake_gets_a_json_400_naming_what_is_served(url: str) -> None:
+    """It got uvicorn's bare 403 with no body (and one without a Sec-WebSocket-Key the
+    websockets library's plain-text 400); edgeserve serves no WebSocket."""
+    assert refused_handshake(url) == (400, WEBSOCKET_REFUSED)
+    handshake = b"GET /v2/models/mlp/infer HTTP/1.1\r\nhost: t\r\nconnection: Upgrade\r\n"
+    for sent in (handshake + b"upgrade: websocket\r\n\r\n", handshake[:30]):
+        with rawhttp.connect(url) as sock:
+            sock.sendall(sent)
+            if len(sent) == 30:  # the rest of the headers in a later read
+                time.sleep(0.2)
+                sock.sendall(handshake[30:] + b"upgrade: WebSocket\r\n\r\n")
+            assert json_error(read_until_closed(sock)[0]) == (400, WEBSOCKET_REFUSED)
+    assert_served(url)
+
+
+def test_an_app_under_a_server_that_upgrades_refuses_the_websocket_alike(tmp_path: Path) -> None:
+    """create_app under a plain uvicorn, whose websockets library hands the app a WebSocket:
+    the same JSON 400, as ASGI's denial response (it was a bare 403)."""
+    source = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    with serving(create_app(Runtime.load(build(source, tmp_path / "bundle")))) as url:
+        assert refused_handshake(url) == (400, WEBSOCKET_REFUSED)
+        assert_served(url)
+
+
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+def test_both_of_uvicorn_s_http_implementations_ignore_an_upgrade(
+    tmp_path: Path, http: str
+) -> None:
+    source = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    app = create_app(Runtime.load(build(source, tmp_path / "bundle")))
+    protocol = protocol_class(app.timeouts, http)
+    with serving(app, http=protocol, ws="none", timeout_keep_alive=1) as url:
+        with rawhttp.connect(url) as sock:
+            sock.sendall(proposing("h2c") + BODY)
+            assert rawhttp.parse(read_until_closed(sock)[0])[0] == 200, http
+        assert refused_handshake(url) == (400, WEBSOCKET_REFUSED)

@@ -32,7 +32,7 @@ from starlette.types import Receive, Scope, Send
 from edgeserve import __version__
 from edgeserve.dataplane import DataPlane, ServedFunction, serving
 from edgeserve.dataplane.metadata import server_metadata
-from edgeserve.errors import Unauthorized, Unsupported
+from edgeserve.errors import InvalidInput, Unauthorized, Unsupported
 from edgeserve.http.auth import Credentials, load_credentials
 from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, route_path
@@ -59,19 +59,39 @@ class FunctionApp:
         self.credentials = credentials
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path = route_path(scope)
-            if self.credentials is not None:
-                try:
-                    self.credentials.check(path, scope["headers"])
-                except Unauthorized as refused:
-                    await error_response(refused)(scope, receive, send)
-                    return
-            app = self.inference.app_for(path)
-            if app is not None:
-                await app(scope, receive, send)
-                return
-        await self.rest(scope, receive, send)
+        if scope["type"] not in ("http", "websocket"):  # the lifespan
+            await self.rest(scope, receive, send)
+            return
+        path = route_path(scope)
+        refused = self._refusal(path, scope)
+        if refused is not None:
+            await _answer(refused, scope, receive, send)
+            return
+        app = self.inference.app_for(path)
+        await (app or self.rest)(scope, receive, send)
+
+    def _refusal(self, path: str, scope: Scope) -> Response | None:
+        """The answer to a request refused before it is routed: no accepted credentials, or a
+        WebSocket (edgeserve's server hands the app its handshake as an HTTP request; others
+        as a WebSocket, which the app answers alike), after which the connection closes."""
+        if self.credentials is not None:
+            try:
+                self.credentials.check(path, scope["headers"])
+            except Unauthorized as refused:
+                return error_response(refused)
+        if scope["type"] == "websocket" or _asks_websocket(scope["headers"]):
+            name = self.inference.runtime.name
+            response = error_response(
+                InvalidInput(
+                    f"{path}: WebSocket is not served: this function speaks HTTP/1.1 (KServe v2 "
+                    f"as Triton does: POST /v2/models/{name}/infer, GET /v2/models/{name}, "
+                    "/v2/health/ready; POST /invoke; GET /metrics, /docs). Hint: send a plain "
+                    "HTTP request, without `Upgrade: websocket`"
+                )
+            )
+            response.headers["connection"] = "close"  # no HTTP request follows a handshake
+            return response
+        return None
 
     def begin_drain(self) -> None:
         """The server's shutdown has started (SIGTERM): drain within timeouts.drain_s (drain.py).
@@ -80,6 +100,25 @@ class FunctionApp:
         (their items still reach the batcher) until the bound, when the rest is answered 503."""
         self.inference.runtime.begin_drain()
         self.inference.drain.begin(self.timeouts.drain_s)
+
+
+def _asks_websocket(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request's headers ask for a WebSocket; on every request, so a plain loop."""
+    for name, value in headers:  # noqa: SIM110 (any(generator) costs twice as much)
+        if name == b"upgrade" and b"websocket" in value.lower():
+            return True
+    return False
+
+
+async def _answer(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+    """`response`; to a WebSocket handshake, as ASGI's denial response where the server can
+    send one (else a close, which uvicorn answers with a bare 403)."""
+    if scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1008})
+            return
+    await response(scope, receive, send)
 
 
 def create_app(

@@ -23,12 +23,14 @@ for a request stuck where nothing awaits."""
 
 
 def uvicorn_config(app: FunctionApp, http: str = "auto", **settings: Any) -> uvicorn.Config:
-    """uvicorn's settings for `app`: its timeouts kept, no access log; `settings` add to them
-    (`http`: uvicorn's name of the HTTP implementation)."""
+    """uvicorn's settings for `app`: its timeouts kept, no access log, no WebSocket (a handshake
+    is an HTTP request the app refuses: connection.py); `settings` add to them (`http`:
+    uvicorn's name of the HTTP implementation)."""
     timeouts = app.timeouts
     return uvicorn.Config(
         app,
         http=protocol_class(timeouts, http),
+        ws="none",
         timeout_keep_alive=max(1, math.ceil(timeouts.idle_s)),
         timeout_graceful_shutdown=math.ceil(timeouts.drain_s + BACKSTOP_S),
         access_log=False,

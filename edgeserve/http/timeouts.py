@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeserve.errors import EdgeserveError, HeadersTooLarge, InvalidInput, RequestTimeout
+from edgeserve.http.connection import IgnoredUpgrade, without_upgrade
 from edgeserve.http.errors import raw_response
 from edgeserve.manifest import ResourcesSection
 
@@ -55,13 +56,14 @@ class Timeouts:
 
 def protocol_class(timeouts: Timeouts, http: str = "auto") -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol `http` ("auto": httptools, else h11) keeping the header and body
-    bounds."""
+    bounds, and ignoring an Upgrade (connection.py)."""
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
 
     base = import_from_string(HTTP_PROTOCOLS[http])
     attributes = {"header_timeout_s": timeouts.header_s, "body_timeout_s": timeouts.body_s}
-    return type(f"Bounded{base.__name__}", (_Bounded, _Pipelined, base), attributes)
+    bases = (_Bounded, _Pipelined, IgnoredUpgrade, base)
+    return type(f"Bounded{base.__name__}", bases, attributes)
 
 
 class _Pipelined:
@@ -121,7 +123,7 @@ class _Bounded:
                 if not self.transport.is_closing():
                     self._refuse(HeadersTooLarge(f"request headers: over {MAX_HEADER_BYTES} bytes"))
                 return  # never parsed: no request cycle starts
-            super().data_received(data)  # type: ignore[misc]
+            super().data_received(without_upgrade(data))  # type: ignore[misc]
             cycle = self.cycle
             if cycle is not self._watched:  # the headers are complete
                 if cycle.more_body:
