@@ -1,10 +1,12 @@
 """Connections against a real `edgeserve serve` (uvicorn, httptools) on 127.0.0.1, over raw
 sockets. Slow clients: a connection that sends nothing is closed, half a request's headers or
 half its body gets a JSON 408, each within its configured bound. Bytes that are not HTTP get a
-JSON 400, endless headers a 431. Other clients are served meanwhile."""
+JSON 400, endless headers a 431. Other clients are served meanwhile. A client that half-closes
+is answered; an Upgrade is ignored, a WebSocket handshake refused."""
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ from edgeserve.http import create_app
 from edgeserve.http.timeouts import Timeouts, protocol_class
 from edgeserve.runtime import Runtime
 from tests import rawhttp
-from tests.models import mlp_model, write_function
+from tests.models import mlp_model, slow_model, write_function
 from tests.server import running
 from tests.threaded_server import serving
 
@@ -313,3 +315,98 @@ def test_both_of_uvicorn_s_http_implementations_ignore_an_upgrade(
             sock.sendall(proposing("h2c") + BODY)
             assert rawhttp.parse(read_until_closed(sock)[0])[0] == 200, http
         assert refused_handshake(url) == (400, WEBSOCKET_REFUSED)
+
+
+SLOW = """
+[function]
+name = "slow"
+[batching]
+max_batch_size = 8
+max_queue_delay_ms = 1
+[backend]
+prefer = ["onnxruntime"]
+"""
+SLOW_BODY = orjson.dumps(
+    {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1, 1024], "data": [0.5] * 1024}]}
+)
+SLOW_REQUEST = rawhttp.head("/v2/models/slow/infer", len(SLOW_BODY)).replace(
+    b"close", b"keep-alive"
+)
+
+
+@pytest.fixture(scope="module")
+def slow_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A function whose every batch computes for about 0.4 s (tests.models.slow_model)."""
+    model = functools.partial(slow_model, depth=40)
+    source = write_function(tmp_path_factory.mktemp("queue") / "slow", model, SLOW)
+    with running(source) as (base, _):
+        yield base
+
+
+def runs(url: str) -> int:
+    stats = httpx.get(f"{url}/v2/models/slow/stats", timeout=5).json()["model_stats"][0]
+    return int(stats["inference_count"])
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+def test_a_client_that_half_closes_after_its_request_gets_the_answer(
+    slow_url: str, version: str
+) -> None:
+    """`shutdown(SHUT_WR)` once the request is sent (ncat at the end of its input): uvicorn took
+    the FIN for a disconnect, and the client read nothing. An HTTP/1.1 client that waits is
+    sent a 100 Continue first (the probe for a client that left); none goes to HTTP/1.0."""
+    with rawhttp.connect(slow_url) as sock:
+        sock.sendall(SLOW_REQUEST.replace(b"HTTP/1.1", f"HTTP/{version}".encode()) + SLOW_BODY)
+        sock.shutdown(socket.SHUT_WR)
+        received, _ = read_until_closed(sock)  # closed once answered
+    interim = b"HTTP/1.1 100 Continue\r\n\r\n" if version == "1.1" else b""
+    assert received.startswith(interim + b"HTTP/1.1 200 OK"), received[:80]
+    status, _, body = rawhttp.parse(received.removeprefix(interim))
+    assert (status, orjson.loads(body)["outputs"][0]["name"]) == (200, "y")
+
+
+def test_half_closed_pipelined_requests_are_all_answered_then_closed(slow_url: str) -> None:
+    ready = b"GET /v2/health/ready HTTP/1.1\r\nhost: t\r\n\r\n"
+    with rawhttp.connect(slow_url) as sock:
+        sock.sendall(SLOW_REQUEST + SLOW_BODY + SLOW_REQUEST + SLOW_BODY + ready)
+        sock.shutdown(socket.SHUT_WR)
+        received, _ = read_until_closed(sock)
+    answers = rawhttp.split(received.replace(b"HTTP/1.1 100 Continue\r\n\r\n", b""))
+    assert [status for status, _, _ in answers] == [200, 200, 200]
+
+
+def test_a_client_that_closes_while_queued_still_has_its_items_dropped(slow_url: str) -> None:
+    """A full close is a FIN too: the probe's reset tells it from a half-close. The second
+    request waits behind the first one's batch, and its client leaves meanwhile."""
+    before = runs(slow_url)
+    with rawhttp.connect(slow_url) as first:
+        first.sendall(SLOW_REQUEST + SLOW_BODY)
+        time.sleep(0.05)  # the first batch runs, 0.4 s
+        with rawhttp.connect(slow_url) as second:
+            second.sendall(SLOW_REQUEST + SLOW_BODY)
+            time.sleep(0.05)  # queued behind it
+        assert first.recv(65536).startswith(b"HTTP/1.1 200")
+    time.sleep(0.5)  # had the second one stayed queued, it ran by now
+    assert runs(slow_url) == before + 1
+
+
+@pytest.mark.parametrize(
+    ("sent", "words"),
+    [
+        (REQUEST[:40], "the request's headers end before their blank line: the client closed"),
+        (REQUEST + BODY[:20], "the request's body ends before its length (Content-Length or"),
+    ],
+    ids=["headers", "body"],
+)
+def test_a_request_cut_short_by_a_half_close_gets_a_400_at_once(
+    url: str, sent: bytes, words: str
+) -> None:
+    """Nothing more can come: a 400 saying so, not a silent close (headers) or a wait for the
+    body bound (408)."""
+    with rawhttp.connect(url) as sock:
+        sock.sendall(sent)
+        sock.shutdown(socket.SHUT_WR)
+        received, waited = read_until_closed(sock)
+    status, error = json_error(received)
+    assert (status, waited < 0.5) == (400, True)
+    assert error.startswith(words), error

@@ -9,8 +9,8 @@
                       timeout_keep_alive)
 
 Headers are also capped in size (MAX_HEADER_BYTES: 431), and bytes uvicorn cannot parse as HTTP
-get a JSON 400 rather than its plain-text one. A lost connection reaches every request pipelined
-on it, not only the last one parsed (`_Pipelined`).
+get a JSON 400 rather than its plain-text one. A client that closes its sending side (FIN) part
+way through a request's headers or body gets a JSON 400 saying so: nothing more of it can come.
 
 uvicorn bounds only the idle time; a connection that sends nothing, or half its headers or half
 its body, would hold a slot for ever. The bounds live in the protocol rather than the app so that
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeserve.errors import EdgeserveError, HeadersTooLarge, InvalidInput, RequestTimeout
-from edgeserve.http.connection import IgnoredUpgrade, without_upgrade
+from edgeserve.http.connection import HalfClosed, IgnoredUpgrade, without_upgrade
 from edgeserve.http.errors import raw_response
 from edgeserve.manifest import ResourcesSection
 
@@ -56,37 +56,15 @@ class Timeouts:
 
 def protocol_class(timeouts: Timeouts, http: str = "auto") -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol `http` ("auto": httptools, else h11) keeping the header and body
-    bounds, and ignoring an Upgrade (connection.py)."""
+    bounds, with connection.py's ways with a connection (pipelined requests, a half-close, an
+    Upgrade)."""
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
 
     base = import_from_string(HTTP_PROTOCOLS[http])
     attributes = {"header_timeout_s": timeouts.header_s, "body_timeout_s": timeouts.body_s}
-    bases = (_Bounded, _Pipelined, IgnoredUpgrade, base)
+    bases = (_Bounded, HalfClosed, IgnoredUpgrade, base)  # HalfClosed is also Pipelined
     return type(f"Bounded{base.__name__}", bases, attributes)
-
-
-class _Pipelined:
-    """Mixed into a uvicorn protocol class: a lost connection reaches every request of it.
-
-    uvicorn marks only the request parsed last as disconnected. With requests pipelined, one
-    that was running or queued then wrote its answer on the closed transport, and uvicorn
-    logged an "Exception in ASGI application" for a client that had simply left (httptools
-    calls `on_headers_complete` once per request: each is noted there)."""
-
-    cycle: Any
-    _cycles: list[Any] | None = None
-
-    def on_headers_complete(self) -> None:
-        super().on_headers_complete()  # type: ignore[misc]
-        self._cycles = [c for c in self._cycles or () if not c.response_complete] + [self.cycle]
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)  # type: ignore[misc]
-        for cycle in self._cycles or ():
-            if not cycle.response_complete:
-                cycle.disconnected = True
-                cycle.message_event.set()
 
 
 class _Bounded:
@@ -157,6 +135,19 @@ class _Bounded:
         if not self.transport.is_closing():
             self._await_headers()
 
+    def eof_received(self) -> bool | None:
+        """The client closed its sending side: a request it had begun can never be complete."""
+        phase = self._phase
+        if phase == "header" and self._header_bytes:
+            self._refuse(_cut("headers end before their blank line"))
+            return None
+        if phase == "body" and not self._watched.response_started:
+            self._watched.disconnected = True  # the app's receive() sees a disconnect
+            self._watched.message_event.set()
+            self._refuse(_cut("body ends before its length (Content-Length or chunks)"))
+            return None
+        return super().eof_received()  # type: ignore[misc]
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._phase = None
         if self._timer is not None:
@@ -210,6 +201,13 @@ class _Bounded:
         """Answer `error` and close: the request can't be read any further."""
         self.transport.write(raw_response(error))
         self.transport.close()
+
+
+def _cut(what: str) -> InvalidInput:
+    return InvalidInput(
+        f"the request's {what}: the client closed its side of the connection (a FIN) before "
+        "sending the rest; the connection is closed"
+    )
 
 
 def _late(part: str, setting: str, bound_s: float) -> RequestTimeout:
