@@ -172,9 +172,32 @@ WHOLE_BUT_LARGE = (
 @pytest.mark.parametrize(
     ("what", "sent", "status", "words"),
     [
-        ("not HTTP", b"\x00\x01\x02 hello\r\n\r\n", 400, NOT_HTTP),
-        ("bad length", REQUEST.replace(b"content-length: ", b"content-length: x"), 400, NOT_HTTP),
-        ("bad chunk", CHUNKED + b"zz\r\n", 400, NOT_HTTP),
+        ("not HTTP", b"\x00\x01\x02 hello\r\n\r\n", 400, f"{NOT_HTTP}: Invalid method"),
+        (
+            "bad length",
+            REQUEST.replace(b"content-length: ", b"content-length: x"),
+            400,
+            f"{NOT_HTTP}: Invalid character in Content-Length",
+        ),
+        ("bad chunk", CHUNKED + b"zz\r\n", 400, f"{NOT_HTTP}: Invalid character in chunk size"),
+        (
+            "two lengths",
+            REQUEST.replace(b"content-length: ", b"content-length: 3\r\ncontent-length: "),
+            400,
+            f"{NOT_HTTP}: Duplicate Content-Length",
+        ),
+        (
+            "a length and chunks",
+            CHUNKED.replace(b"x-was", b"content-length") + b"3\r\nabc\r\n0\r\n\r\n",
+            400,
+            f"{NOT_HTTP}: Content-Length can't be present with Transfer-Encoding",
+        ),
+        (
+            "HTTP/1.2",
+            REQUEST.replace(b"HTTP/1.1", b"HTTP/1.2"),
+            400,
+            f"{NOT_HTTP}: Invalid HTTP ver",
+        ),
         ("header flood", REQUEST[:40] + b"x-pad: " + b"a" * 80_000, 431, "request headers: over"),
         ("whole headers over the cap", WHOLE_BUT_LARGE, 431, "request headers: over 65536"),
     ],
@@ -182,6 +205,7 @@ WHOLE_BUT_LARGE = (
 def test_bytes_that_are_not_a_request_get_a_json_4xx(
     url: str, what: str, sent: bytes, status: int, words: str
 ) -> None:
+    """With what the parser found wrong (it was "Invalid HTTP request received." for all)."""
     with rawhttp.connect(url) as sock:
         sock.sendall(sent)
         received, waited = read_until_closed(sock)

@@ -20,6 +20,7 @@ the inference path pays nothing for them: a request that arrives whole never arm
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,8 +157,12 @@ class _Bounded:
         super().connection_lost(exc)  # type: ignore[misc]
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to bytes that are not HTTP, in JSON like every other error."""
-        self._refuse(InvalidInput(f"not a valid HTTP/1.1 request ({msg})"))
+        """uvicorn's answer to bytes that are not HTTP, in JSON like every other error, with
+        what the parser found wrong: uvicorn calls this while it handles the parser's error,
+        and says only "Invalid HTTP request received." itself."""
+        found = sys.exc_info()[1]
+        why = str(found) if found is not None and str(found) else msg
+        self._refuse(InvalidInput(f"not a valid HTTP/1.1 request: {why}"))
 
     def _await_headers(self) -> None:
         self._watched, self._header_bytes, self._header_tail = self.cycle, 0, b""
