@@ -109,6 +109,27 @@ def test_v2_and_invoke_accept_what_they_should(client: httpx.Client) -> None:
     assert response.json()["out_INT8"] == [[-128, 0, 127]]
 
 
+def test_a_header_given_twice_is_joined_or_refused(client: httpx.Client) -> None:
+    """Two Inference-Header-Content-Length headers: the last one was read, and the JSON header
+    cut there ('not valid JSON: unexpected end of data: line 1 column 21'); two Content-Encodings
+    kept only the last, so a body gzipped twice was undone once ('not valid JSON')."""
+    body = v2_body()
+    twice = [("inference-header-content-length", str(len(body)))] * 2
+    response = client.post(INFER, content=body, headers=twice)
+    assert response.status_code == 400
+    assert response.json()["error"] == (
+        f"header inference-header-content-length: given 2 times {[str(len(body))] * 2}; "
+        "expected once"
+    )
+    types = [("content-type", "application/json"), ("content-type", "application/msgpack")]
+    response = client.post("/invoke", content=orjson.dumps(payload()), headers=types)
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("header content-type: given 2 times")
+    gzipped = [("content-encoding", "gzip"), ("content-encoding", "gzip")]
+    response = client.post(INFER, content=gzip.compress(gzip.compress(body)), headers=gzipped)
+    assert response.status_code == 200, response.text
+
+
 def test_a_form_part_in_base64_is_read_with_its_line_breaks(client: httpx.Client) -> None:
     """RFC 2045 wraps base64 at 76 characters: line breaks are not a bad character."""
     text = base64.encodebytes(orjson.dumps(payload()))  # lines of 76 and a newline each

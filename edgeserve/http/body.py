@@ -4,7 +4,8 @@ Content-Encoding's.
 
 The limit holds while reading (a declared Content-Length over it is refused before any byte is
 read, a streamed body as soon as it passes it) and again after decompression, so a small gzip
-bomb cannot grow past it either (Triton caps the decompressed size the same way).
+bomb cannot grow past it either (Triton caps the decompressed size the same way). A header
+given twice is one list (`request_headers`), except those that hold one value.
 """
 
 from __future__ import annotations
@@ -81,6 +82,26 @@ def decompress(body: bytes, encoding: str, limit: int, header: str = "content-en
     return data
 
 
+SINGLE = ("content-type", "inference-header-content-length")
+"""Headers whose value is one item: given twice, which one to read would be a guess."""
+
+
+def request_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """A request's headers by name (lower case). A header given more than once is its values
+    joined by ", ", as RFC 9110 (5.3) combines a list (Content-Encoding, Accept); one of SINGLE
+    is refused."""
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
+    if len(headers) == len(raw):  # nearly every request: each header once
+        return headers
+    joined: dict[str, list[str]] = {}
+    for name, value in raw:
+        joined.setdefault(name.decode("latin-1"), []).append(value.decode("latin-1"))
+    for single in SINGLE:
+        if len(given := joined.get(single, [])) > 1:
+            raise InvalidInput(f"header {single}: given {len(given)} times {given}; expected once")
+    return {key: ", ".join(values) for key, values in joined.items()}
+
+
 def _too_large(limit: int, why: str) -> PayloadTooLarge:
     return PayloadTooLarge(
         f"request body: over the limit of {limit} bytes ({why}). "
@@ -91,7 +112,7 @@ def _too_large(limit: int, why: str) -> PayloadTooLarge:
 async def json_object(request: Request, limit: int) -> dict[str, Any]:
     """The JSON object a control route takes (Triton's repository and shared-memory routes),
     under the body limit that every route holds to; an empty body is {}."""
-    raw = await read_body(request.receive, dict(request.headers), limit)
+    raw = await read_body(request.receive, request_headers(request.scope["headers"]), limit)
     if not raw.strip():
         return {}
     body = from_json(raw, f"{request.url.path}: body")

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from edgeserve.dataplane import DataPlane
 from edgeserve.http import forms, invoke, v2
-from edgeserve.http.body import read_body
+from edgeserve.http.body import read_body, request_headers
 from edgeserve.http.drain import Drain
 from edgeserve.http.errors import error_response
 from edgeserve.http.sharedmemory import ClientRegions
@@ -110,12 +110,12 @@ class InferenceRoutes:
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             arrived = time.monotonic()
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             task = asyncio.current_task()
             assert task is not None
             drain.tasks.add(task)
             reply: Reply | Response
             try:
+                headers = request_headers(scope["headers"])
                 if scope["method"] != "POST":
                     raise HTTPException(405, headers={"Allow": "POST"})
                 drain.check_open()
