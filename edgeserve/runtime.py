@@ -223,7 +223,7 @@ class Runtime:
         with self._counted():
             when = self._arrival(arrived)
             if self.handler is None:
-                tensors = await self._run(self._tensors_from(payload), when)
+                tensors = await self._run(self._tensors_from(payload, content_type), when)
                 return _to_lists(as_numbers(tensors, self.signature))
             ctx = Context(content_type, self.manifest.handler.options, self.root)
             items = await self._hook("preprocess", payload, ctx)
@@ -294,7 +294,9 @@ class Runtime:
     def _hook_result(self, hook: str, *args: Any) -> Any:
         func = getattr(self.handler, hook, None)
         if func is None:  # a missing hook: the payload is one item, the items are the answer
-            return args[0] if hook == "postprocess" else [self._tensors_from(args[0])]
+            if hook == "postprocess":
+                return args[0]
+            return [self._tensors_from(args[0], args[1].content_type)]
         try:
             return func(*args)
         except EdgeserveError:
@@ -302,13 +304,20 @@ class Runtime:
         except Exception as exc:  # the details go to the log, not to the client
             raise EdgeserveError(f"handler.{hook} failed") from exc
 
-    def _tensors_from(self, payload: Any) -> TensorDict:
+    def _tensors_from(self, payload: Any, content_type: str) -> TensorDict:
         """{"<input name>": nested list or array} per model input, typed by the signature."""
         if not isinstance(payload, dict):
             names = [spec.name for spec in self.signature.inputs]
+            found = type(payload).__name__
+            if isinstance(payload, bytes):  # no JSON or msgpack Content-Type: the body as sent
+                found = (
+                    f"{len(payload)} bytes sent as {content_type or 'no Content-Type'}, which is "
+                    "not JSON or msgpack. Hint: send them with Content-Type: application/json "
+                    "(or application/msgpack)"
+                )
             raise InvalidInput(
-                f"/invoke: expected a JSON object with the inputs {names}, "
-                f"got {type(payload).__name__}"
+                f"/invoke: expected a JSON object (or msgpack map) with the inputs {names}, "
+                f"got {found}"
             )
         check_names(self.signature, payload)
         return {spec.name: spec_array(spec, payload[spec.name]) for spec in self.signature.inputs}

@@ -498,8 +498,23 @@ CORPUS: list[Bad] = [
         encoding="x-uuencode",
     ),
     # /invoke without a handler: JSON, msgpack, raw bytes
-    Bad("invoke raw bytes", b"\x89PNG", 400, "got bytes", path="/invoke"),
-    to_invoke("invoke list", b"[1]", "expected a JSON object with the inputs"),
+    Bad(  # it said "got bytes", not why they were bytes
+        "invoke raw bytes",
+        b"\x89PNG",
+        400,
+        "got 4 bytes sent as no Content-Type, which is not JSON or msgpack. Hint: send them with "
+        "Content-Type: application/json (or application/msgpack)",
+        path="/invoke",
+    ),
+    Bad(
+        "invoke JSON sent as text",
+        orjson.dumps(payload()),
+        400,
+        "bytes sent as text/plain, which is not JSON or msgpack",
+        path="/invoke",
+        headers={"content-type": "text/plain"},
+    ),
+    to_invoke("invoke list", b"[1]", "expected a JSON object (or msgpack map) with the inputs"),
     to_invoke("invoke unknown", payload() | {"zz": 1}, "unknown ['zz']"),
     to_invoke(
         "invoke INT64 1.5", payload(INT64=[[1.5, 1, 2]]), f"{INT64_WHERE}: expected integers"
