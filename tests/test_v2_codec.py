@@ -237,10 +237,36 @@ def test_bytes_framing_must_fill_the_binary_data_exactly() -> None:
             ]
         }
     )
-    with pytest.raises(
-        InvalidInput, match="tensor `s`: BYTES binary data: expected 2 length-prefixed"
-    ):
+    with pytest.raises(InvalidInput) as refused:
         v2.decode_request(header + framed, str(len(header)))
+    assert refused.value.message == (
+        "tensor `s`: BYTES binary data: expected 2 length-prefixed elements filling 11 bytes "
+        "exactly; element 1 (at byte 6) declares 9 bytes; 1 remain"
+    )
+
+
+@pytest.mark.parametrize(
+    ("framed", "shape", "where"),
+    [
+        (
+            b"\x02\x00\x00\x00hi\x09\x00",
+            [2],
+            "element 1's 4-byte length prefix at byte 6 has 2 bytes",
+        ),
+        (b"\x01\x00\x00\x00hzz", [1], "2 bytes follow element 0"),
+        (b"\x00\x00\x00\x00", [0], "4 bytes follow the start: the shape holds no elements"),
+        (b"\xff\xff\xff\xffabc", [1], "element 0 (at byte 0) declares 4294967295 bytes; 3 remain"),
+    ],
+)
+def test_bytes_framing_errors_say_which_element_is_wrong(
+    framed: bytes, shape: list[int], where: str
+) -> None:
+    """It said only what was expected ("3 length-prefixed elements filling 14 bytes")."""
+    entry = {"name": "s", "datatype": "BYTES", "shape": shape}
+    header = orjson.dumps({"inputs": [{**entry, "parameters": {"binary_data_size": len(framed)}}]})
+    with pytest.raises(InvalidInput) as refused:
+        v2.decode_request(header + framed, str(len(header)))
+    assert refused.value.message.endswith(f"; {where}")
 
 
 def test_outputs_are_checked_before_running_the_model() -> None:

@@ -204,11 +204,28 @@ def _unframe_bytes(name: str, chunk: memoryview, count: int) -> np.ndarray:
     if len(items) != count or offset != len(chunk):
         raise InvalidInput(
             f"tensor `{name}`: BYTES binary data: expected {count} length-prefixed elements "
-            f"filling {len(chunk)} bytes exactly"
+            f"filling {len(chunk)} bytes exactly; {_misframed(chunk, count)}"
         )
     array = np.empty(count, dtype=object)
     array[:] = items
     return array
+
+
+def _misframed(chunk: memoryview, count: int) -> str:
+    """Where BYTES framing goes wrong: the element whose length prefix or bytes run past the
+    data, or the bytes left over after the last element."""
+    offset = 0
+    for element in range(count):
+        if offset + 4 > len(chunk):
+            left = len(chunk) - offset
+            return f"element {element}'s 4-byte length prefix at byte {offset} has {left} bytes"
+        (length,) = struct.unpack_from("<I", chunk, offset)
+        if offset + 4 + length > len(chunk):
+            left = len(chunk) - offset - 4
+            return f"element {element} (at byte {offset}) declares {length} bytes; {left} remain"
+        offset += 4 + length
+    after = f"element {count - 1}" if count else "the start: the shape holds no elements"
+    return f"{len(chunk) - offset} bytes follow {after}"
 
 
 def _requested_outputs(
