@@ -186,7 +186,11 @@ def to_shape(value: Any, where: str) -> tuple[int, ...]:
     """A shape a client sent (v2 `shape`, a msgpack array's dims): non-negative ints whose
     product a tensor can hold; InvalidInput, prefixed with `where`, otherwise."""
     if not isinstance(value, list) or not _counts(value):
-        raise InvalidInput(f"{where}: `shape` must be a list of non-negative ints, got {value!r}")
+        value = _past_64_bits(value)  # a JSON parser reads such an integer as a float
+        if not isinstance(value, list) or not _counts(value):
+            raise InvalidInput(
+                f"{where}: `shape` must be a list of non-negative ints, got {value!r}"
+            )
     if len(value) > MAX_RANK:
         raise InvalidInput(f"{where}: `shape` has {len(value)} dims; expected at most {MAX_RANK}")
     if math.prod(filter(None, value)) > MAX_ELEMENTS:  # zero dims aside
@@ -195,6 +199,15 @@ def to_shape(value: Any, where: str) -> tuple[int, ...]:
             f"(its non-zero dims multiply past 2**48)"
         )
     return tuple(value)
+
+
+def _past_64_bits(value: Any) -> Any:
+    """A shape with its dims too large for 64 bits, which JSON parsers read as floats
+    (2**64 as 1.8446744073709552e+19), written as the integers they were; else as it is."""
+    if not isinstance(value, list):
+        return value
+    whole = [v for v in value if isinstance(v, float) and v.is_integer() and abs(v) >= 2**63]
+    return [int(v) if v in whole else v for v in value] if whole else value
 
 
 def is_count(value: Any) -> bool:

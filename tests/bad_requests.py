@@ -234,6 +234,20 @@ CORPUS: list[Bad] = [
         400,
         "shape [0, 4611686018427387904, 4611686018427387904] describes more elements",
     ),
+    # dims past 64 bits reach the decoder as floats: they were named as such ("got
+    # [1.8446744073709552e+19, 3]"), as if the client had sent a fraction
+    Bad(
+        "shape past 64 bits",
+        nest(v2_body(shape=DEEP), 1, b"18446744073709551616, 3"),
+        400,
+        "tensor `in_FP32`: shape [18446744073709551616, 3] describes more elements than",
+    ),
+    Bad(
+        "shape past 64 bits, negative",
+        nest(v2_body(shape=DEEP), 1, b"-18446744073709551616, 3"),
+        400,
+        "`shape` must be a list of non-negative ints, got [-18446744073709551616, 3]",
+    ),
     # v2 JSON: values v2 refuses
     Bad(
         "FP32 null", v2_body(data=[None, 1, 2]), 400, f"{FP32_WHERE}: expected numbers, found null"
