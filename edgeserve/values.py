@@ -11,7 +11,6 @@ the tokens `NaN`, `Infinity` and `-Infinity` (`from_json`), and written so (`to_
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
@@ -66,14 +65,34 @@ def from_json(data: bytes | memoryview, where: str) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         if _NON_FINITE.search(bytes(data)):
-            with contextlib.suppress(ValueError, RecursionError):  # not JSON even so
-                return _as_orjson_reads(json.loads(bytes(data)), where)
+            return _with_non_finite(bytes(data), where)
         if "UTF-8" in str(exc):
-            raise InvalidInput(
-                f"{where}: not UTF-8 text, so not JSON (another encoding, or msgpack sent with "
-                "Content-Type application/json?)"
-            ) from None
+            raise _not_utf8(where) from None
         raise InvalidInput(f"{where}: not valid JSON: {exc}") from None
+
+
+def _with_non_finite(data: bytes, where: str) -> Any:
+    """A document orjson refused that holds `NaN` or `Infinity`, read by Python's json, whose
+    error points at what is wrong (orjson's pointed at the first NaN, which is not: "line 1
+    column 7" for any other mistake after it)."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _not_utf8(where) from None
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{where}: not valid JSON: {exc}") from None
+    except ValueError:  # Python's int() of over 4300 digits
+        raise InvalidInput(f"{where}: not valid JSON: an integer of over 4300 digits") from None
+    except RecursionError:
+        raise InvalidInput(f"{where}: not valid JSON: nested too deep to read") from None
+    return _as_orjson_reads(value, where)
+
+
+def _not_utf8(where: str) -> InvalidInput:
+    return InvalidInput(
+        f"{where}: not UTF-8 text, so not JSON (another encoding, or msgpack sent with "
+        "Content-Type application/json?)"
+    )
 
 
 def _as_orjson_reads(value: Any, where: str) -> Any:

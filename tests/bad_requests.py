@@ -410,6 +410,26 @@ CORPUS: list[Bad] = [
         400,
         "Integer exceeds 64-bit range",
     ),
+    # with a NaN in it, any other mistake was blamed on the NaN ("unexpected character ...
+    # line 1 column 7", which Python's json and Triton read): now on what is wrong
+    Bad(
+        "NaN, then a value missing",
+        with_nan(v2_body(), (b"[1.5,", b"[1.5,,")),
+        400,
+        "request body: not valid JSON: Expecting value: line 1 column 84 (char 83)",
+    ),
+    Bad(
+        "NaN, then nested 5000 deep",
+        with_nan(nest(v2_body(data=DEEP), 5000)),
+        400,
+        "request body: not valid JSON: nested too deep to read",
+    ),
+    Bad(
+        "NaN, and an integer of 5000 digits",
+        with_nan(v2_body(input="INT64"), (b"[1,", b"[1" + b"0" * 5000 + b",")),
+        400,
+        "request body: not valid JSON: an integer of over 4300 digits",
+    ),
     Bad(
         "binary_data a string",
         with_request(outputs=[{"name": "out_FP32", "parameters": {"binary_data": "no"}}]),
