@@ -198,6 +198,18 @@ WHOLE_BUT_LARGE = (
             400,
             f"{NOT_HTTP}: Invalid HTTP ver",
         ),
+        (  # llhttp: "Pause on PRI/Upgrade"
+            "an HTTP/2 preface",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+            400,
+            f"{NOT_HTTP}: an HTTP/2 connection preface: HTTP/2 (and so gRPC) is not served",
+        ),
+        (  # llhttp: "User callback error"
+            "CONNECT",
+            b"CONNECT 127.0.0.1:80 HTTP/1.1\r\nhost: t\r\n\r\n",
+            400,
+            f"{NOT_HTTP}: invalid url b'127.0.0.1:80'",
+        ),
         ("header flood", REQUEST[:40] + b"x-pad: " + b"a" * 80_000, 431, "request headers: over"),
         ("whole headers over the cap", WHOLE_BUT_LARGE, 431, "request headers: over 65536"),
     ],

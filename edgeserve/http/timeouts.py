@@ -160,9 +160,7 @@ class _Bounded:
         """uvicorn's answer to bytes that are not HTTP, in JSON like every other error, with
         what the parser found wrong: uvicorn calls this while it handles the parser's error,
         and says only "Invalid HTTP request received." itself."""
-        found = sys.exc_info()[1]
-        why = str(found) if found is not None and str(found) else msg
-        self._refuse(InvalidInput(f"not a valid HTTP/1.1 request: {why}"))
+        self._refuse(InvalidInput(f"not a valid HTTP/1.1 request: {_parser_says(msg)}"))
 
     def _await_headers(self) -> None:
         self._watched, self._header_bytes, self._header_tail = self.cycle, 0, b""
@@ -206,6 +204,20 @@ class _Bounded:
         """Answer `error` and close: the request can't be read any further."""
         self.transport.write(raw_response(error))
         self.transport.close()
+
+
+def _parser_says(msg: str) -> str:
+    """What the HTTP parser found wrong, from the error being handled (uvicorn's `msg` else):
+    the error a parser callback raised rather than "User callback error", and an HTTP/2
+    preface named as such rather than llhttp's "Pause on PRI/Upgrade"."""
+    found = sys.exc_info()[1]
+    if found is None or not str(found):
+        return msg
+    if "PRI" in str(found):
+        return "an HTTP/2 connection preface: HTTP/2 (and so gRPC) is not served, HTTP/1.1 is"
+    if "callback error" in str(found) and found.__context__ is not None:
+        return str(found.__context__) or str(found)
+    return str(found)
 
 
 def _cut(what: str) -> InvalidInput:
