@@ -372,8 +372,8 @@ SLOW_REQUEST = rawhttp.head("/v2/models/slow/infer", len(SLOW_BODY)).replace(
 
 @pytest.fixture(scope="module")
 def slow_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A function whose every batch computes for about 0.4 s (tests.models.slow_model)."""
-    model = functools.partial(slow_model, depth=40)
+    """A function whose every batch computes for 0.4-1 s (tests.models.slow_model)."""
+    model = functools.partial(slow_model, depth=160)
     source = write_function(tmp_path_factory.mktemp("queue") / "slow", model, SLOW)
     with running(source) as (base, _):
         yield base
@@ -414,15 +414,18 @@ def test_half_closed_pipelined_requests_are_all_answered_then_closed(slow_url: s
 def test_a_client_that_closes_while_queued_still_has_its_items_dropped(slow_url: str) -> None:
     """A full close is a FIN too: the probe's reset tells it from a half-close. The second
     request waits behind the first one's batch, and its client leaves meanwhile."""
+    time.sleep(0.3)  # the statistics of earlier tests' batches are counted
     before = runs(slow_url)
     with rawhttp.connect(slow_url) as first:
+        sent = time.monotonic()
         first.sendall(SLOW_REQUEST + SLOW_BODY)
-        time.sleep(0.05)  # the first batch runs, 0.4 s
+        time.sleep(0.1)  # the first batch runs, 0.4 s or more
         with rawhttp.connect(slow_url) as second:
             second.sendall(SLOW_REQUEST + SLOW_BODY)
             time.sleep(0.05)  # queued behind it
         assert first.recv(65536).startswith(b"HTTP/1.1 200")
-    time.sleep(0.5)  # had the second one stayed queued, it ran by now
+        batch_s = time.monotonic() - sent
+    time.sleep(1.5 * batch_s)  # had the second one stayed queued, it ran by now
     assert runs(slow_url) == before + 1
 
 
