@@ -7,8 +7,9 @@ fronts. numpy lets the GIL go for a large contiguous copy and must get it back a
 beside a thread busy in Python that takes up to a switch interval (the inference process sets
 0.5 ms) per copy. `edgeserve.batching.rows.copy_rows` copies a contiguous part of up to
 `HELD_COPY_BYTES` in one memcpy that keeps the GIL (a larger one as numpy does, so ResNet's
-row shows the same time twice). The table: the median time to stack 32 one-row parts of each model's input
-alone and beside a thread spinning in Python, with numpy's `np.copyto` and with `copy_rows`.
+row shows the same time twice). The table: the median time to stack 32 one-row parts of each
+model's input alone and beside a thread spinning in Python, with numpy's `np.copyto` and with
+`copy_rows`.
 """
 
 from __future__ import annotations
