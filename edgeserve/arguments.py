@@ -7,12 +7,29 @@ Only the grammar lives here: cli.py holds what each verb does and hands its func
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Iterator, Mapping
+from typing import NoReturn
 
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
+from edgeserve.errors import ConfigError
 
 Command = Callable[[argparse.Namespace], int]
+
+MIN_WINDOWS = 3
+"""`bench --max-windows` at least: a level is stable when its last 3 windows agree
+(bench.measure.STABILITY_WINDOWS, not imported here: `--help` stays light; a test holds the
+two equal)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, exiting on a bad argument with the error tree's code for one (ConfigError's),
+    as every other refusal of the command line does."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ConfigError.exit_code, f"{self.prog}: error: {message}\n")
 
 
 def _numbers(kind: Callable[[str], float]) -> Callable[[str], list[float]]:
@@ -73,15 +90,22 @@ def _seconds(text: str) -> float:
     return seconds
 
 
-def _count(text: str) -> int:
-    """An argparse type for a count of things: an integer >= 1."""
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
-    return count
+def _at_least(minimum: int, why: str = "") -> Callable[[str], int]:
+    """An argparse type for a count of things: an integer >= `minimum` (`why`: the reason)."""
+
+    def parse(text: str) -> int:
+        try:
+            count = int(text)
+        except ValueError:
+            count = minimum - 1
+        if count < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= {minimum}{why}")
+        return count
+
+    return parse
+
+
+_count = _at_least(1)
 
 
 def _port(text: str) -> int:
@@ -99,7 +123,7 @@ def _port(text: str) -> int:
 
 def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     """The `edgeserve` parser; each verb runs `commands[verb]` (set as `func`)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="edgeserve", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"edgeserve {__version__}")
@@ -211,13 +235,14 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         help="open-loop Poisson rates, requests/s: 100,200",
     )
     p.add_argument(
-        "--window-s", type=float, default=2.0, help="measurement window, seconds (default 2)"
+        "--window-s", type=_seconds, default=2.0, help="measurement window, seconds (default 2)"
     )
     p.add_argument(
         "--max-windows",
-        type=int,
+        type=_at_least(MIN_WINDOWS, f" (a level is stable when its last {MIN_WINDOWS} agree)"),
         default=10,
-        help="windows before a level counts as unstable (default 10)",
+        help=f"windows before a level counts as unstable, at least {MIN_WINDOWS}: a level is "
+        f"stable when its last {MIN_WINDOWS} windows agree (default 10)",
     )
     p.add_argument(
         "--protocol",
@@ -234,7 +259,9 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         default=[],
         help="NAME:D1,D2 for a random input's dynamic dims, batch excluded (default 16 each)",
     )
-    p.add_argument("--batch-size", type=int, default=1, help="rows per random request (default 1)")
+    p.add_argument(
+        "--batch-size", type=_count, default=1, help="rows per random request (default 1)"
+    )
     p.add_argument("--model", help="model name (default: the function's, or the server's only one)")
     p.add_argument(
         "--json", nargs="?", const="-", help="write the report as JSON to FILE (or to stdout)"
@@ -248,7 +275,7 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--processes",
-        type=int,
+        type=_count,
         default=1,
         help="load-generator processes (one drives ~20,000 requests/s per core)",
     )

@@ -194,8 +194,8 @@ def _dead_url() -> str:
         ("https://example.com", {}, ConfigError, "no TLS in the bench"),
         ("http://127.0.0.1:1", {"protocol": "grpc"}, ConfigError, "expected binary or json"),
         ("http://127.0.0.1:1", {"concurrency": (0,)}, ConfigError, "must be positive"),
-        ("http://127.0.0.1:1", {"max_windows": 2}, ConfigError, "max_windows >= 3"),
-        ("http://127.0.0.1:1", {"processes": 0}, ConfigError, "processes >= 1"),
+        ("http://127.0.0.1:1", {"max_windows": 2}, ConfigError, "max_windows = 2: expected >= 3"),
+        ("http://127.0.0.1:1", {"processes": 0}, ConfigError, "processes = 0: expected >= 1"),
         (None, {"model": "m"}, EdgeserveError, "GET /v2/models/m failed"),
     ],
 )

@@ -14,7 +14,10 @@ import httpx
 import pytest
 
 from edgeserve import __version__
+from edgeserve.arguments import MIN_WINDOWS
+from edgeserve.bench.measure import STABILITY_WINDOWS
 from edgeserve.cli import main
+from edgeserve.errors import ConfigError
 from tests.models import mlp_model, write_function
 from tests.server import Server, served, wait_ready
 
@@ -104,6 +107,26 @@ def test_no_execution_environments_for_the_lambda_emulator_is_refused(
     done = _run("serve", str(folder), "--emulate", "aws-lambda", "--instances", count)
     assert done.returncode == 2
     assert f"argument --instances: {count!r}: expected a whole number >= 1" in done.stderr
+
+
+def test_bench_help_says_max_windows_is_at_least_3() -> None:
+    """`bench --help` said only "windows before a level counts as unstable", and 1 or 2 were
+    refused once the bench had begun, with a message that named four settings at once."""
+    text = " ".join(_run("bench", "--help").stdout.split())
+    assert "--max-windows MAX_WINDOWS windows before a level counts as unstable, at least 3" in text
+    assert MIN_WINDOWS == STABILITY_WINDOWS  # the parser's bound is the stability rule's
+
+
+@pytest.mark.parametrize("count", ["1", "2", "three"])
+def test_too_few_bench_windows_are_a_usage_error(count: str) -> None:
+    done = _run("bench", "http://127.0.0.1:1", "--max-windows", count)
+    assert done.returncode == ConfigError.exit_code == 2
+    assert done.stderr.startswith("usage: edgeserve bench")
+    assert (
+        f"argument --max-windows: {count!r}: expected a whole number >= 3 (a level is stable "
+        "when its last 3 agree)"
+    ) in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_the_lambda_emulator_refuses_a_handler_that_cannot_import(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from edgeserve.bench.inputs import (
     synthesize,
 )
 from edgeserve.bench.loadgen import Request, Target, encode_request
+from edgeserve.bench.measure import STABILITY_WINDOWS
 from edgeserve.bench.report import BenchReport, render_table, write_plot
 from edgeserve.bench.server import Control, Endpoint, serving
 from edgeserve.bench.sweep import Level, LevelResult, Settings, measure_level
@@ -60,10 +61,7 @@ def bench(
     """
     if protocol not in ("binary", "json"):
         raise ConfigError(f"--protocol {protocol!r}: expected binary or json")
-    if window_s <= 0 or max_windows < 3 or batch_size < 1 or processes < 1:
-        raise ConfigError(
-            "bench: expected window_s > 0, max_windows >= 3, batch_size >= 1 and processes >= 1"
-        )
+    _check_settings(window_s, max_windows, batch_size, processes)
     levels = [Level("concurrency", c) for c in concurrency]
     levels += [Level("request_rate", r) for r in request_rate]
     if any(level.value <= 0 for level in levels):
@@ -75,6 +73,28 @@ def bench(
             target, levels or [Level("concurrency", 1)], plan, settings, ready_timeout_s, on_level
         )
     )
+
+
+def _check_settings(window_s: float, max_windows: int, batch_size: int, processes: int) -> None:
+    """Refuse a setting the sweep cannot use, naming it and its value."""
+    wrong = [
+        f"{name} = {value}: expected {expected}"
+        for name, value, bad, expected in (
+            ("window_s", window_s, window_s <= 0, "> 0 seconds"),
+            (
+                "max_windows",
+                max_windows,
+                max_windows < STABILITY_WINDOWS,
+                f">= {STABILITY_WINDOWS} (a level is stable when its last "
+                f"{STABILITY_WINDOWS} windows agree)",
+            ),
+            ("batch_size", batch_size, batch_size < 1, ">= 1"),
+            ("processes", processes, processes < 1, ">= 1"),
+        )
+        if bad
+    ]
+    if wrong:
+        raise ConfigError(f"bench: {'; '.join(wrong)}")
 
 
 def _run(main: Coroutine[Any, Any, BenchReport]) -> BenchReport:
