@@ -26,6 +26,7 @@ from edgeserve.errors import (
     EdgeserveError,
     InvalidInput,
     ModelNotFound,
+    ModelRefused,
     PayloadTooLarge,
     Unavailable,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "EdgeserveError",
     "InvalidInput",
     "ModelNotFound",
+    "ModelRefused",
     "PayloadTooLarge",
     "Runtime",
     "Unavailable",

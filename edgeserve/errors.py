@@ -6,6 +6,8 @@
     ├── BackendError               no usable backend, or one failed to load or run
     ├── HandlerError               the function's handler broke its contract (500; exit 2)
     ├── InvalidInput               400: what was wrong, where, what was expected
+    ├── ModelRefused               422: inputs the door let through, on whose values the model
+    │                              failed (TopK's k past its axis): the backend's own words
     ├── Unauthorized               401, with WWW-Authenticate: missing or rejected credentials
     ├── Forbidden                  403: allowed to no one calling from where this caller is
     ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
@@ -64,6 +66,18 @@ class HandlerError(EdgeserveError):
 
 class InvalidInput(EdgeserveError):
     status = 400
+
+
+class ModelRefused(EdgeserveError):
+    """The model could not compute on a request's values, which passed every check at the door
+    (datatype, dims, shape profile, index ranges): a TopK whose k, read from an input, exceeds
+    its axis; a Reshape to a shape an input gives that the data does not fit. The request is
+    well formed and the server has no fault, so it is the client's (422, Unprocessable
+    Content: sending it again fails again); the message is the backend's. A batch failing so
+    is rerun item by item (batching/batcher.py), so only the request that fails alone gets it.
+    """
+
+    status = 422
 
 
 class Unauthorized(EdgeserveError):

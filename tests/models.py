@@ -391,6 +391,51 @@ def total_model(path: Path) -> Path:
     return _save(graph, path)
 
 
+def reshaping_model(path: Path) -> Path:
+    """x FP32 [N, 6], cols INT64 [N, 1] -> y FP32 [N, C]: x reshaped to [-1, C], C the largest
+    `cols` of the batch (0 keeps 6). C = 6 answers x itself; a C the 6 values do not fill (7)
+    fails inside the model, on every backend, though every check at the door passes."""
+    nodes = [
+        helper.make_node("Concat", ["rest", "largest"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    rest = numpy_helper.from_array(np.array([-1], np.int64), "rest")
+    return _by_the_largest(path, ("x", 6), "cols", nodes, "y", [rest])
+
+
+def top_model(path: Path) -> Path:
+    """x FP32 [N, 4], k INT64 [N, 1] -> top FP32 [N, K]: TopK of each row, k the largest of the
+    batch; a k past the 4 values fails inside ONNX Runtime ("k argument [9] should not be
+    greater than specified axis dim value [4]")."""
+    nodes = [helper.make_node("TopK", ["x", "largest"], ["top", "where"], axis=1)]
+    return _by_the_largest(path, ("x", 4), "k", nodes, "top")
+
+
+def _by_the_largest(
+    path: Path,
+    data: tuple[str, int],
+    size: str,
+    nodes: list[onnx.NodeProto],
+    output: str,
+    weights: list[onnx.TensorProto] | None = None,
+) -> Path:
+    """`data` FP32 [N, width] and `size` INT64 [N, 1] -> `output` FP32 [N, ?], computed by
+    `nodes` from `data` and `largest`, the batch's largest `size` ([1])."""
+    name, width = data
+    largest = helper.make_node("ReduceMax", [size], ["largest"], axes=[0], keepdims=0)
+    graph = helper.make_graph(
+        [largest, *nodes],
+        output,
+        [
+            helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", width]),
+            helper.make_tensor_value_info(size, TensorProto.INT64, ["N", 1]),
+        ],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, ["N", "M"])],
+        weights or [],
+    )
+    return _save(graph, path)
+
+
 def scalar_model(path: Path) -> Path:
     """x FP32 [] -> y FP32 []: x squared (a rank-0 input: no batch axis, no dims at all)."""
     graph = helper.make_graph(

@@ -19,7 +19,7 @@ from edgeserve.backends import BACKENDS, Choice, choose, load_backend
 from edgeserve.backends.openvino import IR_PATH, OpenVINO, compile_config, export_ir
 from edgeserve.backends.options import LoadOptions
 from edgeserve.dataplane import InputChecks
-from edgeserve.errors import BackendError, ConfigError, InvalidInput
+from edgeserve.errors import BackendError, ConfigError, InvalidInput, ModelRefused
 from edgeserve.hardware import Cpu, Gpu, Jetson, Platform
 from edgeserve.manifest import ModelSection
 from edgeserve.shapes import ShapeRange, shape_profile
@@ -135,14 +135,21 @@ def test_export_ir_of_a_broken_file_is_a_backend_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend_name", ["openvino", "onnxruntime"])
-def test_a_failure_inside_the_engine_is_a_backend_error(tmp_path: Path, backend_name: str) -> None:
+def test_a_model_failing_on_the_values_it_was_given_is_the_request_s_fault(
+    tmp_path: Path, backend_name: str
+) -> None:
+    """A run the model fails on inputs of a form it takes (7 values do not reshape to [-1, 5])
+    is ModelRefused (422), in the backend's own words without its source frames."""
     backend = load_backend(backend_name, reshaper(tmp_path / "reshape.onnx"))
     assert backend.infer({"x": np.arange(10, dtype=np.float32).reshape(1, 10)})["y"].shape == (2, 5)
     with pytest.raises(
-        BackendError, match=f"^{backend_name}: inference failed: .*[Rr]eshape"
+        ModelRefused,
+        match=f"^{backend_name}: the model failed on the request's values: .*[Rr]eshape",
     ) as caught:
         backend.infer({"x": np.zeros((1, 7), np.float32)})
+    assert caught.value.status == 422
     assert "Exception from" not in caught.value.message
+    assert "[ONNXRuntimeError]" not in caught.value.message
 
 
 @pytest.mark.parametrize("backend_name", ["openvino", "onnxruntime"])

@@ -42,7 +42,15 @@ from tests.bad_requests import (
     payload,
     v2_body,
 )
-from tests.models import identity_model, sequence_model, slow_model, write_function
+from tests.models import (
+    identity_model,
+    reshaping_model,
+    sequence_model,
+    slow_model,
+    top_model,
+    write_function,
+)
+from tests.server import running
 from tests.test_tritonclient import MANIFEST
 from tests.threaded_server import serving
 
@@ -439,7 +447,7 @@ def token_request(tokens: list[int]) -> dict[str, Any]:
 def test_a_value_the_model_refuses_fails_its_own_request_not_its_batch(tmp_path: Path) -> None:
     """Token 99 of a 32-token vocabulary, looked up where the door cannot see (through an
     Abs), passes every check at the door, and ONNX Runtime refuses it while running the
-    batch it shares with 7 good requests: only it gets the 400."""
+    batch it shares with 7 good requests: only it gets the 422 (ModelRefused)."""
     model = functools.partial(sequence_model, via="Abs")
     source = write_function(tmp_path / "tokens", model, BATCHING)
     app = create_app(Runtime.load(build(source, tmp_path / "bundle")))
@@ -454,7 +462,7 @@ def test_a_value_the_model_refuses_fails_its_own_request_not_its_batch(tmp_path:
         *good, bad = asyncio.run(send_all(url))
         batches = httpx.get(f"{url}/v2/models/tokens/stats").json()["model_stats"][0]
     assert [response.status_code for response in good] == [200] * 7
-    assert bad.status_code == 400
+    assert bad.status_code == 422
     assert "idx=99" in bad.json()["error"]
     assert batches["execution_count"] >= 2  # they met in one batch, then ran alone
 
@@ -518,8 +526,86 @@ def test_when_one_item_fails_the_request_s_waiting_items_are_withdrawn(tmp_path:
     good, bad = [1] * 16, [1] * 15 + [99]
     with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         response = client.post("/invoke", json={"lines": [good, bad, good, good, good]})
-        assert response.status_code == 400
+        assert response.status_code == 422
         assert "idx=99" in response.json()["error"]
         stats = client.get("/v2/models/pages/stats").json()["model_stats"][0]
         assert (stats["execution_count"], stats["inference_count"]) == (1, 1)  # the first line
         assert client.post("/invoke", json={"lines": [good] * 3}).json() == 3
+
+
+SHAPING = """
+[function]
+name = "shaping"
+[batching]
+max_batch_size = 8
+preferred_batch_sizes = [4]
+max_queue_delay_ms = 3000
+[backend]
+prefer = ["{backend}"]
+precision = "fp32"
+[resources]
+processes_per_device = 1
+"""
+
+
+def tensor(name: str, datatype: str, values: list[Any]) -> dict[str, Any]:
+    return {"name": name, "datatype": datatype, "shape": [1, len(values)], "data": values}
+
+
+FAILING_VALUES = {  # model: (a good request, its answer, a request the model fails on, words)
+    "reshaping": (
+        [tensor("x", "FP32", [0, 1, 2, 3, 4, 5]), tensor("cols", "INT64", [6])],
+        [0, 1, 2, 3, 4, 5],
+        [tensor("x", "FP32", [0, 1, 2, 3, 4, 5]), tensor("cols", "INT64", [7])],
+        "eshape",
+    ),
+    "top": (
+        [tensor("x", "FP32", [3, 1, 4, 2]), tensor("k", "INT64", [2])],
+        [4, 3],
+        [tensor("x", "FP32", [3, 1, 4, 2]), tensor("k", "INT64", [9])],
+        "k argument [9] should not be greater than specified axis dim value [4]",
+    ),
+}
+
+
+async def send_together(url: str, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        sent = (client.post("/v2/models/shaping/infer", json=body) for body in bodies)
+        return await asyncio.gather(*sent)
+
+
+@pytest.mark.parametrize(
+    ("model", "backend", "workers"),
+    [
+        (reshaping_model, "onnxruntime", "1"),
+        (reshaping_model, "onnxruntime", "2"),
+        (reshaping_model, "openvino", "1"),
+        (reshaping_model, "openvino", "2"),
+        (top_model, "onnxruntime", "1"),
+    ],
+)
+def test_a_request_the_model_fails_on_gets_a_422_and_its_batch_mates_their_answers(
+    tmp_path: Path, model: Any, backend: str, workers: str
+) -> None:
+    """A value the door cannot judge (a Reshape's width, TopK's k, read from an input) makes
+    the model fail the batch of 4 it shares with 3 good requests. That request was answered
+    500 "internal server error", as if edgeserve were at fault; it now gets 422 with the
+    backend's words, and the batch's 3 others, rerun one by one, their own answers: in one
+    process and with the inference process behind fronts alike."""
+    good, answer, bad, words = FAILING_VALUES[model.__name__.removesuffix("_model")]
+    source = write_function(tmp_path / "shaping", model, SHAPING.format(backend=backend))
+    with running(source, "--workers", workers) as (url, _):
+        *fine, refused = asyncio.run(send_together(url, [{"inputs": good}] * 3 + [{"inputs": bad}]))
+        stats = httpx.get(f"{url}/v2/models/shaping/stats").json()["model_stats"][0]
+        assert (
+            httpx.post(f"{url}/v2/models/shaping/infer", json={"inputs": good}).status_code == 200
+        )
+    for response in fine:
+        assert response.status_code == 200, response.text
+        assert response.json()["outputs"][0]["data"] == answer
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert error.startswith(f"{backend}: the model failed on the request's values: ")
+    assert words in error and "Exception from" not in error
+    assert stats["inference_stats"]["queue"]["count"] == 4 + 4  # the batch of 4, then each alone
+    assert (stats["execution_count"], stats["inference_count"]) == (3, 3)

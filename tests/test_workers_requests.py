@@ -49,7 +49,7 @@ def metric(url: str, name: str) -> float:
 
 def answers(folder: Path, workers: str) -> list[tuple[int, str | None, dict]]:
     """What a client reads for errors raised in the batcher: a value the backend refuses
-    (400), a deadline that passes in the queue (504), and the good request beside them."""
+    (422), a deadline that passes in the queue (504), and the good request beside them."""
     infer = "/v2/models/pages/infer"
     with running(folder, "--workers", workers) as (url, _), httpx.Client(base_url=url) as client:
         sent = [
@@ -68,7 +68,7 @@ def test_an_error_in_the_inference_process_reaches_the_client_as_in_one_process(
     alone, split = answers(folder, "1"), answers(folder, "2")
     assert split == alone
     (bad, _, refused), (late, _, expired), (ok, _, _), (page, _, _) = split
-    assert (bad, ok, page, late) == (400, 200, 400, 504)
+    assert (bad, ok, page, late) == (422, 200, 422, 504)
     assert "idx=99" in refused["error"]
     assert expired == {"error": "deadline passed while queued; not run"}
 
@@ -79,7 +79,7 @@ def test_a_failed_item_withdraws_its_request_s_waiting_items(tmp_path: Path) -> 
     withdrawn in the inference process, not run."""
     with running(pages(tmp_path / "pages"), "--workers", "2") as (url, _):
         response = httpx.post(f"{url}/invoke", json={"lines": [GOOD, BAD, GOOD, GOOD, GOOD]})
-        assert response.status_code == 400
+        assert response.status_code == 422
         assert "idx=99" in response.json()["error"]
         ran = stats(url)
         assert (ran["execution_count"], ran["inference_count"]) == (1, 1)  # the first line

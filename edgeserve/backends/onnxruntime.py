@@ -25,6 +25,7 @@ import functools
 import itertools
 import logging
 import math
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,9 +44,9 @@ from edgeserve.backends.binding import (
     Staged,
 )
 from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for
-from edgeserve.backends.options import LoadOptions, TritonNames, missing_module
+from edgeserve.backends.options import LoadOptions, TritonNames, missing_module, run_failure
 from edgeserve.batching.rows import stack_rows
-from edgeserve.errors import BackendError, InvalidInput
+from edgeserve.errors import BackendError, EdgeserveError, InvalidInput
 from edgeserve.hardware import Platform
 from edgeserve.shapes import Shape
 from edgeserve.types import Signature, TensorDict
@@ -88,7 +89,6 @@ class OnnxRuntime:
 
     def __init__(self, model_path: Path, options: LoadOptions) -> None:
         import onnxruntime as ort
-        from onnxruntime.capi import onnxruntime_pybind11_state as pybind_state
 
         self.signature = options.signature
         self.profile = options.profile
@@ -102,7 +102,6 @@ class OnnxRuntime:
         self.providers_requested = providers(cuda, tf32=options.precision != "fp32")
         self._model_path = model_path
         self._options = options
-        self._invalid_argument: type[Exception] = pybind_state.InvalidArgument
         self._output_names = [spec.name for spec in self.signature.outputs]
         every = (*self.signature.inputs, *self.signature.outputs)
         self._bf16 = frozenset(spec.name for spec in every if spec.datatype == "BF16")
@@ -160,10 +159,10 @@ class OnnxRuntime:
                 if isinstance(inputs, Staged):
                     return inputs.binding.run(len(next(iter(inputs.values()))))
                 values = self._run(self._session(()), feeds)
-        except self._invalid_argument as exc:
-            raise InvalidInput(f"onnxruntime rejected the inputs: {exc}") from None
-        except Exception as exc:
-            raise BackendError(f"onnxruntime: inference failed: {exc}") from None
+        except EdgeserveError:
+            raise
+        except Exception as exc:  # its Fail, InvalidArgument, RuntimeException, ...: the text says
+            raise run_failure(self.name, _message(exc)) from None
         return dict(zip(self._output_names, values, strict=True))
 
     def _run(self, session: Any, feeds: TensorDict) -> list[np.ndarray]:
@@ -372,6 +371,14 @@ def session_options(options: LoadOptions, fixed: Mapping[str, int] | None = None
     # No spinning between runs: on a few cores the spinning pool starves the event loop.
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
+
+
+_STATUS = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
+
+
+def _message(exc: Exception) -> str:
+    """ONNX Runtime's text without its "[ONNXRuntimeError] : 1 : FAIL : " prefix."""
+    return _STATUS.sub("", str(exc).strip())
 
 
 def _text(name: str, array: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ from edgeserve.backends.options import (
     LoadOptions,
     TritonNames,
     missing_module,
+    run_failure,
     unsupported_types,
 )
 from edgeserve.datatypes import bf16_bits
@@ -122,8 +123,8 @@ class OpenVINO:
         try:
             # share_outputs=False: OpenVINO reuses its output buffers on the next call, so copy.
             results = request.infer(inputs, share_inputs=True, share_outputs=False)
-        except Exception as exc:
-            raise BackendError(f"openvino: inference failed: {_message(exc)}") from None
+        except Exception as exc:  # RuntimeError for everything: the text says what failed
+            raise run_failure(self.name, _message(exc)) from None
         # a BF16 output comes back as its bits in a float16 array (numpy has no bfloat16)
         return {
             name: bf16_bits(results[port]) if bf16 else np.asarray(results[port])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from edgeserve.errors import ConfigError
+from edgeserve.errors import BackendError, ConfigError, EdgeserveError, ModelRefused
 from edgeserve.hardware import Platform
 from edgeserve.shapes import ShapeProfile
 from edgeserve.types import Signature
@@ -27,6 +27,31 @@ def missing_module(modules: Mapping[str, str], platform: Platform) -> str | None
     """What to install, for the first of a backend's `modules` (import name -> how to get it)
     this machine lacks; None when all import."""
     return next((how for name, how in modules.items() if name not in platform.modules), None)
+
+
+MACHINE_FAULTS = (
+    "out of memory",
+    "failed to allocate",
+    "bad_alloc",
+    "bad allocation",
+    "cuda failure",
+    "cuda error",
+    "cudaerror",
+    "cublas failure",
+    "cudnn failure",
+)
+"""Words (lowercase) of a failed run that are the machine's fault, not the request's."""
+
+
+def run_failure(backend: str, message: str) -> EdgeserveError:
+    """A run that failed on inputs the door let through (their datatype, dims and ranges
+    checked, so the loaded and warmed model is not refused their form): the model failed on
+    their values (TopK's k past its axis, a Reshape to a shape an input gives), which is
+    ModelRefused (422) with the backend's words; BackendError (500) where the words say the
+    machine failed (memory, the GPU)."""
+    if any(fault in message.lower() for fault in MACHINE_FAULTS):
+        return BackendError(f"{backend}: inference failed: {message}")
+    return ModelRefused(f"{backend}: the model failed on the request's values: {message}")
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@
 An `EdgeserveError` carries its status; `Unavailable` adds `Retry-After`, `Unauthorized`
 `WWW-Authenticate`. Starlette's own
 HTTPExceptions (unknown route, wrong method) answer in the same JSON shape. A 500 (any other
-exception, or an EdgeserveError of status 500 such as a failed batch or handler) is a fault of
-ours: logged with its traceback, answered with a generic message that leaks nothing. A handler
-that broke its contract (`HandlerError`) is answered 500 with what it returned and what was
-expected: type names and tensor names, which the v2 metadata shows anyway.
+exception, or an EdgeserveError of status 500: a backend out of memory, a broken handler) is a
+fault of ours: logged with its traceback, answered with a generic message that leaks nothing.
+A handler that broke its contract (`HandlerError`) is answered 500 with what it returned and
+what was expected: type names and tensor names, which the v2 metadata shows anyway.
 A client that hung up gets 499 (nginx's "client closed request"), which no one reads.
 """
 

@@ -37,6 +37,7 @@ JSON_TYPES |= {"BOOL": "boolean", "BYTES": "string"}
 ERRORS = {
     "400": "bad input: which tensor, what was expected",
     "413": "request body too large",
+    "422": "the model failed on the request's values (in the backend's words)",
     "500": "a fault of the function (its handler's bug, said plainly) or of the server",
     "503": "queue full or not ready (with Retry-After)",
     "504": "the request's deadline passed before it could run",
