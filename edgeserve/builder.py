@@ -157,7 +157,7 @@ def build(
     backend: str | None = None,
     archive: bool = False,
     dist: Path | None = None,
-    report: Callable[[PrecisionCheck | DryRun | SkippedCheck], None] | None = None,
+    report: Callable[[Check], None] | None = None,
 ) -> Bundle:
     """Build the function at `source` into the bundle folder `out`.
 
@@ -168,31 +168,46 @@ def build(
     a batch-axis check that could not run is given to `report` as a warning.
     """
     plan = plan_build(source, targets=targets, backend=backend)
-    manifest = load_manifest(source)
-    planned = "openvino" in plan.backends  # the precision check measures OpenVINO's drift
-    skipped = check_batch_axis(source, manifest, plan.signature)
-    ran = dry_run(source, manifest, plan.signature)
-    check = check_precision(source, manifest, plan.signature) if planned else None
-    for done in (skipped, ran, check):
-        if done is not None and report is not None:
+    for done in check_source(source, plan):
+        if report is not None:
             report(done)
     return write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
+
+
+Check = PrecisionCheck | DryRun | SkippedCheck
+"""What a check before writing a bundle reports (each has `describe()`)."""
+
+
+def check_source(source: Path, plan: BuildPlan) -> list[Check]:
+    """Build's checks of a source before anything is written, each raising what it refuses:
+    the batch axis (`dryrun.check_batch_axis`; a SkippedCheck where it could not run), the
+    handler on the samples (`dryrun.dry_run`), and OpenVINO's drift from fp32 where a target
+    plans it (`precision.check_precision`). `build` and `open_or_build` (serve, bench, deploy
+    and the Lambda emulator on a source folder) both run them: what one refuses, so does the
+    other."""
+    manifest = load_manifest(source)  # the source's own: the plan's points into the bundle
+    planned = "openvino" in plan.backends  # the precision check measures OpenVINO's drift
+    done = (
+        check_batch_axis(source, manifest, plan.signature),
+        dry_run(source, manifest, plan.signature),
+        check_precision(source, manifest, plan.signature) if planned else None,
+    )
+    return [check for check in done if check is not None]
 
 
 def open_or_build(
     path: Path,
     *,
     targets: Sequence[str] = ("local",),
-    report: Callable[[SkippedCheck], None] | None = None,
+    report: Callable[[Check], None] | None = None,
 ) -> Bundle:
     """Open a bundle, or first build a function source into the cache (what `serve` does).
 
     The cache entry is keyed by a hash of the source files and the build plan, so an edited
-    source builds again and an unchanged one opens at once. A new entry's model gets build's
-    batch-axis check first (a batch-axis check that could not run is given to `report`); the
-    handler's dry run and the precision check stay `build`'s: they import the handler, which
-    this process then imports again to serve it (a handler registering a metric at import
-    would fail there).
+    source builds again and an unchanged one opens at once. A new entry gets build's checks
+    first (`check_source`: the batch axis, the handler's dry run on the samples, the precision
+    check), each given to `report`; an entry is made only once they pass. The handler they
+    import is the one this process then serves (handler.import_handler runs a file once).
     """
     if not is_function_source(path):
         return Bundle.open(path)
@@ -206,9 +221,9 @@ def open_or_build(
         else:
             touch(cached)
             return replace(bundle, source=path)
-    skipped = check_batch_axis(path, load_manifest(path), plan.signature)
-    if skipped is not None and report is not None:
-        report(skipped)
+    for done in check_source(path, plan):
+        if report is not None:
+            report(done)
     bundle = write_bundle(plan, cached)
     prune(keep=cached)
     return replace(bundle, source=path)

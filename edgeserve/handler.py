@@ -37,12 +37,14 @@ def import_handler(path: Path, shown_as: Path | None = None) -> ModuleType:
     """Import the handler at `path`; errors and tracebacks name `shown_as` (the user's source
     file when `path` is its copy in a cached bundle) and the line.
 
-    A file is run once per process while its text is unchanged (build imports it for the dry
-    run and for each image sample of the precision check): a handler may do at import what
-    can be done only once, such as registering a Prometheus metric."""
+    A handler is run once per process while its text is unchanged (build imports it for the
+    dry run and for each image sample of the precision check; serving a source folder runs
+    those checks on the source's file, then serves its copy in the bundle cache, shown as that
+    same file): a handler may do at import what can be done only once, such as registering a
+    Prometheus metric."""
     shown = shown_as or path
     try:
-        key = (str(path.resolve()), str(shown), hashlib.sha256(path.read_bytes()).digest())
+        key = (str(shown.resolve()), hashlib.sha256(path.read_bytes()).digest())
     except OSError:  # no such file: the import says so, in the user's words
         return _import(path, shown)
     if (module := _IMPORTED.get(key)) is None:
@@ -50,7 +52,7 @@ def import_handler(path: Path, shown_as: Path | None = None) -> ModuleType:
     return module
 
 
-_IMPORTED: dict[tuple[str, str, bytes], ModuleType] = {}
+_IMPORTED: dict[tuple[str, bytes], ModuleType] = {}
 
 
 def _import(path: Path, shown: Path) -> ModuleType:

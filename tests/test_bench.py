@@ -207,11 +207,15 @@ def test_bench_errors(target: str | None, kwargs: dict, error: type, match: str)
 def test_cli_shows_the_first_failure_stops_early_and_exits_non_zero(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A sample that does not fit the handler: every request gets a 400, the bench says which."""
+    """Requests that do not fit the handler (build would refuse them as the function's own
+    samples, and so would serving it: they come from elsewhere): every one gets a 400, the
+    bench says which."""
     function = init_function(tmp_path / "demo")
-    (function / "samples" / "request.json").write_text('{"x": [1, 2, 3]}')
+    (tmp_path / "others").mkdir()
+    (tmp_path / "others" / "request.json").write_text('{"x": [1, 2, 3]}')
     out = tmp_path / "report.json"
     argv = ["bench", str(function), "--concurrency", "1,4", "--window-s", "0.5"]
+    argv += ["--inputs", str(tmp_path / "others")]
     assert main([*argv, "--json", str(out), "--plot", ""]) == 1
     captured = capsys.readouterr()
     assert "error: bench: requests failed" in captured.err

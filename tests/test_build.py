@@ -405,8 +405,8 @@ def test_each_archive_holds_only_what_its_target_needs(source: Path, tmp_path: P
 def test_open_or_build_builds_a_source_once_into_the_cache(source: Path, cache_dir: Path) -> None:
     first = open_or_build(source)
     again = open_or_build(source)
-    (source / "samples" / "another.json").write_text("{}")
-    edited = open_or_build(source)
+    (source / "samples" / "another.json").write_text(json.dumps({"x": [0.5] * 16}))
+    edited = open_or_build(source)  # an edit, whose sample the handler's dry run accepts
 
     assert first.root.parent == cache_dir / "bundles"
     assert first.root.name.startswith("hello-")

@@ -5,6 +5,8 @@ with what the handler returned and what was expected."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -325,3 +327,50 @@ def test_a_hook_that_proved_cheap_runs_on_the_event_loop(tmp_path: Path) -> None
     assert all(seen["pre"] != "MainThread" for seen in [*fast, slowed, after])
     assert slowed["post"] == "MainThread"
     assert after["post"] != "MainThread"
+
+
+FP64 = GOOD.replace("dtype=np.float32", "dtype=np.float64")
+"""A handler whose preprocess breaks the contract on the sample: build refuses it."""
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [("serve", "--port", "0"), ("serve", "--emulate", "aws-lambda", "--port", "0"), ("deploy",)],
+    ids=["serve", "lambda emulator", "deploy"],
+)
+def test_serving_a_source_folder_runs_the_checks_build_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verb: tuple[str, ...]
+) -> None:
+    """`serve`, the Lambda emulator and `deploy` on a source folder skipped build's dry run of
+    the handler on the samples: a preprocess returning float64 for a float32 input served
+    (every such request then a 500) where `edgeserve build` refused it. They refuse it now,
+    with build's words and exit code, before anything listens or ships."""
+    monkeypatch.setenv("EDGESERVE_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)  # a deploy that got past the checks ships nowhere
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    folder = _function(tmp_path, FP64)
+    target = ("--target", "aws-lambda") if verb == ("deploy",) else ()
+    command = [sys.executable, "-m", "edgeserve", verb[0], str(folder), *verb[1:], *target]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2, said
+    assert (
+        f"error: {folder / 'handler.py'}: on request.json: handler.preprocess item 0, `x`: got "
+        "FP64 [16]; expected FP32 [16]"
+    ) in said
+    assert not list((tmp_path / "cache" / "bundles").glob("mlp-*"))  # nothing cached either
+
+
+def test_serving_a_source_folder_imports_its_handler_once(tmp_path: Path) -> None:
+    """The checks import the handler from the source folder, the server its copy in the bundle
+    cache: a handler registering a Prometheus metric at import is still run once."""
+    folder = write_function(tmp_path / "fn", mlp_model, MANIFEST.split("[backend]")[0], METERED)
+    (folder / "samples").mkdir()
+    (folder / "samples" / "request.json").write_text(SAMPLE)
+    with running(folder, "--workers", "1") as (url, server):
+        answer = httpx.post(f"{url}/invoke", json=json.loads(SAMPLE), timeout=30)
+    assert answer.status_code == 200, answer.text
+    log = " ".join("".join(server.output).split())
+    assert "handler: ran samples/request.json through preprocess, model, postprocess" in log
+    assert "precision auto (openvino): outputs differ from fp32 by at most" in log
