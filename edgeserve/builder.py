@@ -117,7 +117,8 @@ def plan_build(
         raise ConfigError(f"{source}: expected a function folder holding {MANIFEST_NAME}")
     manifest = load_manifest(source)
     model = _model_file(source, manifest)
-    signature = read_signature(model, manifest.model, source / MANIFEST_NAME)
+    batching = manifest.batching.max_batch_size > 0
+    signature = read_signature(model, manifest.model, source / MANIFEST_NAME, batching)
     check_max_batch_size(signature, manifest.batching, source / MANIFEST_NAME)
     model_dest = f"model/{model.name}"
     copies = [(MANIFEST_NAME, source / MANIFEST_NAME), (model_dest, model)]

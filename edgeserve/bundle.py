@@ -89,6 +89,7 @@ def signature_to_json(signature: Signature) -> dict[str, Any]:
             "min_dims": None if tensor.min_dims is None else list(tensor.min_dims),
             "max_dims": None if tensor.max_dims is None else list(tensor.max_dims),
             "labels": list(tensor.labels),
+            "ranked": tensor.ranked,
         }
 
     return {
@@ -113,6 +114,7 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
             _dims(tensor.get("min_dims")),
             _dims(tensor.get("max_dims")),
             tuple(tensor.get("labels", ())),
+            tensor.get("ranked", True),  # bundles built before unranked outputs had none
         )
 
     return Signature(

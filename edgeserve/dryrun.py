@@ -106,7 +106,7 @@ def check_batch_axis(source: Path, manifest: Manifest, signature: Signature) -> 
     finally:
         engine.close()
     batched, again = (as_numbers(outputs, signature) for outputs in runs)
-    _check_rows_kept(batched, rows, model)
+    _check_rows_kept(batched, rows, model, signature)
     if not all(_close(again[name], array) for name, array in batched.items()):
         return SkippedCheck(
             "answered the same rows differently twice (a random op?), so each row alone "
@@ -131,12 +131,19 @@ DYNAMIC_QUANTIZATION = frozenset({"DynamicQuantizeLinear", "DynamicQuantizeMatMu
 NOT_A_BATCH_AXIS_HINT = "Hint: serve it one request a run, [batching] max_batch_size = 0"
 
 
-def _check_rows_kept(outputs: TensorDict, rows: int, model: Path) -> None:
+def _check_rows_kept(outputs: TensorDict, rows: int, model: Path, signature: Signature) -> None:
+    """Every output must hold the batch's rows on its first axis: one of dynamic first dim may
+    not (NonZero's [K, 2]), nor one the model declares no shape for (its rank shows here)."""
     wrong = {n: list(array.shape) for n, array in outputs.items() if array.shape[:1] != (rows,)}
     if wrong:
+        unranked = [
+            spec.name for spec in signature.outputs if not spec.ranked and spec.name in wrong
+        ]
+        said = f" ({', '.join(unranked)}: no shape declared in the model)" if unranked else ""
         raise ConfigError(
-            f"{model}: outputs {wrong} for a batch of {rows} rows: their first axis is not the "
-            f"batch axis, so batches cannot be split back into requests. {NOT_A_BATCH_AXIS_HINT}"
+            f"{model}: outputs {wrong}{said} for a batch of {rows} rows: their first axis is not "
+            f"the batch axis, so batches cannot be split back into requests. "
+            f"{NOT_A_BATCH_AXIS_HINT}"
         )
 
 

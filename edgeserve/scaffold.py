@@ -25,7 +25,7 @@ from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelgen import mlp_model
 from edgeserve.samples import sample_request
 from edgeserve.signature import external_data, read_signature
-from edgeserve.types import Signature
+from edgeserve.types import Signature, TensorSpec
 
 TEMPLATE = "function"
 
@@ -115,12 +115,17 @@ def adopted_manifest(name: str, model_file: str, signature: Signature) -> str:
         '# {"<input>": nested list, ...} with the batch axis and answers the outputs the same way;',
         "# samples/request.json is such a request.",
         *(f"#   input   {s.name:<{width}}  {s.datatype} {list(s.dims)}" for s in signature.inputs),
-        *(f"#   output  {s.name:<{width}}  {s.datatype} {list(s.dims)}" for s in signature.outputs),
+        *(f"#   output  {s.name:<{width}}  {s.datatype} {_dims(s)}" for s in signature.outputs),
         *_padding_hint(signature),
         "",
         *_batching_lines(signature),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _dims(spec: TensorSpec) -> str:
+    """An output's dims as the manifest lists them; one the model declares no shape for says so."""
+    return str(list(spec.dims)) if spec.ranked else f"{list(spec.dims)} (no shape in the model)"
 
 
 def _padding_hint(signature: Signature) -> list[str]:

@@ -81,11 +81,13 @@ def _load(model_path: Path) -> onnx.ModelProto:
 
 
 def read_signature(
-    model_path: Path, section: ModelSection, manifest: Path | None = None
+    model_path: Path, section: ModelSection, manifest: Path | None = None, batching: bool = True
 ) -> Signature:
     """Read names, datatypes and dims from an ONNX file (weights are not loaded).
 
-    `manifest`: the function.toml the overrides came from, named in errors about them.
+    `manifest`: the function.toml the overrides came from, named in errors about them;
+    `batching`: whether the function batches where the model can (`[batching] max_batch_size`
+    above 0), which the dims shown for an output of no declared shape follow.
     """
     graph = _load(model_path).graph
     initializers = {init.name for init in graph.initializer}
@@ -102,6 +104,7 @@ def read_signature(
     outputs = [_resolve_follows(spec, inputs, where) for spec in outputs]
     inputs = [_with_index_range(spec, graph) for spec in inputs]
     batched = all(spec.dims and spec.dims[0] == -1 for spec in inputs + outputs)
+    outputs = [_unranked_dims(spec, batched and batching) for spec in outputs]
     for spec in inputs if batched else ():
         if any(bound and bound[0] != -1 for bound in (spec.min_dims, spec.max_dims)):
             raise ConfigError(
@@ -202,6 +205,17 @@ def dims_of(value: onnx.ValueInfoProto) -> tuple[int, ...]:
     return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in shape)
 
 
+def _unranked_dims(spec: TensorSpec, batched: bool) -> TensorSpec:
+    """An output the model declares no shape for (a Loop's, a custom op's): its dims unknown,
+    shown as Triton's config would give them: -1 (after the batch axis, -1 too, where the model
+    batches). Its rank, unknown until a run, may still hold the batch axis: it batches when
+    every other tensor does, and build's batch-axis check (dryrun.check_batch_axis) runs it on a
+    batch to see that its first axis holds the batch's rows; else build refuses it, saying so."""
+    if spec.ranked:
+        return spec
+    return dataclasses.replace(spec, dims=(-1, -1) if batched else (-1,))
+
+
 def _spec(
     value: onnx.ValueInfoProto, overrides: dict[str, TensorOverride], where: Path, kind: str
 ) -> TensorSpec:
@@ -210,12 +224,16 @@ def _spec(
     except ValueError as exc:
         raise ConfigError(f"{where}: tensor `{value.name}`: {exc}") from None
     dims = dims_of(value)
+    ranked = kind == "inputs" or value.type.tensor_type.HasField("shape")
+    if not ranked:  # an output of no declared shape: unknown rank, not rank 0
+        dims = (-1,)
     override = overrides.get(value.name)
     if override is None:
-        return TensorSpec(value.name, datatype, dims)
+        return TensorSpec(value.name, datatype, dims, ranked=ranked)
     field = f"model.{kind}.{value.name}"
-    if override.dims is not None:
-        dims = _merge_dims(field, dims, override.dims, where)
+    if override.dims is not None:  # an unranked output's dims may be given whole
+        dims = _merge_dims(field, dims if ranked else (), override.dims, where, any_rank=not ranked)
+        ranked = True
     if override.pad_axis is not None and not 0 < override.pad_axis < len(dims):
         axes = f"an axis in 1..{len(dims) - 1}" if len(dims) > 1 else "no axis (nothing to pad)"
         raise ConfigError(
@@ -256,6 +274,7 @@ def _spec(
         min_dims=low,
         max_dims=high,
         labels=_labels(f"{field}.labels", override.labels, where),
+        ranked=ranked,
     )
 
 
@@ -314,16 +333,22 @@ def _resolve_follows(spec: TensorSpec, inputs: list[TensorSpec], where: Path) ->
 
 
 def _merge_dims(
-    field: str, model: tuple[int, ...], wanted: tuple[int, ...], where: Path
+    field: str,
+    model: tuple[int, ...],
+    wanted: tuple[int, ...],
+    where: Path,
+    any_rank: bool = False,
 ) -> tuple[int, ...]:
-    """An override may fix a dynamic dim, never contradict a fixed one."""
-    conflict = len(model) != len(wanted) or any(
+    """An override may fix a dynamic dim, never contradict a fixed one; `any_rank`: the model
+    declares no shape, so the override gives the rank too."""
+    conflict = (not any_rank and len(model) != len(wanted)) or any(
         (m != -1 and w != m) or w < -1 for m, w in zip(model, wanted, strict=False)
     )
-    if conflict:
+    if conflict or min(wanted, default=0) < -1:
+        fit = "dims of any rank" if any_rank else f"dims that fit the model's {list(model)}"
         raise ConfigError(
-            f"{where}: field `{field}.dims`: found {list(wanted)}, expected dims that fit the "
-            f"model's {list(model)} (a fixed dim can't change; -1 marks a dynamic one)"
+            f"{where}: field `{field}.dims`: found {list(wanted)}, expected {fit} (a fixed dim "
+            "can't change; -1 marks a dynamic one)"
         )
     return wanted
 

@@ -31,6 +31,8 @@ class TensorSpec:
     min_dims: tuple[int, ...] | None = None  # inputs: the smallest size per axis (-1: any)
     max_dims: tuple[int, ...] | None = None  # inputs: the largest size per axis (-1: any)
     labels: tuple[str, ...] = ()  # outputs: class labels by index (the classification extension)
+    ranked: bool = True  # outputs: False where the model declares no shape (dims all -1; the
+    # rank comes from the run, as a Loop's or a custom op's output may)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.dims)}

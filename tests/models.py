@@ -12,10 +12,13 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = [helper.make_opsetid("", 17)]
 
 
-def _save(graph: onnx.GraphProto, path: Path) -> Path:
+def _save(graph: onnx.GraphProto, path: Path, check: bool = True) -> Path:
+    """`check`: run onnx's checker (which wants a shape on every graph output, though ONNX
+    Runtime and OpenVINO load models without one)."""
     model = helper.make_model(graph, opset_imports=OPSET, producer_name="edgeserve-tests")
     model.ir_version = 8
-    onnx.checker.check_model(model)
+    if check:
+        onnx.checker.check_model(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
@@ -434,6 +437,20 @@ def _by_the_largest(
         weights or [],
     )
     return _save(graph, path)
+
+
+def shapeless_model(path: Path, shape: tuple[int, ...] = (-1, 2, 3)) -> Path:
+    """x FP32 [N, 6] -> y FP32 of no declared shape (not even a rank, as a Loop's output or a
+    custom op's may be): x reshaped to `shape` ([N, 2, 3] by default; (-1,): flat, [N * 6])."""
+    target = numpy_helper.from_array(np.array(shape, np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        "shapeless",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [target],
+    )
+    return _save(graph, path, check=False)
 
 
 def scalar_model(path: Path) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import subprocess
@@ -33,6 +34,7 @@ from tests.models import (
     mlp_model,
     nonzero_model,
     sequence_model,
+    shapeless_model,
     varlen_model,
     write_function,
 )
@@ -132,6 +134,7 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
                 "min_dims": None,
                 "max_dims": None,
                 "labels": [],
+                "ranked": True,
             }
         ],
         "outputs": [
@@ -147,6 +150,7 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
                 "min_dims": None,
                 "max_dims": None,
                 "labels": [],
+                "ranked": True,
             }
         ],
         "tied": [],
@@ -625,6 +629,32 @@ def test_outputs_without_the_batch_axis_first_are_refused_and_serve_unbatched(
         answer = httpx.post(f"{url}/v2/models/nz/infer", json={"inputs": [tensor]}, timeout=30)
     assert answer.status_code == 200, answer.text
     assert answer.json()["outputs"][0]["data"] == np.argwhere(x).ravel().tolist()
+
+
+def test_an_output_of_no_declared_shape_that_loses_the_batch_axis_is_refused_batching(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An output the model gives no shape batches like the others unless a run shows its
+    first axis is not the batch's (here flat: [N * 6]); the build says so and names it, and
+    with batching off it serves, its dims unknown (-1) in the metadata."""
+    model = functools.partial(shapeless_model, shape=(-1,))
+    folder = write_function(tmp_path / "fn", model, '[function]\nname = "flat"\n')
+    assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        "outputs {'y': [18]} (y: no shape declared in the model) for a batch of 3 rows: their "
+        "first axis is not the batch axis"
+    ) in said
+    assert "Hint: serve it one request a run, [batching] max_batch_size = 0" in said
+    (folder / "function.toml").write_text(
+        '[function]\nname = "flat"\n[batching]\nmax_batch_size = 0\n'
+    )
+    with served(folder) as url:
+        metadata = httpx.get(f"{url}/v2/models/flat", timeout=30).json()
+        tensor = {"name": "x", "datatype": "FP32", "shape": [2, 6], "data": list(range(12))}
+        answer = httpx.post(f"{url}/v2/models/flat/infer", json={"inputs": [tensor]}, timeout=30)
+    assert metadata["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [-1]}]
+    assert answer.json()["outputs"][0]["shape"] == [12]
 
 
 def test_a_model_whose_rows_compute_together_is_refused_batching(

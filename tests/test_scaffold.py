@@ -13,6 +13,7 @@ from importlib.resources import files
 from pathlib import Path, PurePosixPath
 from types import ModuleType
 
+import httpx
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -34,10 +35,11 @@ from tests.models import (
     exported_names_model,
     pair_model,
     sequence_model,
+    shapeless_model,
     total_model,
     zipmap_model,
 )
-from tests.server import served
+from tests.server import running, served
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -309,6 +311,42 @@ def test_init_names_the_output_that_turns_batching_off(tmp_path: Path) -> None:
     manifest = " ".join((dest / "function.toml").read_text().split())
     assert "# No batching: these tensors have no dynamic first dim (total []), #" in manifest
     assert "[batching]" not in manifest
+
+
+@pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
+def test_an_output_the_model_gives_no_shape_batches_and_its_dims_read_unknown(
+    tmp_path: Path, backend: str
+) -> None:
+    """An output the model declares no shape for (a Loop's, a custom op's) was taken as rank 0:
+    metadata said shape [], init turned batching off ("y []") and so did build. Its dims now
+    read unknown, -1 as Triton's config gives them, the shape comes from the run, and requests
+    batch, split back along axis 0 (build's batch-axis check saw the rows there)."""
+    dest = tmp_path / "fn"
+    assert main(["init", str(dest), "--model", str(shapeless_model(tmp_path / "sl.onnx"))]) == 0
+    manifest = dest / "function.toml"
+    text = manifest.read_text()
+    assert "#   output  y  FP32 [-1, -1] (no shape in the model)" in text
+    text = text.replace(
+        "max_queue_delay_ms = 2.0", "preferred_batch_sizes = [3]\nmax_queue_delay_ms = 3000"
+    )
+    manifest.write_text(text + f'\n[backend]\nprefer = ["{backend}"]\n')
+    rows = [np.arange(6, dtype=np.float32)[None], np.arange(12, dtype=np.float32).reshape(2, 6)]
+
+    async def send(url: str) -> list[dict]:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            sent = [client.post("/invoke", json={"x": x.tolist()}) for x in rows]
+            return [response.json() for response in await asyncio.gather(*sent)]
+
+    with running(dest, "--workers", "1") as (url, _):
+        answers = asyncio.run(send(url))
+        metadata = httpx.get(f"{url}/v2/models/fn").json()
+        config = httpx.get(f"{url}/v2/models/fn/config").json()
+        stats = httpx.get(f"{url}/v2/models/fn/stats").json()["model_stats"][0]
+    assert [np.shape(answer["y"]) for answer in answers] == [(1, 2, 3), (2, 2, 3)]
+    assert answers[1]["y"] == rows[1].reshape(2, 2, 3).tolist()
+    assert metadata["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [-1, -1]}]
+    assert (config["max_batch_size"], config["output"][0]["dims"]) == (32, [-1])
+    assert (stats["execution_count"], stats["inference_count"]) == (1, 3)  # one batch of 3
 
 
 def test_init_refuses_a_folder_with_more_than_a_model(

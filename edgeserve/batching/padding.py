@@ -56,10 +56,13 @@ class Padding:
         )
         declared = {(cut.output, cut.axis) for cut in cuts}
         uncut = [
+            f"`{spec.name}` (no declared shape)" for spec in signature.outputs if not spec.ranked
+        ]
+        uncut += [
             f"`{spec.name}` axis {axis}"
             for spec in signature.outputs
             for axis, dim in enumerate(spec.dims)
-            if axis and dim == -1 and (spec.name, axis) not in declared
+            if spec.ranked and axis and dim == -1 and (spec.name, axis) not in declared
         ]
         if uncut:
             return cls({}, (), f"outputs {', '.join(uncut)} vary in length but follow no input")
