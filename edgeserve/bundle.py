@@ -90,6 +90,7 @@ def signature_to_json(signature: Signature) -> dict[str, Any]:
             "max_dims": None if tensor.max_dims is None else list(tensor.max_dims),
             "labels": list(tensor.labels),
             "ranked": tensor.ranked,
+            "optional": tensor.optional,
         }
 
     return {
@@ -115,6 +116,7 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
             _dims(tensor.get("max_dims")),
             tuple(tensor.get("labels", ())),
             tensor.get("ranked", True),  # bundles built before unranked outputs had none
+            tensor.get("optional", False),  # nor optional inputs
         )
 
     return Signature(

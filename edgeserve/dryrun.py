@@ -17,7 +17,7 @@ import orjson
 
 from edgeserve.datatypes import as_numbers
 from edgeserve.errors import ConfigError, EdgeserveError, HandlerError, InvalidInput
-from edgeserve.handler import check_items, import_handler, where
+from edgeserve.handler import check_items, import_handler, one_row, where
 from edgeserve.http.invoke import decode_payload, encode_result
 from edgeserve.manifest import Manifest
 from edgeserve.samples import IMAGE_TYPES, content_type, is_v2_request, sample_files
@@ -244,5 +244,5 @@ class _Trial:
     def _infer(self, engine: Backend, item: TensorDict) -> TensorDict:
         if not self.signature.batched:
             return engine.infer(item)
-        outputs = engine.infer({name: value[np.newaxis] for name, value in item.items()})
+        outputs = engine.infer(one_row(item, self.signature))
         return {name: value[0] for name, value in outputs.items()}

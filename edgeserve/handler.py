@@ -19,7 +19,6 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import traceback
-from collections.abc import Sequence
 from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any
@@ -103,30 +102,44 @@ def check_items(items: Any, signature: Signature, *, sizes: bool = True) -> list
         raise HandlerError(f"handler.preprocess returned {_kind(items)}; expected {ITEMS_TYPE}")
     expected = {spec.name: _item_dims(spec, signature) for spec in signature.inputs}
     for position, item in enumerate(items):
-        _check_item(position, item, expected, signature.inputs, sizes)
+        _check_item(position, item, expected, signature, sizes)
     return list(items)
 
 
+def one_row(item: TensorDict, signature: Signature) -> TensorDict:
+    """An item as a batch of one row: a batch axis added to each of its tensors (but to an
+    optional input sent whole: `Signature.whole`)."""
+    whole = signature.whole
+    return {n: v if n in whole else np.asarray(v)[np.newaxis] for n, v in item.items()}
+
+
 def _item_dims(spec: TensorSpec, signature: Signature) -> tuple[int, ...]:
-    return spec.dims[1:] if signature.batched else spec.dims
+    """An item's dims: without the batch axis where the model batches (an optional input
+    without one, sent whole, keeps its own dims)."""
+    return spec.dims[1:] if signature.batched and spec.name not in signature.whole else spec.dims
 
 
 def _check_item(
     position: int,
     item: Any,
     dims: dict[str, tuple[int, ...]],
-    specs: Sequence[TensorSpec],
+    signature: Signature,
     sizes: bool,
 ) -> None:
     where_ = f"handler.preprocess item {position}"
     if not isinstance(item, dict):
         raise HandlerError(f"{where_} is {_kind(item)}; expected {ITEMS_TYPE}")
-    if set(item) != set(dims):
+    required = {spec.name for spec in signature.required}
+    if not required <= set(item) <= set(dims):
+        optional = sorted(set(dims) - required)
+        also = f" (and any of the optional {optional})" if optional else ""
         raise HandlerError(
             f"{where_} has keys {sorted(map(str, item))}; expected the model's inputs "
-            f"{sorted(dims)}"
+            f"{sorted(required)}{also}"
         )
-    for spec in specs:
+    for spec in signature.inputs:
+        if spec.name not in item:  # an optional input: the model's default
+            continue
         value = item[spec.name]
         if not isinstance(value, np.ndarray):
             raise HandlerError(f"{where_}, `{spec.name}` is {_kind(value)}; expected np.ndarray")

@@ -21,7 +21,7 @@ import orjson
 
 from edgeserve.datatypes import as_numbers
 from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput
-from edgeserve.handler import import_handler
+from edgeserve.handler import import_handler, one_row
 from edgeserve.manifest import Manifest
 from edgeserve.samples import (
     IMAGE_TYPES,
@@ -138,22 +138,36 @@ def _sample_batches(
 def _json_tensors(path: Path, manifest: Manifest, signature: Signature) -> TensorDict | None:
     """A v2 request's tensors; without a handler an /invoke payload's too (`init` writes one):
     /invoke then hands the model its JSON as the inputs."""
-    names = {spec.name for spec in signature.inputs}
     try:
         payload = orjson.loads(path.read_bytes())
         if is_v2_request(payload):
             return v2_inputs(payload)[0]
-        if manifest.handler.module is None and isinstance(payload, dict) and set(payload) == names:
-            return {spec.name: spec_array(spec, payload[spec.name]) for spec in signature.inputs}
+        if (
+            manifest.handler.module is None
+            and isinstance(payload, dict)
+            and _named(payload, signature)
+        ):
+            return {
+                s.name: spec_array(s, payload[s.name])
+                for s in signature.inputs
+                if s.name in payload
+            }
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, InvalidInput):
         pass  # not a tensor sample, or not one of this model's
     return None
 
 
+def _named(tensors: Any, signature: Signature) -> bool:
+    """Whether `tensors` are named as the model's inputs: each required one, optional ones."""
+    return (
+        {s.name for s in signature.required} <= set(tensors) <= {s.name for s in signature.inputs}
+    )
+
+
 def _fits(batch: TensorDict, signature: Signature) -> bool:
     """The model's inputs, each of a shape its dims allow (-1: any size)."""
     specs = {spec.name: spec for spec in signature.inputs}
-    return set(batch) == set(specs) and all(
+    return _named(batch, signature) and all(
         len(value.shape) == len(specs[name].dims)
         and all(dim in (-1, size) for dim, size in zip(specs[name].dims, value.shape, strict=True))
         for name, value in batch.items()
@@ -175,6 +189,4 @@ def _preprocessed(
     if not items:
         return None
     first = {name: np.asarray(value) for name, value in items[0].items()}
-    return (
-        {name: value[np.newaxis] for name, value in first.items()} if signature.batched else first
-    )
+    return one_row(first, signature) if signature.batched else first

@@ -18,15 +18,13 @@ from collections.abc import Awaitable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-import numpy as np
-
 from edgeserve.backends import BY_NAME, choose, default_device, load_backend, probe
 from edgeserve.batching import EWMA_WEIGHT, ONE_REQUEST, REQUEST_NUMBERS, BatchPolicy
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.datatypes import as_numbers
 from edgeserve.engine import Engine, LocalEngine
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
-from edgeserve.handler import check_items, import_handler
+from edgeserve.handler import check_items, import_handler, one_row
 from edgeserve.memory import trim_when_idle
 from edgeserve.shapes import shape_profile
 from edgeserve.stats import ModelStats
@@ -241,7 +239,8 @@ class Runtime:
         name = self.engine.backend_name  # "?" in a front until its inference process says
         backend = BY_NAME.get(name)
         int_range = (name, backend.int_range if backend else None)
-        return InputChecks(self.signature, self.engine.profile, batching, int_range)
+        optional = backend.optional_inputs if backend else True
+        return InputChecks(self.signature, self.engine.profile, batching, int_range, optional)
 
     def _requests_seen(self) -> int:
         counters = self.stats.snapshot()
@@ -264,8 +263,8 @@ class Runtime:
     async def _run_item(self, item: TensorDict, when: _Arrival) -> TensorDict:
         if not self.signature.batched:
             return await self._run(item, when)
-        row = {name: np.asarray(value)[np.newaxis] for name, value in item.items()}
-        return {name: value[0] for name, value in (await self._run(row, when)).items()}
+        outputs = await self._run(one_row(item, self.signature), when)
+        return {name: value[0] for name, value in outputs.items()}
 
     async def _hook(self, hook: str, *args: Any) -> Any:
         """A handler hook on a worker thread (it may hold the CPU for milliseconds), or on the
@@ -320,7 +319,11 @@ class Runtime:
                 f"got {found}"
             )
         check_names(self.signature, payload)
-        return {spec.name: spec_array(spec, payload[spec.name]) for spec in self.signature.inputs}
+        return {
+            spec.name: spec_array(spec, payload[spec.name])
+            for spec in self.signature.inputs
+            if spec.name in payload  # an optional input left out: the model's default
+        }
 
     def _arrival(self, arrived: float | None, timeout_s: float | None = None) -> _Arrival:
         arrived = time.monotonic() if arrived is None else arrived

@@ -66,9 +66,10 @@ def _tensor(tensor: Mapping[str, Any]) -> np.ndarray:
 def example_inputs(
     signature: Signature, rows: int, rng: np.random.Generator | None = None
 ) -> TensorDict:
-    """Inputs of the signature's shapes, `rows` rows when batched: zeros, or random with `rng`."""
+    """Inputs of the signature's shapes, `rows` rows when batched: zeros, or random with `rng`
+    (the required ones: optional inputs keep the model's defaults)."""
     tensors = {}
-    for spec in signature.inputs:
+    for spec in signature.required:
         dims = [_example_dim(spec, axis) if dim < 0 else dim for axis, dim in enumerate(spec.dims)]
         if signature.batched:
             dims[0] = rows

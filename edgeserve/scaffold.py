@@ -114,7 +114,7 @@ def adopted_manifest(name: str, model_file: str, signature: Signature) -> str:
         "# The model's tensors (-1: a dynamic dim). Without a handler, POST /invoke takes",
         '# {"<input>": nested list, ...} with the batch axis and answers the outputs the same way;',
         "# samples/request.json is such a request.",
-        *(f"#   input   {s.name:<{width}}  {s.datatype} {list(s.dims)}" for s in signature.inputs),
+        *(f"#   input   {s.name:<{width}}  {s.datatype} {_dims(s)}" for s in signature.inputs),
         *(f"#   output  {s.name:<{width}}  {s.datatype} {_dims(s)}" for s in signature.outputs),
         *_padding_hint(signature),
         "",
@@ -124,13 +124,15 @@ def adopted_manifest(name: str, model_file: str, signature: Signature) -> str:
 
 
 def _dims(spec: TensorSpec) -> str:
-    """An output's dims as the manifest lists them; one the model declares no shape for says so."""
+    """A tensor's dims as the manifest lists them, and what the model leaves open about it."""
+    if spec.optional:
+        return f"{list(spec.dims)} (optional: the model holds a default, used where not sent)"
     return str(list(spec.dims)) if spec.ranked else f"{list(spec.dims)} (no shape in the model)"
 
 
 def _padding_hint(signature: Signature) -> list[str]:
     """Inputs with a dynamic non-batch dim could batch across lengths, if padding is harmless."""
-    variable = [s for s in signature.inputs if -1 in s.dims[1:]] if signature.batched else []
+    variable = [s for s in signature.required if -1 in s.dims[1:]] if signature.batched else []
     hints = []
     for spec in variable:
         axis = spec.dims.index(-1, 1)

@@ -92,20 +92,28 @@ def read_signature(
     graph = _load(model_path).graph
     initializers = {init.name for init in graph.initializer}
     where = manifest or model_path
-    graph_inputs = [v for v in graph.input if v.name not in initializers]
+    graph_inputs = list(graph.input)  # those with an initializer too: optional, it their default
     if not graph.output:  # an empty file reads as an empty model; one without outputs answers {}
         raise ConfigError(f"{model_path}: the model has no outputs (an empty or truncated file?)")
     _check_overrides_exist(section, graph_inputs, list(graph.output), where)
     for kind, values in (("input", graph_inputs), ("output", graph.output)):
         for value in values:
             _check_tensor(value, kind, model_path)
-    inputs = [_spec(v, section.inputs, where, "inputs") for v in graph_inputs]
+    inputs = [
+        _optional(_spec(v, section.inputs, where, "inputs"), where)
+        if v.name in initializers
+        else _spec(v, section.inputs, where, "inputs")
+        for v in graph_inputs
+    ]
     outputs = [_spec(v, section.outputs, where, "outputs") for v in graph.output]
     outputs = [_resolve_follows(spec, inputs, where) for spec in outputs]
     inputs = [_with_index_range(spec, graph) for spec in inputs]
-    batched = all(spec.dims and spec.dims[0] == -1 for spec in inputs + outputs)
+    required = [spec for spec in inputs if not spec.optional]
+    batched = bool(required) and all(
+        spec.dims and spec.dims[0] == -1 for spec in required + outputs
+    )
     outputs = [_unranked_dims(spec, batched and batching) for spec in outputs]
-    for spec in inputs if batched else ():
+    for spec in required if batched else ():
         if any(bound and bound[0] != -1 for bound in (spec.min_dims, spec.max_dims)):
             raise ConfigError(
                 f"{where}: field `model.inputs.{spec.name}`: axis 0 is the batch axis, which "
@@ -151,6 +159,18 @@ def _tied_dims(values: list[onnx.ValueInfoProto], batched: bool) -> tuple[TiedDi
             if dim.dim_param and not (batched and axis == 0):
                 axes.setdefault(dim.dim_param, []).append((value.name, axis))
     return tuple(TiedDim(name, tuple(places)) for name, places in axes.items() if len(places) > 1)
+
+
+def _optional(spec: TensorSpec, where: Path) -> TensorSpec:
+    """A graph input with an initializer of its name (older exporters, keep_initializers_as_
+    inputs): optional, the initializer its default, as Triton's ONNX Runtime backend takes it.
+    It pads nothing and bounds nothing: a request sends it whole or not at all."""
+    if spec.pad_axis is not None or spec.min_dims is not None or spec.max_dims is not None:
+        raise ConfigError(
+            f"{where}: field `model.inputs.{spec.name}`: an optional input (the model holds a "
+            "default for it) takes no pad_axis, min_dims nor max_dims; expected dims only"
+        )
+    return dataclasses.replace(spec, optional=True)
 
 
 def unbatchable(signature: Signature) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ class TensorSpec:
     labels: tuple[str, ...] = ()  # outputs: class labels by index (the classification extension)
     ranked: bool = True  # outputs: False where the model declares no shape (dims all -1; the
     # rank comes from the run, as a Loop's or a custom op's output may)
+    optional: bool = False  # inputs: the model holds a default (an initializer of that name,
+    # as older exporters and keep_initializers_as_inputs write): a request may leave it out
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.dims)}
@@ -60,9 +63,23 @@ class Signature:
     def input(self, name: str) -> TensorSpec | None:
         return next((spec for spec in self.inputs if spec.name == name), None)
 
+    @functools.cached_property
+    def required(self) -> tuple[TensorSpec, ...]:
+        """The inputs every request sends (not optional): what example inputs are made of."""
+        return tuple(spec for spec in self.inputs if not spec.optional)
+
+    @functools.cached_property
+    def whole(self) -> frozenset[str]:
+        """Optional inputs of a batching model without its batch axis (a weight, a setting of
+        fixed dims): a request sending one runs in a batch of its own, the tensor whole."""
+        if not self.batched:
+            return frozenset()
+        return frozenset(s.name for s in self.inputs if s.optional and s.dims[:1] != (-1,))
+
     def fixed_first_dims(self) -> tuple[TensorSpec, ...]:
-        """The tensors whose first dim is not dynamic: any one keeps the model from batching."""
-        return tuple(spec for spec in self.inputs + self.outputs if spec.dims[:1] != (-1,))
+        """The tensors whose first dim is not dynamic: any one keeps the model from batching
+        (optional inputs aside: one without the batch axis is sent whole, see `whole`)."""
+        return tuple(spec for spec in self.required + self.outputs if spec.dims[:1] != (-1,))
 
 
 class ComputeTimes(NamedTuple):

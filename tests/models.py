@@ -453,6 +453,40 @@ def shapeless_model(path: Path, shape: tuple[int, ...] = (-1, 2, 3)) -> Path:
     return _save(graph, path, check=False)
 
 
+OPTIONAL_DEFAULTS = {
+    "scale": np.array([2.0], np.float32),
+    "bias": np.full((1, 4), 0.5, np.float32),
+    "w": np.random.default_rng(0).normal(0, 1, (4, 3)).astype(np.float32),
+}
+"""optional_model's defaults: the initializers of its optional inputs."""
+
+
+def optional_model(path: Path) -> Path:
+    """x FP32 [N, 4] -> y FP32 [N, 3] = (x * scale + bias) @ w, as older exporters (or
+    keep_initializers_as_inputs) write a model: `scale` [1], `bias` [N, 4] and the weight
+    `w` [4, 3] are graph inputs that also have initializers (OPTIONAL_DEFAULTS), so a request
+    may send them or leave them at their defaults. `bias` has the batch axis (its default,
+    [1, 4], broadcasts); `scale` and `w` have none."""
+    nodes = [
+        helper.make_node("Mul", ["x", "scale"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "bias"], ["shifted"]),
+        helper.make_node("MatMul", ["shifted", "w"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "optional",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("scale", TensorProto.FLOAT, [1]),
+            helper.make_tensor_value_info("bias", TensorProto.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(value, name) for name, value in OPTIONAL_DEFAULTS.items()],
+    )
+    return _save(graph, path)
+
+
 def scalar_model(path: Path) -> Path:
     """x FP32 [] -> y FP32 []: x squared (a rank-0 input: no batch axis, no dims at all)."""
     graph = helper.make_graph(

@@ -135,6 +135,7 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
                 "max_dims": None,
                 "labels": [],
                 "ranked": True,
+                "optional": False,
             }
         ],
         "outputs": [
@@ -151,6 +152,7 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
                 "max_dims": None,
                 "labels": [],
                 "ranked": True,
+                "optional": False,
             }
         ],
         "tied": [],

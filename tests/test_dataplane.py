@@ -71,6 +71,22 @@ def test_rows_must_agree_across_inputs_and_number_at_least_one() -> None:
         door({"x": np.zeros((0, 2), np.float32), "z": np.zeros((0, 2), np.float32)})
 
 
+def test_a_backend_holding_optional_inputs_at_their_defaults_refuses_them_sent() -> None:
+    """TensorRT's parser takes an input that has an initializer for a weight: a request that
+    sends it is refused at the door, saying so, where it would fail in the engine."""
+    signature = Signature(
+        (TensorSpec("x", "FP32", (-1, 2)), TensorSpec("w", "FP32", (2, 2), optional=True)),
+        (TensorSpec("y", "FP32", (-1, 2)),),
+        True,
+    )
+    door = InputChecks(signature, None, True, ("tensorrt", None), optional=False)
+    x, w = np.zeros((3, 2), np.float32), np.eye(2, dtype=np.float32)
+    assert door({"x": x}).keys() == {"x"}
+    with pytest.raises(InvalidInput, match=r"^input `w` is optional, and the tensorrt backend "):
+        door({"x": x, "w": w})
+    assert InputChecks(signature, None, True)({"x": x, "w": w}).keys() == {"x", "w"}
+
+
 def test_the_profile_bounds_every_axis_but_the_rows_a_batcher_splits() -> None:
     signature = Signature((TensorSpec("x", "FP32", (-1, -1)),), (), True)
     profile = shape_profile(signature, max_batch_size=4, dynamic_dim=(1, 8, 16))

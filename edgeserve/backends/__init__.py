@@ -42,6 +42,7 @@ class BackendClass(Protocol):
     prepared: tuple[str, ...]
     modules: dict[str, str]  # the Python modules it imports -> how to install each
     int_range: tuple[int, int] | None  # INT64/UINT64 input values it computes exactly; None: all
+    optional_inputs: bool  # whether it takes an optional input sent (else: the model's default)
 
     def available(self, platform: Platform) -> str | None: ...
 

@@ -63,6 +63,7 @@ class OnnxRuntime:
     triton: ClassVar[TritonNames] = TritonNames("onnxruntime_onnx", "onnxruntime")
     prepared: ClassVar[tuple[str, ...]] = ()
     int_range: ClassVar[tuple[int, int] | None] = None
+    optional_inputs: ClassVar[bool] = True  # fed by name, in place of their initializers
     modules: ClassVar[dict[str, str]] = {
         "onnxruntime": "the onnxruntime package is not installed (pip install onnxruntime)"
     }
@@ -124,7 +125,9 @@ class OnnxRuntime:
         # whether new bindings run as CUDA graphs (off for good once ONNX Runtime fails to
         # capture). Only where buckets decide every shape: then every binding is made, and its
         # graph captured, before serving (a capture beside another thread's run fails)
-        self._dims = {spec.name: spec.dims for spec in self.signature.inputs}
+        # buckets hold the required inputs: a batch sending an optional one runs at its own
+        # shapes (zeros bound in its place would stand in for the model's default)
+        self._dims = {spec.name: spec.dims for spec in self.signature.required}
         self.graphs = cuda is not None and options.cuda_graphs and self.shapes.decides(self._dims)
         self._graph_ids = itertools.count()
         self._dim_names = dim_names(model_path) if self.graphs else {}
@@ -144,8 +147,10 @@ class OnnxRuntime:
         return len(self._sessions)
 
     def assemble(self, parts: Sequence[TensorDict], fills: Mapping[str, float]) -> TensorDict:
-        """A batch of `parts`, written straight into its bucket's bound buffers when it has one."""
-        bucket = self.shapes.shapes(batch_shapes(parts)) if self.shapes.rows else None
+        """A batch of `parts`, written straight into its bucket's bound buffers when it has one
+        (a batch sending an optional input has none)."""
+        bucketed = self.shapes.rows and parts[0].keys() == self._dims.keys()
+        bucket = self.shapes.shapes(batch_shapes(parts)) if bucketed else None
         if bucket is None:
             return stack_rows(parts, fills)
         return self._binding(bucket).stage(parts, fills)

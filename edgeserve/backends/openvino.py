@@ -19,8 +19,11 @@ process keeps it: a batch of 8 OCR lines took 7.5 ms pinned against 9.0 ms unpin
 
 from __future__ import annotations
 
+import io
+import logging
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,6 +43,11 @@ from edgeserve.types import Signature, TensorDict
 
 IR_PATH = "model/model.xml"
 """Where `prepare` puts the OpenVINO IR in a bundle (the weights go beside it, model.bin)."""
+INPUTS_IR = "model/inputs.xml"
+"""The IR taking the model's optional inputs as inputs (only for a model that has some)."""
+DEFAULTS = "model/defaults.npy"
+"""The optional inputs' defaults, one .npy record each, in the model's input order."""
+log = logging.getLogger(__name__)
 _GENERATED_NAME = re.compile(r"([A-Za-z][A-Za-z0-9]*)_\d+")
 
 
@@ -50,15 +58,29 @@ class OpenVINO:
     package: ClassVar[str | None] = "openvino"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     triton: ClassVar[TritonNames] = TritonNames("", "openvino")
-    prepared: ClassVar[tuple[str, ...]] = (IR_PATH, "model/model.bin")
+    prepared: ClassVar[tuple[str, ...]] = (
+        IR_PATH,
+        "model/model.bin",
+        INPUTS_IR,
+        "model/inputs.bin",
+        DEFAULTS,
+    )
+    optional_inputs: ClassVar[bool] = True  # through INPUTS_IR (see `optional_model`)
     modules: ClassVar[dict[str, str]] = {
         "openvino": "the openvino package is not installed (pip install openvino)"
     }
 
     @classmethod
     def prepare(cls, model_path: Path, bundle: Path) -> None:
-        """The IR, converted once at build: loading it is faster than converting the ONNX."""
+        """The IR, converted once at build: loading it is faster than converting the ONNX;
+        for a model with optional inputs, also the IR taking them and their defaults."""
         export_ir(model_path, bundle / IR_PATH)
+        made = optional_model(model_path)
+        if made is not None:
+            export_ir(model_path, bundle / INPUTS_IR, made[0])
+            with (bundle / DEFAULTS).open("wb") as file:
+                for default in made[1].values():
+                    np.save(file, default, allow_pickle=False)
 
     @classmethod
     def available(cls, platform: Platform) -> str | None:
@@ -92,29 +114,23 @@ class OpenVINO:
         return False
 
     def __init__(self, model_path: Path, options: LoadOptions) -> None:
-        import openvino as ov
-
         self.signature = options.signature
         self.buckets: tuple[int, ...] = ()
         self.profile = options.profile
+        self._model_path, self._options = model_path, options
         prepared = options.prepared / IR_PATH if options.prepared else None
         source = prepared if prepared and prepared.is_file() else model_path
-        try:
-            core = ov.Core()
-            model = core.read_model(str(source))
-            if self.profile:
-                model.reshape({n: _bounded(r.min, r.max) for n, r in self.profile.items()})
-            self._compiled = core.compile_model(model, "CPU", compile_config(options))
-        except Exception as exc:  # openvino raises RuntimeError (and subclasses) for everything
-            raise BackendError(f"openvino: cannot load {source}: {_message(exc)}") from None
-        self._outputs = [
-            (spec.name, _port(self._compiled, spec.name), spec.datatype == "BF16")
-            for spec in self.signature.outputs
-        ]
-        self._local = threading.local()
+        self._main = self._compile(source, lambda core: core.read_model(str(source)))
+        self._optional = [spec.name for spec in self.signature.inputs if spec.optional]
+        self._sendable = frozenset(self._optional)
+        self._taking: tuple[_Compiled, dict[str, np.ndarray]] | None = None
+        self._lock = threading.Lock()
 
     def infer(self, inputs: TensorDict) -> TensorDict:
-        request = self._request()
+        compiled = self._main
+        if not inputs.keys().isdisjoint(self._sendable):  # a batch sending optional inputs
+            compiled, defaults = self._taking_optional()
+            inputs = {**defaults, **inputs}  # those not sent at the model's defaults
         # a read-only scalar (a binary tensor is a view of the body) failed: "array is not
         # writeable"; arrays of any rank share their memory read-only
         inputs = {
@@ -122,24 +138,114 @@ class OpenVINO:
         }
         try:
             # share_outputs=False: OpenVINO reuses its output buffers on the next call, so copy.
-            results = request.infer(inputs, share_inputs=True, share_outputs=False)
+            results = compiled.request().infer(inputs, share_inputs=True, share_outputs=False)
         except Exception as exc:  # RuntimeError for everything: the text says what failed
             raise run_failure(self.name, _message(exc)) from None
         # a BF16 output comes back as its bits in a float16 array (numpy has no bfloat16)
         return {
             name: bf16_bits(results[port]) if bf16 else np.asarray(results[port])
-            for name, port, bf16 in self._outputs
+            for name, port, bf16 in compiled.outputs
         }
 
     def close(self) -> None:
-        self._local = threading.local()
-        self._compiled = None
+        self._main.close()
+        if self._taking is not None:
+            self._taking[0].close()
 
-    def _request(self) -> Any:
+    def _taking_optional(self) -> tuple[_Compiled, dict[str, np.ndarray]]:
+        """The model taking the optional inputs, and their defaults: compiled on the first batch
+        sending one (the bundle's INPUTS_IR, or, for a model not built so, made from the ONNX)."""
+        with self._lock:
+            if self._taking is None:
+                log.info(
+                    "openvino: a request sends optional inputs; compiling the model that "
+                    "takes them (once)"
+                )
+                self._taking = self._load_taking()
+        return self._taking
+
+    def _load_taking(self) -> tuple[_Compiled, dict[str, np.ndarray]]:
+        prepared = self._options.prepared
+        if prepared is not None and (prepared / INPUTS_IR).is_file():
+            with (prepared / DEFAULTS).open("rb") as file:
+                defaults = {name: np.load(file, allow_pickle=False) for name in self._optional}
+            ir = prepared / INPUTS_IR
+            return self._compile(ir, lambda core: core.read_model(str(ir))), defaults
+        made = optional_model(self._model_path)
+        if made is None:
+            raise BackendError(f"openvino: {self._model_path} has no optional inputs")
+        return self._compile(self._model_path, lambda core: made[0]), made[1]
+
+    def _compile(self, source: Path, read: Callable[[Any], Any]) -> _Compiled:
+        """The model `read` gives, reshaped to the profile and compiled for the CPU."""
+        import openvino as ov
+
+        try:
+            core = ov.Core()
+            model = read(core)
+            if self.profile:
+                model.reshape({n: _bounded(r.min, r.max) for n, r in self.profile.items()})
+            compiled = core.compile_model(model, "CPU", compile_config(self._options))
+        except Exception as exc:  # openvino raises RuntimeError (and subclasses) for everything
+            raise BackendError(f"openvino: cannot load {source}: {_message(exc)}") from None
+        return _Compiled(compiled, self.signature)
+
+
+class _Compiled:
+    """A compiled model, its output ports, and one InferRequest per calling thread."""
+
+    def __init__(self, compiled: Any, signature: Signature) -> None:
+        self.model = compiled
+        self.outputs = [
+            (spec.name, _port(compiled, spec.name), spec.datatype == "BF16")
+            for spec in signature.outputs
+        ]
+        self._local = threading.local()
+
+    def request(self) -> Any:
         request = getattr(self._local, "request", None)
         if request is None:
-            request = self._local.request = self._compiled.create_infer_request()
+            request = self._local.request = self.model.create_infer_request()
         return request
+
+    def close(self) -> None:
+        self._local = threading.local()
+        self.model = None
+
+
+def optional_model(onnx_path: Path) -> tuple[Any, dict[str, np.ndarray]] | None:
+    """An OpenVINO model of the ONNX model taking its optional inputs (graph inputs with an
+    initializer, which OpenVINO otherwise reads as constants and folds away) as inputs, and
+    their defaults in the model's input order; None for a model without any. Needs the onnx
+    package: build makes it (INPUTS_IR, DEFAULTS), so a bundle served needs none."""
+    import openvino as ov
+
+    try:
+        import onnx
+        from onnx import numpy_helper
+        from onnx.external_data_helper import load_external_data_for_model
+    except ImportError:  # serving a bundle built before it held INPUTS_IR, without onnx
+        raise BackendError(
+            f"openvino: {onnx_path}: the bundle has no IR taking the optional inputs, and the onnx "
+            "package that would make one is not installed. Hint: build the bundle again"
+        ) from None
+    try:
+        model = onnx.load(str(onnx_path), load_external_data=False)
+        names = [value.name for value in model.graph.input]
+        held = {init.name: init for init in model.graph.initializer if init.name in names}
+        if not held:
+            return None
+        load_external_data_for_model(model, str(onnx_path.parent))  # the defaults may be there
+        defaults = {name: numpy_helper.to_array(held[name]) for name in names if name in held}
+        kept = [init for init in model.graph.initializer if init.name not in held]
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(kept)
+        return ov.convert_model(io.BytesIO(model.SerializeToString())), defaults
+    except Exception as exc:  # onnx's and openvino's own errors: the model cannot be converted
+        raise BackendError(
+            f"openvino: cannot convert {onnx_path} with its optional inputs as inputs: "
+            f"{_message(exc)}"
+        ) from None
 
 
 def _foreign_op(model: Path) -> str | None:
@@ -177,8 +283,9 @@ def compile_config(options: LoadOptions) -> dict[str, Any]:
     return config
 
 
-def export_ir(onnx_path: Path, xml_path: Path) -> None:
-    """Convert an ONNX model to OpenVINO IR (xml + bin), keeping fp32 weights."""
+def export_ir(onnx_path: Path, xml_path: Path, converted: Any = None) -> None:
+    """Convert an ONNX model to OpenVINO IR (xml + bin), keeping fp32 weights (`converted`:
+    the model already converted, to save)."""
     try:
         import openvino as ov
     except ImportError:
@@ -187,7 +294,7 @@ def export_ir(onnx_path: Path, xml_path: Path) -> None:
             'Hint: or leave openvino out of [backend] prefer (e.g. prefer = ["onnxruntime"])'
         ) from None
     try:
-        model = ov.convert_model(str(onnx_path))
+        model = ov.convert_model(str(onnx_path)) if converted is None else converted
         _name_generated_ops(model)
         xml_path.parent.mkdir(parents=True, exist_ok=True)
         ov.save_model(model, str(xml_path), compress_to_fp16=False)

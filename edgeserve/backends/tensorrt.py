@@ -64,6 +64,8 @@ class TensorRT:
     triton: ClassVar[TritonNames] = TritonNames("tensorrt_plan", "tensorrt", "KIND_GPU")
     prepared: ClassVar[tuple[str, ...]] = ()
     int_range: ClassVar[tuple[int, int] | None] = None
+    optional_inputs: ClassVar[bool] = False
+    """Its ONNX parser takes an input that has an initializer for a weight: the default holds."""
     modules: ClassVar[dict[str, str]] = {
         "tensorrt": "tensorrt is not installed (pip tensorrt, or JetPack's python3-libnvinfer)",
         "cuda.bindings": "cuda-python is not installed (pip install 'edgeserve[gpu]')",
@@ -95,7 +97,7 @@ class TensorRT:
         self.signature = options.signature
         profile = options.profile or shape_profile(self.signature, max_batch_size=1)
         self.profile: ShapeProfile = {n: r.bounded(DYNAMIC_MAX) for n, r in profile.items()}
-        dims = {spec.name: spec.dims for spec in self.signature.inputs}
+        dims = {spec.name: spec.dims for spec in self.signature.required}  # the engine's inputs
         shapes = buckets_for(self.signature, self.profile)
         self.shapes = shapes if shapes.decides(dims) else Buckets()
         self.buckets = self.shapes.rows

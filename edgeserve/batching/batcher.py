@@ -71,7 +71,8 @@ class Batcher:
                 self._padding.why_not,
             )
         self._batched = bool(policy.max_batch_size)
-        self._key_of = partial(batch_key, self._padding.axes, self._batched)
+        self._whole = signature.whole  # optional inputs without a batch axis, sent whole
+        self._key_of = partial(batch_key, self._padding.axes, self._batched, self._whole)
         self._input_fills = {spec.name: spec.pad_value for spec in signature.inputs}
         self._output_fills = {spec.name: spec.pad_value for spec in signature.outputs}
         self._queue: dict[Item, None] = {}  # insertion-ordered: FIFO with O(1) removal
@@ -185,14 +186,14 @@ class Batcher:
         if deadline <= now:
             raise DeadlineExceeded(f"deadline passed {now - deadline:.3f}s before queueing")
         arrived = now if arrived is None else min(arrived, now)
-        rows = rows_of(inputs, self._batched)
+        rows = rows_of(inputs, self._batched, self._whole)
         self.check_room(rows)
         self._check_slo(rows, now, arrived)
         self._arrivals.arrived(now, rows)
         key, future = self._key_of, asyncio.get_running_loop().create_future
         items = [
             Item(part, size, key(part), now, arrived, deadline, future(), request)
-            for part, size in request_parts(inputs, rows, self._policy.max_batch_size)
+            for part, size in request_parts(inputs, rows, self._policy.max_batch_size, self._whole)
         ]
         self._queue.update(dict.fromkeys(items))
         self._rows += rows

@@ -54,6 +54,11 @@ class BatchPolicy:
         )
 
 
+class Alone:
+    """A batch key equal to no other: its item runs in a batch of its own, and at once, since
+    waiting would gather no company (a request sending an input without the batch axis)."""
+
+
 class Pending(Protocol):
     """What the planner needs to know of a queued item."""
 
@@ -100,7 +105,7 @@ def plan_batch(
     live = [item for item in pending if item.deadline > now]
     if not live:
         return Plan((), expired)
-    if policy.max_batch_size == 0:
+    if policy.max_batch_size == 0 or isinstance(live[0].key, Alone):
         return Plan((live[0],), expired)
     if policy.budget_s is not None:
         return _plan_for_slo(live, expired, policy, now, outlook)

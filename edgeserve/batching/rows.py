@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 
 import numpy as np
 
+from edgeserve.batching.plan import Alone
 from edgeserve.errors import BackendError
 from edgeserve.types import TensorDict
 
@@ -58,12 +59,18 @@ def copy_rows(out: np.ndarray, array: np.ndarray) -> None:
     np.copyto(out, array, casting="no")
 
 
-def split_rows(tensors: TensorDict, sizes: Sequence[int]) -> list[TensorDict]:
-    """Slice every tensor along axis 0 into consecutive parts of `sizes` rows (views)."""
+def split_rows(
+    tensors: TensorDict, sizes: Sequence[int], whole: Collection[str] = ()
+) -> list[TensorDict]:
+    """Slice every tensor along axis 0 into consecutive parts of `sizes` rows (views); those
+    named in `whole` (no batch axis) go to every part as they are."""
     if len(sizes) == 1:
         return [tensors]
     bounds = itertools.pairwise(itertools.accumulate(sizes, initial=0))
-    return [{name: array[lo:hi] for name, array in tensors.items()} for lo, hi in bounds]
+    return [
+        {name: array if name in whole else array[lo:hi] for name, array in tensors.items()}
+        for lo, hi in bounds
+    ]
 
 
 def split_outputs(outputs: TensorDict, sizes: Sequence[int], batched: bool) -> list[TensorDict]:
@@ -84,22 +91,33 @@ def part_sizes(rows: int, max_rows: int) -> list[int]:
     return [max_rows] * (rows // max_rows) + ([rows % max_rows] if rows % max_rows else [])
 
 
-def request_parts(inputs: TensorDict, rows: int, max_rows: int) -> list[tuple[TensorDict, int]]:
-    """A request's parts of at most max_rows rows each (views), with their row counts."""
+def request_parts(
+    inputs: TensorDict, rows: int, max_rows: int, whole: Collection[str] = ()
+) -> list[tuple[TensorDict, int]]:
+    """A request's parts of at most max_rows rows each (views), with their row counts; the
+    tensors named in `whole` go to each part whole."""
     sizes = part_sizes(rows, max_rows)
-    return list(zip(split_rows(inputs, sizes), sizes, strict=True))
+    return list(zip(split_rows(inputs, sizes, whole), sizes, strict=True))
 
 
-def rows_of(inputs: TensorDict, batched: bool) -> int:
+def rows_of(inputs: TensorDict, batched: bool, whole: Collection[str] = ()) -> int:
     """Rows of a request: 1 for an unbatched model, else the length of axis 0 (the same for
-    every input, and at least 1: the data plane's checks saw to it)."""
-    return int(next(iter(inputs.values())).shape[0]) if batched else 1
+    every input but those sent `whole`, and at least 1: the data plane's checks saw to it)."""
+    if not batched:
+        return 1
+    return int(next(a for name, a in inputs.items() if name not in whole).shape[0])
 
 
-def batch_key(pad_axes: Mapping[str, int], batched: bool, part: TensorDict) -> Hashable:
-    """Items stack when names, dtypes and non-batch dims agree (pad axes excepted)."""
+def batch_key(
+    pad_axes: Mapping[str, int], batched: bool, whole: Collection[str], part: TensorDict
+) -> Hashable:
+    """Items stack when names, dtypes and non-batch dims agree (pad axes excepted): requests
+    sending an optional input stack only with others sending it, and never one sending an
+    input `whole` (a weight, a setting, whose values may differ): a key equal to no other."""
     if not batched:
         return None
+    if any(name in whole for name in part):
+        return Alone()
     return tuple(
         sorted(
             (name, array.dtype.str, key_dims(array.shape, pad_axes.get(name)))

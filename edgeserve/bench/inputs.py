@@ -48,9 +48,13 @@ class ModelInputs:
 
     @classmethod
     def from_server(cls, metadata: Mapping[str, Any], config: Mapping[str, Any]) -> ModelInputs:
+        """The inputs a request must send (an input the config marks `optional`, as Triton's
+        does, is left to the model's default, as perf_analyzer leaves it)."""
+        optional = {entry.get("name") for entry in config.get("input", ()) if entry.get("optional")}
         specs = tuple(
             (spec["name"], spec["datatype"], tuple(int(d) for d in spec["shape"]))
             for spec in metadata["inputs"]
+            if spec["name"] not in optional
         )
         batched = int(config.get("max_batch_size", 0)) > 0
         return cls(metadata["name"], specs, batched, _index_ranges(config))

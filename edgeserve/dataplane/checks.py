@@ -34,9 +34,11 @@ class InputChecks:
         profile: ShapeProfile | None,
         batching: bool,
         int_range: tuple[str, tuple[int, int] | None] = ("", None),
+        optional: bool = True,
     ) -> None:
         """`int_range`: the backend's name and the INT64 / UINT64 values it computes exactly
-        (OpenVINO: int32's; None: all)."""
+        (OpenVINO: int32's; None: all); `optional`: whether that backend takes the optional
+        inputs a request sends (TensorRT holds them at the model's defaults)."""
         self.signature = signature
         self.batching = batching and signature.batched
         self.profile = profile or {}
@@ -50,19 +52,36 @@ class InputChecks:
             for spec in signature.inputs
             if spec.name in self.profile
         ]
-        first = 1 if self.batching else 0
+        self._whole = signature.whole
+        self._fixed = (
+            frozenset() if optional else frozenset(s.name for s in signature.inputs if s.optional)
+        )
         self._fits = [
-            _Fits.of(spec, self.profile.get(spec.name), first) for spec in signature.inputs
+            _Fits.of(spec, self.profile.get(spec.name), self._first(spec.name))
+            for spec in signature.inputs
         ]
+        # most requests send the required inputs alone: only those are looked at then (an
+        # older export may list hundreds of weights as optional inputs)
+        self._required = frozenset(spec.name for spec in signature.required)
+        self._required_fits = [fits for fits in self._fits if fits.name in self._required]
+
+    def _first(self, name: str) -> int:
+        """The first axis the shape profile bounds: 1 past a batch axis, else 0."""
+        return 1 if self.batching and name not in self._whole else 0
 
     def __call__(self, inputs: TensorDict) -> TensorDict:
         """The inputs, in the model's order, BYTES as object arrays; InvalidInput if they do
-        not fit."""
-        if inputs.keys() != self._names:
-            check_names(self.signature, inputs)
+        not fit. An optional input left out stays out (the model's default holds)."""
+        names = inputs.keys()
+        if names != self._names and not self._required <= names <= self._names:
+            check_names(self.signature, inputs)  # refuses, saying which are missing or unknown
+        if self._fixed:
+            self._check_sendable(inputs)
         checked = {}
-        for fits in self._fits:
-            array = inputs[fits.name]
+        for fits in self._required_fits if len(names) == len(self._required) else self._fits:
+            array = inputs.get(fits.name)
+            if array is None:  # an optional input not sent
+                continue
             if not fits(array):  # something to convert, or to refuse: the checks one by one
                 return self._checked_one_by_one(inputs)
             checked[fits.name] = array
@@ -72,12 +91,23 @@ class InputChecks:
             _check_tied(tie, checked)
         return checked
 
+    def _check_sendable(self, inputs: TensorDict) -> None:
+        sent = sorted(self._fixed.intersection(inputs))
+        if sent:
+            raise InvalidInput(
+                f"input `{sent[0]}` is optional, and the {self._backend} backend serving this "
+                "model holds it at the model's default: it cannot be sent. Hint: leave it out, "
+                'or serve the function with ONNX Runtime ([backend] prefer = ["onnxruntime"])'
+            )
+
     def _check_values(self, inputs: TensorDict) -> None:
         for spec in self._indexed:
-            _check_indices(spec, inputs[spec.name])
+            if spec.name in inputs:
+                _check_indices(spec, inputs[spec.name])
         if self._int_range is not None:
             for name in self._wide:
-                self._check_int_range(name, inputs[name], *self._int_range)
+                if name in inputs:
+                    self._check_int_range(name, inputs[name], *self._int_range)
 
     def _check_int_range(self, name: str, array: np.ndarray, low: int, high: int) -> None:
         """64-bit integers the backend would compute in 32 bits, answering wrong values."""
@@ -93,7 +123,11 @@ class InputChecks:
             )
 
     def _checked_one_by_one(self, inputs: TensorDict) -> TensorDict:
-        checked = {spec.name: _checked(spec, inputs[spec.name]) for spec in self.signature.inputs}
+        checked = {
+            spec.name: _checked(spec, inputs[spec.name])
+            for spec in self.signature.inputs
+            if spec.name in inputs
+        }
         self._check_values(checked)
         self._check_rows(checked)
         for tie in self.signature.tied:
@@ -105,16 +139,16 @@ class InputChecks:
     def _check_rows(self, inputs: TensorDict) -> None:
         if not self.signature.batched:
             return
-        counts = [array.shape[0] for array in inputs.values()]
+        rows = {n: array.shape[0] for n, array in inputs.items() if n not in self._whole}
+        counts = list(rows.values())
         if counts and (min(counts) != max(counts) or (self.batching and not counts[0])):
-            rows = {name: array.shape[0] for name, array in inputs.items()}
             raise InvalidInput(
                 f"inputs {rows}: expected every input to have the same number (>= 1) "
                 "of rows on axis 0 (the batch axis)"
             )
 
     def _check_range(self, name: str, shape: tuple[int, ...], allowed: ShapeRange) -> None:
-        first = 1 if self.batching else 0
+        first = self._first(name)
         for axis in range(first, len(shape)):
             low, high = allowed.min[axis], allowed.max[axis]
             if shape[axis] < low or (high != UNBOUNDED and shape[axis] > high):
@@ -164,7 +198,7 @@ class _Fits:
 
 
 def _check_tied(tie: TiedDim, inputs: TensorDict) -> None:
-    sizes = {(name, axis): inputs[name].shape[axis] for name, axis in tie.axes}
+    sizes = {(name, axis): inputs[name].shape[axis] for name, axis in tie.axes if name in inputs}
     if len(set(sizes.values())) > 1:
         found = ", ".join(f"`{name}` axis {axis}: {size}" for (name, axis), size in sizes.items())
         raise InvalidInput(
@@ -174,14 +208,17 @@ def _check_tied(tie: TiedDim, inputs: TensorDict) -> None:
 
 
 def check_names(signature: Signature, names: Iterable[object]) -> None:
-    """Refuse a set of input names other than the model's (names may be anything a client sent)."""
-    expected = {spec.name for spec in signature.inputs}
+    """Refuse a set of input names other than the model's: each required one, and optional ones
+    if sent (names may be anything a client sent)."""
+    required = {spec.name for spec in signature.required}
+    optional = {spec.name for spec in signature.inputs} - required
     given = set(names)
-    unknown = [str(name) for name in given - expected]
-    missing = list(expected - given)
+    unknown = [str(name) for name in given - required - optional]
+    missing = list(required - given)
     if unknown or missing:
+        also = f" (optional: {_first(list(optional))})" if optional else ""
         raise InvalidInput(
-            f"inputs: expected {sorted(expected)}"
+            f"inputs: expected {sorted(required)}{also}"
             + (f"; unknown {_first(unknown)}" if unknown else "")
             + (f"; missing {_first(missing)}" if missing else "")
         )

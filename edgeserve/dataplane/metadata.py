@@ -106,14 +106,20 @@ def _tensor_config(spec: TensorSpec, batched: bool, *, is_input: bool) -> dict[s
     entry: dict[str, Any] = {
         "name": spec.name,
         "data_type": config_datatype(spec.datatype),
-        "dims": list(spec.dims[1:] if batched else spec.dims),
+        "dims": list(spec.dims[1:] if batched and _batch_axis(spec) else spec.dims),
         "is_shape_tensor": False,
     }
     if is_input:
-        entry.update(format="FORMAT_NONE", optional=False, allow_ragged_batch=False)
+        entry.update(format="FORMAT_NONE", optional=spec.optional, allow_ragged_batch=False)
     else:
         entry["label_filename"] = ""
     return entry
+
+
+def _batch_axis(spec: TensorSpec) -> bool:
+    """Whether a tensor of a batching model has its batch axis: an optional input of fixed
+    first dim (a weight, a setting) is sent whole, its dims as they are."""
+    return not spec.optional or spec.dims[:1] == (-1,)
 
 
 def config_datatype(datatype: str) -> str:

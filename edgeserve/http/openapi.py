@@ -130,7 +130,7 @@ def _infer_operation(name: str, signature: Signature) -> dict[str, Any]:
         "inputs": [
             {"name": spec.name, "datatype": spec.datatype, "shape": list(tensors[spec.name].shape),
              "data": json_values(tensors[spec.name].ravel())}
-            for spec in signature.inputs
+            for spec in signature.required
         ]
     }  # fmt: skip
     ok = {
@@ -156,7 +156,8 @@ def _infer_operation(name: str, signature: Signature) -> dict[str, Any]:
 
 
 def _describe(spec: TensorSpec) -> str:
-    return f"`{spec.name}` {spec.datatype} {list(spec.dims)}"
+    optional = " (optional: the model's default where left out)" if spec.optional else ""
+    return f"`{spec.name}` {spec.datatype} {list(spec.dims)}{optional}"
 
 
 def _schemas(signature: Signature) -> dict[str, Any]:
@@ -169,7 +170,7 @@ def _schemas(signature: Signature) -> dict[str, Any]:
         "InferResponse": _message("outputs", outputs),
         "InvokeRequest": {
             "type": "object",
-            "required": [s.name for s in signature.inputs],
+            "required": [s.name for s in signature.required],
             "properties": {s.name: _nested(s) for s in signature.inputs},
         },
         "Error": {

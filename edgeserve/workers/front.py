@@ -56,9 +56,17 @@ ARENA_BYTES = 256 * 2**20
 class RemoteEngine:
     """The inference processes, seen from a front: submit, cancel, readiness, admission."""
 
-    def __init__(self, config: ChildConfig, board: Board, policy: BatchPolicy) -> None:
+    def __init__(
+        self,
+        config: ChildConfig,
+        board: Board,
+        policy: BatchPolicy,
+        whole: frozenset[str] = frozenset(),
+    ) -> None:
+        """`whole`: optional inputs sent without a batch axis (Signature.whole), not rows."""
         self.board = board
         self.policy = policy
+        self._whole = whole
         self.devices = config.devices
         self.arena = Arena.create(ARENA_BYTES)
         self._blocks = Blocks(ARENA_BYTES)
@@ -137,7 +145,7 @@ class RemoteEngine:
             raise Unavailable(f"queue full: {queued} of {limit} rows waiting", RETRY_AFTER_S)
 
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict:
-        rows = rows_of(inputs, bool(self.policy.max_batch_size))
+        rows = rows_of(inputs, bool(self.policy.max_batch_size), self._whole)
         request = ONE_REQUEST.get()  # a handler's items: they share one outcome
         request = request if isinstance(request, int) else None
         link = self.links[self._route(rows, request)]
@@ -221,7 +229,7 @@ def run_front(config: ChildConfig) -> None:
     batching = bundle.manifest.batching
     board = Board(config.board_fd, config.fronts, config.instances, batching.max_batch_size)
     policy = BatchPolicy.from_manifest(batching, batched=bundle.signature.batched)
-    engine = RemoteEngine(config, board, policy)
+    engine = RemoteEngine(config, board, policy, bundle.signature.whole)
     name, version = bundle.name, bundle.manifest.function.model_version
     stats = SharedStats(name, version, board, config.devices, front=config.front)
     limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
