@@ -33,7 +33,7 @@ from edgeserve.dryrun import DryRun, SkippedCheck, check_batch_axis, dry_run
 from edgeserve.errors import BundleError, ConfigError, did_you_mean
 from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
-from edgeserve.precision import PrecisionCheck, check_precision
+from edgeserve.precision import PrecisionCheck, SkippedPrecision, check_precision
 from edgeserve.profiles import load_target, target_name
 from edgeserve.signature import check_max_batch_size, external_data, read_signature
 from edgeserve.types import Signature
@@ -175,8 +175,8 @@ def build(
     return write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
 
 
-Check = PrecisionCheck | DryRun | SkippedCheck
-"""What a check before writing a bundle reports (each has `describe()`)."""
+Check = PrecisionCheck | DryRun | SkippedCheck | SkippedPrecision
+"""What a check before writing a bundle reports (each has `describe()`; the skipped ones warn)."""
 
 
 def check_source(source: Path, plan: BuildPlan) -> list[Check]:

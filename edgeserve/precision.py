@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from edgeserve.datatypes import as_numbers
-from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput
+from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput, ModelRefused
 from edgeserve.handler import import_handler, one_row
 from edgeserve.manifest import Manifest
 from edgeserve.samples import (
@@ -53,9 +53,26 @@ class PrecisionCheck:
         )
 
 
+@dataclass(frozen=True)
+class SkippedPrecision:
+    """The precision check could not run: the model failed on the inputs it was given (random
+    ones, where no sample holds the model's inputs, may be values it refuses: a TopK's k past
+    its axis). Said, so that a build does not pass it in silence, nor refuse a model that
+    serves its real requests."""
+
+    reason: str
+
+    def describe(self) -> str:
+        return (
+            f"warning: the precision check did not run: {self.reason}; the drift from fp32 is "
+            "unmeasured. Hint: add a sample of a real request to samples/, or set [backend] "
+            'precision = "fp32"'
+        )
+
+
 def check_precision(
     source: Path, manifest: Manifest, signature: Signature
-) -> PrecisionCheck | None:
+) -> PrecisionCheck | SkippedPrecision | None:
     """Measure the drift and refuse it over the tolerance; None when there is nothing to compare
     (precision fp32, OpenVINO not preferred or not installed)."""
     backend = manifest.backend
@@ -65,7 +82,12 @@ def check_precision(
         return None
     batches, described = _inputs(source, manifest, signature)
     model = source / manifest.model.path
-    reference, candidate = (_run(model, signature, batches, p) for p in ("fp32", backend.precision))
+    try:
+        reference, candidate = (
+            _run(model, signature, batches, p) for p in ("fp32", backend.precision)
+        )
+    except ModelRefused as exc:
+        return SkippedPrecision(f"on {described}, {exc.message}")
     diff = _max_diff(reference, candidate)
     check = PrecisionCheck(backend.precision, diff, described, backend.max_abs_diff)
     if check.tolerance is not None and diff > check.tolerance:

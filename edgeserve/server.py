@@ -152,6 +152,8 @@ def _report(check: Check) -> None:
     """Build's checks of a source served (the dry run, the precision), in the log; a check that
     could not run as a warning."""
     from edgeserve.dryrun import SkippedCheck  # building only, as above
+    from edgeserve.precision import SkippedPrecision
 
-    level = logging.WARNING if isinstance(check, SkippedCheck) else logging.INFO
+    skipped = isinstance(check, SkippedCheck | SkippedPrecision)
+    level = logging.WARNING if skipped else logging.INFO
     log.log(level, "%s", check.describe())

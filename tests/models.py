@@ -395,15 +395,17 @@ def total_model(path: Path) -> Path:
 
 
 def reshaping_model(path: Path) -> Path:
-    """x FP32 [N, 6], cols INT64 [N, 1] -> y FP32 [N, C]: x reshaped to [-1, C], C the largest
-    `cols` of the batch (0 keeps 6). C = 6 answers x itself; a C the 6 values do not fill (7)
-    fails inside the model, on every backend, though every check at the door passes."""
+    """x FP32 [N, 6], cols INT64 [N, 1] -> y FP32 [N, C]: x reshaped to [N, C], C the largest
+    `cols` of the batch (0 keeps 6). C = 6 answers x itself; any other C (7, or most random
+    ones) fails inside the model, on every backend, though every check at the door passes."""
     nodes = [
-        helper.make_node("Concat", ["rest", "largest"], ["shape"], axis=0),
+        helper.make_node("Shape", ["x"], ["dims"]),
+        helper.make_node("Gather", ["dims", "first"], ["rows"]),
+        helper.make_node("Concat", ["rows", "largest"], ["shape"], axis=0),
         helper.make_node("Reshape", ["x", "shape"], ["y"]),
     ]
-    rest = numpy_helper.from_array(np.array([-1], np.int64), "rest")
-    return _by_the_largest(path, ("x", 6), "cols", nodes, "y", [rest])
+    first = numpy_helper.from_array(np.array([0], np.int64), "first")
+    return _by_the_largest(path, ("x", 6), "cols", nodes, "y", [first])
 
 
 def top_model(path: Path) -> Path:

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -15,7 +16,8 @@ from edgeserve.errors import ConfigError
 from edgeserve.manifest import load_manifest
 from edgeserve.precision import PrecisionCheck, check_precision
 from edgeserve.signature import read_signature
-from tests.models import conv_model
+from tests.models import conv_model, reshaping_model, write_function
+from tests.server import running
 
 MANIFEST = """\
 [function]
@@ -135,3 +137,26 @@ def test_the_invoke_sample_init_writes_is_what_the_check_runs(
     assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 0
     printed = " ".join(capsys.readouterr().out.split())
     assert "on random inputs (no file in samples/ holds the model's inputs)" in printed
+
+
+def test_a_model_failing_on_random_inputs_is_served_the_check_saying_it_did_not_run(
+    tmp_path: Path,
+) -> None:
+    """Random `cols` (up to 15) make the model's Reshape fail: the precision check failed the
+    build ("openvino: inference failed") and, now that serving a source runs build's checks,
+    would have refused `serve` too, though real requests (cols 6) run. It says it did not
+    run, why and what to do, and the function serves."""
+    folder = write_function(tmp_path / "fn", reshaping_model, '[function]\nname = "fn"\n')
+    with running(folder, "--workers", "1") as (url, server):
+        tensors = [
+            {"name": "x", "datatype": "FP32", "shape": [1, 6], "data": [0, 1, 2, 3, 4, 5]},
+            {"name": "cols", "datatype": "INT64", "shape": [1, 1], "data": [6]},
+        ]
+        answer = httpx.post(f"{url}/v2/models/fn/infer", json={"inputs": tensors}, timeout=30)
+    assert answer.json()["outputs"][0]["data"] == [0, 1, 2, 3, 4, 5]
+    said = " ".join("".join(server.output).split())
+    assert (
+        "WARNING: warning: the precision check did not run: on random inputs (no samples/), "
+        "openvino: the model failed on the request's values: "
+    ) in said
+    assert "Hint: add a sample of a real request to samples/, or set [backend] precision" in said
