@@ -31,6 +31,7 @@ from edgeserve.bundle import (
 from edgeserve.cache import bundles_dir, prune, touch
 from edgeserve.dryrun import DryRun, SkippedCheck, check_batch_axis, dry_run
 from edgeserve.errors import BundleError, ConfigError, did_you_mean
+from edgeserve.imports import own_modules
 from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.precision import PrecisionCheck, SkippedPrecision, check_precision
@@ -322,7 +323,8 @@ def _handler_copy(source: Path, manifest: Manifest) -> list[tuple[str, Path]]:
             f"{source / MANIFEST_NAME}: field `handler.module`: {module!r} names {path}, "
             "which does not exist; Hint: create it or remove the [handler] module key"
         )
-    return [(f"handler/{module}.py", path)]
+    own = [(f"handler/{name}", source / name) for name in own_modules(path)]  # imports.py
+    return [(f"handler/{module}.py", path), *own]
 
 
 def _sample_copies(source: Path) -> list[tuple[str, Path]]:

@@ -7,7 +7,8 @@ Layout of a bundle folder (written by build.py):
     function.toml             the source manifest, as written
     model/<file>.onnx         the model; beside it, what a planned backend `prepare`s (OpenVINO:
                               model/model.xml + .bin, its IR), listed in backends.BACKENDS
-    handler/<module>.py       the handler, when [handler] module is set
+    handler/<module>.py       the handler, when [handler] module is set, and beside it the
+                              modules of the function folder it imports (lines.py, helpers/...)
     samples/...               the function's samples, when it has some
     requirements/<target>.txt pinned runtime requirements per target
 
@@ -194,6 +195,17 @@ class Bundle:
     def handler_path(self) -> Path | None:
         module = self.manifest.handler.module
         return self.root / "handler" / f"{module}.py" if module else None
+
+    @property
+    def handler_modules(self) -> tuple[str, ...]:
+        """The handler's own modules in the bundle beside it (`lines.py`, `helpers/__init__.py`):
+        the files of its function folder that it imports (edgeserve/imports.py)."""
+        handler = f"handler/{self.manifest.handler.module}.py"
+        return tuple(
+            name.removeprefix("handler/")
+            for name in sorted(self.metadata["files"])
+            if name.startswith("handler/") and name != handler
+        )
 
     @property
     def handler_source(self) -> Path | None:

@@ -52,6 +52,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
         report=lambda step: console.print(step.describe(), markup=False, soft_wrap=True),
     )
     name, digest = bundle.manifest.function.name, bundle.content_hash[:12]
+    if modules := bundle.handler_modules:  # the modules of its folder the handler imports
+        handler = f"{bundle.manifest.handler.module}.py with {', '.join(modules)}"
+        console.print(f"handler: {handler}", markup=False, soft_wrap=True)
     _say("built", "green", f"{name} -> {bundle.root}  hash {digest}")
     if not bundle.signature.batched:
         fixed = [spec.name for spec in bundle.signature.fixed_first_dims()]

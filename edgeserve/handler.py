@@ -15,18 +15,16 @@ model (the sizes may be the client's: see `check_items`).
 
 from __future__ import annotations
 
-import hashlib
-import importlib.machinery
-import importlib.util
 import traceback
 from pathlib import Path
-from types import CodeType, ModuleType
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from edgeserve.datatypes import DATATYPES, from_numpy
 from edgeserve.errors import ConfigError, HandlerError
+from edgeserve.imports import digest, import_module, is_own, missing_hint, plain
 from edgeserve.types import Signature, TensorDict, TensorSpec
 
 ITEMS_TYPE = "list[dict[str, np.ndarray]]"
@@ -43,7 +41,7 @@ def import_handler(path: Path, shown_as: Path | None = None) -> ModuleType:
     Prometheus metric."""
     shown = shown_as or path
     try:
-        key = (str(shown.resolve()), hashlib.sha256(path.read_bytes()).digest())
+        key = (str(shown.resolve()), digest(path))
     except OSError:  # no such file: the import says so, in the user's words
         return _import(path, shown)
     if (module := _IMPORTED.get(key)) is None:
@@ -55,38 +53,31 @@ _IMPORTED: dict[tuple[str, bytes], ModuleType] = {}
 
 
 def _import(path: Path, shown: Path) -> ModuleType:
-    name = f"edgeserve_handler_{path.stem}"
-    loader = _SourceOnly(name, str(path), str(shown))
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"{shown}: cannot be imported as a Python module ([handler] module)")
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        return import_module(path, shown)
     except SyntaxError as exc:
+        file = exc.filename if is_own(exc.filename or "") else shown  # maybe one of its modules
         code = f": {exc.text.strip()}" if exc.text else ""
         raise ConfigError(
-            f"{shown}:{exc.lineno}: syntax error in the handler: {exc.msg}{code}"
+            f"{file}:{exc.lineno}: syntax error in the handler: {exc.msg}{code}"
         ) from None
     except (Exception, SystemExit) as exc:  # sys.exit() at import ended the CLI silently
         raise ConfigError(
-            f"{where(exc, shown)}: the handler failed to import: {type(exc).__name__}: {exc}"
-            + _import_hint(exc)
+            f"{where(exc, shown)}: the handler failed to import: {plain(exc)}"
+            + _import_hint(exc, shown)
         ) from exc
-    return module
 
 
 def where(exc: BaseException, shown: Path) -> str:
-    """`file:line` of the deepest frame of `exc` inside the handler, else the file alone."""
+    """`file:line` of the deepest frame of `exc` inside the handler or one of its own modules,
+    else the handler's file alone."""
     frames = traceback.extract_tb(exc.__traceback__)
-    lines = [frame.lineno for frame in frames if frame.filename == str(shown)]
-    return f"{shown}:{lines[-1]}" if lines else str(shown)
+    own = [frame for frame in frames if frame.filename == str(shown) or is_own(frame.filename)]
+    return f"{own[-1].filename}:{own[-1].lineno}" if own else str(shown)
 
 
-def _import_hint(exc: BaseException) -> str:
-    if isinstance(exc, ModuleNotFoundError):
-        return ". Hint: install it, and list it in [handler] requirements so that targets get it"
-    return ""
+def _import_hint(exc: BaseException, shown: Path) -> str:
+    return missing_hint(exc, shown) if isinstance(exc, ModuleNotFoundError) else ""
 
 
 def check_items(items: Any, signature: Signature, *, sizes: bool = True) -> list[TensorDict]:
@@ -166,17 +157,3 @@ def _datatype(array: np.ndarray) -> str:
         return from_numpy(array.dtype).name
     except ValueError:
         return str(array.dtype)
-
-
-class _SourceOnly(importlib.machinery.SourceFileLoader):
-    """Compiles the verified source on every import and reads or writes no bytecode cache: a
-    .pyc beside the handler is not covered by the bundle's content hash. The code is compiled
-    under the name the user knows (their source file), so tracebacks point there."""
-
-    def __init__(self, fullname: str, path: str, shown: str) -> None:
-        super().__init__(fullname, path)
-        self.shown = shown
-
-    def get_code(self, fullname: str) -> CodeType:
-        path = self.get_filename(fullname)
-        return self.source_to_code(self.get_data(path), self.shown)

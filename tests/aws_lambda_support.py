@@ -29,8 +29,11 @@ max_queue_delay_ms = 5
 """
 
 
-def small_bundle(tmp: Path, name: str = "tiny", handler: str | None = None) -> Bundle:
-    """A real bundle for target aws-lambda: an MLP x[N,16] -> y[N,4], optional handler.py."""
+def small_bundle(
+    tmp: Path, name: str = "tiny", handler: str | None = None, modules: dict[str, str] | None = None
+) -> Bundle:
+    """A real bundle for target aws-lambda: an MLP x[N,16] -> y[N,4], optional handler.py and
+    files beside it (`modules`: relative path -> text)."""
     source = tmp / "src" / name
     source.mkdir(parents=True)
     mlp_model(source / "model.onnx")
@@ -38,6 +41,9 @@ def small_bundle(tmp: Path, name: str = "tiny", handler: str | None = None) -> B
     if handler is not None:
         (source / "handler.py").write_text(handler)
         toml += '\n[handler]\nmodule = "handler"\n'
+    for path, text in (modules or {}).items():
+        (source / path).parent.mkdir(parents=True, exist_ok=True)
+        (source / path).write_text(text)
     (source / "function.toml").write_text(toml)
     return build(source, tmp / "build" / name, targets=("aws-lambda",))
 

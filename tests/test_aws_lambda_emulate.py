@@ -85,6 +85,48 @@ def test_png_msgpack_and_json_bodies_through_each_event_source(bundle: Bundle, e
     assert len({as_png.json()["pid"], as_json.json()["pid"]}) == 1  # one environment served all
 
 
+SPLIT_HANDLER = """\
+import numpy as np
+
+from rows import as_rows
+
+
+def preprocess(payload, ctx):
+    return as_rows(payload)
+
+
+def postprocess(items, ctx):
+    from helpers.answer import answer  # imported late: routed the same
+
+    return answer(items)
+"""
+SPLIT_MODULES = {
+    "rows.py": "import numpy as np\n\ndef as_rows(payload):\n"
+    "    return [{'x': np.asarray(row, np.float32)} for row in payload['rows']]\n",
+    "helpers/__init__.py": "",
+    "helpers/answer.py": "from . import names\n\ndef answer(items):\n"
+    "    return {'y': [item['y'].tolist() for item in items], 'by': names.BY}\n",
+    "helpers/names.py": "BY = __name__.rpartition('.')[2]\n",
+}
+
+
+def test_a_handler_of_several_modules_runs_in_the_emulated_lambda(tmp_path: Path) -> None:
+    """The bundle's copies of the handler's modules, imported in Lambda's worker process (only
+    handler.py was copied: `No module named 'rows'` at init, every invocation a 502)."""
+    split = small_bundle(tmp_path, "split", handler=SPLIT_HANDLER, modules=SPLIT_MODULES)
+    assert split.handler_modules == (
+        "helpers/__init__.py",
+        "helpers/answer.py",
+        "helpers/names.py",
+        "rows.py",
+    )
+    with emulated(split.root) as (url, _):
+        answer = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist()}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["by"] == "names"
+    np.testing.assert_allclose(answer.json()["y"], expected(split, ROWS), rtol=1e-5, atol=1e-5)
+
+
 def test_model_loads_once_per_instance_across_many_invocations(bundle: Bundle) -> None:
     with emulated(bundle.root, "--instances", "2") as (url, server):
         answers: list[httpx.Response] = []
