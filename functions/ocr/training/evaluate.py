@@ -26,7 +26,9 @@ from typing import Any
 import numpy as np
 
 OCR_DIR = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(OCR_DIR / "training"), str(OCR_DIR), str(OCR_DIR.parents[1])]
+# Not OCR_DIR: the handler is imported as edgeserve imports it (ocr_handler), so its modules (lines,
+# noise, ...) do not become everyone's in the process that imports this one (the tests).
+sys.path[:0] = [str(OCR_DIR / "training"), str(OCR_DIR.parents[1])]
 
 import synth  # noqa: E402
 
@@ -123,9 +125,9 @@ def evaluate(
 
 def inprocess_recognizer(model: Path = OCR_DIR / "model.onnx") -> Recognize:
     """handler.preprocess -> onnxruntime (widths padded with 0.0 like the server) -> postprocess."""
-    import handler
     import onnxruntime as ort
 
+    handler = ocr_handler()
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
 
     def recognize(data: bytes) -> dict[str, Any]:
@@ -141,6 +143,13 @@ def inprocess_recognizer(model: Path = OCR_DIR / "model.onnx") -> Recognize:
         return handler.postprocess([{"logits": out} for out in outputs], ctx)
 
     return recognize
+
+
+def ocr_handler() -> Any:
+    """functions/ocr/handler.py with its modules, imported the way `edgeserve serve` does."""
+    from edgeserve.handler import import_handler
+
+    return import_handler(OCR_DIR / "handler.py")
 
 
 def url_recognizer(url: str) -> Recognize:

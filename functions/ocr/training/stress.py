@@ -33,7 +33,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 OCR_DIR = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(OCR_DIR / "training"), str(OCR_DIR), str(OCR_DIR.parents[1])]
+# Not OCR_DIR: the handler is imported as edgeserve imports it (evaluate.ocr_handler), so its
+# modules (lines, noise, ...) are not offered to the rest of a process importing this one.
+sys.path[:0] = [str(OCR_DIR / "training"), str(OCR_DIR.parents[1])]
 
 import evaluate  # noqa: E402
 import synth  # noqa: E402
@@ -309,8 +311,7 @@ def stress(
 
 def preprocess_ms(datas: list[bytes], repeat: int = 3) -> float:
     """Median over REPEAT rounds of the mean wall time of handler.preprocess per page."""
-    import handler
-
+    handler = evaluate.ocr_handler()
     rounds = []
     for _ in range(repeat):
         start = time.perf_counter()

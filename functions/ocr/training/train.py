@@ -1,6 +1,6 @@
 """Train the OCR line recogniser (small CRNN + CTC) on synthetic lines and export ONNX.
 
-Input `image` float32 [N, 1, 32, W] (ink 1.0, paper 0.0; see handler.normalize_line), output
+Input `image` float32 [N, 1, 32, W] (ink 1.0, paper 0.0; see strips.normalize_line), output
 `logits` float32 [N, W // 4, len(CHARSET) + 1] log-probabilities, class 0 = CTC blank.
 Lines are rendered on the fly in DataLoader workers from TRAIN_FONTS only. The learning rate
 follows a cosine over whichever budget runs out first, --steps or --minutes, so a run on
@@ -29,14 +29,15 @@ from torch.utils.data import DataLoader, IterableDataset
 OCR_DIR = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(OCR_DIR / "training"), str(OCR_DIR), str(OCR_DIR.parents[1])]
 
-import handler  # noqa: E402
 import synth  # noqa: E402
+from decoding import CHARSET, ctc_greedy  # noqa: E402  (the handler's own modules)
 from evaluate import edit_distance  # noqa: E402
+from strips import DOWNSAMPLE, LINE_HEIGHT, normalize_line  # noqa: E402
 
 SEED = 1234
-NUM_CLASSES = len(handler.CHARSET) + 1
-CHAR_INDEX = {c: i + 1 for i, c in enumerate(handler.CHARSET)}
-assert handler.CHARSET == synth.CHARSET, "handler and synth disagree on the charset"
+NUM_CLASSES = len(CHARSET) + 1
+CHAR_INDEX = {c: i + 1 for i, c in enumerate(CHARSET)}
+assert CHARSET == synth.CHARSET, "the handler (decoding.py) and synth disagree on the charset"
 
 
 class SynthLines(IterableDataset):
@@ -51,8 +52,8 @@ class SynthLines(IterableDataset):
         rng = random.Random(self.seed * 1000 + (info.id if info else 0))
         while True:
             gray, text = synth.render_line(rng, self.fonts)
-            strip = handler.normalize_line(gray)
-            if strip.shape[2] // handler.DOWNSAMPLE >= 2 * len(text) + 1:
+            strip = normalize_line(gray)
+            if strip.shape[2] // DOWNSAMPLE >= 2 * len(text) + 1:
                 yield strip, [CHAR_INDEX[c] for c in text]
 
 
@@ -78,14 +79,14 @@ def _width(item: tuple[np.ndarray, list[int]]) -> int:
 def collate(batch: list[tuple[np.ndarray, list[int]]]) -> dict[str, torch.Tensor]:
     """Pad widths with 0.0 (like the server) plus a random extra so padding is no surprise."""
     widths = [strip.shape[2] for strip, _ in batch]
-    width = max(widths) + random.randint(0, 16) * handler.DOWNSAMPLE
-    images = np.zeros((len(batch), 1, handler.LINE_HEIGHT, width), dtype=np.float32)
+    width = max(widths) + random.randint(0, 16) * DOWNSAMPLE
+    images = np.zeros((len(batch), 1, LINE_HEIGHT, width), dtype=np.float32)
     for i, (strip, _) in enumerate(batch):
         images[i, :, :, : strip.shape[2]] = strip
     return {
         "images": torch.from_numpy(images),
         "targets": torch.tensor([c for _, label in batch for c in label], dtype=torch.long),
-        "input_lengths": torch.tensor([w // handler.DOWNSAMPLE for w in widths]),
+        "input_lengths": torch.tensor([w // DOWNSAMPLE for w in widths]),
         "target_lengths": torch.tensor([len(label) for _, label in batch]),
     }
 
@@ -124,8 +125,8 @@ def validate(model: CRNN, batches: list[dict[str, torch.Tensor]]) -> float:
             logits = model(batch["images"]).cpu()
             labels = batch["targets"].cpu().split(batch["target_lengths"].tolist())
             for out, length, label in zip(logits, batch["input_lengths"], labels, strict=True):
-                truth = "".join(handler.CHARSET[c - 1] for c in label.tolist())
-                text, _ = handler.ctc_greedy(out[: int(length)].numpy())
+                truth = "".join(CHARSET[c - 1] for c in label.tolist())
+                text, _ = ctc_greedy(out[: int(length)].numpy())
                 errors += edit_distance(text, truth)
                 chars += len(truth)
     model.train()
@@ -137,7 +138,7 @@ def export_onnx(model: CRNN, path: Path) -> None:
     import onnxruntime as ort
 
     model.eval()
-    example = torch.rand(2, 1, handler.LINE_HEIGHT, 200)
+    example = torch.rand(2, 1, LINE_HEIGHT, 200)
     torch.onnx.export(
         model, (example,), str(path), input_names=["image"], output_names=["logits"],
         opset_version=17, dynamo=False,
@@ -149,7 +150,7 @@ def export_onnx(model: CRNN, path: Path) -> None:
         with torch.no_grad():
             expected = model(image).numpy()
         got = session.run(["logits"], {"image": image.numpy()})[0]
-        assert got.shape == (shape[0], shape[3] // handler.DOWNSAMPLE, NUM_CLASSES), got.shape
+        assert got.shape == (shape[0], shape[3] // DOWNSAMPLE, NUM_CLASSES), got.shape
         np.testing.assert_allclose(got, expected, atol=1e-3, rtol=1e-3)
     print(f"exported {path} ({path.stat().st_size / 1e6:.2f} MB), onnxruntime matches torch")
 
