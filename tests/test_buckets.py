@@ -24,7 +24,7 @@ from edgeserve.errors import InvalidInput
 from edgeserve.manifest import ModelSection
 from edgeserve.shapes import ShapeRange, shape_profile
 from edgeserve.signature import read_signature
-from tests.models import conv_model, tokens_model, varlen_model
+from tests.models import conv_model, tokens_model, top_model, varlen_model
 
 NO_CUDA = "CUDAExecutionProvider" not in ort.get_available_providers()
 
@@ -123,6 +123,21 @@ def test_a_batch_beyond_the_buckets_runs_in_one_shared_session(tmp_path: Path) -
     backend.close()
 
 
+def test_a_buckets_rows_past_the_batch_hold_the_fill_not_an_earlier_batch(tmp_path: Path) -> None:
+    """The model runs the whole bucket: its rows past the batch were left as the buffer held
+    them (uninitialized memory, or the rows of the batch before), which a model reading a
+    value from them (an index, a size) fails on or answers otherwise."""
+    backend = _varlen_backend(tmp_path)
+    staged = backend.assemble([{"x": np.full((3, 5), 7.0, np.float32)}], {"x": -1.0})
+    buffer = staged.binding.inputs["x"]
+    assert buffer.shape[0] == 4 and (buffer[3] == -1.0).all()  # not what the warm-up left
+    backend.assemble([{"x": np.full((4, 5), 7.0, np.float32)}], {"x": -1.0})
+    again = backend.assemble([{"x": np.full((3, 5), 2.0, np.float32)}], {"x": -1.0})
+    assert again.binding is staged.binding
+    assert (buffer[:3, :5] == 2.0).all() and (buffer[3] == -1.0).all()
+    backend.close()
+
+
 def test_bound_outputs_are_not_overwritten_by_the_next_batch(tmp_path: Path) -> None:
     backend = _varlen_backend(tmp_path)
     first = backend.infer({"x": np.ones((2, 10), np.float32)})
@@ -179,6 +194,43 @@ def test_cuda_buckets_pad_and_cut_back_every_batch_size(tmp_path: Path) -> None:
         got = backend.infer({"image": x})["logits"]
         np.testing.assert_allclose(got, reference.run(None, {"image": x})[0], rtol=1e-4, atol=1e-5)
     assert backend.plans == 4  # rows 1, 2, 4, 8
+    backend.close()
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda:0",
+            marks=[pytest.mark.gpu, pytest.mark.skipif(NO_CUDA, reason="needs a GPU and CUDA")],
+        ),
+    ],
+)
+def test_outputs_whose_shapes_follow_values_leave_the_bound_buffers(
+    tmp_path: Path, device: str
+) -> None:
+    """A TopK of the k a request sends: the output's width is a value, which no buffer sized at
+    the warm-up holds, and ONNX Runtime refused every batch (on CUDA, where buckets are the
+    default, every request was answered 422). The bindings now go and batches run at their
+    own shapes, each answer as the model gives it."""
+    model = top_model(tmp_path / "top.onnx")
+    signature = read_signature(model, ModelSection())
+    backend = load_backend(
+        "onnxruntime",
+        model,
+        signature=signature,
+        device=device,
+        profile=shape_profile(signature, 8),
+        buckets=True,
+    )
+    assert backend.shapes.rows
+    reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    for k in (2, 4, 1, 3):
+        feeds = {"x": np.tile(np.float32([3, 1, 4, 2]), (3, 1)), "k": np.full((3, 1), k)}
+        answer = backend.infer(backend.assemble([feeds], {}))
+        np.testing.assert_array_equal(answer["top"], reference.run(["top"], feeds)[0])
+    assert not backend.shapes.rows
     backend.close()
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -111,10 +112,19 @@ class Binding(abc.ABC):
     """Input buffers a batch is staged into; `run` answers the batch's rows."""
 
     inputs: dict[str, np.ndarray]
+    _dirty = sys.maxsize
+    """Rows past the last batch's that hold an earlier batch's values (at first: every row)."""
 
     def stage(self, parts: Sequence[TensorDict], fills: Mapping[str, float]) -> Staged:
-        """Write the parts' rows one after another; what a part lacks on a padded axis is fill."""
+        """Write the parts' rows one after another; what a part lacks on a padded axis is fill,
+        and so are the bucket's rows past the batch's. The model runs those too, so they must
+        not hold what the buffer held before (uninitialized memory, an earlier batch's rows): a
+        model that reads a value (an index, a size) would fail on it or answer otherwise."""
         rows = write_parts(self.inputs, parts, fills)
+        if rows < self._dirty:
+            for name, buffer in self.inputs.items():
+                buffer[rows : self._dirty].fill(fills.get(name, 0.0))
+        self._dirty = rows
         return Staged({name: buffer[:rows] for name, buffer in self.inputs.items()}, self)
 
     @abc.abstractmethod

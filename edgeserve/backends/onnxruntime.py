@@ -162,12 +162,33 @@ class OnnxRuntime:
         try:
             with self._first_uses.run():
                 if isinstance(inputs, Staged):
-                    return inputs.binding.run(len(next(iter(inputs.values()))))
+                    return self._run_staged(inputs)
                 values = self._run(self._session(()), feeds)
         except EdgeserveError:
             raise
         except Exception as exc:  # its Fail, InvalidArgument, RuntimeException, ...: the text says
             raise run_failure(self.name, _message(exc)) from None
+        return dict(zip(self._output_names, values, strict=True))
+
+    def _run_staged(self, staged: Staged) -> TensorDict:
+        """Run a batch in its bound buffers. Outputs whose shapes follow the inputs' values (a
+        TopK of the k a request sends) cannot go into buffers sized once, at the warm-up:
+        ONNX Runtime refuses every such run. The bindings then go, for good, and this batch
+        and the next run at their own shapes."""
+        try:
+            return staged.binding.run(len(next(iter(staged.values()))))
+        except Exception as exc:
+            if _PREALLOCATED not in str(exc):
+                raise
+            if self.shapes.rows:
+                log.warning(
+                    "onnxruntime: an output's shape follows the inputs' values, so it cannot "
+                    "be bound to a buffer: bound buffers and CUDA graphs are off for this model "
+                    "(%s)",
+                    str(exc)[:200],
+                )
+            self.shapes, self.buckets, self.graphs = Buckets(), (), False
+        values = self._run(self._session(()), dict(staged))
         return dict(zip(self._output_names, values, strict=True))
 
     def _run(self, session: Any, feeds: TensorDict) -> list[np.ndarray]:
@@ -249,6 +270,11 @@ class OnnxRuntime:
         log.warning("onnxruntime: CUDA graphs are off for this model: %s", str(reason)[:300])
         self.graphs = False
 
+
+_PREALLOCATED = "pre-allocated output OrtValues"
+"""ONNX Runtime's words for an output that outgrew its bound buffer (1.31: "... has shape {1,0}
+but the computed output shape for this run is {1,2}. When calling Run() with pre-allocated
+output OrtValues on a model with dynamic output shapes, ...")."""
 
 Key = tuple[tuple[str, Shape], ...]
 """A bucket's input shapes, sorted by name; () is the session for shapes no bucket holds."""
