@@ -8,6 +8,7 @@ them and writes outputs into them. Without a GPU, or those packages, the module 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +25,9 @@ from tests.server import served
 from tests.test_sharedmemory import MANIFEST, X  # the same identity function, the same input
 
 try:
-    import tritonclient.utils.cuda_shared_memory as cudashm
+    with warnings.catch_warnings():  # cuda-python 12.9 warns that cuda.cudart is deprecated
+        warnings.simplefilter("ignore", FutureWarning)
+        import tritonclient.utils.cuda_shared_memory as cudashm
 except (ImportError, RuntimeError) as error:  # RuntimeError: it found no `cuda.cudart`
     pytest.skip(f"tritonclient's CUDA shm utilities: {error}", allow_module_level=True)
 if not probe_gpus():
