@@ -105,7 +105,7 @@ def graph_rate(model: Path, feed: tuple[str, np.ndarray], fetch: tuple[str, np.n
     """Items/s of a session at the input's shape alone (named dims fixed) run as a CUDA graph
     over device buffers, copied in from and out to the host each run: edgeserve's bucket path.
     `feed` is the input (name, value), `fetch` the output (name, a plain run's answer)."""
-    from edgeserve.backends.onnxruntime import dim_names, fixed_dims, with_graphs
+    from edgeserve.backends.sessions import dim_names, fixed_dims, with_graphs
 
     (name, x), (output, y) = feed, fetch
     options = ort.SessionOptions()

@@ -30,13 +30,18 @@ from edgeserve.bundle import (
 )
 from edgeserve.cache import bundles_dir, prune, touch
 from edgeserve.dryrun import DryRun, SkippedCheck, check_batch_axis, dry_run
-from edgeserve.errors import BundleError, ConfigError, did_you_mean
-from edgeserve.imports import own_modules
+from edgeserve.errors import BundleError, ConfigError
 from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.precision import PrecisionCheck, SkippedPrecision, check_precision
 from edgeserve.profiles import load_target, target_name
-from edgeserve.signature import check_max_batch_size, external_data, read_signature
+from edgeserve.signature import check_max_batch_size, read_signature
+from edgeserve.sources import (
+    external_data_copies,
+    handler_copies,
+    model_file,
+    sample_copies,
+)
 from edgeserve.types import Signature
 
 RUNTIME_PACKAGES = (
@@ -117,14 +122,14 @@ def plan_build(
     if not source.is_dir():
         raise ConfigError(f"{source}: expected a function folder holding {MANIFEST_NAME}")
     manifest = load_manifest(source)
-    model = _model_file(source, manifest)
+    model = model_file(source, manifest)
     batching = manifest.batching.max_batch_size > 0
     signature = read_signature(model, manifest.model, source / MANIFEST_NAME, batching)
     check_max_batch_size(signature, manifest.batching, source / MANIFEST_NAME)
     model_dest = f"model/{model.name}"
     copies = [(MANIFEST_NAME, source / MANIFEST_NAME), (model_dest, model)]
-    copies += _external_data_copies(model) + _handler_copy(source, manifest)
-    copies += _sample_copies(source)
+    copies += external_data_copies(model) + handler_copies(source, manifest)
+    copies += sample_copies(source)
     resolved = manifest.model_copy(
         update={"model": manifest.model.model_copy(update={"path": model_dest})}
     )
@@ -288,59 +293,6 @@ def _swap_in(scratch: Path, out: Path) -> None:
     out.rename(old / "bundle")
     scratch.rename(out)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _model_file(source: Path, manifest: Manifest) -> Path:
-    """The model `[model] path` names, or an error that says which file was looked for."""
-    model = source / manifest.model.path
-    if model.is_file():
-        return model
-    present = sorted(
-        path.relative_to(source).as_posix() for path in source.rglob("*.onnx") if path.is_file()
-    )
-    hint = did_you_mean(manifest.model.path, present) or (
-        f"; the folder holds {present}" if present else "; the folder holds no .onnx file"
-    )
-    problem = "is a folder, not a file" if model.is_dir() else "does not exist"
-    raise ConfigError(
-        f"{source / MANIFEST_NAME}: field `model.path`: found {manifest.model.path!r}, but "
-        f"{model} {problem}; expected the ONNX model's path in the function folder{hint}"
-    )
-
-
-def _external_data_copies(model: Path) -> list[tuple[str, Path]]:
-    """Weights an ONNX model keeps in side files (models over 2 GB must) travel beside it."""
-    return [(f"model/{location}", model.parent / location) for location in external_data(model)]
-
-
-def _handler_copy(source: Path, manifest: Manifest) -> list[tuple[str, Path]]:
-    module = manifest.handler.module
-    if module is None:
-        return []
-    path = source / f"{module}.py"
-    if not path.is_file():
-        raise ConfigError(
-            f"{source / MANIFEST_NAME}: field `handler.module`: {module!r} names {path}, "
-            "which does not exist; Hint: create it or remove the [handler] module key"
-        )
-    own = [(f"handler/{name}", source / name) for name in own_modules(path)]  # imports.py
-    return [(f"handler/{module}.py", path), *own]
-
-
-def _sample_copies(source: Path) -> list[tuple[str, Path]]:
-    samples = source / "samples"
-    if not samples.is_dir():
-        return []
-    return [
-        (path.relative_to(source).as_posix(), path)
-        for path in samples.rglob("*")
-        if path.is_file() and not _hidden(path.relative_to(samples))
-    ]
-
-
-def _hidden(relative: Path) -> bool:
-    """Editor and OS litter (.DS_Store, .ipynb_checkpoints, __pycache__) stays out of bundles."""
-    return any(part.startswith(".") or part == "__pycache__" for part in relative.parts)
 
 
 def _target_plan(

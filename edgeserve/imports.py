@@ -145,12 +145,13 @@ def _module_files(folder: Path, name: str) -> list[str]:
         return sorted(
             path.relative_to(folder).as_posix()
             for path in package.rglob("*.py")
-            if path.is_file() and not _hidden(path.relative_to(package).parts)
+            if path.is_file() and not hidden(path.relative_to(package).parts)
         )
     return [f"{name}.py"] if (folder / f"{name}.py").is_file() else []
 
 
-def _hidden(parts: Sequence[str]) -> bool:
+def hidden(parts: Sequence[str]) -> bool:
+    """Editor and OS litter (.DS_Store, .ipynb_checkpoints, __pycache__): never shipped."""
     return any(part.startswith(".") or part == "__pycache__" for part in parts)
 
 

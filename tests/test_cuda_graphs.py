@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 
 from edgeserve.backends import load_backend
-from edgeserve.backends.onnxruntime import dim_names, fixed_dims
+from edgeserve.backends.sessions import dim_names, fixed_dims
 from edgeserve.batching import Batcher, BatchPolicy
 from edgeserve.manifest import ModelSection
 from edgeserve.shapes import ShapeRange, shape_profile

@@ -45,6 +45,7 @@ from edgeserve.backends.binding import (
 )
 from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for
 from edgeserve.backends.options import LoadOptions, TritonNames, missing_module, run_failure
+from edgeserve.backends.sessions import dim_names, fixed_dims, new_session, providers, with_graphs
 from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError, EdgeserveError, InvalidInput
 from edgeserve.hardware import Platform
@@ -228,7 +229,7 @@ class OnnxRuntime:
         """A session for one bucket (its shape fixed, and graphs on where they work), or for any
         shape (key ())."""
         fixed = fixed_dims(self._dim_names, dict(key))
-        new = functools.partial(_new_session, self._model_path, self._options, fixed=fixed)
+        new = functools.partial(new_session, self._model_path, self._options, fixed=fixed)
         if not (key and self.graphs):
             return new(self.providers_requested)
         try:
@@ -280,19 +281,6 @@ Key = tuple[tuple[str, Shape], ...]
 """A bucket's input shapes, sorted by name; () is the session for shapes no bucket holds."""
 
 
-def _new_session(
-    model_path: Path, options: LoadOptions, requested: list[Any], fixed: Mapping[str, int]
-) -> Any:
-    import onnxruntime as ort
-
-    try:
-        return ort.InferenceSession(
-            str(model_path), session_options(options, fixed), providers=requested
-        )
-    except Exception as exc:  # onnxruntime raises its own Fail / InvalidGraph / RuntimeError
-        raise BackendError(f"onnxruntime: cannot load {model_path}: {exc}") from None
-
-
 def run_bf16(
     session: Any, names: list[str], feeds: TensorDict, bf16: frozenset[str]
 ) -> list[np.ndarray]:
@@ -339,69 +327,6 @@ def _has_cuda_python() -> bool:
         log.warning("onnxruntime: cuda-python is missing: bound buffers are not pinned")
         return False
     return True
-
-
-def providers(cuda_device: int | None, tf32: bool = False) -> list[Any]:
-    """The CUDA EP on the given device, then the CPU; or the CPU alone.
-
-    TF32 (on by default in the CUDA EP) stays off unless the precision is not "fp32". cuDNN's
-    algorithm search stays EXHAUSTIVE: HEURISTIC left every Conv of a ResNet-18-shaped model in
-    cuDNN's fallback mode on an H200 (38 ms a batch against 0.7 ms).
-    """
-    if cuda_device is None:
-        return ["CPUExecutionProvider"]
-    cuda = ("CUDAExecutionProvider", {"device_id": str(cuda_device), "use_tf32": str(int(tf32))})
-    return [cuda, "CPUExecutionProvider"]
-
-
-def with_graphs(requested: list[Any]) -> list[Any]:
-    """The same providers with the CUDA EP's graph capture on (runs given a graph id)."""
-    return [
-        (entry[0], {**entry[1], "enable_cuda_graph": "1"}) if isinstance(entry, tuple) else entry
-        for entry in requested
-    ]
-
-
-def dim_names(model_path: Path) -> dict[str, dict[int, str]]:
-    """The named dynamic dims of each model input ({input: {axis: name}})."""
-    import onnx
-
-    graph = onnx.load(str(model_path), load_external_data=False).graph
-    return {
-        value.name: {
-            axis: dim.dim_param
-            for axis, dim in enumerate(value.type.tensor_type.shape.dim)
-            if dim.dim_param
-        }
-        for value in graph.input
-    }
-
-
-def fixed_dims(
-    names: Mapping[str, Mapping[int, str]], shapes: Mapping[str, Shape]
-) -> dict[str, int]:
-    """Named dims at a bucket's sizes, for ONNX Runtime to fold the model's shape arithmetic;
-    a name two inputs give different sizes stays free."""
-    sizes: dict[str, set[int]] = {}
-    for name, shape in shapes.items():
-        for axis, dim in names.get(name, {}).items():
-            sizes.setdefault(dim, set()).add(shape[axis])
-    return {dim: next(iter(found)) for dim, found in sizes.items() if len(found) == 1}
-
-
-def session_options(options: LoadOptions, fixed: Mapping[str, int] | None = None) -> Any:
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    for dim, size in (fixed or {}).items():
-        so.add_free_dimension_override_by_name(dim, size)
-    so.intra_op_num_threads = options.threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # No spinning between runs: on a few cores the spinning pool starves the event loop.
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return so
 
 
 _STATUS = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")

@@ -1,0 +1,88 @@
+"""How an ONNX Runtime session is opened: its providers (the CUDA EP's settings, graph
+capture), its options (threads, no spinning) and the named dims fixed to a bucket's sizes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from edgeserve.backends.options import LoadOptions
+from edgeserve.errors import BackendError
+from edgeserve.shapes import Shape
+
+
+def new_session(
+    model_path: Path, options: LoadOptions, requested: list[Any], fixed: Mapping[str, int]
+) -> Any:
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(
+            str(model_path), session_options(options, fixed), providers=requested
+        )
+    except Exception as exc:  # onnxruntime raises its own Fail / InvalidGraph / RuntimeError
+        raise BackendError(f"onnxruntime: cannot load {model_path}: {exc}") from None
+
+
+def providers(cuda_device: int | None, tf32: bool = False) -> list[Any]:
+    """The CUDA EP on the given device, then the CPU; or the CPU alone.
+
+    TF32 (on by default in the CUDA EP) stays off unless the precision is not "fp32". cuDNN's
+    algorithm search stays EXHAUSTIVE: HEURISTIC left every Conv of a ResNet-18-shaped model in
+    cuDNN's fallback mode on an H200 (38 ms a batch against 0.7 ms).
+    """
+    if cuda_device is None:
+        return ["CPUExecutionProvider"]
+    cuda = ("CUDAExecutionProvider", {"device_id": str(cuda_device), "use_tf32": str(int(tf32))})
+    return [cuda, "CPUExecutionProvider"]
+
+
+def with_graphs(requested: list[Any]) -> list[Any]:
+    """The same providers with the CUDA EP's graph capture on (runs given a graph id)."""
+    return [
+        (entry[0], {**entry[1], "enable_cuda_graph": "1"}) if isinstance(entry, tuple) else entry
+        for entry in requested
+    ]
+
+
+def dim_names(model_path: Path) -> dict[str, dict[int, str]]:
+    """The named dynamic dims of each model input ({input: {axis: name}})."""
+    import onnx
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    return {
+        value.name: {
+            axis: dim.dim_param
+            for axis, dim in enumerate(value.type.tensor_type.shape.dim)
+            if dim.dim_param
+        }
+        for value in graph.input
+    }
+
+
+def fixed_dims(
+    names: Mapping[str, Mapping[int, str]], shapes: Mapping[str, Shape]
+) -> dict[str, int]:
+    """Named dims at a bucket's sizes, for ONNX Runtime to fold the model's shape arithmetic;
+    a name two inputs give different sizes stays free."""
+    sizes: dict[str, set[int]] = {}
+    for name, shape in shapes.items():
+        for axis, dim in names.get(name, {}).items():
+            sizes.setdefault(dim, set()).add(shape[axis])
+    return {dim: next(iter(found)) for dim, found in sizes.items() if len(found) == 1}
+
+
+def session_options(options: LoadOptions, fixed: Mapping[str, int] | None = None) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    for dim, size in (fixed or {}).items():
+        so.add_free_dimension_override_by_name(dim, size)
+    so.intra_op_num_threads = options.threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # No spinning between runs: on a few cores the spinning pool starves the event loop.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return so
