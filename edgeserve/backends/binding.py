@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from edgeserve.backends import cuda
 from edgeserve.backends.buckets import write_parts
+from edgeserve.backends.registered import DIRECT_BYTES, REGISTRY, Stream
 from edgeserve.errors import BackendError
 from edgeserve.shapes import Shape
 from edgeserve.types import TensorDict
@@ -121,11 +123,20 @@ class Binding(abc.ABC):
         not hold what the buffer held before (uninitialized memory, an earlier batch's rows): a
         model that reads a value (an index, a size) would fail on it or answer otherwise."""
         rows = write_parts(self.inputs, parts, fills)
-        if rows < self._dirty:
+        self._fill_past(rows, fills)
+        return Staged(self._views(rows), self)
+
+    def _fill_past(self, rows: int, fills: Mapping[str, float]) -> int:
+        """Fill the rows from `rows` to the end of the batch before; that end."""
+        end = min(self._dirty, len(next(iter(self.inputs.values()))))
+        if rows < end:
             for name, buffer in self.inputs.items():
-                buffer[rows : self._dirty].fill(fills.get(name, 0.0))
+                buffer[rows:end].fill(fills.get(name, 0.0))
         self._dirty = rows
-        return Staged({name: buffer[:rows] for name, buffer in self.inputs.items()}, self)
+        return end
+
+    def _views(self, rows: int) -> TensorDict:
+        return {name: buffer[:rows] for name, buffer in self.inputs.items()}
 
     @abc.abstractmethod
     def run(self, rows: int) -> TensorDict:
@@ -173,6 +184,8 @@ class DeviceBinding(Binding):
         self._session = session
         self._io = session.io_binding()
         self._options = _run_options(graph_id)
+        self._stream = None if REGISTRY.cudart is None else Stream(REGISTRY.cudart, device)
+        self._copied = False  # whether the batch staged last is on the device already
         self._turn: contextlib.AbstractContextManager[Any] = turn or contextlib.nullcontext()
         self.inputs = {name: memory.array(a.shape, a.dtype) for name, a in zeros.items()}
         self._device_inputs = {name: _on_device(a, device) for name, a in zeros.items()}
@@ -208,6 +221,61 @@ class DeviceBinding(Binding):
         for name, array in self.inputs.items():
             array[...] = inputs[name]
 
+    def stage(self, parts: Sequence[TensorDict], fills: Mapping[str, float]) -> Staged:
+        """Large parts that lie in a registered arena go to the device from there, one copy
+        each (backends/registered.py); the others are staged in the host buffer as on the CPU,
+        and copied from it. Without such parts, the batch goes in one copy when it runs.
+
+        The copies are waited for here: with stage-ahead, while the other worker's batch runs,
+        so the wait (and the GIL it lets go) is not between two runs of the device."""
+        in_place = self._in_place(parts)
+        self._copied = bool(in_place)
+        if not in_place:
+            return super().stage(parts, fills)
+        assert self._stream is not None
+        try:
+            rows = write_parts(self.inputs, parts, fills, skip=in_place)
+            self._to_device(parts, in_place, rows, self._fill_past(rows, fills))
+        finally:
+            self._stream.wait()  # here, not in `run`: beside the other worker's run (device.py)
+        rewrite = functools.partial(Binding.stage, self, parts, fills)
+        return Staged(self._views(rows), self, rewrite)
+
+    def _to_device(
+        self, parts: Sequence[TensorDict], in_place: set[tuple[int, str]], rows: int, end: int
+    ) -> None:
+        """Queue each part's copy, from where it lies or from its staged rows, and the fill
+        of the rows up to `end`."""
+        assert self._stream is not None
+        for name, buffer in self.inputs.items():
+            target, row_bytes = self._device_inputs[name].data_ptr(), buffer.strides[0]
+            start = 0
+            for index, part in enumerate(parts):
+                count = len(part[name])
+                source = part[name] if (index, name) in in_place else buffer[start:]
+                self._stream.to_device(
+                    target + start * row_bytes, source.ctypes.data, count * row_bytes
+                )
+                start += count
+            past = buffer[rows:end]
+            self._stream.to_device(target + rows * row_bytes, past.ctypes.data, past.nbytes)
+
+    def _in_place(self, parts: Sequence[TensorDict]) -> set[tuple[int, str]]:
+        """(part index, input) of the parts the GPU can read where they lie, leased."""
+        if self._stream is None:
+            return set()
+        found = set()
+        for index, part in enumerate(parts):
+            for name, array in part.items():
+                buffer = self.inputs[name]
+                fits = array.dtype == buffer.dtype and array.shape[1:] == buffer.shape[1:]
+                if not (array.nbytes >= DIRECT_BYTES and fits and array.flags.c_contiguous):
+                    continue
+                if (region := REGISTRY.lease(array.ctypes.data, array.nbytes)) is not None:
+                    self._stream.hold(region)
+                    found.add((index, name))
+        return found
+
     def run(self, rows: int) -> TensorDict:
         """The copies are ONNX Runtime's own: where the event loop is busy, every call that lets
         the GIL go waits to get it back (one more such call, a cuda-python device wait, made a
@@ -218,8 +286,9 @@ class DeviceBinding(Binding):
         device, holding the GIL, and so waited for the other threads' runs too (1.0 ms a
         CRNN batch with graphs on an H100, CUPTI's timeline: RESULTS-gpu.md, tenth session)."""
         with self._turn:
-            for name, value in self._device_inputs.items():
-                value.update_inplace(self.inputs[name])
+            if not self._copied:
+                for name, value in self._device_inputs.items():
+                    value.update_inplace(self.inputs[name])
             self._session.run_with_iobinding(self._io, self._options)
             return {name: value.numpy()[:rows] for name, value in self._device_outputs.items()}
 
@@ -250,8 +319,16 @@ def _sample(zeros: np.ndarray) -> np.ndarray:
 
 
 class Staged(dict[str, np.ndarray]):
-    """A batch that already sits in a binding's input buffers: running it copies nothing in."""
+    """A batch that already sits in a binding's input buffers: running it copies nothing in.
+    Its values are the host buffers' rows, which lack the parts the GPU read in place until
+    `on_host` writes them there (for a run at the batch's own shapes instead)."""
 
-    def __init__(self, views: TensorDict, binding: Binding) -> None:
+    def __init__(
+        self, views: TensorDict, binding: Binding, rewrite: Callable[[], Staged] | None = None
+    ) -> None:
         super().__init__(views)
         self.binding = binding
+        self._rewrite = rewrite
+
+    def on_host(self) -> TensorDict:
+        return dict(self if self._rewrite is None else self._rewrite())

@@ -13,7 +13,7 @@ Pure (numpy only): no engine is imported here, so the choice of shape is tested 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,15 +111,22 @@ def buckets_for(signature: Signature, profile: ShapeProfile | None) -> Buckets:
 
 
 def write_parts(
-    buffers: Mapping[str, np.ndarray], parts: Sequence[TensorDict], fills: Mapping[str, float]
+    buffers: Mapping[str, np.ndarray],
+    parts: Sequence[TensorDict],
+    fills: Mapping[str, float],
+    skip: Container[tuple[int, str]] = (),
 ) -> int:
     """Write the parts' rows one after another into `buffers` (a bucket's shapes; what a part
-    lacks on a padded axis is its fill); the number of rows written."""
+    lacks on a padded axis is its fill); the number of rows. The rows of (part index, input)
+    in `skip` are left as they are (the GPU reads those parts where they lie)."""
     rows = 0
     for name, buffer in buffers.items():
         rows = 0
-        for part in parts:
+        for index, part in enumerate(parts):
             array = part[name]
+            if (index, name) in skip:
+                rows += len(array)
+                continue
             region = buffer[rows : rows + len(array)]
             if array.shape[1:] != buffer.shape[1:]:
                 region.fill(fills.get(name, 0.0))

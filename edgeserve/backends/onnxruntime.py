@@ -45,6 +45,7 @@ from edgeserve.backends.binding import (
 )
 from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for
 from edgeserve.backends.options import LoadOptions, TritonNames, missing_module, run_failure
+from edgeserve.backends.registered import REGISTRY, loaded_cudart
 from edgeserve.backends.sessions import dim_names, fixed_dims, new_session, providers, with_graphs
 from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError, EdgeserveError, InvalidInput
@@ -101,6 +102,8 @@ class OnnxRuntime:
         )
         if cuda is not None and hasattr(ort, "preload_dlls"):
             ort.preload_dlls()  # the pip nvidia-* CUDA / cuDNN libraries, before the session
+        if cuda is not None and (cudart := loaded_cudart()) is not None:
+            REGISTRY.enable(cudart)  # the fronts' arenas are read in place (registered.py)
         self.providers_requested = providers(cuda, tf32=options.precision != "fp32")
         self._model_path = model_path
         self._options = options
@@ -189,7 +192,7 @@ class OnnxRuntime:
                     str(exc)[:200],
                 )
             self.shapes, self.buckets, self.graphs = Buckets(), (), False
-        values = self._run(self._session(()), dict(staged))
+        values = self._run(self._session(()), staged.on_host())
         return dict(zip(self._output_names, values, strict=True))
 
     def _run(self, session: Any, feeds: TensorDict) -> list[np.ndarray]:

@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from edgeserve.backends.registered import REGISTRY
 from edgeserve.engine import LocalEngine
 from edgeserve.errors import BackendError, EdgeserveError, Unavailable
 from edgeserve.http.timeouts import Timeouts
@@ -65,6 +66,7 @@ class InferenceServer:
             sender = wire.Sender(writer)
             sender.send((wire.HELLO, self.engine.backend_name, self.engine.profile))
             arena = Arena(fds[0], hello["arena_bytes"])
+            REGISTRY.share(arena.buffer)  # a GPU backend may read its rows in place
             task = asyncio.create_task(self.serve_front(reader, sender, arena, hello["front"]))
             self.fronts.add(task)
             task.add_done_callback(self.fronts.discard)
@@ -116,6 +118,7 @@ class InferenceServer:
                 work.cancel()
             await asyncio.gather(*held.values(), return_exceptions=True)
             sender.close()
+            REGISTRY.retire(arena.buffer)
             arena.close()
             self._publish()
 
