@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from edgeserve.batching import Batcher, BatchPolicy, stack_rows
-from edgeserve.samples import example_inputs
 from edgeserve.shapes import ShapeProfile
 from edgeserve.stats import ModelStats
 from edgeserve.types import Backend, TensorDict
+from edgeserve.warmup import Sample, Warmup, warmup_batches
 
 if TYPE_CHECKING:
     from edgeserve.types import Signature
@@ -52,16 +52,23 @@ class Engine(Protocol):
 
 
 class LocalEngine:
-    """The backend and its batcher in this process; starting warms up every batch size."""
+    """The backend and its batcher in this process; starting warms up every batch size, on
+    the function's `samples` where one fits (edgeserve.warmup)."""
 
     ready = True
     degraded = None
 
     def __init__(
-        self, backend: Backend, signature: Signature, policy: BatchPolicy, stats: ModelStats
+        self,
+        backend: Backend,
+        signature: Signature,
+        policy: BatchPolicy,
+        stats: ModelStats,
+        samples: Sequence[Sample] = (),
     ) -> None:
         self.backend = backend
         self.signature = signature
+        self.samples = samples
         # a backend with bound buffers (ONNX Runtime on CUDA) assembles each batch into them
         assemble = getattr(backend, "assemble", stack_rows)
         stage_ahead = getattr(backend, "stages_ahead", False)
@@ -83,20 +90,18 @@ class LocalEngine:
         """Start the batcher, running one batch per preferred size (and backend bucket) on each
         of its threads first: what a backend keeps per thread is made before any request."""
         preferred = self.batcher.policy.preferred_batch_sizes
-        preferred = (*preferred, *self.backend.buckets)
-        examples = [
-            example_inputs(self.signature, rows)
-            for rows in _warmup_sizes(preferred, self.batcher.policy)
-        ]
+        sizes = _warmup_sizes((*preferred, *self.backend.buckets), self.batcher.policy)
+        batches = warmup_batches(self.signature, sizes, self.samples, self.backend.profile)
+        warmup = Warmup(batches)
         each_thread = getattr(self.backend, "warm_thread", None)
 
         def warm_up() -> None:
             if each_thread is not None:
                 each_thread()
-            for inputs in examples:
-                self.backend.infer(inputs)
+            warmup.run(self.backend.infer)
 
         await self.batcher.start(warm_up)
+        warmup.report(self.signature.batched and self.batcher.policy.max_batch_size > 0)
 
     async def stop(self, drain_timeout_s: float) -> None:
         await self.batcher.stop(drain_timeout_s)

@@ -17,21 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from edgeserve.datatypes import as_numbers
-from edgeserve.errors import ConfigError, EdgeserveError, InvalidInput, ModelRefused
+from edgeserve.errors import ConfigError, EdgeserveError, ModelRefused
 from edgeserve.handler import import_handler, one_row
 from edgeserve.manifest import Manifest
 from edgeserve.samples import (
     IMAGE_TYPES,
     example_inputs,
-    is_v2_request,
+    fits_signature,
+    json_sample,
     sample_files,
-    v2_inputs,
 )
 from edgeserve.types import Context, Signature, TensorDict
-from edgeserve.values import spec_array
 
 log = logging.getLogger("edgeserve")
 
@@ -147,53 +145,14 @@ def _sample_batches(
     batches = []
     for path in files:
         if path.suffix == ".json":
-            batch = _json_tensors(path, manifest, signature)
+            batch = json_sample(path, signature, handler=manifest.handler.module is not None)
         elif path.suffix.lower() in IMAGE_TYPES and manifest.handler.module:
             batch = _preprocessed(path, manifest, signature, source)
         else:
             continue
-        if batch and _fits(batch, signature):
+        if batch and fits_signature(batch, signature):
             batches.append(batch)
     return batches
-
-
-def _json_tensors(path: Path, manifest: Manifest, signature: Signature) -> TensorDict | None:
-    """A v2 request's tensors; without a handler an /invoke payload's too (`init` writes one):
-    /invoke then hands the model its JSON as the inputs."""
-    try:
-        payload = orjson.loads(path.read_bytes())
-        if is_v2_request(payload):
-            return v2_inputs(payload)[0]
-        if (
-            manifest.handler.module is None
-            and isinstance(payload, dict)
-            and _named(payload, signature)
-        ):
-            return {
-                s.name: spec_array(s, payload[s.name])
-                for s in signature.inputs
-                if s.name in payload
-            }
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, InvalidInput):
-        pass  # not a tensor sample, or not one of this model's
-    return None
-
-
-def _named(tensors: Any, signature: Signature) -> bool:
-    """Whether `tensors` are named as the model's inputs: each required one, optional ones."""
-    return (
-        {s.name for s in signature.required} <= set(tensors) <= {s.name for s in signature.inputs}
-    )
-
-
-def _fits(batch: TensorDict, signature: Signature) -> bool:
-    """The model's inputs, each of a shape its dims allow (-1: any size)."""
-    specs = {spec.name: spec for spec in signature.inputs}
-    return _named(batch, signature) and all(
-        len(value.shape) == len(specs[name].dims)
-        and all(dim in (-1, size) for dim, size in zip(specs[name].dims, value.shape, strict=True))
-        for name, value in batch.items()
-    )
 
 
 def _preprocessed(

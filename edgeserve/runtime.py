@@ -26,6 +26,7 @@ from edgeserve.engine import Engine, LocalEngine
 from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
 from edgeserve.handler import check_items, import_handler, one_row
 from edgeserve.memory import trim_when_idle
+from edgeserve.samples import json_samples
 from edgeserve.shapes import shape_profile
 from edgeserve.stats import ModelStats
 from edgeserve.types import Context, TensorDict
@@ -114,7 +115,10 @@ class Runtime:
             ),
         )
         stats = stats or ModelStats(manifest.function.name, manifest.function.model_version)
-        runtime = cls(bundle, LocalEngine(loaded, bundle.signature, policy, stats), stats)
+        has_handler = bundle.handler_path is not None
+        samples = json_samples(bundle.samples_dir, bundle.signature, has_handler)
+        engine = LocalEngine(loaded, bundle.signature, policy, stats, samples)
+        runtime = cls(bundle, engine, stats)
         runtime.timings["load_s"] = time.perf_counter() - started
         shared = f"; backend threads: {backend_threads}" if backend_threads else ""
         name = manifest.function.name

@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from edgeserve.datatypes import DATATYPES, bf16_values
+from edgeserve.errors import InvalidInput
 from edgeserve.types import Signature, TensorDict, TensorSpec
+from edgeserve.values import spec_array
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 """Image suffixes a function's samples may have, and the Content-Type each is sent with."""
@@ -66,20 +69,39 @@ def _tensor(tensor: Mapping[str, Any]) -> np.ndarray:
 def example_inputs(
     signature: Signature, rows: int, rng: np.random.Generator | None = None
 ) -> TensorDict:
-    """Inputs of the signature's shapes, `rows` rows when batched: zeros, or random with `rng`
-    (the required ones: optional inputs keep the model's defaults)."""
+    """Inputs of the signature's shapes, `rows` rows when batched: `plain_array`'s values, or
+    random with `rng` (the required ones: optional inputs keep the model's defaults)."""
     tensors = {}
     for spec in signature.required:
         dims = [_example_dim(spec, axis) if dim < 0 else dim for axis, dim in enumerate(spec.dims)]
         if signature.batched:
             dims[0] = rows
-        if rng is None and spec.datatype == "BYTES":  # zeros of object dtype are ints, not bytes
-            tensors[spec.name] = np.full(dims, b"", dtype=np.object_)
-        elif rng is None:
-            tensors[spec.name] = np.zeros(dims, dtype=DATATYPES[spec.datatype].numpy)
+        if rng is None:
+            tensors[spec.name] = plain_array(spec, tuple(dims))
         else:
             tensors[spec.name] = random_input(rng, spec, tuple(dims))
     return tensors
+
+
+def plain_array(spec: TensorSpec, shape: tuple[int, ...]) -> np.ndarray:
+    """Values any model should take: zeros, but ones for integers (within the input's
+    `index_range`), since models read a count, a size or a divisor from an integer input
+    (OpenVINO's TopK refuses k = 0, ONNX Runtime an integer Div by 0), and empty text."""
+    if spec.datatype == "BYTES":  # zeros of object dtype are ints, not bytes
+        return np.full(shape, b"", dtype=np.object_)
+    dtype = DATATYPES[spec.datatype].numpy
+    if not spec.datatype.startswith(("INT", "UINT")):
+        return np.zeros(shape, dtype=dtype)
+    low, high = spec.index_range or (0, 1)
+    return np.full(shape, min(max(1, low), high), dtype=dtype)
+
+
+def plain_values(spec: TensorSpec) -> str:
+    """What `plain_array` fills `spec` with, in words (a warm-up that failed says it)."""
+    if spec.datatype == "BYTES":
+        return "empty text"
+    value = plain_array(spec, ()).item()
+    return {0: "zeros", 1: "ones"}.get(int(value), f"{value}s")
 
 
 def _example_dim(spec: TensorSpec, axis: int) -> int:
@@ -121,6 +143,54 @@ def _random_array(
     if dtype.kind == "b":
         return rng.random(shape) < 0.5
     return rng.integers(0, max(int_high, 1), shape).astype(dtype)
+
+
+def json_samples(
+    folder: Path | None, signature: Signature, handler: bool
+) -> list[tuple[str, TensorDict]]:
+    """The JSON samples of a samples/ folder that hold the model's inputs (`json_sample`),
+    each named as `samples/<file>`."""
+    if folder is None or not folder.is_dir():
+        return []
+    found = ((path, json_sample(path, signature, handler)) for path in sample_files(folder))
+    return [(f"samples/{path.name}", t) for path, t in found if t is not None]
+
+
+def json_sample(path: Path, signature: Signature, handler: bool) -> TensorDict | None:
+    """The model's inputs held by a JSON sample, None where it holds others (or is not JSON):
+    a v2 request's tensors; without a `handler` an /invoke payload's too (`init` writes one),
+    since /invoke then hands the model its JSON as the inputs."""
+    if path.suffix != ".json":
+        return None
+    try:
+        payload = orjson.loads(path.read_bytes())
+        if is_v2_request(payload):
+            tensors = v2_inputs(payload)[0]
+        elif not handler and isinstance(payload, dict) and _named(payload, signature):
+            specs = [spec for spec in signature.inputs if spec.name in payload]
+            tensors = {spec.name: spec_array(spec, payload[spec.name]) for spec in specs}
+        else:
+            return None
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, InvalidInput):
+        return None  # not a tensor sample, or not one of this model's
+    return tensors if fits_signature(tensors, signature) else None
+
+
+def _named(tensors: Any, signature: Signature) -> bool:
+    """Whether `tensors` are named as the model's inputs: each required one, optional ones."""
+    return (
+        {s.name for s in signature.required} <= set(tensors) <= {s.name for s in signature.inputs}
+    )
+
+
+def fits_signature(batch: TensorDict, signature: Signature) -> bool:
+    """The model's inputs, each of a shape its dims allow (-1: any size)."""
+    specs = {spec.name: spec for spec in signature.inputs}
+    return _named(batch, signature) and all(
+        len(value.shape) == len(specs[name].dims)
+        and all(dim in (-1, size) for dim, size in zip(specs[name].dims, value.shape, strict=True))
+        for name, value in batch.items()
+    )
 
 
 def sample_request(signature: Signature) -> dict[str, Any]:

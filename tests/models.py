@@ -394,15 +394,16 @@ def total_model(path: Path) -> Path:
     return _save(graph, path)
 
 
-def reshaping_model(path: Path) -> Path:
+def reshaping_model(path: Path, allowzero: bool = False) -> Path:
     """x FP32 [N, 6], cols INT64 [N, 1] -> y FP32 [N, C]: x reshaped to [N, C], C the largest
-    `cols` of the batch (0 keeps 6). C = 6 answers x itself; any other C (7, or most random
-    ones) fails inside the model, on every backend, though every check at the door passes."""
+    `cols` of the batch (0 keeps 6, unless `allowzero`: then it fails as 7 does). C = 6 answers
+    x itself; any other C (7, or most random ones) fails inside the model, on every backend,
+    though every check at the door passes."""
     nodes = [
         helper.make_node("Shape", ["x"], ["dims"]),
         helper.make_node("Gather", ["dims", "first"], ["rows"]),
         helper.make_node("Concat", ["rows", "largest"], ["shape"], axis=0),
-        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+        helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=int(allowzero)),
     ]
     first = numpy_helper.from_array(np.array([0], np.int64), "first")
     return _by_the_largest(path, ("x", 6), "cols", nodes, "y", [first])
@@ -414,6 +415,21 @@ def top_model(path: Path) -> Path:
     greater than specified axis dim value [4]")."""
     nodes = [helper.make_node("TopK", ["x", "largest"], ["top", "where"], axis=1)]
     return _by_the_largest(path, ("x", 4), "k", nodes, "top")
+
+
+def divide_model(path: Path) -> Path:
+    """x INT32 [N, 4], d INT32 [N, 1] -> q INT32 [N, 4]: x divided by d (integer Div, which
+    ONNX Runtime refuses for a zero divisor: "Integer division by zero")."""
+    graph = helper.make_graph(
+        [helper.make_node("Div", ["x", "d"], ["q"])],
+        "divide",
+        [
+            helper.make_tensor_value_info("x", TensorProto.INT32, ["N", 4]),
+            helper.make_tensor_value_info("d", TensorProto.INT32, ["N", 1]),
+        ],
+        [helper.make_tensor_value_info("q", TensorProto.INT32, ["N", 4])],
+    )
+    return _save(graph, path)
 
 
 def _by_the_largest(

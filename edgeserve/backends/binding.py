@@ -144,12 +144,13 @@ class Binding(abc.ABC):
 
 
 class HostBinding(Binding):
-    """The CPU: inputs and outputs bound in place, warmed by one plain run."""
+    """The CPU: inputs and outputs bound in place, warmed by one plain run (on `plain`:
+    `samples.plain_array`'s values of the bucket's shapes)."""
 
-    def __init__(self, session: Any, zeros: Mapping[str, np.ndarray], outputs: list[str]) -> None:
+    def __init__(self, session: Any, plain: Mapping[str, np.ndarray], outputs: list[str]) -> None:
         self._session = session
-        values = session.run(outputs, dict(zeros))  # the warm-up, which also sizes the outputs
-        self.inputs = {name: np.empty_like(array) for name, array in zeros.items()}
+        values = session.run(outputs, dict(plain))  # the warm-up, which also sizes the outputs
+        self.inputs = {name: np.empty_like(array) for name, array in plain.items()}
         self.outputs = {name: np.empty_like(v) for name, v in zip(outputs, values, strict=True)}
         self._io = session.io_binding()
         for name, array in self.inputs.items():
@@ -167,14 +168,14 @@ class DeviceBinding(Binding):
     `turn` is held around every run (a session with graphs runs one at a time).
 
     Made in three runs: a plain one on sample inputs (cuDNN plans its kernels, and the outputs'
-    shapes size the output buffers), one on zeros under the graph id (where ONNX Runtime
+    shapes size the output buffers), one on `plain` under the graph id (where ONNX Runtime
     captures the graph, with the buffers bound for good), and the sample again, which must
     answer as the first did (GraphMismatch otherwise)."""
 
     def __init__(
         self,
         session: Any,
-        zeros: Mapping[str, np.ndarray],
+        plain: Mapping[str, np.ndarray],
         outputs: list[str],
         memory: HostMemory,
         device: int,
@@ -187,17 +188,17 @@ class DeviceBinding(Binding):
         self._stream = None if REGISTRY.cudart is None else Stream(REGISTRY.cudart, device)
         self._copied = False  # whether the batch staged last is on the device already
         self._turn: contextlib.AbstractContextManager[Any] = turn or contextlib.nullcontext()
-        self.inputs = {name: memory.array(a.shape, a.dtype) for name, a in zeros.items()}
-        self._device_inputs = {name: _on_device(a, device) for name, a in zeros.items()}
+        self.inputs = {name: memory.array(a.shape, a.dtype) for name, a in plain.items()}
+        self._device_inputs = {name: _on_device(a, device) for name, a in plain.items()}
         for name, value in self._device_inputs.items():
             self._io.bind_ortvalue_input(name, value)
-        sample = {name: _sample(array) for name, array in zeros.items()}
+        sample = {name: _sample(array) for name, array in plain.items()}
         expected = self._first_run(sample, outputs, device)
         self._device_outputs = {name: _on_device(a, device) for name, a in expected.items()}
         for name, value in self._device_outputs.items():
             self._io.bind_ortvalue_output(name, value)
-        rows = len(next(iter(zeros.values())))
-        self._write(zeros)
+        rows = len(next(iter(plain.values())))
+        self._write(plain)
         self.run(rows)  # with a graph id: captured here
         self._write(sample)
         for name, answer in self.run(rows).items():
@@ -310,12 +311,12 @@ def _on_device(like: np.ndarray, device: int) -> Any:
     )
 
 
-def _sample(zeros: np.ndarray) -> np.ndarray:
-    """Inputs that tell a graph's answer from a stale one: numbers in [0, 1) for floats; zeros
-    for integers (a token id or index could be out of the model's range)."""
-    if not np.issubdtype(zeros.dtype, np.floating):
-        return zeros
-    return np.random.default_rng(0).random(zeros.shape).astype(zeros.dtype)
+def _sample(plain: np.ndarray) -> np.ndarray:
+    """Inputs that tell a graph's answer from a stale one: numbers in [0, 1) for floats; the
+    plain values for integers (a random token id or index could be out of the model's range)."""
+    if not np.issubdtype(plain.dtype, np.floating):
+        return plain
+    return np.random.default_rng(0).random(plain.shape).astype(plain.dtype)
 
 
 class Staged(dict[str, np.ndarray]):

@@ -33,7 +33,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edgeserve import datatypes
 from edgeserve.backends import cuda
 from edgeserve.backends.binding import (
     Binding,
@@ -50,8 +49,9 @@ from edgeserve.backends.sessions import dim_names, fixed_dims, new_session, prov
 from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError, EdgeserveError, InvalidInput
 from edgeserve.hardware import Platform
+from edgeserve.samples import plain_array
 from edgeserve.shapes import Shape
-from edgeserve.types import Signature, TensorDict
+from edgeserve.types import Signature, TensorDict, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -254,12 +254,12 @@ class OnnxRuntime:
         return binding
 
     def _bind(self, key: Key, session: Any) -> Binding:
-        zeros = {name: np.zeros(shape, _dtype(self.signature, name)) for name, shape in key}
+        plain = {name: plain_array(_spec(self.signature, name), shape) for name, shape in key}
         if self._cuda is None:
-            return HostBinding(session, zeros, self._output_names)
+            return HostBinding(session, plain, self._output_names)
         turn = self._turns.get(key)  # a session opened for graphs: its runs take turns
         bind = functools.partial(
-            DeviceBinding, session, zeros, self._output_names, self._memory, self._cuda, turn=turn
+            DeviceBinding, session, plain, self._output_names, self._memory, self._cuda, turn=turn
         )
         if not (self.graphs and turn):
             return bind()
@@ -318,9 +318,8 @@ def _bits(value: Any) -> np.ndarray:
     return np.ctypeslib.as_array(memory).reshape(shape).copy()
 
 
-def _dtype(signature: Signature, name: str) -> np.dtype:
-    datatype = next(spec.datatype for spec in signature.inputs if spec.name == name)
-    return np.dtype(datatypes.DATATYPES[datatype].numpy)
+def _spec(signature: Signature, name: str) -> TensorSpec:
+    return next(spec for spec in signature.inputs if spec.name == name)
 
 
 def _has_cuda_python() -> bool:
