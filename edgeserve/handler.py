@@ -135,8 +135,9 @@ def _check_item(
         if not isinstance(value, np.ndarray):
             raise HandlerError(f"{where_}, `{spec.name}` is {_kind(value)}; expected np.ndarray")
         want = dims[spec.name]
-        fits = value.ndim == len(want) and (
-            not sizes or all(w in (-1, g) for w, g in zip(want, value.shape, strict=False))
+        fits = not spec.ranked or (
+            value.ndim == len(want)
+            and (not sizes or all(w in (-1, g) for w, g in zip(want, value.shape, strict=False)))
         )
         if value.dtype != DATATYPES[spec.datatype].numpy or not fits:
             raise HandlerError(

@@ -187,9 +187,7 @@ def fits_signature(batch: TensorDict, signature: Signature) -> bool:
     """The model's inputs, each of a shape its dims allow (-1: any size)."""
     specs = {spec.name: spec for spec in signature.inputs}
     return _named(batch, signature) and all(
-        len(value.shape) == len(specs[name].dims)
-        and all(dim in (-1, size) for dim, size in zip(specs[name].dims, value.shape, strict=True))
-        for name, value in batch.items()
+        specs[name].fits(value.shape) for name, value in batch.items()
     )
 
 

@@ -24,7 +24,7 @@ from edgeserve.errors import ConfigError
 from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelgen import mlp_model
 from edgeserve.samples import sample_request
-from edgeserve.signature import external_data, read_signature
+from edgeserve.signature import external_data, read_signature, unbatchable
 from edgeserve.types import Signature, TensorSpec
 
 TEMPLATE = "function"
@@ -158,9 +158,8 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 def _batching_lines(signature: Signature) -> list[str]:
     if not signature.batched:
-        fixed = [f"{s.name} {list(s.dims)}" for s in signature.fixed_first_dims()]
         return [
-            "# No batching: these tensors have no dynamic first dim (" + ", ".join(fixed) + "),",
+            f"# No batching: these tensors have no dynamic first dim ({unbatchable(signature)}),",
             "# so every request runs alone. Export the model with a dynamic batch axis to batch.",
         ]
     return ["[batching]", "max_batch_size = 32", "max_queue_delay_ms = 2.0"]

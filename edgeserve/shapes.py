@@ -51,13 +51,13 @@ def shape_profile(
 ) -> ShapeProfile:
     """One range per required input: batch from 1 to max_batch_size (opt: the largest preferred
     size). An optional input has none: engines that compile for ranges hold it at its default
-    (its dims alone are checked at the door).
+    (its dims alone are checked at the door); nor has one of no declared shape (any rank).
 
     max_batch_size 0 (batching off) leaves a dynamic batch axis like any other dynamic dim.
     """
     opt_batch = max(preferred_batch_sizes, default=max_batch_size)
     profile = {}
-    for spec in signature.required:
+    for spec in (spec for spec in signature.required if spec.ranked):  # else: any shape
         ranges = [_dim_range(dim, dynamic_dim) for dim in spec.dims]
         ranges = [_bounded(r, axis, spec.min_dims, spec.max_dims) for axis, r in enumerate(ranges)]
         if signature.batched and spec.dims and max_batch_size > 0:

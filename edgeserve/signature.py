@@ -111,7 +111,8 @@ def read_signature(
     required = [spec for spec in inputs if not spec.optional]
     batched = bool(required) and all(
         spec.dims and spec.dims[0] == -1 for spec in required + outputs
-    )
+    )  # an input of no declared shape, of any rank, may have no batch axis: it runs alone
+    batched = batched and all(spec.ranked for spec in required)
     outputs = [_unranked_dims(spec, batched and batching) for spec in outputs]
     for spec in required if batched else ():
         if any(bound and bound[0] != -1 for bound in (spec.min_dims, spec.max_dims)):
@@ -175,7 +176,7 @@ def _optional(spec: TensorSpec, where: Path) -> TensorSpec:
 
 def unbatchable(signature: Signature) -> str:
     """The tensors that keep the model from batching, as "x [1, 16], y [1, 4]" ("": none)."""
-    return ", ".join(f"{spec.name} {list(spec.dims)}" for spec in signature.fixed_first_dims())
+    return ", ".join(f"{spec.name} {spec.shown}" for spec in signature.fixed_first_dims())
 
 
 def check_max_batch_size(signature: Signature, batching: BatchingSection, manifest: Path) -> None:
@@ -244,8 +245,8 @@ def _spec(
     except ValueError as exc:
         raise ConfigError(f"{where}: tensor `{value.name}`: {exc}") from None
     dims = dims_of(value)
-    ranked = kind == "inputs" or value.type.tensor_type.HasField("shape")
-    if not ranked:  # an output of no declared shape: unknown rank, not rank 0
+    ranked = value.type.tensor_type.HasField("shape")
+    if not ranked:  # no declared shape: unknown rank (any, for an input), not rank 0
         dims = (-1,)
     override = overrides.get(value.name)
     if override is None:

@@ -32,13 +32,25 @@ class TensorSpec:
     min_dims: tuple[int, ...] | None = None  # inputs: the smallest size per axis (-1: any)
     max_dims: tuple[int, ...] | None = None  # inputs: the largest size per axis (-1: any)
     labels: tuple[str, ...] = ()  # outputs: class labels by index (the classification extension)
-    ranked: bool = True  # outputs: False where the model declares no shape (dims all -1; the
-    # rank comes from the run, as a Loop's or a custom op's output may)
+    ranked: bool = True  # False where the model declares no shape, not even a rank (a Loop's
+    # or a custom op's output; an input of any rank and dims): dims all -1, shown as Triton would
     optional: bool = False  # inputs: the model holds a default (an initializer of that name,
     # as older exporters and keep_initializers_as_inputs write): a request may leave it out
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.dims)}
+
+    @property
+    def shown(self) -> str:
+        """Its dims as messages give them: `[-1, 4]`, or `any shape` where none is declared."""
+        return str(list(self.dims)) if self.ranked else "any shape"
+
+    def fits(self, shape: tuple[int, ...]) -> bool:
+        """Whether a tensor of `shape` has the dims (-1: any size; none declared: any shape)."""
+        return not self.ranked or (
+            len(shape) == len(self.dims)
+            and all(dim in (-1, size) for dim, size in zip(self.dims, shape, strict=True))
+        )
 
 
 @dataclass(frozen=True)
@@ -77,9 +89,13 @@ class Signature:
         return frozenset(s.name for s in self.inputs if s.optional and s.dims[:1] != (-1,))
 
     def fixed_first_dims(self) -> tuple[TensorSpec, ...]:
-        """The tensors whose first dim is not dynamic: any one keeps the model from batching
-        (optional inputs aside: one without the batch axis is sent whole, see `whole`)."""
-        return tuple(spec for spec in self.required + self.outputs if spec.dims[:1] != (-1,))
+        """The tensors whose first dim is not dynamic, or not known to be (a required input of
+        no declared shape): any one keeps the model from batching (optional inputs aside: one
+        without the batch axis is sent whole, see `whole`)."""
+        unranked = tuple(spec for spec in self.required if not spec.ranked)
+        return unranked + tuple(
+            spec for spec in self.required + self.outputs if spec.dims[:1] != (-1,)
+        )
 
 
 class ComputeTimes(NamedTuple):

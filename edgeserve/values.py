@@ -194,11 +194,12 @@ def spec_array(spec: TensorSpec, value: Any) -> np.ndarray:
     (BF16: numbers, made the nearest bf16's raw bits)."""
     if isinstance(value, np.ndarray):
         return value
-    where = f"tensor `{spec.name}`: {spec.datatype} {list(spec.dims)}"
+    where = f"tensor `{spec.name}`: {spec.datatype} {spec.shown}"
+    depth = len(spec.dims) if spec.ranked else MAX_RANK  # no declared shape: any rank
     if spec.datatype == "BF16":  # numbers, as /invoke answers them, rounded to bf16's bits
-        numbers = to_array(value, DATATYPES["FP32"], where, max_depth=len(spec.dims))
+        numbers = to_array(value, DATATYPES["FP32"], where, max_depth=depth)
         return bf16_from_values(numbers)
-    return to_array(value, DATATYPES[spec.datatype], where, max_depth=len(spec.dims))
+    return to_array(value, DATATYPES[spec.datatype], where, max_depth=depth)
 
 
 def to_shape(value: Any, where: str) -> tuple[int, ...]:

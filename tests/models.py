@@ -471,6 +471,20 @@ def shapeless_model(path: Path, shape: tuple[int, ...] = (-1, 2, 3)) -> Path:
     return _save(graph, path, check=False)
 
 
+def any_rank_model(path: Path, output_shape: bool = False) -> Path:
+    """x FP32 of no declared shape (any rank, any dims: not even `shape {}`, which is rank 0)
+    -> y FP32: 2x, of x's shape (declared as none either, unless `output_shape`: [-1])."""
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["y"])],
+        "any_rank",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M"] if output_shape else None)],
+        [two],
+    )
+    return _save(graph, path, check=False)
+
+
 OPTIONAL_DEFAULTS = {
     "scale": np.array([2.0], np.float32),
     "bias": np.full((1, 4), 0.5, np.float32),

@@ -34,6 +34,7 @@ from edgeserve.backends.options import (
     TritonNames,
     missing_module,
     run_failure,
+    unranked_inputs,
     unsupported_types,
 )
 from edgeserve.datatypes import bf16_bits
@@ -95,8 +96,10 @@ class OpenVINO:
         """What of the model OpenVINO would not serve as written: string tensors (its warm-up
         failed: "Unsupported data type: object"), FP64 (computed in FP32 without a word), 64-bit
         integer outputs (computed in 32 bits: wrong values with no error), an input that is also
-        an output (its compiled model has no such output), and ops outside ONNX's default domain
-        (ai.onnx.ml's classifiers from skl2onnx: it has no conversion for them)."""
+        an output (its compiled model has no such output), ops outside ONNX's default domain
+        (ai.onnx.ml's classifiers from skl2onnx: it has no conversion for them), and inputs of
+        no declared rank (its CPU plugin "doesn't support Parameter operation with dynamic
+        rank")."""
         both = {spec.name for spec in signature.inputs} & {s.name for s in signature.outputs}
         if both:
             return f"openvino cannot answer an input as an output ({sorted(both)})"
@@ -106,7 +109,11 @@ class OpenVINO:
                 f"openvino computes {wide.datatype} in 32 bits (output `{wide.name}`): "
                 "values past 2**31 would be wrong"
             )
-        return unsupported_types(signature, ("BYTES", "FP64"), "openvino") or _foreign_op(model)
+        return (
+            unsupported_types(signature, ("BYTES", "FP64"), "openvino")
+            or unranked_inputs(signature, "openvino")
+            or _foreign_op(model)
+        )
 
     @classmethod
     def reaches_gpu(cls, platform: Platform) -> bool:

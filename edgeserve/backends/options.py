@@ -23,6 +23,15 @@ def unsupported_types(signature: Signature, datatypes: tuple[str, ...], name: st
     return None
 
 
+def unranked_inputs(signature: Signature, name: str) -> str | None:
+    """Why a backend that needs each input's rank declines a model with an input of no declared
+    shape (any rank), or None."""
+    unranked = [spec.name for spec in signature.required if not spec.ranked]
+    if unranked:
+        return f"{name} needs each input's rank, and {unranked} declare no shape"
+    return None
+
+
 def missing_module(modules: Mapping[str, str], platform: Platform) -> str | None:
     """What to install, for the first of a backend's `modules` (import name -> how to get it)
     this machine lacks; None when all import."""

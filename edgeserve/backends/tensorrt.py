@@ -39,6 +39,7 @@ from edgeserve.backends.options import (
     Precision,
     TritonNames,
     missing_module,
+    unranked_inputs,
     unsupported_types,
 )
 from edgeserve.batching.rows import stack_rows
@@ -77,8 +78,11 @@ class TensorRT:
 
     @classmethod
     def declines(cls, signature: Signature, model: Path) -> str | None:
-        """TensorRT's engines have no string nor FP64 tensors."""
-        return unsupported_types(signature, ("BYTES", "FP64"), "tensorrt")
+        """TensorRT's engines have no string nor FP64 tensors, and an optimization profile
+        for each input's shape (of a known rank)."""
+        return unranked_inputs(signature, "tensorrt") or unsupported_types(
+            signature, ("BYTES", "FP64"), "tensorrt"
+        )
 
     @classmethod
     def available(cls, platform: Platform) -> str | None:

@@ -174,6 +174,9 @@ class _Fits:
 
     @classmethod
     def of(cls, spec: TensorSpec, allowed: ShapeRange | None, first: int) -> _Fits:
+        dtype = datatypes.DATATYPES[spec.datatype].numpy
+        if not spec.ranked:  # no declared shape: any rank, any dims
+            return _AnyShape(spec.name, dtype, 0, (), ())
         ndim = len(spec.dims)
         low = [0 if dim == -1 else dim for dim in spec.dims]
         high = [sys.maxsize if dim == -1 else dim for dim in spec.dims]
@@ -184,7 +187,6 @@ class _Fits:
                 low[axis] = max(low[axis], allowed.min[axis])
                 if allowed.max[axis] != UNBOUNDED:
                     high[axis] = min(high[axis], allowed.max[axis])
-        dtype = datatypes.DATATYPES[spec.datatype].numpy
         return cls(spec.name, dtype, ndim, tuple(low), tuple(high))
 
     def __call__(self, array: np.ndarray) -> bool:
@@ -195,6 +197,13 @@ class _Fits:
             and all(map(operator.le, self.low, shape))
             and all(map(operator.le, shape, self.high))
         )
+
+
+class _AnyShape(_Fits):
+    """An input of no declared shape: its datatype is all there is to check."""
+
+    def __call__(self, array: np.ndarray) -> bool:
+        return array.dtype == self.dtype
 
 
 def _check_tied(tie: TiedDim, inputs: TensorDict) -> None:
@@ -238,12 +247,9 @@ def _checked(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
     datatype = datatypes.DATATYPES[spec.datatype]
     text = spec.datatype == "BYTES" and array.dtype.kind in "SU"
     fits_dtype = array.dtype == datatype.numpy or text
-    fits_dims = array.ndim == len(spec.dims) and all(
-        want in (-1, got) for want, got in zip(spec.dims, array.shape, strict=True)
-    )
-    if not (fits_dtype and fits_dims):
+    if not (fits_dtype and spec.fits(array.shape)):
         raise InvalidInput(
-            f"tensor `{spec.name}`: expected {list(spec.dims)} {spec.datatype}, "
+            f"tensor `{spec.name}`: expected {spec.shown} {spec.datatype}, "
             f"got {list(array.shape)} {_datatype_name(array.dtype)}"
         )
     return array.astype(object) if text else array

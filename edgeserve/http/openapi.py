@@ -157,7 +157,7 @@ def _infer_operation(name: str, signature: Signature) -> dict[str, Any]:
 
 def _describe(spec: TensorSpec) -> str:
     optional = " (optional: the model's default where left out)" if spec.optional else ""
-    return f"`{spec.name}` {spec.datatype} {list(spec.dims)}{optional}"
+    return f"`{spec.name}` {spec.datatype} {spec.shown}{optional}"
 
 
 def _schemas(signature: Signature) -> dict[str, Any]:
@@ -218,14 +218,25 @@ def _tensor_schema(spec: TensorSpec, role: str) -> dict[str, Any]:
         "properties": {
             "name": {"const": spec.name},
             "datatype": {"const": spec.datatype},
-            "shape": {"type": "array", "items": {"type": "integer"}, "minItems": len(spec.dims),
-                      "maxItems": len(spec.dims)},
+            "shape": _shape_schema(spec),
             "data": {"type": "array", "items": {"type": _json_type(spec)}},
         },
     }  # fmt: skip
 
 
+def _shape_schema(spec: TensorSpec) -> dict[str, Any]:
+    """A list of one size per dim (of any length where the model declares no shape)."""
+    schema: dict[str, Any] = {"type": "array", "items": {"type": "integer"}}
+    if not spec.ranked:
+        return schema
+    return {**schema, "minItems": len(spec.dims), "maxItems": len(spec.dims)}
+
+
 def _nested(spec: TensorSpec) -> dict[str, Any]:
+    """Nested lists, one level a dim (any nesting, or a bare value, where the model declares
+    no shape)."""
+    if not spec.ranked:
+        return {"description": _describe(spec)}
     schema: dict[str, Any] = {"type": _json_type(spec)}
     for _ in spec.dims:
         schema = {"type": "array", "items": schema}
