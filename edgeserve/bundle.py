@@ -9,6 +9,7 @@ Layout of a bundle folder (written by build.py):
                               model/model.xml + .bin, its IR), listed in backends.BACKENDS
     handler/<module>.py       the handler, when [handler] module is set, and beside it the
                               modules of the function folder it imports (lines.py, helpers/...)
+                              and the data files they read (vocabulary.txt)
     samples/...               the function's samples, when it has some
     requirements/<target>.txt pinned runtime requirements per target
 
@@ -198,8 +199,9 @@ class Bundle:
 
     @property
     def handler_modules(self) -> tuple[str, ...]:
-        """The handler's own modules in the bundle beside it (`lines.py`, `helpers/__init__.py`):
-        the files of its function folder that it imports (edgeserve/imports.py)."""
+        """The handler's own modules in the bundle beside it (`lines.py`, `helpers/__init__.py`)
+        and their data files: the files of its function folder that it imports or reads
+        (edgeserve/imports.py)."""
         handler = f"handler/{self.manifest.handler.module}.py"
         return tuple(
             name.removeprefix("handler/")

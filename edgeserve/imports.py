@@ -1,13 +1,18 @@
 """A handler's own modules: the Python files of its function folder that it imports, which
 travel in the bundle with it and are imported in a package of their own per function.
 
-Which files (`own_modules`): those the handler's `import` statements name, read from its
-source (never run), and those that theirs name, and so on. `from lines import find_lines`
-takes the folder's `lines.py`; `import helpers` takes the package folder `helpers/` (it has an
-`__init__.py`) whole, every `.py` file in it. Nothing else of the folder goes: not its tests,
-training scripts, notebooks or data; a name the folder holds no module for is left to the
-installed packages. The builder copies them beside the handler (`handler/` in the bundle),
-where the content hash covers them, so that editing one builds a new bundle.
+Which files (`own_modules`): those the handler's `import` statements (and its
+`importlib.import_module("name")` calls of a literal name) name, read from its source (never
+run), and those that theirs name, and so on. `from lines import find_lines` takes the folder's
+`lines.py`; `import helpers` takes the package folder `helpers/` (it has an `__init__.py`)
+whole, every `.py` file in it. Their data (`own_data`) goes with them: every other file of such
+a package folder, and the files a module names by a literal path relative to its own folder
+(`Path(__file__).parent / "vocabulary.txt"`, `HERE / "data" / "labels.txt"`,
+`os.path.join(HERE, "vocab.txt")`). Nothing else of the folder goes: not its tests, training
+scripts, notebooks or other data; a name the folder holds no module for is left to the
+installed packages. The builder copies them beside the handler (`handler/` in the bundle), where
+the content hash covers them, so that editing one builds a new bundle, and `__file__` finds
+them there.
 
 How (`import_module`): each module is compiled from its verified source under the name its
 author knows (tracebacks and errors name the user's files) into a package of its own,
@@ -16,8 +21,8 @@ author knows (tracebacks and errors name the user's files) into a package of its
 an installed package, the training scripts) is not handed this one. The modules' imports of
 one another (`import lines`, `from helpers import geo`, also inside functions) are routed into
 the package by an `__import__` of their own (their `__builtins__`), so every other import
-they make is Python's as usual. Not routed: `importlib.import_module("lines")`, which does not
-go through `__import__`: import a module of the folder with an `import` statement.
+they make is Python's as usual; the `importlib` that `__import__` hands them routes its
+`import_module` the same way (it does not go through `__import__`).
 """
 
 from __future__ import annotations
@@ -53,6 +58,33 @@ def own_modules(handler: Path) -> list[str]:
                 found.add(relative)
                 pending.append(folder / relative)
     return sorted(found)
+
+
+def own_data(handler: Path, modules: Sequence[str] | None = None) -> list[str]:
+    """The data files the handler's modules (`modules`, found when not given) read beside them:
+    every file of their package folders but modules, and the files they name by a literal path
+    from their own folder; sorted relative POSIX paths."""
+    folder = handler.parent
+    modules = own_modules(handler) if modules is None else modules
+    found: set[str] = set()
+    for package in {name.split("/")[0] for name in modules if "/" in name}:
+        found.update(_relative(path, folder) for path in (folder / package).rglob("*"))
+    for module in (handler, *(folder / name for name in modules)):
+        for literal in _parsed(module).paths:
+            found.add(_relative(module.parent / literal, folder))
+    found.discard("")
+    return sorted(found - {*modules, handler.name})
+
+
+def _relative(path: Path, folder: Path) -> str:
+    """`path` relative to `folder` as a shippable file (a file inside it, no litter), else ""."""
+    try:
+        relative = path.resolve().relative_to(folder.resolve())
+        if not path.is_file() or hidden(relative.parts):
+            return ""
+    except (OSError, ValueError):  # outside the folder, or not a path at all
+        return ""
+    return relative.as_posix()
 
 
 def digest(handler: Path, files: Sequence[str] | None = None) -> bytes:
@@ -106,35 +138,97 @@ def missing_hint(exc: ModuleNotFoundError, shown: Path) -> str:
 
 
 def _imported_files(path: Path, folder: Path) -> Iterator[str]:
-    for name in sorted(_imported_names(path)):
+    for name in sorted(_parsed(path).names):
         yield from _module_files(folder, name)
 
 
-def _imported_names(path: Path) -> frozenset[str]:
-    """The top-level names of a file's absolute imports, wherever they stand (in a function,
-    under `try`); each content is parsed once (17 ms for functions/ocr's 13 files)."""
+@dataclass(frozen=True)
+class _Source:
+    """What a module's source says of the files it needs: the top-level names of its absolute
+    imports (`import_module("a.b")` of a literal name too), wherever they stand (in a function,
+    under `try`), and the literal relative paths it holds (`HERE / "data" / "vocab.txt"`:
+    "data/vocab.txt" too)."""
+
+    names: frozenset[str] = frozenset()
+    paths: frozenset[str] = frozenset()
+
+
+def _parsed(path: Path) -> _Source:
+    """Each content is parsed once (17 ms for functions/ocr's 13 files)."""
     try:
         source = path.read_bytes()
     except OSError:  # importing it says what is wrong
-        return frozenset()
+        return _Source()
     key = hashlib.sha256(source).digest()
-    if (names := _NAMES.get(key)) is None:
-        names = _NAMES[key] = _parsed_names(source, path)
-    return names
+    if (parsed := _PARSED.get(key)) is None:
+        parsed = _PARSED[key] = _parse(source, path)
+    return parsed
 
 
-def _parsed_names(source: bytes, path: Path) -> frozenset[str]:
+def _parse(source: bytes, path: Path) -> _Source:
     try:
         tree = ast.parse(source, filename=str(path))
     except (SyntaxError, ValueError):  # importing it says what is wrong, and where
-        return frozenset()
+        return _Source()
     names: set[str] = set()
+    paths: set[str] = set()
+    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.partition(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.partition(".")[0])
-    return frozenset(names)
+            names.add(node.module)
+        elif isinstance(node, ast.Call) and _callee(node) in _IMPORTERS and node.args:
+            names.add(_text(node.args[0]) or ".")  # a relative or computed name: not ours
+        elif isinstance(node, ast.Call) and _callee(node) == "join":  # os.path.join(here, "a")
+            paths.add("/".join(_trailing_texts(node.args)))
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):  # here / "a" / "b"
+            paths.add("/".join(_divided(node)))
+        elif (text := _text(node)) is not None and id(node) not in docstrings:
+            paths.add(text)
+    tops = {name.partition(".")[0] for name in names if not name.startswith(".")}
+    return _Source(frozenset(tops), frozenset(filter(_path_like, paths)))
+
+
+_IMPORTERS = frozenset({"import_module", "__import__"})
+"""Calls that import the module their first argument names (importlib's, the builtin)."""
+
+
+def _callee(node: ast.Call) -> str:
+    """The name a call's function goes by: `join` of `os.path.join(...)`, or of `join(...)`."""
+    if isinstance(node.func, ast.Attribute):
+        return node.func.attr
+    return node.func.id if isinstance(node.func, ast.Name) else ""
+
+
+def _text(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _trailing_texts(nodes: Sequence[ast.expr]) -> list[str]:
+    """The literal strings `nodes` end with, in order."""
+    texts: list[str] = []
+    for node in reversed(nodes):
+        if (text := _text(node)) is None:
+            break
+        texts.append(text)
+    return texts[::-1]
+
+
+def _divided(node: ast.expr) -> list[str]:
+    """The literal strings a chain of `/` ends with, in order."""
+    parts: list[str] = []
+    while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        if (text := _text(node.right)) is None:
+            break
+        parts.append(text)
+        node = node.left
+    return parts[::-1]
+
+
+def _path_like(text: str) -> bool:
+    """A literal that may name a file beside the module: short, one line, relative."""
+    return 0 < len(text) < 1024 and not any(c in text for c in "\n\0") and text[0] not in "/~"
 
 
 def _module_files(folder: Path, name: str) -> list[str]:
@@ -186,7 +280,8 @@ class _Namespace:
 
 def _router(package: str, names: frozenset[str]) -> Callable[..., ModuleType]:
     """`__import__` for a function's modules: their own names from `package`, the rest as
-    Python imports them."""
+    Python imports them (`importlib` itself as `_Importlib`, which routes the same way)."""
+    routed = _Importlib(package, names)
 
     def __import__(
         name: str,
@@ -197,11 +292,31 @@ def _router(package: str, names: frozenset[str]) -> Callable[..., ModuleType]:
     ) -> ModuleType:
         top = name.partition(".")[0]
         if level or top not in names:
-            return builtins.__import__(name, globals, locals, fromlist or (), level)
+            module = builtins.__import__(name, globals, locals, fromlist or (), level)
+            # `import importlib(.util)`, `from importlib import import_module`
+            return routed if not level and top == "importlib" and module is importlib else module
         module = builtins.__import__(f"{package}.{name}", globals, locals, fromlist or (), 0)
         return module if fromlist else sys.modules[f"{package}.{top}"]
 
     return __import__
+
+
+class _Importlib(ModuleType):
+    """`importlib` as a function's modules see it: its `import_module` of one of their own
+    names (`"helpers.geo"`) imports it from their package, as an `import` statement does;
+    everything else is importlib's."""
+
+    def __init__(self, package: str, names: frozenset[str]) -> None:
+        super().__init__("importlib", importlib.__doc__)
+        self._package, self._names = package, names
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(importlib, attribute)
+
+    def import_module(self, name: str, package: str | None = None) -> ModuleType:
+        if name.partition(".")[0] in self._names:  # a relative name starts with "."
+            return importlib.import_module(f"{self._package}.{name}")
+        return importlib.import_module(name, package)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -239,6 +354,6 @@ class _SourceOnly(importlib.machinery.SourceFileLoader):
 
 
 _SHOWN: set[str] = set()
-_NAMES: dict[bytes, frozenset[str]] = {}
+_PARSED: dict[bytes, _Source] = {}
 _FINDER = _Finder()
 _PACKAGE_NAME = re.compile(PACKAGE + r"[0-9a-f]{16}\.")

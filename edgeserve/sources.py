@@ -1,12 +1,13 @@
 """What of a function's source folder its bundle carries: the model (and its external
-weights), the handler with its own modules, and the samples; editor and OS litter stays out."""
+weights), the handler with its own modules and their data files, and the samples; editor and
+OS litter stays out."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from edgeserve.errors import ConfigError, did_you_mean
-from edgeserve.imports import hidden, own_modules
+from edgeserve.imports import hidden, own_data, own_modules
 from edgeserve.manifest import MANIFEST_NAME, Manifest
 from edgeserve.signature import external_data
 
@@ -44,7 +45,8 @@ def handler_copies(source: Path, manifest: Manifest) -> list[tuple[str, Path]]:
             f"{source / MANIFEST_NAME}: field `handler.module`: {module!r} names {path}, "
             "which does not exist; Hint: create it or remove the [handler] module key"
         )
-    own = [(f"handler/{name}", source / name) for name in own_modules(path)]  # imports.py
+    modules = own_modules(path)  # imports.py: the modules it imports, and the data they read
+    own = [(f"handler/{name}", source / name) for name in [*modules, *own_data(path, modules)]]
     return [(f"handler/{module}.py", path), *own]
 
 

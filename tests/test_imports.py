@@ -245,3 +245,72 @@ def test_a_bundle_of_several_modules_runs_without_its_source(tmp_path: Path) -> 
     with running(bundle.root) as (url, _):
         answer = httpx.post(f"{url}/invoke", json={"x": X, "times": 1}, timeout=30)
     assert answer.json()["tag"] == "split x2.0"
+
+
+PLUGIN_HANDLER = """\
+import importlib
+from pathlib import Path
+
+import numpy as np
+
+WORDS = (Path(__file__).parent / "vocabulary.txt").read_text().split()
+
+
+def preprocess(payload, ctx):
+    scale = importlib.import_module("plugins.scale")
+    return [{"x": np.asarray(payload["x"], dtype=np.float32) * scale.FACTOR}]
+
+
+def postprocess(items, ctx):
+    return {"y": items[0]["y"].tolist(), "words": WORDS, "unit": scale_unit()}
+
+
+def scale_unit():
+    from importlib import import_module
+
+    return import_module("plugins").UNIT
+"""
+PLUGIN_FILES = {
+    "vocabulary.txt": "alpha beta\n",
+    "plugins/__init__.py": "UNIT = 'cm'\n",
+    "plugins/scale.py": (
+        "import os\n\n"
+        "HERE = os.path.dirname(__file__)\n"
+        "with open(os.path.join(HERE, 'data', 'factor.txt')) as file:\n"
+        "    FACTOR = float(file.read())\n"
+    ),
+    "plugins/data/factor.txt": "3\n",
+    "notes.txt": "not the handler's\n",
+}
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one process", "front processes"])
+def test_a_bundle_finds_the_modules_importlib_imports_and_the_files_beside_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: str
+) -> None:
+    """Neither `plugins` (imported by `importlib.import_module` alone) nor vocabulary.txt (read
+    through `Path(__file__).parent` at import) went into the bundle, and importlib looked for
+    `plugins` on sys.path, not among the handler's modules: once the source folder moved away,
+    the bundle did not start. Both now travel in the bundle, with the data of the package
+    (plugins/data/factor.txt) but nothing the modules do not name, importlib finds the
+    bundle's copies, and the bundle serves from wherever it is."""
+    folder = write_function(tmp_path / "plug", mlp_model, MANIFEST.format(name="plug"))
+    (folder / "handler.py").write_text(PLUGIN_HANDLER)
+    for path, text in PLUGIN_FILES.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(text)
+    code, said = _build(folder, capsys)
+    assert code == 0, said
+    bundle = tmp_path / "plug-out"
+    assert _handler_files(bundle) == [
+        "handler.py", "plugins/__init__.py", "plugins/data/factor.txt", "plugins/scale.py",
+        "vocabulary.txt",
+    ]  # fmt: skip
+    folder.rename(tmp_path / "moved-away")
+    with running(bundle, "--workers", workers) as (url, _):
+        answer = httpx.post(f"{url}/invoke", json={"x": X}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["words"], answer.json()["unit"]) == (["alpha", "beta"], "cm")
+    np.testing.assert_allclose(
+        answer.json()["y"], _expected(tmp_path / "moved-away", 3.0), rtol=1e-5
+    )
