@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from edgeserve.backends import cuda
-from edgeserve.errors import BackendError, InvalidInput
+from edgeserve.errors import BackendError, InvalidInput, echo, echo_repr
 
 HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 
@@ -63,7 +63,7 @@ def open_cuda_region(name: str, body: Mapping[str, Any]) -> CudaRegion:
     """Open a registration {"raw_handle": {"b64"}, "device_id", "byte_size"}; 400 if it is bad,
     or if this server has no CUDA (then status lists none and unregister is a no-op, as clients
     that clean up every kind expect)."""
-    where = f"CUDA shared memory region `{name}`"
+    where = f"CUDA shared memory region `{echo(name)}`"
     cudart = _runtime(where)
     handle, device_id, byte_size = _parse(where, body)
     try:
@@ -113,7 +113,8 @@ def _parse(where: str, body: Mapping[str, Any]) -> tuple[bytes, int, int]:
         raise InvalidInput(
             f'{where}: expected {{"raw_handle": {{"b64": <base64 of the {HANDLE_BYTES}-byte '
             'cudaIpcMemHandle_t>}, "device_id": <int >= 0>, "byte_size": <int > 0>}, got '
-            f"raw_handle {raw!r:.80}, device_id {device_id!r}, byte_size {byte_size!r}"
+            f"raw_handle {echo_repr(raw)}, device_id {echo_repr(device_id)}, "
+            f"byte_size {echo_repr(byte_size)}"
         )
     return handle, device, size
 

@@ -20,12 +20,14 @@
     └── DeployError                a deploy step failed (exit 3)
         └── DeployInterrupted      Ctrl-C during a switch, after the device was put back (130)
 
-`http/errors.py` alone turns these into responses and `cli.py` alone into exit codes.
+`http/errors.py` alone turns these into responses and `cli.py` alone into exit codes. What a
+message repeats of a client's strings and values goes through `echo` and `echo_repr`.
 """
 
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Iterable
 
 
@@ -149,3 +151,45 @@ def did_you_mean(found: str, known: Iterable[str]) -> str:
     """`; did you mean `x`?` for the closest of `known` to a misspelling, else nothing."""
     close = difflib.get_close_matches(found, list(known), n=1, cutoff=0.6)
     return f"; did you mean `{close[0]}`?" if close else ""
+
+
+ECHO_CHARS = 64
+"""The most of a client's string an error repeats: enough to tell which one it was, while a
+name of 100 KB no longer comes back as 100 KB of message (and of log line)."""
+
+
+def echo(text: str) -> str:
+    """A client's string (a tensor, region or model name) as an error repeats it: whole when
+    short, else its first ECHO_CHARS characters, an ellipsis and its length."""
+    if len(text) <= ECHO_CHARS:
+        return text
+    return f"{text[:ECHO_CHARS]}… ({len(text)} characters)"
+
+
+def _bounded_repr() -> reprlib.Repr:
+    shortened = reprlib.Repr()  # Python 3.11 takes no arguments here
+    shortened.maxlevel, shortened.maxlist, shortened.maxtuple = 2, 6, 6
+    shortened.maxdict = shortened.maxset = 4
+    shortened.maxstring = shortened.maxother = shortened.maxlong = ECHO_CHARS
+    return shortened
+
+
+_REPR = _bounded_repr()
+
+
+def echo_repr(value: object) -> str:
+    """A client's value (anything JSON or msgpack carries) as an error shows it, `repr`-like,
+    cut as `echo` cuts a string; a large list is never written out whole to be cut."""
+    if isinstance(value, str | bytes):
+        if len(value) <= ECHO_CHARS:
+            return repr(value)
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:ECHO_CHARS]!r}… ({len(value)} {unit})"
+    text = _REPR.repr(value)  # reprlib marks what it left out with "..."
+    if len(text) > ECHO_CHARS:
+        text = f"{text[:ECHO_CHARS]}…"
+    elif "..." not in text:
+        return text
+    if isinstance(value, list | dict):
+        return f"{text} ({type(value).__name__} of {len(value)})"
+    return text

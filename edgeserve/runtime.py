@@ -23,7 +23,7 @@ from edgeserve.batching import EWMA_WEIGHT, ONE_REQUEST, REQUEST_NUMBERS, BatchP
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.datatypes import as_numbers
 from edgeserve.engine import Engine, LocalEngine
-from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable
+from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable, echo
 from edgeserve.handler import check_items, import_handler, one_row
 from edgeserve.memory import trim_when_idle
 from edgeserve.samples import json_samples
@@ -314,9 +314,9 @@ class Runtime:
             found = type(payload).__name__
             if isinstance(payload, bytes):  # no JSON or msgpack Content-Type: the body as sent
                 found = (
-                    f"{len(payload)} bytes sent as {content_type or 'no Content-Type'}, which is "
-                    "not JSON or msgpack. Hint: send them with Content-Type: application/json "
-                    "(or application/msgpack)"
+                    f"{len(payload)} bytes sent as {echo(content_type) or 'no Content-Type'}, "
+                    "which is not JSON or msgpack. Hint: send them with Content-Type: "
+                    "application/json (or application/msgpack)"
                 )
             raise InvalidInput(
                 f"/invoke: expected a JSON object (or msgpack map) with the inputs {names}, "

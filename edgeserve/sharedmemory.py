@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from edgeserve.cudamemory import open_cuda_region
-from edgeserve.errors import InvalidInput, ModelNotFound
+from edgeserve.errors import InvalidInput, ModelNotFound, echo, echo_repr
 
 SHM_ROOT = Path("/dev/shm")  # noqa: S108 - where Linux keeps POSIX shm_open objects
 
@@ -80,26 +80,28 @@ class SystemRegion:
     @classmethod
     def open(cls, name: str, key: Any, offset: Any, byte_size: Any) -> SystemRegion:
         """Open `key`, refusing (400) a key or window that does not fit it."""
-        where = f"system shared memory region `{name}`"
+        where = f"system shared memory region `{echo(name)}`"
         if not isinstance(key, str) or not key.strip("/") or "/" in key.strip("/") or "\0" in key:
             raise InvalidInput(
-                f"{where}: `key` must be a shared-memory name like '/input0', got {key!r}"
+                f"{where}: `key` must be a shared-memory name like '/input0', got {echo_repr(key)}"
             )
         start, size = _count(where, "offset", offset), _count(where, "byte_size", byte_size)
         path = SHM_ROOT / key.lstrip("/")
         try:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)  # a symlink could lead anywhere
         except OSError as exc:
-            raise InvalidInput(f"{where}: cannot open key {key!r}: {exc.strerror}") from None
+            raise InvalidInput(
+                f"{where}: cannot open key {echo_repr(key)}: {exc.strerror}"
+            ) from None
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                raise InvalidInput(f"{where}: key {key!r} is not a shared-memory object")
+                raise InvalidInput(f"{where}: key {echo_repr(key)} is not a shared-memory object")
             total = info.st_size
             if size == 0 or start + size > total:
                 raise InvalidInput(
-                    f"{where}: offset {start} + byte_size {size} must lie within key {key!r} "
-                    f"({total} bytes) and byte_size must be > 0"
+                    f"{where}: offset {start} + byte_size {size} must lie within key "
+                    f"{echo_repr(key)} ({total} bytes) and byte_size must be > 0"
                 )
         except BaseException:
             os.close(fd)
@@ -137,9 +139,9 @@ class SystemRegion:
     def _shrunk(self, start: int, size: int) -> InvalidInput:
         total = os.fstat(self._fd).st_size
         return InvalidInput(
-            f"system shared memory region `{self.name}`: key {self.key!r} is now {total} "
-            f"bytes, too small for bytes {start}..{start + size} of it (shrunk since it was "
-            "registered?); register it again"
+            f"system shared memory region `{echo(self.name)}`: key {echo_repr(self.key)} is now "
+            f"{total} bytes, too small for bytes {start}..{start + size} of it (shrunk since it "
+            "was registered?); register it again"
         )
 
     def status(self) -> dict[str, Any]:
@@ -160,7 +162,7 @@ def open_system_region(name: str, body: Mapping[str, Any]) -> Region:
     missing = sorted({"key", "byte_size"} - set(body))
     if missing:
         raise InvalidInput(
-            f"system shared memory region `{name}`: the register request lacks {missing}; "
+            f"system shared memory region `{echo(name)}`: the register request lacks {missing}; "
             'expected {"key": "/name", "offset": 0, "byte_size": N}'
         )
     return SystemRegion.open(name, body["key"], body.get("offset", 0), body["byte_size"])
@@ -213,7 +215,9 @@ class Regions:
         names = [n for n, e in self._book.entries().items() if e.kind == kind and name in (None, n)]
         found = [region.status() for region in map(self._region, names) if region is not None]
         if name is not None and not found:
-            raise ModelNotFound(f"no {kind} shared memory region named `{name}` is registered")
+            raise ModelNotFound(
+                f"no {kind} shared memory region named `{echo(name)}` is registered"
+            )
         return found
 
     def read(self, where: str, place: Slice) -> memoryview:
@@ -237,11 +241,14 @@ class Regions:
     def _fitting(self, where: str, place: Slice) -> Region:
         region = self._region(place.region)
         if region is None:
-            raise InvalidInput(f"{where}: shared memory region `{place.region}` is not registered")
+            raise InvalidInput(
+                f"{where}: shared memory region `{echo(place.region)}` is not registered"
+            )
         if place.offset + place.byte_size > region.byte_size:
             raise InvalidInput(
                 f"{where}: shared_memory_offset {place.offset} + shared_memory_byte_size "
-                f"{place.byte_size} runs past region `{place.region}` ({region.byte_size} bytes)"
+                f"{place.byte_size} runs past region `{echo(place.region)}` "
+                f"({region.byte_size} bytes)"
             )
         return region
 
@@ -346,10 +353,14 @@ class _Folder:
 
 
 def _taken(name: str) -> InvalidInput:
-    return InvalidInput(f"shared memory region `{name}` is already registered; unregister it first")
+    return InvalidInput(
+        f"shared memory region `{echo(name)}` is already registered; unregister it first"
+    )
 
 
 def _count(where: str, field: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(f"{where}: `{field}` must be a non-negative integer, got {value!r}")
+        raise InvalidInput(
+            f"{where}: `{field}` must be a non-negative integer, got {echo_repr(value)}"
+        )
     return value

@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from edgeserve.datatypes import DATATYPES, Datatype, bf16_from_values
-from edgeserve.errors import InvalidInput
+from edgeserve.errors import InvalidInput, echo_repr
 from edgeserve.types import TensorSpec
 
 MAX_ELEMENTS = 2**48
@@ -209,13 +209,13 @@ def to_shape(value: Any, where: str) -> tuple[int, ...]:
         value = _past_64_bits(value)  # a JSON parser reads such an integer as a float
         if not isinstance(value, list) or not _counts(value):
             raise InvalidInput(
-                f"{where}: `shape` must be a list of non-negative ints, got {value!r}"
+                f"{where}: `shape` must be a list of non-negative ints, got {echo_repr(value)}"
             )
     if len(value) > MAX_RANK:
         raise InvalidInput(f"{where}: `shape` has {len(value)} dims; expected at most {MAX_RANK}")
     if math.prod(filter(None, value)) > MAX_ELEMENTS:  # zero dims aside
         raise InvalidInput(
-            f"{where}: shape {value} describes more elements than a tensor can hold "
+            f"{where}: shape {echo_repr(value)} describes more elements than a tensor can hold "
             f"(its non-zero dims multiply past 2**48)"
         )
     return tuple(value)

@@ -630,3 +630,111 @@ CORPUS: list[Bad] = [
         MSGPACK,
     ),
 ]
+
+# a client's strings of 50,000 characters (under the body and header limits), in each place an
+# error names one: the error repeated them whole, 50 KB of message for one bad name
+LONG = "n" * 50_000
+CUT = f"{'n' * 64}… (50000 characters)"  # what an error repeats of LONG
+CUT_REPR = f"'{'n' * 64}'… (50000 characters)"
+SHM = "/v2/systemsharedmemory/region"
+
+
+def in_shared_memory(region: str) -> bytes:
+    place = {"shared_memory_region": region, "shared_memory_byte_size": 12}
+    return v2_body(data=None, parameters=place)
+
+
+LONG_STRINGS: list[Bad] = [
+    Bad("input name", v2_body(name=LONG), 400, f"unknown ['{CUT}']"),
+    Bad("input name, bad datatype", v2_body(name=LONG, datatype="FP8"), 400, f"tensor `{CUT}`"),
+    Bad("datatype", v2_body(datatype=LONG), 400, f"unknown datatype {CUT_REPR}; expected"),
+    Bad("shape", v2_body(shape=LONG), 400, f"non-negative ints, got {CUT_REPR}"),
+    Bad("output name", with_request(outputs=[{"name": LONG}]), 400, f"output `{CUT}`: the model"),
+    Bad(
+        "request parameter name",
+        with_request(parameters={LONG: [1]}),
+        400,
+        f"request `parameters`: `{CUT}`: expected a string",
+    ),
+    Bad("timeout", with_request(parameters={"timeout": LONG}), 400, f"got {CUT_REPR}"),
+    Bad(
+        "binary_data_output",
+        with_request(parameters={"binary_data_output": LONG}),
+        400,
+        f"binary_data_output: expected true or false, got {CUT_REPR}",
+    ),
+    Bad("region name", in_shared_memory(LONG), 400, f"shared memory region `{CUT}` is not"),
+    Bad(
+        "model in the URL",
+        v2_body(),
+        400,
+        f"unknown model `{CUT}`",
+        path=f"/v2/models/{LONG}/infer",
+    ),
+    Bad(
+        "version in the URL",
+        b"",
+        404,
+        f"has no version `{CUT}`",
+        path=f"/v2/models/identity/versions/{LONG}",
+        method="GET",
+    ),
+    Bad(
+        "model to load",
+        b"",
+        400,
+        f"cannot load `{CUT}`",
+        path=f"/v2/repository/models/{LONG}/load",
+    ),
+    Bad(
+        "region to register",
+        orjson.dumps({"key": "/edgeserve-no-such-object", "byte_size": 8}),
+        400,
+        f"system shared memory region `{CUT}`: cannot open key",
+        path=f"{SHM}/{LONG}/register",
+    ),
+    Bad(
+        "region key",
+        orjson.dumps({"key": LONG, "byte_size": 8}),
+        400,
+        f"cannot open key {CUT_REPR}",
+        path=f"{SHM}/r/register",
+    ),
+    Bad(
+        "region status",
+        b"",
+        404,
+        f"no system shared memory region named `{CUT}` is registered",
+        path=f"{SHM}/{LONG}/status",
+        method="GET",
+    ),
+    Bad(
+        "Content-Encoding",
+        v2_body(),
+        400,
+        f"Content-Encoding `{CUT}` is not supported",
+        headers={"content-encoding": LONG},
+    ),
+    Bad(
+        "Inference-Header-Content-Length",
+        v2_body(),
+        400,
+        f"got {CUT_REPR}",
+        headers={"Inference-Header-Content-Length": LONG},
+    ),
+    Bad(
+        "Content-Type of raw bytes",
+        b"\x89PNG",
+        400,
+        f"4 bytes sent as {CUT}, which is not JSON",
+        path="/invoke",
+        headers={"content-type": LONG},
+    ),
+    to_invoke(
+        "msgpack array's dtype",
+        payload(FP32=ext(_msgpack([LONG, [1, 3], bytes(12)]))),
+        f"dtype {CUT_REPR} has no KServe v2 datatype",
+        MSGPACK,
+    ),
+    to_invoke("invoke input name", payload() | {LONG: 1}, f"unknown ['{CUT}']"),
+]

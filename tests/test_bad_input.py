@@ -37,6 +37,7 @@ from tests.bad_requests import (
     INPUTS,
     JSON,
     LIMIT,
+    LONG_STRINGS,
     MSGPACK,
     Bad,
     form,
@@ -96,6 +97,15 @@ def test_every_malformed_request_gets_its_4xx_and_the_server_goes_on(
     assert response.status_code == bad.status, response.text
     assert bad.words in assert_client_error(response, bad.what)
     assert_still_serving(client)
+
+
+@pytest.mark.parametrize("bad", LONG_STRINGS, ids=lambda bad: bad.what)
+def test_an_error_repeats_a_client_s_long_string_cut_short(client: httpx.Client, bad: Bad) -> None:
+    """Its first 64 characters, an ellipsis and its length, wherever it was sent."""
+    response = client.request(bad.method, bad.path, content=bad.body, headers=bad.headers)
+    assert response.status_code == bad.status, response.text[:400]
+    error = assert_client_error(response, bad.what)
+    assert bad.words in error and len(error) < 600, error
 
 
 def test_v2_and_invoke_accept_what_they_should(client: httpx.Client) -> None:

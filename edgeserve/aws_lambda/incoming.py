@@ -17,6 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from edgeserve.errors import echo, echo_repr
+
 KINDS = {
     "alb": "ALB",
     "http-v2": "API Gateway HTTP API (2.0) or Function URL",
@@ -199,7 +201,9 @@ def direct_answer(response: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def not_http(event: object) -> dict[str, Any]:
-    keys = sorted(map(str, event))[:8] if isinstance(event, Mapping) else None
+    keys = (
+        [echo(key) for key in sorted(map(str, event))[:8]] if isinstance(event, Mapping) else None
+    )
     what = f"an event with keys {keys}" if keys is not None else f"a {type(event).__name__}"
     return {"error": f"this function answers {ACCEPTED}; it got {what}"}
 
@@ -223,7 +227,7 @@ def _text_problem(value: object, where: tuple[str, ...]) -> str | None:
     UTF-8 cannot carry: it failed the answer's own encoding, a 500)."""
     if isinstance(value, str):
         if _SURROGATE.search(value):  # searched, not encoded: a body may be 6 MB
-            return f"{'.'.join(where) or 'a key'} holds a lone surrogate, which is not text"
+            return f"{echo('.'.join(where)) or 'a key'} holds a lone surrogate, which is not text"
     elif isinstance(value, Mapping):
         for key, item in value.items():
             if problem := _text_problem(key, where) or _text_problem(item, (*where, str(key))):
@@ -246,9 +250,12 @@ def _server_problem(event: Mapping[str, Any]) -> str | None:
         name = key.lower()
         host, colon, port = value.partition(":")
         if name == "host" and colon and (":" in port or not port.isdigit() or not host):
-            return f"headers.host {value!r}: expected a host name and an optional numeric port"
+            return (
+                f"headers.host {echo_repr(value)}: expected a host name and an optional numeric "
+                "port"
+            )
         if name == "x-forwarded-port" and not value.isdigit():
-            return f"headers.x-forwarded-port {value!r}: expected a port number"
+            return f"headers.x-forwarded-port {echo_repr(value)}: expected a port number"
     return None
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeserve import datatypes
-from edgeserve.errors import InvalidInput
+from edgeserve.errors import InvalidInput, echo
 from edgeserve.shapes import UNBOUNDED, ShapeProfile, ShapeRange
 from edgeserve.types import Signature, TensorDict, TensorSpec, TiedDim
 
@@ -236,7 +236,7 @@ def check_names(signature: Signature, names: Iterable[object]) -> None:
 def _first(names: list[str], shown: int = 10) -> str:
     """The first `shown` names in order: a request may carry thousands, the error stays
     readable (and a million are not sorted whole on the event loop: 1 s)."""
-    first = heapq.nsmallest(shown, names)
+    first = [echo(name) for name in heapq.nsmallest(shown, names)]
     if len(names) <= shown:
         return str(first)
     return f"{first} and {len(names) - shown} more"

@@ -13,7 +13,7 @@ from edgeserve.dataplane.requests import (
     check_outputs,
     response_outputs,
 )
-from edgeserve.errors import InvalidInput, ModelNotFound, Unavailable
+from edgeserve.errors import InvalidInput, ModelNotFound, Unavailable, echo
 from edgeserve.manifest import Manifest
 from edgeserve.stats import ModelStats
 from edgeserve.types import Signature, TensorDict
@@ -103,10 +103,10 @@ class DataPlane:
         f = self.function
         if model != f.name:
             error = InvalidInput if infer else ModelNotFound
-            raise error(f"unknown model `{model}`: this server serves `{f.name}`")
+            raise error(f"unknown model `{echo(model)}`: this server serves `{f.name}`")
         if version is not None and not {version, _number(version)} & {f.model_version, f.version}:
             raise ModelNotFound(
-                f"model `{f.name}` has no version `{version}`; it serves version "
+                f"model `{f.name}` has no version `{echo(version)}`; it serves version "
                 f"`{f.model_version}` (function version `{f.version}`)"
             )
 

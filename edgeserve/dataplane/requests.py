@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from edgeserve.datatypes import DATATYPES, from_numpy
-from edgeserve.errors import InvalidInput
+from edgeserve.errors import InvalidInput, echo, echo_repr
 from edgeserve.sharedmemory import Slice
 from edgeserve.types import Signature, TensorDict
 
@@ -75,7 +75,7 @@ def _timeout_s(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(
             f"parameters.timeout: expected a non-negative integer of microseconds (0: none), "
-            f"got {value!r}"
+            f"got {echo_repr(value)}"
         )
     return value / 1e6 if value else None
 
@@ -85,7 +85,8 @@ def _priority(value: Any) -> int:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(
-            f"parameters.priority: expected a non-negative integer (0: the default), got {value!r}"
+            "parameters.priority: expected a non-negative integer (0: the default), "
+            f"got {echo_repr(value)}"
         )
     return value
 
@@ -102,7 +103,7 @@ def check_outputs(request: InferRequest, signature: Signature) -> None:
         spec = specs.get(output.name)
         if spec is None:
             raise InvalidInput(
-                f"output `{output.name}`: the model has no such output; "
+                f"output `{echo(output.name)}`: the model has no such output; "
                 f"its outputs are {sorted(specs)}"
             )
         if output.classes is not None:

@@ -32,7 +32,7 @@ from starlette.types import Receive, Scope, Send
 from edgeserve import __version__
 from edgeserve.dataplane import DataPlane, ServedFunction, serving
 from edgeserve.dataplane.metadata import server_metadata
-from edgeserve.errors import InvalidInput, Unauthorized, Unsupported
+from edgeserve.errors import InvalidInput, Unauthorized, Unsupported, echo
 from edgeserve.http.auth import Credentials, load_credentials
 from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
 from edgeserve.http.inference import InferenceRoutes, route_path
@@ -83,10 +83,10 @@ class FunctionApp:
             name = self.inference.runtime.name
             response = error_response(
                 InvalidInput(
-                    f"{path}: WebSocket is not served: this function speaks HTTP/1.1 (KServe v2 "
-                    f"as Triton does: POST /v2/models/{name}/infer, GET /v2/models/{name}, "
-                    "/v2/health/ready; POST /invoke; GET /metrics, /docs). Hint: send a plain "
-                    "HTTP request, without `Upgrade: websocket`"
+                    f"{echo(path)}: WebSocket is not served: this function speaks HTTP/1.1 "
+                    f"(KServe v2 as Triton does: POST /v2/models/{name}/infer, "
+                    f"GET /v2/models/{name}, /v2/health/ready; POST /invoke; GET /metrics, "
+                    "/docs). Hint: send a plain HTTP request, without `Upgrade: websocket`"
                 )
             )
             response.headers["connection"] = "close"  # no HTTP request follows a handshake

@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive
 
-from edgeserve.errors import InvalidInput, PayloadTooLarge
+from edgeserve.errors import InvalidInput, PayloadTooLarge, echo, echo_repr
 from edgeserve.values import from_json
 
 # Content-Encoding -> zlib wbits: gzip framing, or a zlib stream (HTTP's "deflate")
@@ -36,7 +36,7 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> by
     """
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit, f"Content-Length is {declared}")
+        raise _too_large(limit, f"Content-Length is {echo(declared)}")
     chunks: list[bytes] = []
     size, more = 0, True
     while more:
@@ -62,7 +62,7 @@ def decompress(body: bytes, encoding: str, limit: int, header: str = "content-en
     wbits = _WBITS.get(encoding)
     if wbits is None:
         raise InvalidInput(
-            f"{_CODINGS[header][0]} `{encoding}` is not supported; expected gzip, deflate or "
+            f"{_CODINGS[header][0]} `{echo(encoding)}` is not supported; expected gzip, deflate or "
             "identity"
         )
     decoder = zlib.decompressobj(wbits)
@@ -98,7 +98,9 @@ def request_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
         joined.setdefault(name.decode("latin-1"), []).append(value.decode("latin-1"))
     for single in SINGLE:
         if len(given := joined.get(single, [])) > 1:
-            raise InvalidInput(f"header {single}: given {len(given)} times {given}; expected once")
+            raise InvalidInput(
+                f"header {single}: given {len(given)} times {echo_repr(given)}; expected once"
+            )
     return {key: ", ".join(values) for key, values in joined.items()}
 
 
@@ -115,7 +117,8 @@ async def json_object(request: Request, limit: int) -> dict[str, Any]:
     raw = await read_body(request.receive, request_headers(request.scope["headers"]), limit)
     if not raw.strip():
         return {}
-    body = from_json(raw, f"{request.url.path}: body")
+    path = echo(request.url.path)
+    body = from_json(raw, f"{path}: body")
     if not isinstance(body, dict):
-        raise InvalidInput(f"{request.url.path}: expected a JSON object, got {type(body).__name__}")
+        raise InvalidInput(f"{path}: expected a JSON object, got {type(body).__name__}")
     return body

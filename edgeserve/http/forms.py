@@ -20,7 +20,7 @@ import json
 import quopri
 from email.message import Message
 
-from edgeserve.errors import InvalidInput
+from edgeserve.errors import InvalidInput, echo
 
 FORM_TYPE = "multipart/form-data"
 MAX_PART_HEADER = 64 * 1024
@@ -45,7 +45,7 @@ def form_file(body: bytes, content_type: str) -> tuple[bytes, str]:
     files = [part for part in parts if part[0].get_filename()] or parts
     if len(files) != 1:
         names = [headers.get_param("name", header="content-disposition") for headers, _ in parts]
-        shown = f"{names[:NAMES_SHOWN]}" + (
+        shown = f"{[echo(n) if isinstance(n, str) else n for n in names[:NAMES_SHOWN]]}" + (
             f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
         )
         raise _refused(
@@ -119,7 +119,8 @@ def _decoded(data: bytes, encoding: str, part: str) -> bytes:
         return quopri.decodestring(data)
     if encoding != "base64":
         raise _refused(
-            f"{part}: Content-Transfer-Encoding `{encoding}` is not supported; expected base64, "
+            f"{part}: Content-Transfer-Encoding `{echo(encoding)}` is not supported; expected "
+            "base64, "
             "quoted-printable, 7bit, 8bit or binary (or none)"
         )
     try:
@@ -134,9 +135,9 @@ def _decoded(data: bytes, encoding: str, part: str) -> bytes:
 def _named(headers: Message, number: int) -> str:
     """`part 2 (field "file", file "page.png")`: which part, as a client can find it."""
     field = headers.get_param("name", header="content-disposition")
-    names = [f"field {json.dumps(field)}"] if isinstance(field, str) else []
+    names = [f"field {json.dumps(echo(field))}"] if isinstance(field, str) else []
     filename = headers.get_filename()
-    names += [f"file {json.dumps(filename)}"] if filename else []
+    names += [f"file {json.dumps(echo(filename))}"] if filename else []
     return f"part {number}" + (f" ({', '.join(names)})" if names else "")
 
 

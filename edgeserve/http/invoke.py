@@ -20,7 +20,7 @@ import msgpack
 import numpy as np
 
 from edgeserve import datatypes, values
-from edgeserve.errors import HandlerError, InvalidInput
+from edgeserve.errors import HandlerError, InvalidInput, echo_repr
 
 NDARRAY_EXT = 1
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
@@ -66,8 +66,8 @@ def _unpack_ext(code: int, data: bytes) -> Any:
     name, shape, raw = fields
     if not (isinstance(name, str) and isinstance(raw, bytes)):
         raise InvalidInput(
-            f"{where}: found dtype {name!r} and data of type {type(raw).__name__}; expected a "
-            "dtype string such as '<f4' and bytes"
+            f"{where}: found dtype {echo_repr(name)} and data of type {type(raw).__name__}; "
+            "expected a dtype string such as '<f4' and bytes"
         )
     dims = values.to_shape(shape, where)
     dtype = _dtype(name, where)
@@ -91,7 +91,7 @@ def _dtype(name: str, where: str) -> np.dtype:
             raise ValueError(dtype.str)
     except (TypeError, ValueError, DeprecationWarning):
         raise InvalidInput(
-            f"{where}: dtype {name!r} has no KServe v2 datatype; expected one of "
+            f"{where}: dtype {echo_repr(name)} has no KServe v2 datatype; expected one of "
             f"{', '.join(_DTYPE_NAMES)}, or text as '<U<n>' or '|S<n>' (either byte order: "
             "'>f4' is float32 too)"
         ) from None
@@ -106,7 +106,7 @@ _DTYPE_NAMES = [
 def _brief(value: Any) -> str:
     if isinstance(value, list):
         return f"a list of length {len(value)}"
-    return f"{type(value).__name__} {value!r:.40}"
+    return f"{type(value).__name__} {echo_repr(value)}"
 
 
 def _reason(exc: Exception) -> str:

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from edgeserve.errors import InvalidInput
+from edgeserve.errors import InvalidInput, echo, echo_repr
 from edgeserve.http.body import json_object
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class RepositoryRoutes:
         ready = body.get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidInput(
-                f"/v2/repository/index: `ready`: expected true or false, got {ready!r}"
+                f"/v2/repository/index: `ready`: expected true or false, got {echo_repr(ready)}"
             )
         if ready and not runtime.ready:
             return JSONResponse([])
@@ -60,10 +60,10 @@ class RepositoryRoutes:
         return JSONResponse([{**entry, "state": state, "reason": reason}])
 
     async def load(self, request: Request) -> Response:
-        model = request.path_params["model"]
+        model = echo(request.path_params["model"])
         body = await json_object(request, self.limit)
         one = ONE_FUNCTION.format(name=self.runtime.name)
-        if model != self.runtime.name:
+        if request.path_params["model"] != self.runtime.name:
             raise InvalidInput(
                 f"cannot load `{model}`: {one}. Hint: build and deploy a bundle for `{model}`"
             )
@@ -71,17 +71,17 @@ class RepositoryRoutes:
         if not isinstance(parameters, dict):
             raise InvalidInput(
                 f"load `{model}`: `parameters`: expected a JSON object, got "
-                f"{type(parameters).__name__} {parameters!r:.40}"
+                f"{type(parameters).__name__} {echo_repr(parameters)}"
             )
         if parameters:
             raise InvalidInput(
-                f"load `{model}`: parameters {sorted(parameters)} cannot change a running "
-                f"function ({one}). Hint: rebuild the bundle with the new config or files"
+                f"load `{model}`: parameters {echo_repr(sorted(parameters))} cannot change a "
+                f"running function ({one}). Hint: rebuild the bundle with the new config or files"
             )
         return Response()
 
     async def unload(self, request: Request) -> Response:
-        model = request.path_params["model"]
+        model = echo(request.path_params["model"])
         await json_object(request, self.limit)
         one = ONE_FUNCTION.format(name=self.runtime.name)
         raise InvalidInput(

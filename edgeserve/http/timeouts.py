@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from edgeserve.errors import EdgeserveError, HeadersTooLarge, InvalidInput, RequestTimeout
+from edgeserve.errors import EdgeserveError, HeadersTooLarge, InvalidInput, RequestTimeout, echo
 from edgeserve.http.connection import HalfClosed, IgnoredUpgrade, without_upgrade
 from edgeserve.http.errors import raw_response
 from edgeserve.manifest import ResourcesSection
@@ -160,7 +160,7 @@ class _Bounded:
         """uvicorn's answer to bytes that are not HTTP, in JSON like every other error, with
         what the parser found wrong: uvicorn calls this while it handles the parser's error,
         and says only "Invalid HTTP request received." itself."""
-        self._refuse(InvalidInput(f"not a valid HTTP/1.1 request: {_parser_says(msg)}"))
+        self._refuse(InvalidInput(f"not a valid HTTP/1.1 request: {echo(_parser_says(msg))}"))
 
     def _await_headers(self) -> None:
         self._watched, self._header_bytes, self._header_tail = self.cycle, 0, b""

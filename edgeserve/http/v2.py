@@ -23,7 +23,7 @@ import numpy as np
 from edgeserve import values
 from edgeserve.dataplane.requests import InferRequest, OutputTensor, RequestedOutput
 from edgeserve.datatypes import DATATYPES, Datatype, bf16_bits
-from edgeserve.errors import InvalidInput
+from edgeserve.errors import InvalidInput, echo, echo_repr
 from edgeserve.sharedmemory import Slice
 from edgeserve.types import TensorDict
 
@@ -47,7 +47,7 @@ def decode_request(
     for entry in _tensors(header.get("inputs"), "request `inputs`"):
         name, array, offset = _decode_input(_mapping(entry, "an input"), binary, offset, read_slice)
         if name in inputs:
-            raise InvalidInput(f"tensor `{name}`: given twice in `inputs`")
+            raise InvalidInput(f"tensor `{echo(name)}`: given twice in `inputs`")
         inputs[name] = array
     if offset != len(binary):
         raise InvalidInput(
@@ -79,7 +79,7 @@ def _json_length(body: bytes, header_length: str | None) -> int:
     if not 0 < length <= len(body):
         raise InvalidInput(
             f"Inference-Header-Content-Length: expected a byte count in 1..{len(body)} "
-            f"(the body's length), got {header_length!r}"
+            f"(the body's length), got {echo_repr(header_length)}"
         )
     return length
 
@@ -102,7 +102,7 @@ def _parameters(value: Any, what: str) -> dict[str, Any]:
     for key, item in parameters.items():
         if not isinstance(item, str | int | float | bool):
             raise InvalidInput(
-                f"{what}: `{key}`: expected a string, number or boolean, "
+                f"{what}: `{echo(key)}`: expected a string, number or boolean, "
                 f"got {type(item).__name__ if item is not None else 'null'}"
             )
     return parameters
@@ -133,11 +133,11 @@ def _decode_input(
 ) -> tuple[str, np.ndarray, int]:
     name = entry.get("name")
     if not isinstance(name, str):
-        raise InvalidInput(f"an input: expected a string `name`, got {name!r}")
-    datatype = _datatype(name, entry.get("datatype"))
-    shape = values.to_shape(entry.get("shape"), f"tensor `{name}`")
-    parameters = _parameters(entry.get("parameters", {}), f"tensor `{name}`: `parameters`")
-    where = f"tensor `{name}`"
+        raise InvalidInput(f"an input: expected a string `name`, got {echo_repr(name)}")
+    where = f"tensor `{echo(name)}`"
+    datatype = _datatype(where, entry.get("datatype"))
+    shape = values.to_shape(entry.get("shape"), where)
+    parameters = _parameters(entry.get("parameters", {}), f"{where}: `parameters`")
     place = shared_memory_slice(where, parameters)
     if place is not None:
         if "data" in entry or "binary_data_size" in parameters:
@@ -145,70 +145,67 @@ def _decode_input(
         if read_slice is None:
             raise InvalidInput(f"{where}: shared memory is not served on this route")
         if datatype.name != "BYTES":  # before reading (a copy) what the shape cannot take
-            _check_size(name, datatype, shape, place.byte_size)
-        return name, _from_binary(name, datatype, shape, read_slice(where, place)), offset
+            _check_size(where, datatype, shape, place.byte_size)
+        return name, _from_binary(where, datatype, shape, read_slice(where, place)), offset
     size = parameters.get("binary_data_size")
     if size is None:
         if "data" not in entry:
-            raise InvalidInput(
-                f"tensor `{name}`: has neither `data` nor parameters.binary_data_size"
-            )
-        return name, _from_json(name, datatype, shape, entry["data"]), offset
+            raise InvalidInput(f"{where}: has neither `data` nor parameters.binary_data_size")
+        return name, _from_json(where, datatype, shape, entry["data"]), offset
     if "data" in entry:
-        raise InvalidInput(f"tensor `{name}`: has both `data` and parameters.binary_data_size")
+        raise InvalidInput(f"{where}: has both `data` and parameters.binary_data_size")
     if not values.is_count(size):
         raise InvalidInput(
-            f"tensor `{name}`: parameters.binary_data_size: expected a non-negative integer "
-            f"byte count, got {size!r}"
+            f"{where}: parameters.binary_data_size: expected a non-negative integer "
+            f"byte count, got {echo_repr(size)}"
         )
     if offset + size > len(binary):
         raise InvalidInput(
-            f"tensor `{name}`: binary_data_size {size} runs past the body "
+            f"{where}: binary_data_size {size} runs past the body "
             f"({len(binary) - offset} binary bytes left)"
         )
     chunk = binary[offset : offset + size]
-    return name, _from_binary(name, datatype, shape, chunk), offset + size
+    return name, _from_binary(where, datatype, shape, chunk), offset + size
 
 
-def _datatype(name: str, value: Any) -> Datatype:
+def _datatype(where: str, value: Any) -> Datatype:
     datatype = DATATYPES.get(value) if isinstance(value, str) else None
     if datatype is None:
         raise InvalidInput(
-            f"tensor `{name}`: unknown datatype {value!r}; expected one of {sorted(DATATYPES)}"
+            f"{where}: unknown datatype {echo_repr(value)}; expected one of {sorted(DATATYPES)}"
         )
     return datatype
 
 
-def _from_json(name: str, datatype: Datatype, shape: tuple[int, ...], data: Any) -> np.ndarray:
+def _from_json(where: str, datatype: Datatype, shape: tuple[int, ...], data: Any) -> np.ndarray:
     """Flat or nested row-major JSON data, checked against the shape's element count."""
-    where = f"tensor `{name}`: {datatype.name} {list(shape)}"
-    array = values.to_array(data, datatype, where, max_depth=len(shape))
+    typed = f"{where}: {datatype.name} {list(shape)}"
+    array = values.to_array(data, datatype, typed, max_depth=len(shape))
     if array.size != math.prod(shape):
-        raise InvalidInput(f"{where}: expected {math.prod(shape)} elements, got {array.size}")
+        raise InvalidInput(f"{typed}: expected {math.prod(shape)} elements, got {array.size}")
     return array.reshape(shape)
 
 
 def _from_binary(
-    name: str, datatype: Datatype, shape: tuple[int, ...], chunk: memoryview
+    where: str, datatype: Datatype, shape: tuple[int, ...], chunk: memoryview
 ) -> np.ndarray:
     """Zero-copy for numbers (read-only arrays over the body); BYTES elements are unframed."""
     count = math.prod(shape)
     if datatype.name == "BYTES":
-        return _unframe_bytes(name, chunk, count).reshape(shape)
-    _check_size(name, datatype, shape, len(chunk))
+        return _unframe_bytes(where, chunk, count).reshape(shape)
+    _check_size(where, datatype, shape, len(chunk))
     return np.frombuffer(chunk, dtype=datatype.numpy.newbyteorder("<")).reshape(shape)
 
 
-def _check_size(name: str, datatype: Datatype, shape: tuple[int, ...], size: int) -> None:
+def _check_size(where: str, datatype: Datatype, shape: tuple[int, ...], size: int) -> None:
     needed = math.prod(shape) * datatype.size
     if size != needed:
         raise InvalidInput(
-            f"tensor `{name}`: {datatype.name} {list(shape)} needs {needed} bytes, "
-            f"its data has {size}"
+            f"{where}: {datatype.name} {list(shape)} needs {needed} bytes, its data has {size}"
         )
 
 
-def _unframe_bytes(name: str, chunk: memoryview, count: int) -> np.ndarray:
+def _unframe_bytes(where: str, chunk: memoryview, count: int) -> np.ndarray:
     items: list[bytes] = []
     offset = 0
     while offset + 4 <= len(chunk) and len(items) < count:
@@ -217,7 +214,7 @@ def _unframe_bytes(name: str, chunk: memoryview, count: int) -> np.ndarray:
         offset += 4 + length
     if len(items) != count or offset != len(chunk):
         raise InvalidInput(
-            f"tensor `{name}`: BYTES binary data: expected {count} length-prefixed elements "
+            f"{where}: BYTES binary data: expected {count} length-prefixed elements "
             f"filling {len(chunk)} bytes exactly; {_misframed(chunk, count)}"
         )
     array = np.empty(count, dtype=object)
@@ -255,26 +252,29 @@ def _requested_outputs(
         entry = _mapping(entry, "a requested output")
         name = entry.get("name")
         if not isinstance(name, str):
-            raise InvalidInput(f"a requested output: expected a string `name`, got {name!r}")
-        params = _parameters(entry.get("parameters", {}), f"output `{name}`: `parameters`")
+            raise InvalidInput(
+                f"a requested output: expected a string `name`, got {echo_repr(name)}"
+            )
+        where = f"output `{echo(name)}`"
+        params = _parameters(entry.get("parameters", {}), f"{where}: `parameters`")
         if name in named:
-            raise InvalidInput(f"output `{name}`: requested twice in `outputs`")
+            raise InvalidInput(f"{where}: requested twice in `outputs`")
         named.add(name)
-        place = shared_memory_slice(f"output `{name}`", params)
-        binary = _flag(params, "binary_data", default, f"output `{name}`: `parameters`")
-        outputs.append(RequestedOutput(name, binary, place, _classes(name, params)))
+        place = shared_memory_slice(where, params)
+        binary = _flag(params, "binary_data", default, f"{where}: `parameters`")
+        outputs.append(RequestedOutput(name, binary, place, _classes(where, params)))
     return tuple(outputs)
 
 
-def _classes(name: str, parameters: Mapping[str, Any]) -> int | None:
+def _classes(where: str, parameters: Mapping[str, Any]) -> int | None:
     """The classification extension's count: the top N classes of the output, as BYTES."""
     count = parameters.get("classification")
     if count is None:
         return None
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidInput(
-            f"output `{name}`: parameters.classification: expected a count of classes >= 1, "
-            f"got {count!r}"
+            f"{where}: parameters.classification: expected a count of classes >= 1, "
+            f"got {echo_repr(count)}"
         )
     return count
 
@@ -283,7 +283,7 @@ def _flag(parameters: Mapping[str, Any], key: str, default: bool, where: str) ->
     """A boolean parameter; any other JSON type is refused rather than read as truthy."""
     value = parameters.get(key, default)
     if not isinstance(value, bool):
-        raise InvalidInput(f"{where}: {key}: expected true or false, got {value!r}")
+        raise InvalidInput(f"{where}: {key}: expected true or false, got {echo_repr(value)}")
     return value
 
 
@@ -293,14 +293,18 @@ def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | No
     if region is None:
         return None
     if not isinstance(region, str):
-        raise InvalidInput(f"{where}: shared_memory_region must be a string, got {region!r}")
+        raise InvalidInput(
+            f"{where}: shared_memory_region must be a string, got {echo_repr(region)}"
+        )
     if "shared_memory_byte_size" not in parameters:
         raise InvalidInput(f"{where}: names shared_memory_region without shared_memory_byte_size")
     counts = []
     for key, default in (("shared_memory_offset", 0), ("shared_memory_byte_size", None)):
         value = parameters.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidInput(f"{where}: {key} must be a non-negative integer, got {value!r}")
+            raise InvalidInput(
+                f"{where}: {key} must be a non-negative integer, got {echo_repr(value)}"
+            )
         counts.append(value)
     return Slice(region, counts[0], counts[1])
 
