@@ -230,6 +230,20 @@ def _past_64_bits(value: Any) -> Any:
     return [int(v) if v in whole else v for v in value] if whole else value
 
 
+def check_bools(data: bytes | memoryview, where: str) -> None:
+    """BOOL data that arrives as bytes (binary tensors, shared memory, msgpack arrays) holds 0 or
+    1 in each: numpy takes any other byte as a bool that is neither (2 prints True but sums as
+    2), and a backend reads it as C++ does, where such a bool has no defined meaning. One pass
+    over the bytes (numpy's max), another only to find the first bad one."""
+    raw = np.frombuffer(data, np.uint8)
+    if raw.size and raw.max() > 1:
+        at = int(np.argmax(raw > 1))
+        raise InvalidInput(
+            f"{where}: BOOL data: byte {at} is {raw[at]}; expected 0 (false) or 1 (true) in each "
+            "byte"
+        )
+
+
 def is_count(value: Any) -> bool:
     """A non-negative JSON integer (a bool is not one)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0

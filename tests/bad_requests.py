@@ -17,6 +17,7 @@ import msgpack
 import numpy as np
 import orjson
 
+from edgeserve.datatypes import DATATYPES
 from edgeserve.http.invoke import NDARRAY_EXT, pack_array
 
 INPUTS = ("FP32", "FP16", "INT64", "INT8", "UINT8", "BOOL", "BYTES")
@@ -125,6 +126,23 @@ def binary_fp32(size: Any, tail: bytes, header_length: str | None = None) -> Bad
         400,
         "",
         headers={"Inference-Header-Content-Length": length},
+    )
+
+
+BOOL_WORDS = "tensor `in_BOOL`: BOOL data: byte {} is {}; expected 0 (false) or 1 (true) in each"
+
+
+def binary_bools(data: bytes) -> Bad:
+    """A request whose in_BOOL travels as binary data, `data` its bytes: numpy read a byte of 2
+    as a bool that prints True and sums as 2, and the model got it."""
+    header = v2_body(input="BOOL", data=None, parameters={"binary_data_size": len(data)})
+    bad = next(at for at, byte in enumerate(data) if byte > 1)
+    return Bad(
+        f"binary BOOL {data!r}",
+        header + data,
+        400,
+        BOOL_WORDS.format(bad, data[bad]),
+        headers={"Inference-Header-Content-Length": str(len(header))},
     )
 
 
@@ -487,6 +505,8 @@ CORPUS: list[Bad] = [
     replace(binary_fp32(12.0, b"\0" * 12), words="binary_data_size: expected a non-negative"),
     binary_fp32(2**63, b"\0" * 12),
     respelled(lambda length: f"+{length}"),
+    binary_bools(b"\x01\x02\x00"),
+    binary_bools(b"\x00\x01\xff"),
     respelled(lambda length: f"{length // 10}_{length % 10}"),
     # encodings and sizes: bombs and lies
     Bad("gzip bomb", gzip.compress(b"\0" * (LIMIT * 64)), 413, "over the limit", headers=GZIP),
@@ -589,6 +609,12 @@ CORPUS: list[Bad] = [
         MSGPACK,
     ),
     to_invoke("msgpack ext complex", payload(FP32=array_ext(">c8")), "dtype '>c8' has no", MSGPACK),
+    to_invoke(
+        "msgpack ext BOOL holding 7",
+        payload(BOOL=ext(_msgpack(["|b1", [1, 3], b"\x01\x07\x00"]))),
+        f"{EXT_WHERE}: BOOL data: byte 1 is 7; expected 0 (false) or 1 (true)",
+        MSGPACK,
+    ),
     to_invoke("msgpack ext FP64", payload(FP32=array_ext("f8")), "got [1, 3] FP64", MSGPACK),
     to_invoke("msgpack ext cut", ext(b"\x93\x01"), "not valid msgpack", MSGPACK),
     to_invoke("msgpack ext object", ext(_msgpack(["|O", [1], bytes(8)])), "numpy array", MSGPACK),
@@ -639,9 +665,11 @@ CUT_REPR = f"'{'n' * 64}'… (50000 characters)"
 SHM = "/v2/systemsharedmemory/region"
 
 
-def in_shared_memory(region: str) -> bytes:
-    place = {"shared_memory_region": region, "shared_memory_byte_size": 12}
-    return v2_body(data=None, parameters=place)
+def in_shared_memory(region: str, datatype: str = "FP32") -> bytes:
+    """A request whose in_<datatype> [1, 3] is read from `region`, the others sent as JSON."""
+    size = 3 * DATATYPES[datatype].size
+    place = {"shared_memory_region": region, "shared_memory_byte_size": size}
+    return v2_body(input=datatype, data=None, parameters=place)
 
 
 LONG_STRINGS: list[Bad] = [

@@ -12,6 +12,7 @@ import gzip
 import io
 import re
 import shutil
+import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,8 +40,10 @@ from tests.bad_requests import (
     LIMIT,
     LONG_STRINGS,
     MSGPACK,
+    SHM,
     Bad,
     form,
+    in_shared_memory,
     payload,
     v2_body,
 )
@@ -126,6 +129,31 @@ def test_v2_and_invoke_accept_what_they_should(client: httpx.Client) -> None:
     assert response.status_code == 200, response.text
     assert response.json()["out_BYTES"] == [["x", "y", ""]]
     assert response.json()["out_INT8"] == [[-128, 0, 127]]
+
+
+def test_bool_bytes_in_shared_memory_are_0_or_1(client: httpx.Client) -> None:
+    """BOOL read from a registered region is held to what binary data is: a byte of 9 was
+    taken as a bool (True, summing as 9) and handed to the model."""
+    key = f"/edgeserve-bools-{uuid.uuid4().hex[:8]}"
+    region = Path("/dev/shm") / key[1:]
+    region.write_bytes(b"\x01\x00\x01")
+    register = client.post(f"{SHM}/bools/register", json={"key": key, "byte_size": 3})
+    assert register.status_code == 200, register.text
+    try:
+        body = in_shared_memory("bools", datatype="BOOL")
+        answer = client.post(INFER, content=body)
+        assert answer.status_code == 200, answer.text
+        outputs = {output["name"]: output["data"] for output in answer.json()["outputs"]}
+        assert outputs["out_BOOL"] == [True, False, True]
+        region.write_bytes(b"\x01\x09\x01")
+        refused = client.post(INFER, content=body)
+        assert refused.status_code == 400
+        assert refused.json()["error"] == (
+            "tensor `in_BOOL`: BOOL data: byte 1 is 9; expected 0 (false) or 1 (true) in each byte"
+        )
+    finally:
+        client.post(f"{SHM}/bools/unregister")
+        region.unlink()
 
 
 def test_a_header_given_twice_is_joined_or_refused(client: httpx.Client) -> None:

@@ -76,6 +76,8 @@ def _unpack_ext(code: int, data: bytes) -> Any:
         raise InvalidInput(
             f"{where}: {dtype.str} {list(dims)} needs {needed} bytes, its data has {len(raw)}"
         )
+    if dtype.kind == "b":
+        values.check_bools(raw, where)
     array = np.frombuffer(raw, dtype=dtype).reshape(dims)
     return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
 

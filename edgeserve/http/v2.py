@@ -194,6 +194,8 @@ def _from_binary(
     if datatype.name == "BYTES":
         return _unframe_bytes(where, chunk, count).reshape(shape)
     _check_size(where, datatype, shape, len(chunk))
+    if datatype.name == "BOOL":
+        values.check_bools(chunk, where)
     return np.frombuffer(chunk, dtype=datatype.numpy.newbyteorder("<")).reshape(shape)
 
 
