@@ -16,14 +16,22 @@ import sys
 import time
 from collections.abc import Awaitable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from edgeserve.backends import BY_NAME, choose, default_device, load_backend, probe
 from edgeserve.batching import EWMA_WEIGHT, ONE_REQUEST, REQUEST_NUMBERS, BatchPolicy
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.datatypes import as_numbers
+from edgeserve.deadline import Deadline
 from edgeserve.engine import Engine, LocalEngine
-from edgeserve.errors import EdgeserveError, HandlerError, InvalidInput, Unavailable, echo
+from edgeserve.errors import (
+    DeadlineExceeded,
+    EdgeserveError,
+    HandlerError,
+    InvalidInput,
+    Unavailable,
+    echo,
+)
 from edgeserve.handler import check_items, import_handler, one_row
 from edgeserve.memory import trim_when_idle
 from edgeserve.samples import json_samples
@@ -213,7 +221,7 @@ class Runtime:
         the request reached the server: its deadline and latency_slo_ms count from there.
         """
         with self._counted():
-            return await self._run(inputs, self._arrival(arrived, timeout_s))
+            return await self._run(inputs, Deadline.of(arrived, self._timeout_s, timeout_s))
 
     async def invoke(self, payload: Any, content_type: str, *, arrived: float | None = None) -> Any:
         """The function's own interface: handler.preprocess -> batcher -> handler.postprocess.
@@ -223,7 +231,7 @@ class Runtime:
         item fails the others are withdrawn.
         """
         with self._counted():
-            when = self._arrival(arrived)
+            when = Deadline.of(arrived, self._timeout_s, None)
             if self.handler is None:
                 tensors = await self._run(self._tensors_from(payload, content_type), when)
                 return _to_lists(as_numbers(tensors, self.signature))
@@ -253,9 +261,12 @@ class Runtime:
     def _counted(self) -> _Counted:
         return _Counted(self.stats)
 
-    async def _run(self, inputs: TensorDict, when: _Arrival) -> TensorDict:
+    async def _run(self, inputs: TensorDict, when: Deadline) -> TensorDict:
         checked = self.checks(inputs)  # the one check: the engine and backend trust it
-        return await self.engine.submit(checked, when.deadline, when.arrived)
+        try:
+            return await self.engine.submit(checked, when.deadline, when.arrived)
+        except DeadlineExceeded as passed:  # the batcher's words, and which limit ran out
+            raise when.passed(passed, self.manifest.batching) from None
 
     def _checked(self, items: Any) -> list[TensorDict]:
         """preprocess's items held to the contract; a violation names the handler's file."""
@@ -264,7 +275,7 @@ class Runtime:
         except HandlerError as exc:
             raise HandlerError(exc.message, str(self.bundle.handler_source)) from None
 
-    async def _run_item(self, item: TensorDict, when: _Arrival) -> TensorDict:
+    async def _run_item(self, item: TensorDict, when: Deadline) -> TensorDict:
         if not self.signature.batched:
             return await self._run(item, when)
         outputs = await self._run(one_row(item, self.signature), when)
@@ -329,11 +340,6 @@ class Runtime:
             if spec.name in payload  # an optional input left out: the model's default
         }
 
-    def _arrival(self, arrived: float | None, timeout_s: float | None = None) -> _Arrival:
-        arrived = time.monotonic() if arrived is None else arrived
-        limit = self._timeout_s if timeout_s is None else min(self._timeout_s, timeout_s)
-        return _Arrival(arrived, arrived + limit)
-
 
 class _Counted:
     """Counts one request, failed unless its block completes, with its duration (a plain
@@ -351,13 +357,6 @@ class _Counted:
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         self._stats.request_done(kind is None, time.perf_counter_ns() - self._started)
-
-
-class _Arrival(NamedTuple):
-    """When a request reached the server and when it must be answered (time.monotonic())."""
-
-    arrived: float
-    deadline: float
 
 
 async def _all_or_none(work: Iterable[Awaitable[T]]) -> list[T]:

@@ -14,19 +14,24 @@ import httpx
 import numpy as np
 import pytest
 
+from edgeserve.builder import build
+from edgeserve.http import create_app
+from edgeserve.runtime import Runtime
 from tests.models import slow_model, write_function
 from tests.server import running
 from tests.test_bad_input import LINES_HANDLER, PAGES  # the page of lines, one item each
 from tests.test_workers import function as mlp_function
 from tests.test_workers import infer_body
+from tests.threaded_server import serving
 
 GOOD, BAD = [1] * 16, [1] * 15 + [99]  # 99: past the 32-row table, seen by ONNX Runtime only
 HOLD_MS = 1500  # how long a lone request waits for company
 
 
-def pages(folder: Path, delay_ms: float = 200) -> Path:
+def pages(folder: Path, delay_ms: float = 200, timeout_ms: float = 30_000) -> Path:
     model = functools.partial(slow_model, depth=4, rows=16, vocab=32, via="Abs")
-    manifest = PAGES.replace("max_queue_delay_ms = 200", f"max_queue_delay_ms = {delay_ms}")
+    batching = f"max_queue_delay_ms = {delay_ms}\ntimeout_ms = {timeout_ms}"
+    manifest = PAGES.replace("max_queue_delay_ms = 200", batching)
     return write_function(folder, model, manifest, LINES_HANDLER)
 
 
@@ -70,7 +75,34 @@ def test_an_error_in_the_inference_process_reaches_the_client_as_in_one_process(
     (bad, _, refused), (late, _, expired), (ok, _, _), (page, _, _) = split
     assert (bad, ok, page, late) == (422, 200, 422, 504)
     assert "idx=99" in refused["error"]
-    assert expired == {"error": "deadline passed while queued; not run"}
+    assert expired == {
+        "error": "deadline passed while queued; not run: the request's own timeout ran out: "
+        "parameters.timeout = 200000 µs (200 ms from its arrival). Hint: ask for more (the "
+        "function allows up to [batching] timeout_ms = 30000), or leave parameters.timeout out; "
+        "a batch waits for company up to [batching] max_queue_delay_ms = 1500, as long as that "
+        "limit or longer: lower it"
+    }
+
+
+def test_a_504_names_the_function_s_timeout_when_that_ran_out(tmp_path: Path) -> None:
+    """A request without a timeout of its own, on v2 and /invoke, under [batching] timeout_ms:
+    the 504 said "deadline passed while queued; not run", naming no limit to raise."""
+    folder = pages(tmp_path / "pages", delay_ms=HOLD_MS, timeout_ms=300)
+    app = create_app(Runtime.load(build(folder, tmp_path / "bundle")))
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        expired = [
+            client.post("/v2/models/pages/infer", json=token_body(GOOD)),
+            client.post("/invoke", json={"lines": [GOOD]}),
+        ]
+    for response in expired:
+        assert response.status_code == 504
+        assert response.json() == {
+            "error": "deadline passed while queued; not run: the function's request timeout ran "
+            "out: [batching] timeout_ms = 300 in function.toml (Triton's "
+            "default_timeout_microseconds), from the request's arrival. Hint: raise it, or send "
+            "fewer requests at once; a batch waits for company up to [batching] "
+            "max_queue_delay_ms = 1500, as long as that limit or longer: lower it"
+        }
 
 
 def test_a_failed_item_withdraws_its_request_s_waiting_items(tmp_path: Path) -> None:
