@@ -23,6 +23,7 @@ import orjson
 
 from edgeserve.datatypes import DATATYPES, Datatype, bf16_from_values
 from edgeserve.errors import InvalidInput, echo_repr
+from edgeserve.jsonkeys import check_keys, count_keys
 from edgeserve.types import TensorSpec
 
 MAX_ELEMENTS = 2**48
@@ -53,12 +54,20 @@ _FOUND = {
 }
 
 
-def from_json(data: bytes | memoryview, where: str) -> Any:
+def from_json(data: bytes, where: str, *, unique: bool = False) -> Any:
     """A JSON document, or a 400 saying why not; JSON is UTF-8 text (RFC 8259), and a body that
     is not is more likely another encoding, or msgpack sent as JSON, than a typo. `NaN`,
     `Infinity` and `-Infinity` are read as Triton reads them (and as Python's json writes them),
     though JSON has no such numbers: orjson refuses them, Python's json takes them. A leading
-    UTF-8 byte order mark (Windows tools write one) is ignored, as RFC 8259 allows."""
+    UTF-8 byte order mark (Windows tools write one) is ignored, as RFC 8259 allows. `unique`:
+    an object that gives a key twice is refused too (`check_keys`)."""
+    value = _loads(data, where)
+    if unique:
+        check_keys(data, count_keys(value), where)
+    return value
+
+
+def _loads(data: bytes, where: str) -> Any:
     if data[:3] == _BOM:
         data = data[3:]
     try:

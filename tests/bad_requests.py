@@ -146,6 +146,19 @@ def binary_bools(data: bytes) -> Bad:
     )
 
 
+def binary_twice() -> Bad:
+    """A binary request whose input gives binary_data_size twice: 4 bytes, then 12."""
+    good = binary_fp32(12, b"\0" * 12)
+    header = good.body[:-12].replace(b'{"binary', b'{"binary_data_size":4,"binary')
+    return replace(
+        good,
+        what="binary_data_size given twice",
+        body=header + b"\0" * 12,
+        words="key `binary_data_size` is given 2 times in `inputs[0].parameters`",
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
+
+
 def respelled(spell: Callable[[int], str]) -> Bad:
     """A binary request whose Inference-Header-Content-Length is the right count as Python's
     int() reads it, which is no HTTP byte count (a sign, digit grouping)."""
@@ -208,6 +221,7 @@ def bad_form(what: str, data: bytes, words: str, encoding: str = "base64") -> Ba
 FORM_PART = 'request body: multipart/form-data: part 1 (field "file", file "rows.json")'
 
 
+ONCE = "expected each key once in an object (readers differ on which one counts"
 GZIP = {"content-encoding": "gzip"}
 EXT_WHERE = f"request body: msgpack ext {NDARRAY_EXT} (a numpy array as [dtype, shape, bytes])"
 FP32_WHERE = "tensor `in_FP32`: FP32 [1, 3]"
@@ -479,6 +493,46 @@ CORPUS: list[Bad] = [
         400,
         "unknown ['x0', 'x1', 'x10', 'x100', 'x101', 'x102', 'x103', 'x104', 'x105', 'x106'] "
         "and 990 more",
+    ),
+    # a key given twice in one object: the last one was read, silently (Triton reads the first)
+    Bad(
+        "inputs given twice",
+        b'{"inputs": [], ' + v2_body()[1:],
+        400,
+        f"request body: key `inputs` is given 2 times in the top-level object; {ONCE}",
+    ),
+    Bad(
+        "a tensor with two data keys",
+        v2_body().replace(b'"data":', b'"data":[9,9,9],"data":', 1),
+        400,
+        f"request body: key `data` is given 2 times in `inputs[0]`; {ONCE}",
+    ),
+    Bad(
+        "a request parameter given three times",
+        with_request(parameters={"timeout": 1}).replace(
+            b'"timeout":1', b'"timeout":1,' * 2 + b'"timeout":0'
+        ),
+        400,
+        f"key `timeout` is given 3 times in `parameters`; {ONCE}",
+    ),
+    Bad(
+        "a key given twice, and a NaN",
+        with_nan(v2_body().replace(b'"shape":', b'"shape":[3],"shape":', 2)),
+        400,
+        f"key `shape` is given 2 times in `inputs[0]`; {ONCE}",
+    ),
+    binary_twice(),
+    to_invoke(
+        "invoke input given twice",
+        b'{"in_FP32": [[1, 2, 3]], ' + orjson.dumps(payload())[1:],
+        f"request body: key `in_FP32` is given 2 times in the top-level object; {ONCE}",
+    ),
+    Bad(
+        "index with ready given twice",
+        b'{"ready": true, "ready": false}',
+        400,
+        f"/v2/repository/index: body: key `ready` is given 2 times in the top-level object; {ONCE}",
+        path="/v2/repository/index",
     ),
     Bad("GET on infer", b"", 405, "Method Not Allowed", method="GET"),
     Bad(  # Triton's 404, not a redirect built from the Host header

@@ -156,6 +156,19 @@ def test_bool_bytes_in_shared_memory_are_0_or_1(client: httpx.Client) -> None:
         region.unlink()
 
 
+def test_keys_in_several_objects_and_colons_in_strings_are_no_repeated_keys(
+    client: httpx.Client,
+) -> None:
+    """Every tensor has its own `name` and `data`; an id and BYTES holding colons send the
+    repeated-key check to its second reading, which finds no key given twice in one object."""
+    request = orjson.loads(v2_body(input="BYTES", data=["a:b", ":", '"c":']))
+    response = client.post(INFER, json={"id": "2026-11-22T23:30:00", **request})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    outputs = {output["name"]: output["data"] for output in answer["outputs"]}
+    assert (answer["id"], outputs["out_BYTES"]) == ("2026-11-22T23:30:00", ["a:b", ":", '"c":'])
+
+
 def test_a_header_given_twice_is_joined_or_refused(client: httpx.Client) -> None:
     """Two Inference-Header-Content-Length headers: the last one was read, and the JSON header
     cut there ('not valid JSON: unexpected end of data: line 1 column 21'); two Content-Encodings

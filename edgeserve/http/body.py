@@ -118,7 +118,7 @@ async def json_object(request: Request, limit: int) -> dict[str, Any]:
     if not raw.strip():
         return {}
     path = echo(request.url.path)
-    body = from_json(raw, f"{path}: body")
+    body = from_json(raw, f"{path}: body", unique=True)
     if not isinstance(body, dict):
         raise InvalidInput(f"{path}: expected a JSON object, got {type(body).__name__}")
     return body

@@ -35,7 +35,7 @@ def media_type(header: str | None) -> str:
 def decode_payload(body: bytes, content_type: str) -> Any:
     """The handler's payload for a body of this media type."""
     if content_type == JSON_TYPE or content_type.endswith("+json"):
-        return values.from_json(body, "request body")
+        return values.from_json(body, "request body", unique=True)
     if content_type in MSGPACK_TYPES:
         try:
             return msgpack.unpackb(body, ext_hook=_unpack_ext, raw=False)

@@ -13,6 +13,7 @@ response body. Nothing here checks a request against the model: the data plane d
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -39,7 +40,8 @@ def decode_request(
     """Parse a v2 request body; `header_length` is the Inference-Header-Content-Length value.
     Inputs naming a shared-memory region are read through `read_slice` (None: not served)."""
     json_end = _json_length(body, header_length)
-    header = _parse_json(body[:json_end])
+    text = body[:json_end]
+    header = _parse_json(text)
     parameters = _parameters(header.get("parameters", {}), "request `parameters`")
     binary = memoryview(body)[json_end:]
     inputs: TensorDict = {}
@@ -57,13 +59,24 @@ def decode_request(
     request_id = header.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise InvalidInput(f"request `id`: expected a string, got {type(request_id).__name__}")
+    outputs = _requested_outputs(header, parameters)
+    values.check_keys(text, _keys(header), "request body")
     return InferRequest(
         id=request_id,
         parameters=parameters,
         inputs=inputs,
-        outputs=_requested_outputs(header, parameters),
+        outputs=outputs,
         binary_output=_flag(parameters, "binary_data_output", False, "request `parameters`"),
     )
+
+
+def _keys(header: dict[str, Any]) -> int:
+    """The keys of a decoded request's objects where v2 has them (the request, each input and
+    requested output, and their parameters), for `values.check_keys`."""
+    count = len(header) + len(header.get("parameters") or ())
+    for entry in itertools.chain(header["inputs"], header.get("outputs") or ()):
+        count += len(entry) + len(entry.get("parameters") or ())
+    return count
 
 
 def _json_length(body: bytes, header_length: str | None) -> int:
@@ -84,7 +97,7 @@ def _json_length(body: bytes, header_length: str | None) -> int:
     return length
 
 
-def _parse_json(data: bytes | memoryview) -> dict[str, Any]:
+def _parse_json(data: bytes) -> dict[str, Any]:
     return _mapping(values.from_json(data, "request body"), "request body")
 
 
