@@ -193,3 +193,25 @@ def echo_repr(value: object) -> str:
     if isinstance(value, list | dict):
         return f"{text} ({type(value).__name__} of {len(value)})"
     return text
+
+
+class _Missing:
+    """A key a client left out: `mapping.get(key, MISSING)`, so that a message can tell it from
+    a null."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
+
+
+def echo_json(value: object) -> str:
+    """A client's JSON value as a message shows it, in JSON's words rather than Python's (null,
+    not None or NoneType; an object, not dict): a scalar as `echo_repr` writes it, a list or
+    object by its kind, a key left out (MISSING) as such."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()
+    if isinstance(value, dict | list):
+        return "an object" if isinstance(value, dict) else "a list"
+    return "nothing (the key is missing)" if value is MISSING else echo_repr(value)

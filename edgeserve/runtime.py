@@ -31,6 +31,7 @@ from edgeserve.errors import (
     InvalidInput,
     Unavailable,
     echo,
+    echo_json,
 )
 from edgeserve.handler import check_items, import_handler, one_row
 from edgeserve.memory import trim_when_idle
@@ -322,7 +323,7 @@ class Runtime:
         """{"<input name>": nested list or array} per model input, typed by the signature."""
         if not isinstance(payload, dict):
             names = [spec.name for spec in self.signature.inputs]
-            found = type(payload).__name__
+            found = echo_json(payload)
             if isinstance(payload, bytes):  # no JSON or msgpack Content-Type: the body as sent
                 found = (
                     f"{len(payload)} bytes sent as {echo(content_type) or 'no Content-Type'}, "

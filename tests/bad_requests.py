@@ -225,6 +225,7 @@ ONCE = "expected each key once in an object (readers differ on which one counts"
 GZIP = {"content-encoding": "gzip"}
 EXT_WHERE = f"request body: msgpack ext {NDARRAY_EXT} (a numpy array as [dtype, shape, bytes])"
 FP32_WHERE = "tensor `in_FP32`: FP32 [1, 3]"
+FP32_NAME = "tensor `in_FP32`"
 
 CORPUS: list[Bad] = [
     # v2 JSON: not a request at all
@@ -239,7 +240,7 @@ CORPUS: list[Bad] = [
         "id a number",
         orjson.dumps({"id": 5, **orjson.loads(v2_body())}),
         400,
-        "request `id`: expected a string, got int",
+        "request `id`: expected a string, got 5",
     ),
     Bad(
         "invoke msgpack sent as json",
@@ -248,6 +249,33 @@ CORPUS: list[Bad] = [
         "not UTF-8 text, so not JSON (another encoding, or msgpack sent with",
         path="/invoke",
         headers={"content-type": "application/json"},
+    ),
+    # what is missing or null, in JSON's words: it was "got NoneType", "got None", "got dict"
+    Bad("no inputs", b"{}", 400, "request `inputs`: expected a JSON list, got nothing (the key is"),
+    Bad("inputs an object", b'{"inputs": {}}', 400, "expected a JSON list, got an object"),
+    Bad(
+        "shape missing",
+        v2_body(shape=None),
+        400,
+        f"{FP32_NAME}: `shape` must be a list of non-negative ints, got nothing (the key is "
+        "missing)",
+    ),
+    Bad(
+        "datatype missing",
+        v2_body(datatype=None),
+        400,
+        f"{FP32_NAME}: `datatype` is missing; expected one of [",
+    ),
+    Bad(
+        "datatype null",
+        nest(v2_body(datatype=DEEP), 0, b"null"),
+        400,
+        f"{FP32_NAME}: unknown datatype null; expected",
+    ),
+    to_invoke(
+        "invoke null",
+        b"null",
+        "'in_UINT8', 'in_BOOL', 'in_BYTES'], got null",
     ),
     # v2 JSON: wrong types, datatypes, shapes
     Bad("name missing", v2_body(name=None), 400, "expected a string `name`"),
@@ -478,7 +506,7 @@ CORPUS: list[Bad] = [
         "a request parameter that is an object",
         with_request(parameters={"tag": {"nested": 1}}),
         400,
-        "request `parameters`: `tag`: expected a string, number or boolean, got dict",
+        "request `parameters`: `tag`: expected a string, number or boolean, got an object",
     ),
     Bad(
         "an output parameter that is null",

@@ -103,7 +103,7 @@ def test_server_metadata_lists_the_extension(client: triton.InferenceServerClien
     [
         ({"classification": 0}, "expected a count of classes >= 1, got 0"),
         ({"classification": "3"}, "expected a count of classes >= 1, got '3'"),
-        ({"classification": True}, "expected a count of classes >= 1, got True"),
+        ({"classification": True}, "expected a count of classes >= 1, got true"),
     ],
 )
 def test_a_bad_classification_request_is_a_400(

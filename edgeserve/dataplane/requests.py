@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from edgeserve.datatypes import DATATYPES, from_numpy
-from edgeserve.errors import InvalidInput, echo, echo_repr
+from edgeserve.errors import InvalidInput, echo, echo_json
 from edgeserve.sharedmemory import Slice
 from edgeserve.types import Signature, TensorDict
 
@@ -75,7 +75,7 @@ def _timeout_s(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(
             f"parameters.timeout: expected a non-negative integer of microseconds (0: none), "
-            f"got {echo_repr(value)}"
+            f"got {echo_json(value)}"
         )
     return value / 1e6 if value else None
 
@@ -86,7 +86,7 @@ def _priority(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(
             "parameters.priority: expected a non-negative integer (0: the default), "
-            f"got {echo_repr(value)}"
+            f"got {echo_json(value)}"
         )
     return value
 

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from edgeserve.errors import InvalidInput, echo, echo_repr
+from edgeserve.errors import InvalidInput, echo, echo_json, echo_repr
 from edgeserve.http.body import json_object
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class RepositoryRoutes:
         ready = body.get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidInput(
-                f"/v2/repository/index: `ready`: expected true or false, got {echo_repr(ready)}"
+                f"/v2/repository/index: `ready`: expected true or false, got {echo_json(ready)}"
             )
         if ready and not runtime.ready:
             return JSONResponse([])
@@ -70,8 +70,7 @@ class RepositoryRoutes:
         parameters = body.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidInput(
-                f"load `{model}`: `parameters`: expected a JSON object, got "
-                f"{type(parameters).__name__} {echo_repr(parameters)}"
+                f"load `{model}`: `parameters`: expected a JSON object, got {echo_json(parameters)}"
             )
         if parameters:
             raise InvalidInput(

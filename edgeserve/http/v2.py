@@ -24,7 +24,7 @@ import numpy as np
 from edgeserve import values
 from edgeserve.dataplane.requests import InferRequest, OutputTensor, RequestedOutput
 from edgeserve.datatypes import DATATYPES, Datatype, bf16_bits
-from edgeserve.errors import InvalidInput, echo, echo_repr
+from edgeserve.errors import MISSING, InvalidInput, echo, echo_json, echo_repr
 from edgeserve.sharedmemory import Slice
 from edgeserve.types import TensorDict
 
@@ -46,7 +46,7 @@ def decode_request(
     binary = memoryview(body)[json_end:]
     inputs: TensorDict = {}
     offset = 0
-    for entry in _tensors(header.get("inputs"), "request `inputs`"):
+    for entry in _tensors(header.get("inputs", MISSING), "request `inputs`"):
         name, array, offset = _decode_input(_mapping(entry, "an input"), binary, offset, read_slice)
         if name in inputs:
             raise InvalidInput(f"tensor `{echo(name)}`: given twice in `inputs`")
@@ -58,7 +58,7 @@ def decode_request(
         )
     request_id = header.get("id")
     if request_id is not None and not isinstance(request_id, str):
-        raise InvalidInput(f"request `id`: expected a string, got {type(request_id).__name__}")
+        raise InvalidInput(f"request `id`: expected a string, got {echo_json(request_id)}")
     outputs = _requested_outputs(header, parameters)
     values.check_keys(text, _keys(header), "request body")
     return InferRequest(
@@ -103,8 +103,7 @@ def _parse_json(data: bytes) -> dict[str, Any]:
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        found = "null" if value is None else type(value).__name__
-        raise InvalidInput(f"{what}: expected a JSON object, got {found}")
+        raise InvalidInput(f"{what}: expected a JSON object, got {echo_json(value)}")
     return value
 
 
@@ -116,14 +115,14 @@ def _parameters(value: Any, what: str) -> dict[str, Any]:
         if not isinstance(item, str | int | float | bool):
             raise InvalidInput(
                 f"{what}: `{echo(key)}`: expected a string, number or boolean, "
-                f"got {type(item).__name__ if item is not None else 'null'}"
+                f"got {echo_json(item)}"
             )
     return parameters
 
 
 def _list(value: Any, what: str) -> list[Any]:
     if not isinstance(value, list):
-        raise InvalidInput(f"{what}: expected a JSON list, got {type(value).__name__}")
+        raise InvalidInput(f"{what}: expected a JSON list, got {echo_json(value)}")
     return value
 
 
@@ -144,12 +143,12 @@ def _tensors(value: Any, what: str) -> list[Any]:
 def _decode_input(
     entry: dict[str, Any], binary: memoryview, offset: int, read_slice: ReadSlice | None
 ) -> tuple[str, np.ndarray, int]:
-    name = entry.get("name")
+    name = entry.get("name", MISSING)
     if not isinstance(name, str):
-        raise InvalidInput(f"an input: expected a string `name`, got {echo_repr(name)}")
+        raise InvalidInput(f"an input: expected a string `name`, got {echo_json(name)}")
     where = f"tensor `{echo(name)}`"
-    datatype = _datatype(where, entry.get("datatype"))
-    shape = values.to_shape(entry.get("shape"), where)
+    datatype = _datatype(where, entry.get("datatype", MISSING))
+    shape = values.to_shape(entry.get("shape", MISSING), where)
     parameters = _parameters(entry.get("parameters", {}), f"{where}: `parameters`")
     place = shared_memory_slice(where, parameters)
     if place is not None:
@@ -170,7 +169,7 @@ def _decode_input(
     if not values.is_count(size):
         raise InvalidInput(
             f"{where}: parameters.binary_data_size: expected a non-negative integer "
-            f"byte count, got {echo_repr(size)}"
+            f"byte count, got {echo_json(size)}"
         )
     if offset + size > len(binary):
         raise InvalidInput(
@@ -184,9 +183,10 @@ def _decode_input(
 def _datatype(where: str, value: Any) -> Datatype:
     datatype = DATATYPES.get(value) if isinstance(value, str) else None
     if datatype is None:
-        raise InvalidInput(
-            f"{where}: unknown datatype {echo_repr(value)}; expected one of {sorted(DATATYPES)}"
+        found = (
+            "`datatype` is missing" if value is MISSING else f"unknown datatype {echo_json(value)}"
         )
+        raise InvalidInput(f"{where}: {found}; expected one of {sorted(DATATYPES)}")
     return datatype
 
 
@@ -265,10 +265,10 @@ def _requested_outputs(
     named: set[str] = set()  # a set: 30,000 names compared pairwise held a front for 10 s
     for entry in _tensors(entries, "request `outputs`"):
         entry = _mapping(entry, "a requested output")
-        name = entry.get("name")
+        name = entry.get("name", MISSING)
         if not isinstance(name, str):
             raise InvalidInput(
-                f"a requested output: expected a string `name`, got {echo_repr(name)}"
+                f"a requested output: expected a string `name`, got {echo_json(name)}"
             )
         where = f"output `{echo(name)}`"
         params = _parameters(entry.get("parameters", {}), f"{where}: `parameters`")
@@ -289,7 +289,7 @@ def _classes(where: str, parameters: Mapping[str, Any]) -> int | None:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidInput(
             f"{where}: parameters.classification: expected a count of classes >= 1, "
-            f"got {echo_repr(count)}"
+            f"got {echo_json(count)}"
         )
     return count
 
@@ -298,7 +298,7 @@ def _flag(parameters: Mapping[str, Any], key: str, default: bool, where: str) ->
     """A boolean parameter; any other JSON type is refused rather than read as truthy."""
     value = parameters.get(key, default)
     if not isinstance(value, bool):
-        raise InvalidInput(f"{where}: {key}: expected true or false, got {echo_repr(value)}")
+        raise InvalidInput(f"{where}: {key}: expected true or false, got {echo_json(value)}")
     return value
 
 
@@ -309,7 +309,7 @@ def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | No
         return None
     if not isinstance(region, str):
         raise InvalidInput(
-            f"{where}: shared_memory_region must be a string, got {echo_repr(region)}"
+            f"{where}: shared_memory_region must be a string, got {echo_json(region)}"
         )
     if "shared_memory_byte_size" not in parameters:
         raise InvalidInput(f"{where}: names shared_memory_region without shared_memory_byte_size")
@@ -318,7 +318,7 @@ def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | No
         value = parameters.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidInput(
-                f"{where}: {key} must be a non-negative integer, got {echo_repr(value)}"
+                f"{where}: {key} must be a non-negative integer, got {echo_json(value)}"
             )
         counts.append(value)
     return Slice(region, counts[0], counts[1])
