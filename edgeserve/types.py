@@ -88,6 +88,11 @@ class Signature:
             return frozenset()
         return frozenset(s.name for s in self.inputs if s.optional and s.dims[:1] != (-1,))
 
+    @functools.cached_property
+    def bf16_inputs(self) -> frozenset[str]:
+        """Inputs of BF16, whose arrays hold raw bits in uint16, as UINT16's hold numbers."""
+        return frozenset(spec.name for spec in self.inputs if spec.datatype == "BF16")
+
     def fixed_first_dims(self) -> tuple[TensorSpec, ...]:
         """The tensors whose first dim is not dynamic, or not known to be (a required input of
         no declared shape): any one keeps the model from batching (optional inputs aside: one

@@ -25,6 +25,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto
 from PIL import Image, ImageDraw
 
 from edgeserve.builder import build
@@ -56,6 +57,7 @@ from tests.models import (
     write_function,
 )
 from tests.server import running
+from tests.test_backend_values import cast
 from tests.test_tritonclient import MANIFEST
 from tests.threaded_server import serving
 
@@ -663,3 +665,39 @@ def test_a_request_the_model_fails_on_gets_a_422_and_its_batch_mates_their_answe
     assert re.search(words, error) and "Exception from" not in error
     assert stats["inference_stats"]["queue"]["count"] == 4 + 4  # the batch of 4, then each alone
     assert (stats["execution_count"], stats["inference_count"]) == (3, 3)
+
+
+def binary_body(datatype: str, array: np.ndarray) -> tuple[bytes, dict[str, str]]:
+    """A v2 request of one input `x`, declared `datatype`, its bytes `array`'s, as binary data."""
+    entry = {"name": "x", "datatype": datatype, "shape": list(array.shape)}
+    header = orjson.dumps({"inputs": [entry | {"parameters": {"binary_data_size": array.nbytes}}]})
+    return header + array.tobytes(), {"Inference-Header-Content-Length": str(len(header))}
+
+
+def test_bf16_and_uint16_are_told_apart(tmp_path: Path, client: httpx.Client) -> None:
+    """Both travel as uint16 arrays, which the door cannot tell apart: UINT16 numbers sent to a
+    BF16 input ran as bf16 bits (16256 as 1.0), and BF16 sent to an FP32 input was refused as
+    "got [1, 3] UINT16", a datatype the client never sent."""
+    model = cast(tmp_path / "bfin.onnx", TensorProto.BFLOAT16, TensorProto.FLOAT)
+    source = write_function(tmp_path / "bfin", lambda path: shutil.copy(model, path), BF16_IN)
+    app = create_app(Runtime.load(build(source, tmp_path / "bundle"), backend="onnxruntime"))
+    bits = np.array([[16256, 16384, 0, 49024]], np.uint16)  # 1.0, 2.0, 0.0, -1.0 as bf16
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as bfin:
+        content, headers = binary_body("BF16", bits)
+        answer = bfin.post("/v2/models/bfin/infer", content=content, headers=headers)
+        assert answer.json()["outputs"][0]["data"] == [1.0, 2.0, 0.0, -1.0], answer.text
+        content, headers = binary_body("UINT16", bits)
+        refused = bfin.post("/v2/models/bfin/infer", content=content, headers=headers)
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "tensor `x`: expected [-1, 4] BF16, got [1, 4] UINT16"
+    header = v2_body(datatype="BF16", data=None, parameters={"binary_data_size": 6})
+    sent = client.post(
+        INFER,
+        content=header + bytes(6),
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
+    assert sent.status_code == 400
+    assert sent.json()["error"] == "tensor `in_FP32`: expected [-1, 3] FP32, got [1, 3] BF16"
+
+
+BF16_IN = '[function]\nname = "bfin"\n[backend]\nprefer = ["onnxruntime"]\n'

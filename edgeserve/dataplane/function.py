@@ -10,6 +10,7 @@ from edgeserve.dataplane.requests import (
     InferRequest,
     OutputTensor,
     Parameters,
+    check_bf16,
     check_outputs,
     response_outputs,
 )
@@ -73,6 +74,7 @@ class DataPlane:
         there."""
         function = self.function
         check_outputs(request, function.signature)
+        check_bf16(request, function.signature)
         parameters = Parameters.of(request.parameters)
         results = await function.infer(request.inputs, parameters.timeout_s, arrived=arrived)
         return response_outputs(request, results, function.signature)

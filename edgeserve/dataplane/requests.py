@@ -37,6 +37,7 @@ class InferRequest:
     inputs: TensorDict
     outputs: tuple[RequestedOutput, ...] | None
     binary_output: bool
+    bf16: frozenset[str] = frozenset()  # inputs declared BF16: uint16 arrays, as UINT16's are
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,23 @@ def check_outputs(request: InferRequest, signature: Signature) -> None:
             _check_classification(output, spec.datatype)
         elif spec.datatype == "BF16" and not output.binary and output.place is None:
             raise _bf16_as_json(output.name)
+
+
+def check_bf16(request: InferRequest, signature: Signature) -> None:
+    """Hold the inputs a client declared BF16 to the model's BF16 inputs, and back: both travel
+    as uint16 arrays, which the door cannot tell apart. UINT16 data sent to a BF16 input was
+    run as bf16 bits, and BF16 sent to another input was refused as "UINT16"."""
+    wanted = signature.bf16_inputs
+    if not (request.bf16 or wanted) or request.bf16 == wanted:
+        return
+    for name in (request.bf16 ^ wanted) & request.inputs.keys():
+        spec, array = signature.input(name), request.inputs[name]
+        if spec is not None:  # an unknown input: the door names it
+            sent = "BF16" if name in request.bf16 else from_numpy(array.dtype).name
+            raise InvalidInput(
+                f"tensor `{echo(name)}`: expected {list(spec.dims)} {spec.datatype}, "
+                f"got {list(array.shape)} {sent}"
+            )
 
 
 CLASSIFIABLE = frozenset(DATATYPES) - {"BOOL", "BYTES", "BF16"}

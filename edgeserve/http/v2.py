@@ -32,6 +32,7 @@ ReadSlice = Callable[[str, Slice], memoryview]
 """Reads an input's bytes from a registered shared-memory region (`Regions.read`)."""
 
 HEADER_LENGTH = "inference-header-content-length"
+_NONE: frozenset[str] = frozenset()
 
 
 def decode_request(
@@ -45,12 +46,15 @@ def decode_request(
     parameters = _parameters(header.get("parameters", {}), "request `parameters`")
     binary = memoryview(body)[json_end:]
     inputs: TensorDict = {}
+    bf16 = []  # raw bits in uint16, as UINT16 numbers are: the data plane tells them apart
     offset = 0
     for entry in _tensors(header.get("inputs", MISSING), "request `inputs`"):
         name, array, offset = _decode_input(_mapping(entry, "an input"), binary, offset, read_slice)
         if name in inputs:
             raise InvalidInput(f"tensor `{echo(name)}`: given twice in `inputs`")
         inputs[name] = array
+        if entry["datatype"] == "BF16":
+            bf16.append(name)
     if offset != len(binary):
         raise InvalidInput(
             f"binary data: the inputs' binary_data_size add up to {offset} bytes, "
@@ -67,6 +71,7 @@ def decode_request(
         inputs=inputs,
         outputs=outputs,
         binary_output=_flag(parameters, "binary_data_output", False, "request `parameters`"),
+        bf16=frozenset(bf16) if bf16 else _NONE,
     )
 
 
