@@ -697,6 +697,19 @@ CORPUS: list[Bad] = [
         f"{EXT_WHERE}: BOOL data: byte 1 is 7; expected 0 (false) or 1 (true)",
         MSGPACK,
     ),
+    *(  # numpy took them, then failed making them str: a 422 blaming the model, or a 500
+        # (SystemError: "invalid maximum character passed to PyUnicode_New")
+        to_invoke(
+            f"msgpack ext text of code point {code:#x}",
+            payload(
+                BYTES=ext(_msgpack(["<U2", [1, 3], b"a\0\0\0" * 5 + code.to_bytes(4, "little")]))
+            ),
+            f"{EXT_WHERE}: text of dtype '<U2': element 2 holds {code:#x}, past Unicode's last "
+            "code point (0x10ffff)",
+            MSGPACK,
+        )
+        for code in (0x110000, 0xFFFFFFFF)
+    ),
     to_invoke("msgpack ext FP64", payload(FP32=array_ext("f8")), "got [1, 3] FP64", MSGPACK),
     to_invoke("msgpack ext cut", ext(b"\x93\x01"), "not valid msgpack", MSGPACK),
     to_invoke("msgpack ext object", ext(_msgpack(["|O", [1], bytes(8)])), "numpy array", MSGPACK),

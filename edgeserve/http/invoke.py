@@ -78,6 +78,8 @@ def _unpack_ext(code: int, data: bytes) -> Any:
         )
     if dtype.kind == "b":
         values.check_bools(raw, where)
+    if dtype.kind == "U":
+        _check_code_points(raw, dtype, where)
     array = np.frombuffer(raw, dtype=dtype).reshape(dims)
     return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
 
@@ -98,6 +100,21 @@ def _dtype(name: str, where: str) -> np.dtype:
             "'>f4' is float32 too)"
         ) from None
     return dtype
+
+
+LAST_CODE_POINT = 0x10FFFF
+
+
+def _check_code_points(raw: bytes, dtype: np.dtype, where: str) -> None:
+    """numpy holds text as 4-byte code points and takes any 32-bit value for one: a value past
+    Unicode's last broke making the element a str (SystemError, answered 500)."""
+    codes = np.frombuffer(raw, np.dtype(np.uint32).newbyteorder(dtype.byteorder))
+    if codes.size and codes.max() > LAST_CODE_POINT:
+        at = int(np.argmax(codes > LAST_CODE_POINT))
+        raise InvalidInput(
+            f"{where}: text of dtype {dtype.str!r}: element {at // (dtype.itemsize // 4)} holds "
+            f"{int(codes[at]):#x}, past Unicode's last code point ({LAST_CODE_POINT:#x})"
+        )
 
 
 _DTYPE_NAMES = [
