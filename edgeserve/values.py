@@ -63,7 +63,7 @@ def from_json(data: bytes, where: str, *, unique: bool = False) -> Any:
     an object that gives a key twice is refused too (`check_keys`)."""
     value = _loads(data, where)
     if unique:
-        check_keys(data, count_keys(value), where)
+        check_keys(data, count_keys(value), where, value)
     return value
 
 

@@ -549,6 +549,12 @@ CORPUS: list[Bad] = [
         400,
         f"key `shape` is given 2 times in `inputs[0]`; {ONCE}",
     ),
+    Bad(
+        "a key given twice beside a colon written as an escape",
+        b'{"id": "a\\u003ab", "inputs": [], ' + v2_body()[1:],
+        400,
+        f"request body: key `inputs` is given 2 times in the top-level object; {ONCE}",
+    ),
     binary_twice(),
     to_invoke(
         "invoke input given twice",

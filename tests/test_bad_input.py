@@ -161,8 +161,8 @@ def test_bool_bytes_in_shared_memory_are_0_or_1(client: httpx.Client) -> None:
 def test_keys_in_several_objects_and_colons_in_strings_are_no_repeated_keys(
     client: httpx.Client,
 ) -> None:
-    """Every tensor has its own `name` and `data`; an id and BYTES holding colons send the
-    repeated-key check to its second reading, which finds no key given twice in one object."""
+    """Every tensor has its own `name` and `data`; the colons an id and BYTES hold are counted
+    as theirs, so the repeated-key check finds no key given twice in one object."""
     request = orjson.loads(v2_body(input="BYTES", data=["a:b", ":", '"c":']))
     response = client.post(INFER, json={"id": "2026-11-22T23:30:00", **request})
     assert response.status_code == 200, response.text

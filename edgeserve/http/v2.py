@@ -64,7 +64,7 @@ def decode_request(
     if request_id is not None and not isinstance(request_id, str):
         raise InvalidInput(f"request `id`: expected a string, got {echo_json(request_id)}")
     outputs = _requested_outputs(header, parameters)
-    values.check_keys(text, _keys(header), "request body")
+    values.check_keys(text, _keys(header), "request body", header)
     return InferRequest(
         id=request_id,
         parameters=parameters,
