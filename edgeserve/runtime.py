@@ -325,11 +325,7 @@ class Runtime:
             names = [spec.name for spec in self.signature.inputs]
             found = echo_json(payload)
             if isinstance(payload, bytes):  # no JSON or msgpack Content-Type: the body as sent
-                found = (
-                    f"{len(payload)} bytes sent as {echo(content_type) or 'no Content-Type'}, "
-                    "which is not JSON or msgpack. Hint: send them with Content-Type: "
-                    "application/json (or application/msgpack)"
-                )
+                found = _raw_body(len(payload), content_type)
             raise InvalidInput(
                 f"/invoke: expected a JSON object (or msgpack map) with the inputs {names}, "
                 f"got {found}"
@@ -380,3 +376,18 @@ async def _awaited(work: Awaitable[T]) -> T:
 
 def _to_lists(tensors: TensorDict) -> dict[str, Any]:
     return {name: value.tolist() for name, value in tensors.items()}
+
+
+def _raw_body(size: int, content_type: str) -> str:
+    """What a body that is not JSON or msgpack was, and what to do: an image (a classifier's
+    user sends one first) needs a handler to become the model's tensors."""
+    sent = f"{size} bytes sent as {echo(content_type) or 'no Content-Type'}, which is not JSON or msgpack"
+    hint = "send them with Content-Type: application/json (or application/msgpack)"
+    if content_type.startswith(("image/", "audio/", "video/")):
+        hint = (
+            "without a handler, /invoke takes only the model's tensors; to take the file "
+            "itself, add a handler.py whose preprocess decodes it into them and name it in "
+            'function.toml, [handler] module = "handler" (`edgeserve help manifest`); or send '
+            "the tensors with Content-Type: application/json"
+        )
+    return f"{sent}. Hint: {hint}"

@@ -660,6 +660,16 @@ CORPUS: list[Bad] = [
         "Content-Type: application/json (or application/msgpack)",
         path="/invoke",
     ),
+    Bad(  # an image to a model of tensors: the hint was to send JSON, not how to take images
+        "invoke PNG without a handler",
+        b"\x89PNG\r\n\x1a\n",
+        400,
+        "got 8 bytes sent as image/png, which is not JSON or msgpack. Hint: without a handler, "
+        "/invoke takes only the model's tensors; to take the file itself, add a handler.py "
+        "whose preprocess decodes it into them and name it in function.toml, [handler] module",
+        path="/invoke",
+        headers={"content-type": "image/png"},
+    ),
     Bad(
         "invoke JSON sent as text",
         orjson.dumps(payload()),
