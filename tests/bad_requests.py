@@ -286,6 +286,13 @@ CORPUS: list[Bad] = [
     Bad("shape a string", v2_body(shape="1,3"), 400, "non-negative ints"),
     Bad("count mismatch", v2_body(shape=[2, 3]), 400, f"{FP32_WHERE[:-6]}[2, 3]: expected 6"),
     Bad("wrong dims", v2_body(shape=[3, 1]), 400, "tensor `in_FP32`: expected [-1, 3] FP32"),
+    Bad(  # it said what was expected, not that the batch axis was the one missing
+        "no batch axis",
+        v2_body(shape=[3]),
+        400,
+        "tensor `in_FP32`: expected [-1, 3] FP32, got [3] FP32. Hint: the first dim is the batch "
+        "axis, which this tensor lacks: one row is [1, 3] (in /invoke JSON, one more level",
+    ),
     Bad("wrong datatype", v2_body(datatype="FP64"), 400, "expected [-1, 3] FP32, got [1, 3] FP64"),
     Bad("huge shape", v2_body(shape=[10**12, 10**12]), 400, "more elements than a tensor can"),
     Bad(
@@ -689,7 +696,12 @@ CORPUS: list[Bad] = [
     to_invoke("invoke FP32 null", payload(FP32=[[None, 1, 2]]), "found null"),
     to_invoke("invoke FP32 string", payload(FP32=[["1", 1, 2]]), "found strings"),
     to_invoke("invoke ragged", payload(FP32=[[1, 2, 3], [1]]), "ragged"),
-    to_invoke("invoke wrong dims", payload(FP32=[1, 2, 3]), "expected [-1, 3] FP32, got [3] FP32"),
+    to_invoke(
+        "invoke no batch axis",
+        payload(FP32=[1, 2, 3]),
+        "expected [-1, 3] FP32, got [3] FP32. Hint: the first dim is the batch axis",
+    ),
+    to_invoke("invoke wrong dims", payload(FP32=[[1, 2]]), "expected [-1, 3] FP32, got [1, 2]"),
     to_invoke("invoke deep", nest(orjson.dumps(payload(FP32=DEEP)), 1000), "nested deeper"),
     to_invoke("msgpack int keys", {1: 2}, "int is not allowed for map key", MSGPACK),
     to_invoke("msgpack bytes keys", payload() | {b"k": 1}, "unknown [\"b'k'\"]", MSGPACK),

@@ -250,9 +250,21 @@ def _checked(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
     if not (fits_dtype and spec.fits(array.shape)):
         raise InvalidInput(
             f"tensor `{spec.name}`: expected {spec.shown} {spec.datatype}, "
-            f"got {list(array.shape)} {_datatype_name(array.dtype)}"
+            f"got {list(array.shape)} {_datatype_name(array.dtype)}{_batch_hint(spec, array)}"
         )
     return array.astype(object) if text else array
+
+
+def _batch_hint(spec: TensorSpec, array: np.ndarray) -> str:
+    """A hint where the shape is right but for the batch axis, the mistake of one row sent
+    as it is (an image [224, 224, 3] to a model of [-1, 224, 224, 3])."""
+    one_row = (1, *array.shape)
+    if spec.fits(array.shape) or not spec.fits(one_row):
+        return ""
+    return (
+        f". Hint: the first dim is the batch axis, which this tensor lacks: one row is "
+        f"{list(one_row)} (in /invoke JSON, one more level of brackets)"
+    )
 
 
 def _check_indices(spec: TensorSpec, array: np.ndarray) -> None:
