@@ -7,6 +7,7 @@ hash (no timestamps, no absolute paths, canonical JSON, deterministic archives).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -184,6 +185,15 @@ def build(
 Check = PrecisionCheck | DryRun | SkippedCheck | SkippedPrecision
 """What a check before writing a bundle reports (each has `describe()`; the skipped ones warn)."""
 
+log = logging.getLogger("edgeserve")
+
+
+def log_check(check: Check) -> None:
+    """Build's checks of a source opened by serve, deploy or the Lambda emulator, in the log
+    (`edgeserve build` prints them instead); a check that could not run as a warning."""
+    skipped = isinstance(check, SkippedCheck | SkippedPrecision)
+    log.log(logging.WARNING if skipped else logging.INFO, "%s", check.describe())
+
 
 def check_source(source: Path, plan: BuildPlan) -> list[Check]:
     """Build's checks of a source before anything is written, each raising what it refuses:
@@ -206,7 +216,7 @@ def open_or_build(
     path: Path,
     *,
     targets: Sequence[str] = ("local",),
-    report: Callable[[Check], None] | None = None,
+    report: Callable[[Check], None] = log_check,
 ) -> Bundle:
     """Open a bundle, or first build a function source into the cache (what `serve` does).
 
@@ -229,8 +239,7 @@ def open_or_build(
             touch(cached)
             return replace(bundle, source=path)
     for done in check_source(path, plan):
-        if report is not None:
-            report(done)
+        report(done)
     bundle = write_bundle(plan, cached)
     prune(keep=cached)
     return replace(bundle, source=path)

@@ -11,7 +11,6 @@ the bundle when it exceeds `[backend] max_abs_diff`.
 from __future__ import annotations
 
 import importlib.util
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,6 @@ from edgeserve.samples import (
     sample_files,
 )
 from edgeserve.types import Context, Signature, TensorDict
-
-log = logging.getLogger("edgeserve")
 
 RANDOM_ROWS = 4
 
@@ -94,7 +91,6 @@ def check_precision(
             f"from fp32 on {described}, over max_abs_diff = {check.tolerance:g}. "
             'Hint: set precision = "fp32", or raise max_abs_diff if that drift is acceptable.'
         )
-    log.info("%s", check.describe())  # `edgeserve build` prints it (build's `report`)
     return check
 
 

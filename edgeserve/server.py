@@ -9,7 +9,6 @@ import socket
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from edgeserve.backends import as_reached, choose, probe
 from edgeserve.bundle import Bundle, is_function_source
@@ -27,9 +26,6 @@ from edgeserve.workers import (
     usable_cores,
     workers_setting,
 )
-
-if TYPE_CHECKING:
-    from edgeserve.builder import Check
 
 log = logging.getLogger("edgeserve")
 
@@ -145,15 +141,4 @@ def _open(path: Path) -> Bundle:
         return Bundle.open(path)
     from edgeserve.builder import open_or_build
 
-    return open_or_build(path, report=_report)
-
-
-def _report(check: Check) -> None:
-    """Build's checks of a source served (the dry run, the precision), in the log; a check that
-    could not run as a warning."""
-    from edgeserve.dryrun import SkippedCheck  # building only, as above
-    from edgeserve.precision import SkippedPrecision
-
-    skipped = isinstance(check, SkippedCheck | SkippedPrecision)
-    level = logging.WARNING if skipped else logging.INFO
-    log.log(level, "%s", check.describe())
+    return open_or_build(path)

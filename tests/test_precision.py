@@ -160,3 +160,12 @@ def test_a_model_failing_on_random_inputs_is_served_the_check_saying_it_did_not_
         "openvino: the model failed on the request's values: "
     ) in said
     assert "Hint: add a sample of a real request to samples/, or set [backend] precision" in said
+
+
+def test_serving_a_source_logs_the_measured_drift_once(tmp_path: Path) -> None:
+    """`serve` of a source folder printed the drift twice: check_precision logged it, and so
+    did the report that serve passes to the build. The report alone says it now."""
+    folder = source(tmp_path, "auto", samples=1)
+    with running(folder, "--workers", "1") as (_url, server):
+        said = "".join(server.output)
+    assert said.count("outputs differ from fp32 by at most") == 1, said
