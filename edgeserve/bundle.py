@@ -267,9 +267,18 @@ def _not_a_bundle(path: Path) -> str:
             f"not a bundle; Hint: `edgeserve build {path}` makes one "
             "(`edgeserve serve` builds it for you)"
         )
+    expected = (
+        f"expected a function folder (holding {MANIFEST_NAME}) or a bundle (`edgeserve build`)"
+    )
     if not path.exists():
-        return f"no bundle at {path}: no such file or folder"
-    return f"{path} is not a bundle: no {BUNDLE_FILE} (expected a bundle folder or a .tar.gz)"
+        return f"{path}: no such file or folder; {expected}"
+    if path.suffix.lower() == ".onnx":  # the newcomer's first try: serve the model itself
+        return (
+            f"{path} is an ONNX model, not a function; {expected}. Hint: `edgeserve init "
+            f"{path.stem} --model {path}` makes a function of it, then "
+            f"`edgeserve serve {path.stem}`"
+        )
+    return f"{path} is not a bundle: no {BUNDLE_FILE}; {expected}, or a bundle's .tar.gz"
 
 
 def _verified_metadata(root: Path) -> dict[str, Any]:

@@ -354,3 +354,23 @@ def test_broken_inputs_are_one_line_errors_not_tracebacks(tmp_path: Path) -> Non
         assert "Traceback" not in done.stdout + done.stderr, argv
     built = _run("build", str(folder), "--out", str(tmp_path / "out"))
     assert built.returncode == 0, built.stderr  # the folder among the samples is not one
+
+
+def test_serving_a_model_file_or_a_missing_folder_says_what_serve_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`edgeserve serve model.onnx`, a newcomer's first try, answered "model.onnx is not a
+    bundle: no edgeserve.json"; a typo'd folder "no bundle at ...". Both now say what serve
+    takes, and the model file how to make a function of it."""
+    monkeypatch.chdir(tmp_path)
+    mlp_model(tmp_path / "classifier.onnx")
+    assert main(["serve", "classifier.onnx", "--port", "0"]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        "classifier.onnx is an ONNX model, not a function; expected a function folder (holding "
+        "function.toml) or a bundle (`edgeserve build`). Hint: `edgeserve init classifier "
+        "--model classifier.onnx` makes a function of it, then `edgeserve serve classifier`"
+    ) in said
+    assert main(["serve", "clasifier", "--port", "0"]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "clasifier: no such file or folder; expected a function folder (holding" in said
