@@ -327,8 +327,25 @@ def test_body_over_the_limit_is_413_and_the_server_goes_on(
         ("GET", "/v2/models/nope", b"", 404, "unknown model `nope`"),
         ("GET", "/v2/models/nope/config", b"", 404, "unknown model `nope`"),
         ("GET", "/v2/models/mlp/versions/1/stats", b"", 404, "it serves version `3`"),
-        ("GET", "/v2/nothing/here", b"", 404, "Not Found"),
-        ("GET", "/v2/models/mlp/infer", b"", 405, "Method Not Allowed"),
+        # a bare "Not Found" read as a wrong model or server; now: which request, what is served
+        (
+            "POST",
+            "/predict",
+            b"{}",
+            404,
+            "Not Found: no route POST /predict. Hint: this function serves KServe v2 as Triton "
+            "does: POST /v2/models/mlp/infer, GET /v2/models/mlp, /v2/health/ready; POST /invoke",
+        ),
+        ("POST", "/v2/models/mlp/infer/invoke", b"{}", 404, "no route POST /v2/models/mlp/infer/"),
+        (
+            "GET",
+            "/v2/models/mlp/infer",
+            b"",
+            405,
+            "Method Not Allowed: GET /v2/models/mlp/infer; th",
+        ),
+        ("GET", "/invoke", b"", 405, "Method Not Allowed: GET /invoke; this route takes POST"),
+        ("POST", "/v2/health/ready", b"", 405, "POST /v2/health/ready; this route takes GET, HEAD"),
         ("POST", "/v2/models/mlp/infer", b"\x1f\x8b broken", 400, "not valid gzip"),
     ],
 )

@@ -34,7 +34,7 @@ from edgeserve.dataplane import DataPlane, ServedFunction, serving
 from edgeserve.dataplane.metadata import server_metadata
 from edgeserve.errors import InvalidInput, Unauthorized, Unsupported, echo
 from edgeserve.http.auth import Credentials, load_credentials
-from edgeserve.http.errors import ErrorMiddleware, error_response, http_exception_handler
+from edgeserve.http.errors import ErrorMiddleware, error_response, routing_error_handler
 from edgeserve.http.inference import InferenceRoutes, route_path
 from edgeserve.http.openapi import DocsRoutes, openapi_document
 from edgeserve.http.repository import RepositoryRoutes
@@ -80,13 +80,11 @@ class FunctionApp:
             except Unauthorized as refused:
                 return error_response(refused)
         if scope["type"] == "websocket" or _asks_websocket(scope["headers"]):
-            name = self.inference.runtime.name
             response = error_response(
                 InvalidInput(
                     f"{echo(path)}: WebSocket is not served: this function speaks HTTP/1.1 "
-                    f"(KServe v2 as Triton does: POST /v2/models/{name}/infer, "
-                    f"GET /v2/models/{name}, /v2/health/ready; POST /invoke; GET /metrics, "
-                    "/docs). Hint: send a plain HTTP request, without `Upgrade: websocket`"
+                    f"({served_routes(self.inference.runtime.name)}). Hint: send a plain "
+                    "HTTP request, without `Upgrade: websocket`"
                 )
             )
             response.headers["connection"] = "close"  # no HTTP request follows a handshake
@@ -100,6 +98,14 @@ class FunctionApp:
         (their items still reach the batcher) until the bound, when the rest is answered 503."""
         self.inference.runtime.begin_drain()
         self.inference.drain.begin(self.timeouts.drain_s)
+
+
+def served_routes(name: str) -> str:
+    """The routes a client most likely meant, as errors name them (/docs lists them all)."""
+    return (
+        f"KServe v2 as Triton does: POST /v2/models/{name}/infer, GET /v2/models/{name}, "
+        "/v2/health/ready; POST /invoke; GET /metrics, /docs"
+    )
 
 
 def _asks_websocket(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -146,7 +152,7 @@ def create_app(
     rest = Starlette(
         routes=endpoints.routes(),
         middleware=[Middleware(ErrorMiddleware)],
-        exception_handlers={HTTPException: http_exception_handler},
+        exception_handlers={HTTPException: routing_error_handler(served_routes(runtime.name))},
         lifespan=lifespan,
     )
     rest.router.redirect_slashes = False  # Triton answers 404; a redirect would echo the Host

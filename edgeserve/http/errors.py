@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 
 import orjson
@@ -30,8 +31,9 @@ CLIENT_CLOSED_REQUEST = 499
 INTERNAL_ERROR = "internal server error; the server log has the details"
 
 
-def error_response(exc: Exception, where: str = "") -> Response:
-    """The response for an exception raised while handling `where` (method and path)."""
+def error_response(exc: Exception, where: str = "", routes: str = "") -> Response:
+    """The response for an exception raised while handling `where` (method and path); `routes`,
+    the routes served, are named to a request for none of them."""
     if isinstance(exc, EdgeserveError) and exc.status != 500:
         headers = {}
         if isinstance(exc, Unavailable):
@@ -46,7 +48,8 @@ def error_response(exc: Exception, where: str = "") -> Response:
         body = {"error": f"{exc.message} (a bug in the function's handler, not in the request)"}
         return JSONResponse(body, status_code=500)
     if isinstance(exc, HTTPException):
-        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+        body = {"error": _routing_message(exc, where, routes)}
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
     if isinstance(exc, ClientDisconnect):
         return Response(status_code=CLIENT_CLOSED_REQUEST)
     logger.error("unexpected error in %s", where, exc_info=exc)
@@ -65,9 +68,28 @@ def raw_response(error: EdgeserveError) -> bytes:
     return head.encode("ascii") + body
 
 
-async def http_exception_handler(request: Request, exc: Exception) -> Response:
-    """Starlette's routing errors (404 no route, 405 method) in the same JSON shape."""
-    return error_response(exc)
+def _routing_message(exc: HTTPException, where: str, routes: str) -> str:
+    """A bare "Not Found" read as a wrong model or server to a client that had the path
+    wrong (`/predict`, the infer URL given to `edgeserve invoke`): say which request it was,
+    and what is served instead."""
+    allowed = (exc.headers or {}).get("Allow")
+    if not where:
+        return exc.detail
+    if exc.status_code == 405 and allowed:
+        return f"{exc.detail}: {where}; this route takes {', '.join(sorted(allowed.split(', ')))}"
+    if exc.status_code == 404 and routes:
+        return f"{exc.detail}: no route {where}. Hint: this function serves {routes}"
+    return f"{exc.detail}: {where}"
+
+
+def routing_error_handler(routes: str) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """Starlette's routing errors (404 no route, 405 method) in the same JSON shape, naming
+    the request and, to one for no route, `routes`."""
+
+    async def handler(request: Request, exc: Exception) -> Response:
+        return error_response(exc, f"{request.method} {request.url.path}", routes)
+
+    return handler
 
 
 class ErrorMiddleware:
