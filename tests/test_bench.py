@@ -156,6 +156,20 @@ def test_bench_samples_folder_of_v2_requests(url: str, tmp_path: Path) -> None:
     _check_sane(report, rows=3)
 
 
+def test_shapes_that_size_nothing_are_refused(url: str, tmp_path: Path) -> None:
+    """`--shape frames:64` (a dim's name, not an input's) and --shape beside samples were
+    ignored in silence: the bench measured other requests than the ones asked for."""
+    with pytest.raises(ConfigError) as unknown:
+        bench(url, model=MODEL, shapes={"frames": (64,)}, **SHORT)
+    assert unknown.value.message == (
+        "--shape frames: the model has no input `frames`; expected one of ['x'] (NAME is an "
+        "input's name, not a dim's)"
+    )
+    (tmp_path / "one.json").write_text(json.dumps({"inputs": [{"name": "x", "datatype": "FP32"}]}))
+    with pytest.raises(ConfigError, match="size random inputs, but this bench sends the samples"):
+        bench(url, model=MODEL, inputs=str(tmp_path), shapes={"x": (4,)}, **SHORT)
+
+
 def test_bench_from_several_load_processes_counts_every_request(url: str) -> None:
     """Two processes share each level; the client's counts match the server's only if the
     helper's records made it into the windows."""

@@ -136,6 +136,11 @@ class _Plan:
     def bodies(self, model: ModelInputs, endpoint: Endpoint) -> tuple[str, list[Body]]:
         samples = self.samples_dir(endpoint)
         if samples is not None:
+            if self.shapes or self.batch_size != 1:  # they size random inputs alone
+                raise ConfigError(
+                    f"--shape and --batch-size size random inputs, but this bench sends the "
+                    f"samples in {samples}. Hint: add --inputs random"
+                )
             return str(samples), read_samples(samples, model, self.binary)
         tensors = synthesize(model, self.shapes, self.batch_size)
         datatypes = {name: datatype for name, datatype, _ in model.inputs}

@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 
 from edgeserve.dataplane.metadata import INDEX_RANGE
-from edgeserve.errors import ConfigError
+from edgeserve.errors import ConfigError, did_you_mean
 from edgeserve.http.v2 import tensor_bytes
 from edgeserve.samples import IMAGE_TYPES, is_v2_request, random_input, sample_files, v2_inputs
 from edgeserve.types import TensorDict, TensorSpec
@@ -92,6 +92,12 @@ def synthesize(
     model: ModelInputs, shapes: Mapping[str, tuple[int, ...]], batch_size: int, seed: int = 0
 ) -> TensorDict:
     """Random tensors of each input's datatype and shape (dynamic dims resolved)."""
+    names = [name for name, _, _ in model.inputs]
+    for unknown in sorted(set(shapes) - set(names)):  # silently ignored, it sized nothing
+        raise ConfigError(
+            f"--shape {unknown}: the model has no input `{unknown}`; expected one of {names}"
+            f"{did_you_mean(unknown, names)} (NAME is an input's name, not a dim's)"
+        )
     rng = np.random.default_rng(seed)
     tensors = {}
     for name, datatype, shape in model.inputs:
