@@ -268,3 +268,34 @@ def test_deploy_reads_the_kubeconfig_before_building_the_image(
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2, err
     assert f"kubeconfig {kubeconfig}: not a kubeconfig" in err
+
+
+def test_a_newcomer_without_a_cluster_is_told_how_to_get_the_manifests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`deploy --target knative` with the shipped profile said "settings.registry is empty"
+    naming the profile inside the installed package, and, with a registry but no kubeconfig,
+    the client's "Invalid kube-config file. No configuration found.": neither said where to
+    set the registry, that no kubeconfig was found, or how to get manifests without one."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.kube/config
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    source = write_function(tmp_path / "mlp", mlp_model, '[function]\nname = "mlp"\n')
+    capsys.readouterr()
+    assert main(["deploy", str(source), "--target", "knative"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "knative.toml: settings.registry is empty; a cluster pulls images from a registry. " in err
+    )
+    assert "in a knative.toml of your own (a copy of this one) in the function's folder" in err
+    (source / "knative.toml").write_text(
+        'driver = "knative"\n[settings]\nregistry = "127.0.0.1:9/team"\n'
+    )
+    assert main(["deploy", str(source), "--target", "knative"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err == (
+        "error: kubeconfig ~/.kube/config: no such file; deploy, status and rollback talk to the "
+        "cluster a kubeconfig names. Hint: set $KUBECONFIG or `kubeconfig` in the target "
+        "profile; without a cluster, `edgeserve build SOURCE --target knative` (or kserve, "
+        "kubernetes) builds the image and writes its manifests.yaml"
+    )

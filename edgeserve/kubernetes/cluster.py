@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from edgeserve.errors import ConfigError, DeployError
@@ -56,6 +57,10 @@ def resource_of(manifest: Obj) -> Resource:
     return KINDS.get(f"{kind}/{api}") or KINDS[kind]
 
 
+DEFAULT_KUBECONFIG = Path("~/.kube/config")
+"""Where the client and kubectl look when neither the profile nor $KUBECONFIG names one."""
+
+
 class Cluster:
     """One namespace of the cluster the profile's kubeconfig and context name."""
 
@@ -71,6 +76,13 @@ class Cluster:
 
         path = settings.kubeconfig_path()
         where = f"kubeconfig {path or '~/.kube/config'}"
+        if not (path or DEFAULT_KUBECONFIG).expanduser().is_file():  # the client: "Invalid"
+            raise ConfigError(
+                f"{where}: no such file; deploy, status and rollback talk to the cluster a "
+                "kubeconfig names. Hint: set $KUBECONFIG or `kubeconfig` in the target profile; "
+                "without a cluster, `edgeserve build SOURCE --target knative` (or kserve, "
+                "kubernetes) builds the image and writes its manifests.yaml"
+            )
         try:
             self._api = config.new_client_from_config(
                 config_file=str(path) if path else None, context=settings.context

@@ -63,7 +63,9 @@ class KubernetesDriver:
         if not settings.registry:
             raise ConfigError(
                 f"{profile.source}: settings.registry is empty; a cluster pulls images from a "
-                'registry. Hint: registry = "registry.example.com/team"'
+                f'registry. Hint: registry = "registry.example.com/team" in a {profile.name}.toml '
+                "of your own (a copy of this one) in the function's folder or ./targets/, which "
+                f"--target {profile.name} finds first"
             )
         rollout = rollout_for(self.kind, settings)  # the kubeconfig read before any image is built
         built = self.push(bundle, profile.name, settings)
