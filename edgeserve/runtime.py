@@ -381,7 +381,8 @@ def _to_lists(tensors: TensorDict) -> dict[str, Any]:
 def _raw_body(size: int, content_type: str) -> str:
     """What a body that is not JSON or msgpack was, and what to do: an image (a classifier's
     user sends one first) needs a handler to become the model's tensors."""
-    sent = f"{size} bytes sent as {echo(content_type) or 'no Content-Type'}, which is not JSON or msgpack"
+    kind = echo(content_type) or "no Content-Type"
+    sent = f"{size} bytes sent as {kind}, which is not JSON or msgpack"
     hint = "send them with Content-Type: application/json (or application/msgpack)"
     if content_type.startswith(("image/", "audio/", "video/")):
         hint = (

@@ -785,6 +785,7 @@ CORPUS: list[Bad] = [
 LONG = "n" * 50_000
 CUT = f"{'n' * 64}… (50000 characters)"  # what an error repeats of LONG
 CUT_REPR = f"'{'n' * 64}'… (50000 characters)"
+CUT_PATH = f"/{'n' * 63}… (50001 characters)"  # the same after a slash
 SHM = "/v2/systemsharedmemory/region"
 
 
@@ -822,6 +823,7 @@ LONG_STRINGS: list[Bad] = [
         f"unknown model `{CUT}`",
         path=f"/v2/models/{LONG}/infer",
     ),
+    Bad("a path to no route", b"", 404, f"no route POST {CUT_PATH}", path=f"/{LONG}"),
     Bad(
         "version in the URL",
         b"",

@@ -23,7 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from edgeserve.errors import EdgeserveError, HandlerError, Unauthorized, Unavailable
+from edgeserve.errors import EdgeserveError, HandlerError, Unauthorized, Unavailable, echo
 
 logger = logging.getLogger("edgeserve.http")
 
@@ -87,7 +87,7 @@ def routing_error_handler(routes: str) -> Callable[[Request, Exception], Awaitab
     the request and, to one for no route, `routes`."""
 
     async def handler(request: Request, exc: Exception) -> Response:
-        return error_response(exc, f"{request.method} {request.url.path}", routes)
+        return error_response(exc, f"{echo(request.method)} {echo(request.url.path)}", routes)
 
     return handler
 
