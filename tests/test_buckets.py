@@ -20,11 +20,11 @@ from edgeserve.backends.buckets import PAD_LADDER, Buckets, buckets_for, pad_buc
 from edgeserve.batching import Batcher, BatchPolicy
 from edgeserve.batching.rows import stack_rows
 from edgeserve.dataplane import InputChecks
-from edgeserve.errors import InvalidInput
+from edgeserve.errors import InvalidInput, ModelRefused
 from edgeserve.manifest import ModelSection
 from edgeserve.shapes import ShapeRange, shape_profile
 from edgeserve.signature import read_signature
-from tests.models import conv_model, tokens_model, top_model, varlen_model
+from tests.models import conv_model, reshaping_model, tokens_model, top_model, varlen_model
 
 NO_CUDA = "CUDAExecutionProvider" not in ort.get_available_providers()
 
@@ -135,6 +135,26 @@ def test_a_buckets_rows_past_the_batch_hold_the_fill_not_an_earlier_batch(tmp_pa
     again = backend.assemble([{"x": np.full((3, 5), 2.0, np.float32)}], {"x": -1.0})
     assert again.binding is staged.binding
     assert (buffer[:3, :5] == 2.0).all() and (buffer[3] == -1.0).all()
+    backend.close()
+
+
+def test_a_model_failing_on_its_buckets_warm_up_values_is_served_at_its_own_shapes(
+    tmp_path: Path,
+) -> None:
+    """Buckets are warmed at load on made-up values (ones for integers), which a Reshape to
+    the width an input gives fails on: on CUDA, where every model has buckets, such a model
+    never started ("server did not start"). It now runs each batch at its own shapes; a
+    request the model fails on is refused as the model's (a 422), the others answered."""
+    model = reshaping_model(tmp_path / "model.onnx")
+    signature = read_signature(model, ModelSection())
+    profile = shape_profile(signature, 8)
+    backend = load_backend("onnxruntime", model, signature=signature, profile=profile, buckets=True)
+    assert backend.buckets == ()
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    answer = backend.infer({"x": x, "cols": np.array([[6], [6]], np.int64)})
+    np.testing.assert_array_equal(answer["y"], x)
+    with pytest.raises(ModelRefused, match="Reshape"):
+        backend.infer({"x": x, "cols": np.array([[7], [6]], np.int64)})
     backend.close()
 
 

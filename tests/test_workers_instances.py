@@ -82,7 +82,14 @@ def ready(url: str) -> httpx.Response | None:
         return None
 
 
-@pytest.mark.skipif(CUDA_HOST, reason="ONNX Runtime here places the processes on the GPU")
+@pytest.fixture(autouse=True)
+def on_the_cpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The servers these tests start serve on the CPU (their layouts are the CPU's), on a GPU
+    host too, unless the test is one of the GPU's."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("EDGESERVE_DEVICE", "cpu")
+
+
 def test_two_cpu_instances_answer_right_and_share_the_batches_evenly(tmp_path: Path) -> None:
     """16 one-row requests at once, batches of up to 16 waiting 2 s (the 16 arrive within 0.5 s
     on a quiet 2-core machine, within 2 s on a loaded one): routed to the shortest queue, every
@@ -176,7 +183,6 @@ def _read_pages(url: str, count: int, lines: int) -> None:
         assert answer.status_code == 200 and answer.json() == lines, answer.text
 
 
-@pytest.mark.skipif(bool(probe_gpus()), reason="a GPU host places the processes on the GPU")
 def test_a_pages_lines_spread_over_the_cpus_processes(tmp_path: Path) -> None:
     """On a CPU the processes run side by side on their own cores: each page of 3 lines reaches
     both, so its lines run at the same time."""

@@ -47,7 +47,7 @@ from edgeserve.backends.options import LoadOptions, TritonNames, missing_module,
 from edgeserve.backends.registered import REGISTRY, loaded_cudart
 from edgeserve.backends.sessions import dim_names, fixed_dims, new_session, providers, with_graphs
 from edgeserve.batching.rows import stack_rows
-from edgeserve.errors import BackendError, EdgeserveError, InvalidInput
+from edgeserve.errors import BackendError, EdgeserveError, InvalidInput, ModelRefused
 from edgeserve.hardware import Platform
 from edgeserve.samples import plain_array
 from edgeserve.shapes import Shape
@@ -184,14 +184,7 @@ class OnnxRuntime:
         except Exception as exc:
             if _PREALLOCATED not in str(exc):
                 raise
-            if self.shapes.rows:
-                log.warning(
-                    "onnxruntime: an output's shape follows the inputs' values, so it cannot "
-                    "be bound to a buffer: bound buffers and CUDA graphs are off for this model "
-                    "(%s)",
-                    str(exc)[:200],
-                )
-            self.shapes, self.buckets, self.graphs = Buckets(), (), False
+            self._unbind(f"an output's shape follows the inputs' values ({str(exc)[:200]})")
         values = self._run(self._session(()), staged.on_host())
         return dict(zip(self._output_names, values, strict=True))
 
@@ -214,11 +207,30 @@ class OnnxRuntime:
                 self._binding(shapes)
 
     def _open_buckets(self) -> None:
-        """Open and warm a session per bucket shape (none without buckets: one for any shape)."""
-        if not self.shapes.decides(self._dims):  # a dynamic axis no bucket decides: shapes unknown
-            self._session(())
-            return
-        self.warm_thread()
+        """Open and warm a session per bucket shape (none without buckets, or where a dynamic
+        axis no bucket decides leaves the shapes unknown: one for any shape). A model that
+        fails on the warm-up's made-up values (a Reshape to a width an input gives) is still
+        served, without buckets: each batch at its own shapes (the engine's warm-up then says
+        what the model failed on)."""
+        if self.shapes.decides(self._dims):
+            try:
+                self.warm_thread()
+                return
+            except Exception as exc:
+                if isinstance(exc, EdgeserveError) or not isinstance(
+                    failure := run_failure(self.name, _message(exc)), ModelRefused
+                ):
+                    raise
+            self._unbind(f"the warm-up of its buckets failed ({failure.message[:300]})")
+            self._sessions.clear()
+            self._local = threading.local()
+        self._session(())
+
+    def _unbind(self, why: str) -> None:
+        """Bound buffers, buckets and CUDA graphs off for good: each batch at its own shapes."""
+        if self.shapes.rows:
+            log.warning("onnxruntime: bound buffers and CUDA graphs are off: %s", why)
+        self.shapes, self.buckets, self.graphs, self.stages_ahead = Buckets(), (), False, False
 
     def _session(self, key: Key) -> Any:
         with self._lock:
