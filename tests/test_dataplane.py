@@ -52,7 +52,10 @@ EXPECTED = r"tensor `x`: expected \[-1, 16\] FP32, got "
     [
         ({"x": np.zeros((2, 5), np.float32)}, EXPECTED + r"\[2, 5\] FP32$"),
         ({"x": np.zeros((2, 16))}, EXPECTED + r"\[2, 16\] FP64$"),
-        ({"x": np.zeros(16, np.float32)}, EXPECTED + r"\[16\] FP32$"),
+        (
+            {"x": np.zeros(16, np.float32)},
+            EXPECTED + r"\[16\] FP32. Hint: the first dim is the batch axis.*one row is \[1, 16\]",
+        ),
         ({"z": np.zeros((2, 16), np.float32)}, r"expected \['x'\]; unknown \['z'\]; missing"),
     ],
 )
