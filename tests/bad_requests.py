@@ -178,6 +178,14 @@ def _msgpack(value: Any) -> bytes:
 
 JSON = {"content-type": "application/json"}
 MSGPACK = {"content-type": "application/msgpack"}
+
+
+def _msgpack_map(items: list[tuple[Any, Any]]) -> bytes:
+    """A msgpack map of `items` as they are, a key given twice included (packb takes dicts)."""
+    assert len(items) < 16  # one fixmap byte
+    return bytes([0x80 | len(items)]) + b"".join(_msgpack(k) + _msgpack(v) for k, v in items)
+
+
 NAN = float("nan")
 INT64_WHERE = "tensor `in_INT64`: INT64 [-1, 3]"
 
@@ -705,6 +713,12 @@ CORPUS: list[Bad] = [
     to_invoke("invoke deep", nest(orjson.dumps(payload(FP32=DEEP)), 1000), "nested deeper"),
     to_invoke("msgpack int keys", {1: 2}, "int is not allowed for map key", MSGPACK),
     to_invoke("msgpack bytes keys", payload() | {b"k": 1}, "unknown [\"b'k'\"]", MSGPACK),
+    to_invoke(
+        "msgpack key given twice",
+        _msgpack_map([*payload().items(), ("in_FP32", [[9, 9, 9]])]),
+        "request body: msgpack map key 'in_FP32' is given 2 times; expected each key once",
+        MSGPACK,
+    ),
     to_invoke("msgpack garbage", b"\xc1\xc1", "not valid msgpack", MSGPACK),
     to_invoke("msgpack truncated", _msgpack(payload())[:-3], "not valid msgpack", MSGPACK),
     to_invoke("msgpack deep", b"\x91" * 5000 + b"\x01", "nested deeper than msgpack", MSGPACK),

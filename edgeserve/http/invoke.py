@@ -14,6 +14,7 @@ finite are JSON's `NaN`, `Infinity` and `-Infinity`, as v2 JSON writes them (`va
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import msgpack
@@ -38,10 +39,25 @@ def decode_payload(body: bytes, content_type: str) -> Any:
         return values.from_json(body, "request body", unique=True)
     if content_type in MSGPACK_TYPES:
         try:
-            return msgpack.unpackb(body, ext_hook=_unpack_ext, raw=False)
+            return msgpack.unpackb(
+                body, ext_hook=_unpack_ext, raw=False, object_pairs_hook=_unique_keys
+            )
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise InvalidInput(f"request body: not valid msgpack: {_reason(exc)}") from None
     return body
+
+
+def _unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """A msgpack map as a dict, refused where it gives a key twice: readers differ on which
+    one counts, as for JSON (jsonkeys.py)."""
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        key, times = next((k, n) for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        raise InvalidInput(
+            f"request body: msgpack map key {echo_repr(key)} is given {times} times; expected "
+            "each key once in a map"
+        )
+    return found
 
 
 def pack_array(array: np.ndarray) -> msgpack.ExtType:
