@@ -26,8 +26,8 @@ def request_body(json_text: str | None, file: str | None) -> tuple[bytes, str]:
         try:
             return path.read_bytes(), content_type(path)
         except OSError as exc:
-            raise EdgeserveError(f"invoke --file {file}: cannot read it ({exc.strerror})") from None
-    raise EdgeserveError("invoke needs --json TEXT or --file PATH")
+            raise ConfigError(f"invoke --file {file}: cannot read it ({exc.strerror})") from None
+    raise ConfigError("invoke needs --json TEXT or --file PATH")
 
 
 def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0) -> Any:

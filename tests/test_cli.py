@@ -246,9 +246,10 @@ def test_emulator_options_without_the_emulator_are_refused(
     ],
 )
 def test_invoke_says_what_is_wrong_with_its_own_arguments(argv: list[str], words: str) -> None:
-    """Before any request is sent: a one-line error, no traceback."""
+    """Before any request is sent: a one-line error, no traceback, the usage exit code (2; a
+    file that could not be read gave 1, as a failed request does)."""
     done = _run("invoke", "127.0.0.1:9", *argv)
-    assert done.returncode != 0
+    assert done.returncode == 2
     assert words in done.stderr
     assert "Traceback" not in done.stderr
 
