@@ -191,8 +191,10 @@ log = logging.getLogger("edgeserve")
 def log_check(check: Check) -> None:
     """Build's checks of a source opened by serve, deploy or the Lambda emulator, in the log
     (`edgeserve build` prints them instead); a check that could not run as a warning."""
-    skipped = isinstance(check, SkippedCheck | SkippedPrecision)
-    log.log(logging.WARNING if skipped else logging.INFO, "%s", check.describe())
+    if isinstance(check, SkippedCheck | SkippedPrecision):  # the level says "warning" already
+        log.warning("%s", check.describe().removeprefix("warning: "))
+    else:
+        log.info("%s", check.describe())
 
 
 def check_source(source: Path, plan: BuildPlan) -> list[Check]:

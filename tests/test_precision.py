@@ -156,7 +156,7 @@ def test_a_model_failing_on_random_inputs_is_served_the_check_saying_it_did_not_
     assert answer.json()["outputs"][0]["data"] == [0, 1, 2, 3, 4, 5]
     said = " ".join("".join(server.output).split())
     assert (
-        "WARNING: warning: the precision check did not run: on random inputs (no samples/), "
+        "WARNING: the precision check did not run: on random inputs (no samples/), "
         "openvino: the model failed on the request's values: "
     ) in said
     assert "Hint: add a sample of a real request to samples/, or set [backend] precision" in said
