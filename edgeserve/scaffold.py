@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Mapping
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path, PurePosixPath
@@ -20,12 +21,16 @@ from string import Template
 
 from pydantic import ValidationError
 
+from edgeserve.backends.sessions import dim_names
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelgen import mlp_model
 from edgeserve.samples import sample_request
 from edgeserve.signature import external_data, read_signature, unbatchable
 from edgeserve.types import Signature, TensorSpec
+
+DimNames = Mapping[str, Mapping[int, str]]
+"""A model's named dims: {tensor: {axis: name}} (backends.sessions.dim_names)."""
 
 TEMPLATE = "function"
 
@@ -84,19 +89,24 @@ def init_function(dest: Path, name: str | None = None, model: Path | None = None
         for file in (model.name, *weights):
             (dest / file).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(model.parent / file, dest / file)
-    _write(dest, adopted_files(function_name(dest, name), adopted.name, signature))
+    dims = dim_names(adopted, outputs=True)
+    _write(dest, adopted_files(function_name(dest, name), adopted.name, signature, dims))
     return dest
 
 
-def adopted_files(name: str, model_file: str, signature: Signature) -> dict[PurePosixPath, str]:
-    """The manifest and sample request for a model of the user's (pure: no writes)."""
+def adopted_files(
+    name: str, model_file: str, signature: Signature, dims: DimNames | None = None
+) -> dict[PurePosixPath, str]:
+    """The manifest and sample request for a model of the user's (pure: no writes); `dims`:
+    the model's named dims ({tensor: {axis: name}}), which tie an output's length to an
+    input's."""
     return {
-        PurePosixPath(MANIFEST_NAME): adopted_manifest(name, model_file, signature),
+        PurePosixPath(MANIFEST_NAME): adopted_manifest(name, model_file, signature, dims or {}),
         PurePosixPath("samples/request.json"): json.dumps(sample_request(signature)) + "\n",
     }
 
 
-def adopted_manifest(name: str, model_file: str, signature: Signature) -> str:
+def adopted_manifest(name: str, model_file: str, signature: Signature, dims: DimNames) -> str:
     """function.toml for a model: its tensors listed, batching as the model allows."""
     tensors = [*signature.inputs, *signature.outputs]
     width = max(len(spec.name) for spec in tensors)
@@ -116,7 +126,7 @@ def adopted_manifest(name: str, model_file: str, signature: Signature) -> str:
         "# samples/request.json is such a request.",
         *(f"#   input   {s.name:<{width}}  {s.datatype} {_dims(s)}" for s in signature.inputs),
         *(f"#   output  {s.name:<{width}}  {s.datatype} {_dims(s)}" for s in signature.outputs),
-        *_padding_hint(signature),
+        *_padding_hint(signature, dims),
         "",
         *_batching_lines(signature),
     ]
@@ -130,10 +140,13 @@ def _dims(spec: TensorSpec) -> str:
     return str(list(spec.dims)) if spec.ranked else f"{list(spec.dims)} (no shape in the model)"
 
 
-def _padding_hint(signature: Signature) -> list[str]:
-    """Inputs with a dynamic non-batch dim could batch across lengths, if padding is harmless."""
+def _padding_hint(signature: Signature, dims: DimNames) -> list[str]:
+    """Inputs with a dynamic non-batch dim could batch across lengths, if padding is harmless;
+    an output whose dim has the same name (`seq`) then follows the input, so that each request
+    gets back its own length (without it, serve warns that padding stays off)."""
     variable = [s for s in signature.required if -1 in s.dims[1:]] if signature.batched else []
-    hints = []
+    hints: list[str] = []
+    followed: set[str] = set()
     for spec in variable:
         axis = spec.dims.index(-1, 1)
         hints += [
@@ -144,6 +157,18 @@ def _padding_hint(signature: Signature) -> list[str]:
             f"# pad_axis = {axis}",
             "# pad_value = 0",
         ]
+        length = dims.get(spec.name, {}).get(axis)
+        for output in signature.outputs:
+            same = [k for k, dim in dims.get(output.name, {}).items() if k and dim == length]
+            if length is None or not same or output.name in followed:
+                continue
+            followed.add(output.name)
+            hints += [
+                f"# and `{output.name}`, whose axis {same[0]} is `{length}` too, follows it:",
+                f"# [model.outputs.{toml_key(output.name)}]",
+                f"# pad_axis = {same[0]}",
+                f"# follows = {json.dumps(spec.name)}",
+            ]
     return hints
 
 

@@ -295,12 +295,34 @@ def test_the_padding_hint_for_an_exported_name_is_valid_toml(tmp_path: Path) -> 
     dest = tmp_path / "fn"
     assert main(["init", str(dest), "--model", str(model)]) == 0
     manifest = dest / "function.toml"
-    hinted = re.sub(r"^# (\[model\.inputs\..*\]|pad_axis = 1|pad_value = 0)$", r"\1",
+    hinted = re.sub(r"^# (\[model\.\w+\..*\]|pad_axis = 1|pad_value = 0|follows = .*)$", r"\1",
                     manifest.read_text(), flags=re.MULTILINE)  # fmt: skip
     assert '[model.inputs."input.1"]' in hinted and '[model.inputs."serving/x:0"]' in hinted
     manifest.write_text(hinted)
     bundle = build(dest, tmp_path / "out")
     assert [spec.pad_axis for spec in bundle.signature.inputs] == [1, 1]
+    assert [spec.follows for spec in bundle.signature.outputs] == ["input.1", "input.1"]
+
+
+def test_the_padding_hint_has_an_output_of_the_same_named_length_follow_the_input(
+    tmp_path: Path,
+) -> None:
+    """A text model's per-token output `hidden` [batch, sequence, 8] is as long as its inputs
+    [batch, sequence]: init hinted padding for the inputs alone, and with the hint taken, serve
+    warned that `hidden`'s axis 1 follows no input, so padding stayed off. The hint now has it
+    follow the first padded input; `pooled` has no such axis."""
+    model = bert_like_model(tmp_path / "mine" / "bert.onnx")
+    dest = tmp_path / "fn"
+    assert main(["init", str(dest), "--model", str(model)]) == 0
+    manifest = dest / "function.toml"
+    taken = r"^# (\[model\.\w+\..*\]|pad_axis = \d|pad_value = 0|follows = .*)$"
+    manifest.write_text(re.sub(taken, r"\1", manifest.read_text(), flags=re.MULTILINE))
+    bundle = build(dest, tmp_path / "out")
+    assert {spec.name: spec.pad_axis for spec in bundle.signature.inputs} == dict.fromkeys(
+        ("input_ids", "token_type_ids", "attention_mask"), 1
+    )
+    outputs = {spec.name: (spec.pad_axis, spec.follows) for spec in bundle.signature.outputs}
+    assert outputs == {"hidden": (1, "input_ids"), "pooled": (None, None)}
 
 
 def test_init_names_the_output_that_turns_batching_off(tmp_path: Path) -> None:

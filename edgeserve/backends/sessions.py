@@ -46,8 +46,9 @@ def with_graphs(requested: list[Any]) -> list[Any]:
     ]
 
 
-def dim_names(model_path: Path) -> dict[str, dict[int, str]]:
-    """The named dynamic dims of each model input ({input: {axis: name}})."""
+def dim_names(model_path: Path, outputs: bool = False) -> dict[str, dict[int, str]]:
+    """The named dynamic dims of each model input, and of each output with `outputs`
+    ({tensor: {axis: name}})."""
     import onnx
 
     graph = onnx.load(str(model_path), load_external_data=False).graph
@@ -57,7 +58,7 @@ def dim_names(model_path: Path) -> dict[str, dict[int, str]]:
             for axis, dim in enumerate(value.type.tensor_type.shape.dim)
             if dim.dim_param
         }
-        for value in graph.input
+        for value in (*graph.input, *(graph.output if outputs else ()))
     }
 
 
