@@ -685,6 +685,15 @@ CORPUS: list[Bad] = [
         path="/invoke",
         headers={"content-type": "image/png"},
     ),
+    Bad(  # the v2 route read it as "not UTF-8 text, so not JSON (... msgpack ...?)"
+        "v2 PNG",
+        b"\x89PNG\r\n\x1a\n",
+        400,
+        "request body: 8 bytes sent as image/png; a KServe v2 request is a JSON object naming "
+        "the input tensors (their data in it, or as binary after it: "
+        "Inference-Header-Content-Length). Hint: POST the file to /invoke, where a handler's",
+        headers={"content-type": "image/png"},
+    ),
     Bad(
         "invoke JSON sent as text",
         orjson.dumps(payload()),

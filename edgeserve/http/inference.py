@@ -25,6 +25,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from edgeserve.dataplane import DataPlane
+from edgeserve.errors import InvalidInput, echo
 from edgeserve.http import forms, invoke, v2
 from edgeserve.http.body import read_body, request_headers
 from edgeserve.http.drain import Drain
@@ -87,9 +88,19 @@ class InferenceRoutes:
         assert match is not None  # app_for routes only matching paths here
         self.plane.check_model(match["model"], match["version"], infer=True)
         shared = ClientRegions(self.regions, call.client, self.limit)
-        decoded = await _decoded(
-            call.body, v2.decode_request, call.body, call.headers.get(v2.HEADER_LENGTH), shared.read
-        )
+        try:
+            decoded = await _decoded(
+                call.body,
+                v2.decode_request,
+                call.body,
+                call.headers.get(v2.HEADER_LENGTH),
+                shared.read,
+            )
+        except InvalidInput:
+            media = invoke.media_type(call.headers.get("content-type"))
+            if media.startswith(("image/", "audio/", "video/")):
+                raise InvalidInput(_a_file(len(call.body), media)) from None
+            raise
         shared.check_outputs(decoded.outputs or ())
         outputs = await self.plane.infer(decoded, arrived=call.arrived)
         shared.write_outputs(outputs)
@@ -149,6 +160,18 @@ async def _decoded(body: bytes, decode: Callable[..., T], *args: Any) -> T:
     if len(body) > OFF_LOOP_BYTES:
         return await asyncio.to_thread(decode, *args)
     return decode(*args)
+
+
+def _a_file(size: int, media: str) -> str:
+    """What to do with a file sent to the v2 route (an image to a classifier, a user's first
+    try), which read as "not UTF-8 text, so not JSON"."""
+    return (
+        f"request body: {size} bytes sent as {echo(media)}; a KServe v2 request is a JSON "
+        "object naming the input tensors (their data in it, or as binary after it: "
+        "Inference-Header-Content-Length). Hint: POST the file to /invoke, where a handler's "
+        "preprocess turns it into the model's tensors (`edgeserve help manifest`, [handler]), "
+        "or send its decoded values as a tensor"
+    )
 
 
 def _where(scope: Scope) -> str:
