@@ -35,7 +35,7 @@ from edgeserve.errors import (
 )
 from edgeserve.handler import check_items, import_handler, one_row
 from edgeserve.memory import trim_when_idle
-from edgeserve.samples import json_samples
+from edgeserve.samples import is_media, json_samples
 from edgeserve.shapes import shape_profile
 from edgeserve.stats import ModelStats
 from edgeserve.types import Context, TensorDict
@@ -384,7 +384,7 @@ def _raw_body(size: int, content_type: str) -> str:
     kind = echo(content_type) or "no Content-Type"
     sent = f"{size} bytes sent as {kind}, which is not JSON or msgpack"
     hint = "send them with Content-Type: application/json (or application/msgpack)"
-    if content_type.startswith(("image/", "audio/", "video/")):
+    if is_media(content_type):
         hint = (
             "without a handler, /invoke takes only the model's tensors; to take the file "
             "itself, add a handler.py whose preprocess decodes it into them and name it in "

@@ -36,6 +36,12 @@ def sample_files(folder: Path) -> list[Path]:
     return sorted(path for path in folder.iterdir() if path.is_file())
 
 
+def is_media(content_type: str) -> bool:
+    """Whether a body of this media type is a file (an image, a recording) that a handler
+    decodes, not the model's tensors."""
+    return content_type.startswith(("image/", "audio/", "video/"))
+
+
 def content_type(path: Path) -> str:
     """The Content-Type a sample file is sent with."""
     suffix = path.suffix.lower()

@@ -216,10 +216,11 @@ class OnnxRuntime:
             try:
                 self.warm_thread()
                 return
+            except EdgeserveError:
+                raise
             except Exception as exc:
-                if isinstance(exc, EdgeserveError) or not isinstance(
-                    failure := run_failure(self.name, _message(exc)), ModelRefused
-                ):
+                failure = run_failure(self.name, _message(exc))
+                if not isinstance(failure, ModelRefused):
                     raise
             self._unbind(f"the warm-up of its buckets failed ({failure.message[:300]})")
             self._sessions.clear()

@@ -31,6 +31,7 @@ from edgeserve.http.body import read_body, request_headers
 from edgeserve.http.drain import Drain
 from edgeserve.http.errors import error_response
 from edgeserve.http.sharedmemory import ClientRegions
+from edgeserve.samples import is_media
 from edgeserve.sharedmemory import Regions
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class InferenceRoutes:
             )
         except InvalidInput:
             media = invoke.media_type(call.headers.get("content-type"))
-            if media.startswith(("image/", "audio/", "video/")):
+            if is_media(media):
                 raise InvalidInput(_a_file(len(call.body), media)) from None
             raise
         shared.check_outputs(decoded.outputs or ())
