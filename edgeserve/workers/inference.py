@@ -48,6 +48,7 @@ class InferenceServer:
         self.board = board
         self.instance = instance
         self.fronts: set[asyncio.Task[None]] = set()
+        self._publishing = False
 
     async def accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -168,6 +169,14 @@ class InferenceServer:
             await asyncio.wait(self.fronts, timeout=bound_s)
 
     def _publish(self) -> None:
+        """Publish the queue's length once this turn of the event loop is over: a turn queues
+        or answers many items (a batch's answers, a burst of SUBMITs), the board needs the last."""
+        if not self._publishing:
+            self._publishing = True
+            asyncio.get_running_loop().call_soon(self._published)
+
+    def _published(self) -> None:
+        self._publishing = False
         batcher = self.engine.batcher
         self.board.publish_queue(self.instance, batcher.queued_rows, batcher.door.waiting)
 
