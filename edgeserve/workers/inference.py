@@ -10,8 +10,9 @@ read in place, in the batcher; a callback writes the outputs back into the reque
 sends the DONE (no task per request: this one event loop serves every front's items, and what
 it spends per item is what bounds a GPU fed with small requests). A front that goes away has
 its requests cancelled, so its queued items are dropped.
-After every change of the queue its slot on the board gets the queued rows: the fronts'
-admission reads them. The supervisor gives it its device (CUDA_VISIBLE_DEVICES, EDGESERVE_DEVICE).
+Once per turn of the event loop that changed the queue, its slot on the board gets the queued
+rows: the fronts' admission reads them. The supervisor gives it its device
+(CUDA_VISIBLE_DEVICES, EDGESERVE_DEVICE).
 """
 
 from __future__ import annotations
