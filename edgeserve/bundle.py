@@ -88,6 +88,7 @@ def signature_to_json(signature: Signature) -> dict[str, Any]:
             "follows": tensor.follows,
             "ratio": tensor.ratio,
             "index_range": None if tensor.index_range is None else list(tensor.index_range),
+            "index_table": tensor.index_table,
             "min_dims": None if tensor.min_dims is None else list(tensor.min_dims),
             "max_dims": None if tensor.max_dims is None else list(tensor.max_dims),
             "labels": list(tensor.labels),
@@ -119,6 +120,7 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
             tuple(tensor.get("labels", ())),
             tensor.get("ranked", True),  # bundles built before unranked outputs had none
             tensor.get("optional", False),  # nor optional inputs
+            index_table=tensor.get("index_table"),  # nor the name of an index range's table
         )
 
     return Signature(

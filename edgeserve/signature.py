@@ -14,6 +14,7 @@ import onnx
 
 from edgeserve import datatypes
 from edgeserve.errors import ConfigError, did_you_mean
+from edgeserve.lookups import with_index_ranges
 from edgeserve.manifest import BatchingSection, ModelSection, TensorOverride
 from edgeserve.types import Signature, TensorSpec, TiedDim
 
@@ -107,7 +108,7 @@ def read_signature(
     ]
     outputs = [_spec(v, section.outputs, where, "outputs") for v in graph.output]
     outputs = [_resolve_follows(spec, inputs, where) for spec in outputs]
-    inputs = [_with_index_range(spec, graph) for spec in inputs]
+    inputs = with_index_ranges(inputs, graph)
     required = [spec for spec in inputs if not spec.optional]
     batched = bool(required) and all(
         spec.dims and spec.dims[0] == -1 for spec in required + outputs
@@ -192,32 +193,6 @@ def check_max_batch_size(signature: Signature, batching: BatchingSection, manife
         "Hint: set [batching] max_batch_size = 0 (every request runs alone), or export the "
         "model with a dynamic first dim to batch"
     )
-
-
-_SAME_VALUES = {"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose"}
-"""Ops whose first output holds their first input's values (reshaped or retyped): token ids
-reach an embedding's Gather through them in exported models."""
-
-
-def _with_index_range(spec: TensorSpec, graph: onnx.GraphProto) -> TensorSpec:
-    """An integer input whose values the graph uses as the indices of a Gather over a weight
-    (an embedding's token ids), directly or through `_SAME_VALUES` ops, may only hold -n..n-1
-    for the n rows gathered: some backends (OpenVINO) answer other ids with zeros instead of
-    an error, so the door refuses them."""
-    weights = {init.name: tuple(init.dims) for init in graph.initializer}
-    carried, bounds = {spec.name}, []
-    for node in graph.node:  # ONNX lists nodes in topological order
-        if node.op_type in _SAME_VALUES and node.input and node.input[0] in carried:
-            carried.add(node.output[0])
-        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in carried:
-            continue
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-        table = weights.get(node.input[0])
-        if table is not None and -len(table) <= axis < len(table):
-            bounds.append(table[axis])
-    if not bounds:
-        return spec
-    return dataclasses.replace(spec, index_range=(-min(bounds), min(bounds) - 1))
 
 
 def dims_of(value: onnx.ValueInfoProto) -> tuple[int, ...]:

@@ -36,6 +36,8 @@ class TensorSpec:
     # or a custom op's output; an input of any rank and dims): dims all -1, shown as Triton would
     optional: bool = False  # inputs: the model holds a default (an initializer of that name,
     # as older exporters and keep_initializers_as_inputs write): a request may leave it out
+    index_table: str | None = None  # inputs: the table `index_range` comes from (lookups.py;
+    # a request that sends it, an optional input, replaces it: no range holds then)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.dims)}

@@ -579,6 +579,29 @@ def bert_like_model(
     return _save(graph, path)
 
 
+def lookup_model(
+    path: Path,
+    table: tuple[list[onnx.TensorProto], list[onnx.NodeProto]],
+    ids: tuple[int, list[onnx.NodeProto]] = (TensorProto.INT64, []),
+    op: str = "Gather",
+) -> Path:
+    """tokens [N, 4] -> rows FP32: `op` over a table of 4 columns, Gather's [N, 4, 4] (an
+    embedding), GatherElements' [N, 4]. `table`: the initializers and nodes that make `table`
+    (tests/test_lookups.py: float16, quantized, a Constant); `ids`: the type of `tokens` and
+    the nodes that make `ids` of it (none: an Identity)."""
+    (inits, table_nodes), (ids_type, id_nodes) = table, ids
+    id_nodes = id_nodes or [helper.make_node("Identity", ["tokens"], ["ids"])]
+    out = ["N", 4, 4] if op == "Gather" else ["N", 4]
+    graph = helper.make_graph(
+        [*table_nodes, *id_nodes, helper.make_node(op, ["table", "ids"], ["rows"])],
+        "lookup",
+        [helper.make_tensor_value_info("tokens", ids_type, ["N", 4])],
+        [helper.make_tensor_value_info("rows", TensorProto.FLOAT, out)],
+        inits,
+    )
+    return _save(graph, path)
+
+
 def zipmap_model(path: Path) -> Path:
     """skl2onnx's default classifier output: features FP32 [N, 3] -> `label` INT64 [N] (the
     argmax) and `output_probability`, ai.onnx.ml ZipMap's sequence of maps {class: p}."""

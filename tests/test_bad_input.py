@@ -537,14 +537,14 @@ def test_a_token_past_the_embedding_table_is_a_400_on_every_backend(
         for tokens in ([1, 32, 3], [1, -33, 3], [1, 2, 10**6]):
             response = client.post(INFER_TOKENS, json=token_request(tokens))
             assert response.status_code == 400, (tokens, response.text)
-            bad = next(token for token in tokens if not -32 <= token <= 31)
+            at, bad = next((at, id) for at, id in enumerate(tokens) if not -32 <= id <= 31)
             assert response.json()["error"] == (
-                f"tensor `tokens`: value {bad} is out of range: the model looks it up in a "
-                "table of 32 rows, expected -32..31"
+                f"tensor `tokens`: value {bad} at [0, {at}] is out of range: the model looks it "
+                "up in `table`, a table of 32 rows, so expected -32..31"
             )
         invoked = client.post("/invoke", json={"tokens": [[1, 40]]})
         assert invoked.status_code == 400
-        assert "value 40 is out of range" in invoked.json()["error"]
+        assert "value 40 at [0, 1] is out of range" in invoked.json()["error"]
 
 
 INFER_TOKENS = "/v2/models/tokens/infer"

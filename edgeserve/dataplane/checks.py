@@ -102,7 +102,7 @@ class InputChecks:
 
     def _check_values(self, inputs: TensorDict) -> None:
         for spec in self._indexed:
-            if spec.name in inputs:
+            if spec.name in inputs and spec.index_table not in inputs:
                 _check_indices(spec, inputs[spec.name])
         if self._int_range is not None:
             for name in self._wide:
@@ -268,17 +268,29 @@ def _batch_hint(spec: TensorSpec, array: np.ndarray) -> str:
 
 
 def _check_indices(spec: TensorSpec, array: np.ndarray) -> None:
-    """Values of an index input (token ids) within the rows of the table the model looks up."""
+    """Values of an index input (token ids) within the rows of the table the model looks up:
+    one min and one max; a float id counts as the Cast to an integer makes it (truncated),
+    and NaN, which min and max carry, as none."""
     if spec.index_range is None or array.size == 0:
         return
     low, high = spec.index_range
-    found = [int(array.min()), int(array.max())]
-    bad = [value for value in found if not low <= value <= high]
-    if bad:
-        raise InvalidInput(
-            f"tensor `{spec.name}`: value {bad[0]} is out of range: the model looks it up in a "
-            f"table of {high + 1} rows, expected {low}..{high}"
-        )
+    smallest, largest = array.min(), array.max()
+    if array.dtype.kind == "f":
+        smallest, largest = np.trunc(smallest), np.trunc(largest)
+    if not (low <= smallest and largest <= high):
+        raise _past_the_table(spec, array, low, high)
+
+
+def _past_the_table(spec: TensorSpec, array: np.ndarray, low: int, high: int) -> InvalidInput:
+    """The first id outside low..high, where it is and which table it misses."""
+    ids = np.trunc(array) if array.dtype.kind == "f" else array
+    outside = ~((ids >= low) & (ids <= high))  # NaN compares false: outside
+    at = [int(i) for i in np.unravel_index(int(np.argmax(outside)), array.shape)]
+    table = f"`{spec.index_table}`, " if spec.index_table else ""  # older bundles: no name
+    return InvalidInput(
+        f"tensor `{spec.name}`: value {array[tuple(at)].item()} at {at} is out of range: the "
+        f"model looks it up in {table}a table of {high + 1} rows, so expected {low}..{high}"
+    )
 
 
 def _datatype_name(dtype: np.dtype) -> str:
