@@ -231,7 +231,8 @@ FORM_PART = 'request body: multipart/form-data: part 1 (field "file", file "rows
 
 ONCE = "expected each key once in an object (readers differ on which one counts"
 GZIP = {"content-encoding": "gzip"}
-EXT_WHERE = f"request body: msgpack ext {NDARRAY_EXT} (a numpy array as [dtype, shape, bytes])"
+EXT = f"msgpack ext {NDARRAY_EXT} (a numpy array as [dtype, shape, bytes])"
+EXT_WHERE = f"request body: {EXT}"  # an ext sent as no input: the body itself
 FP32_WHERE = "tensor `in_FP32`: FP32 [1, 3]"
 FP32_NAME = "tensor `in_FP32`"
 
@@ -736,16 +737,16 @@ CORPUS: list[Bad] = [
     to_invoke(
         "msgpack ext datetime",
         payload(FP32=array_ext("M8[s]")),
-        f"{EXT_WHERE}: dtype '<M8[s]' has no KServe v2 datatype; expected one of '|b1', '|u1', "
-        "'<u2', '<u4', '<u8', '|i1', '<i2', '<i4', '<i8', '<f2', '<f4', '<f8', or text as '<U<n>' "
-        "or '|S<n>' (either byte order: '>f4' is float32 too)",
+        f"tensor `in_FP32`: {EXT}: dtype '<M8[s]' has no KServe v2 datatype; expected one of "
+        "'|b1', '|u1', '<u2', '<u4', '<u8', '|i1', '<i2', '<i4', '<i8', '<f2', '<f4', '<f8', or "
+        "text as '<U<n>' or '|S<n>' (either byte order: '>f4' is float32 too)",
         MSGPACK,
     ),
     to_invoke("msgpack ext complex", payload(FP32=array_ext(">c8")), "dtype '>c8' has no", MSGPACK),
     to_invoke(
         "msgpack ext BOOL holding 7",
         payload(BOOL=ext(_msgpack(["|b1", [1, 3], b"\x01\x07\x00"]))),
-        f"{EXT_WHERE}: BOOL data: byte 1 is 7; expected 0 (false) or 1 (true)",
+        f"tensor `in_BOOL`: {EXT}: BOOL data: byte 1 is 7; expected 0 (false) or 1 (true)",
         MSGPACK,
     ),
     *(  # numpy took them, then failed making them str: a 422 blaming the model, or a 500
@@ -755,8 +756,8 @@ CORPUS: list[Bad] = [
             payload(
                 BYTES=ext(_msgpack(["<U2", [1, 3], b"a\0\0\0" * 5 + code.to_bytes(4, "little")]))
             ),
-            f"{EXT_WHERE}: text of dtype '<U2': element 2 holds {code:#x}, past Unicode's last "
-            "code point (0x10ffff)",
+            f"tensor `in_BYTES`: {EXT}: text of dtype '<U2': element 2 holds {code:#x}, past "
+            "Unicode's last code point (0x10ffff)",
             MSGPACK,
         )
         for code in (0x110000, 0xFFFFFFFF)
@@ -913,4 +914,10 @@ LONG_STRINGS: list[Bad] = [
         MSGPACK,
     ),
     to_invoke("invoke input name", payload() | {LONG: 1}, f"unknown ['{CUT}']"),
+    to_invoke(
+        "input name of a msgpack array",
+        payload() | {LONG: ext(_msgpack(["|b1", [1], b"\x07"]))},
+        f"tensor `{CUT}`: {EXT}: BOOL data: byte 0 is 7",
+        MSGPACK,
+    ),
 ]

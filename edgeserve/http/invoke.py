@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 import numpy as np
 
 from edgeserve import datatypes, values
-from edgeserve.errors import HandlerError, InvalidInput, echo_repr
+from edgeserve.errors import HandlerError, InvalidInput, echo, echo_repr
 
 NDARRAY_EXT = 1
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
@@ -38,13 +39,49 @@ def decode_payload(body: bytes, content_type: str) -> Any:
     if content_type == JSON_TYPE or content_type.endswith("+json"):
         return values.from_json(body, "request body", unique=True)
     if content_type in MSGPACK_TYPES:
+        return _MsgpackBody().decode(body)
+    return body
+
+
+class _MsgpackBody:
+    """One msgpack body's decoding. msgpack reads an array ext before the map it is a value
+    of, so an ext that does not fit is held (`_Refused`) until that map is read, then refused
+    naming its key: the input it was sent for, as the JSON and binary routes name it."""
+
+    def __init__(self) -> None:
+        self.refused: list[_Refused] = []
+
+    def decode(self, body: bytes) -> Any:
         try:
-            return msgpack.unpackb(
-                body, ext_hook=_unpack_ext, raw=False, object_pairs_hook=_unique_keys
+            found = msgpack.unpackb(
+                body, ext_hook=self._ext, raw=False, object_pairs_hook=self._map
             )
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise InvalidInput(f"request body: not valid msgpack: {_reason(exc)}") from None
-    return body
+        if self.refused:  # an array that is no map's value: the body itself, a list's item
+            raise InvalidInput(f"request body: {self.refused[0].message}")
+        return found
+
+    def _ext(self, code: int, data: bytes) -> Any:
+        try:
+            return _unpack_ext(code, data)
+        except InvalidInput as exc:
+            self.refused.append(_Refused(exc.message))
+            return self.refused[-1]
+
+    def _map(self, pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+        if self.refused:  # most bodies: no ext refused, nothing to look for
+            held = next(((k, v) for k, v in pairs if isinstance(v, _Refused)), None)
+            if held is not None:
+                raise InvalidInput(f"tensor `{echo(str(held[0]))}`: {held[1].message}")
+        return _unique_keys(pairs)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """What was wrong with an array ext, said once its place is known."""
+
+    message: str
 
 
 def _unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
@@ -69,10 +106,10 @@ def pack_array(array: np.ndarray) -> msgpack.ExtType:
 
 def _unpack_ext(code: int, data: bytes) -> Any:
     """The numpy array of an NDARRAY_EXT (other ext types are the handler's), in native byte
-    order; InvalidInput naming what does not fit."""
+    order; InvalidInput naming what does not fit (`_MsgpackBody` says where it was sent)."""
     if code != NDARRAY_EXT:
         return msgpack.ExtType(code, data)
-    where = f"request body: msgpack ext {NDARRAY_EXT} (a numpy array as [dtype, shape, bytes])"
+    where = f"msgpack ext {NDARRAY_EXT} (a numpy array as [dtype, shape, bytes])"
     try:
         fields = msgpack.unpackb(data)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
