@@ -26,6 +26,7 @@ from edgeserve.bundle import (
     content_hash,
     is_function_source,
     list_files,
+    recorded_hash,
     sha256_file,
     signature_to_json,
 )
@@ -179,11 +180,29 @@ def build(
     for done in check_source(source, plan):
         if report is not None:
             report(done)
-    return write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
+    earlier = recorded_hash(out)
+    bundle = write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
+    if earlier is not None and report is not None:
+        report(Replaced(out, earlier))
+    return bundle
 
 
-Check = PrecisionCheck | DryRun | SkippedCheck | SkippedPrecision
-"""What a check before writing a bundle reports (each has `describe()`; the skipped ones warn)."""
+@dataclass(frozen=True)
+class Replaced:
+    """An earlier build in the output folder, replaced by this one: said, since what was
+    tested or deployed from that folder is gone (the hash tells which build it was)."""
+
+    out: Path
+    content_hash: str  # "": its edgeserve.json recorded none
+
+    def describe(self) -> str:
+        which = f" (hash {self.content_hash[:12]})" if self.content_hash else ""
+        return f"replaced the earlier build in {self.out}{which}"
+
+
+Check = PrecisionCheck | DryRun | SkippedCheck | SkippedPrecision | Replaced
+"""What build reports (each has `describe()`): its checks before writing a bundle (the skipped
+ones warn), and an earlier bundle it replaced."""
 
 log = logging.getLogger("edgeserve")
 

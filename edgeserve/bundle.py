@@ -283,6 +283,19 @@ def _not_a_bundle(path: Path) -> str:
     return f"{path} is not a bundle: no {BUNDLE_FILE}; {expected}, or a bundle's .tar.gz"
 
 
+def recorded_hash(root: Path) -> str | None:
+    """The content hash a bundle folder's edgeserve.json records, unverified (a build about to
+    replace it names it): None where there is no bundle, "" where it records none."""
+    try:
+        metadata = json.loads((root / BUNDLE_FILE).read_bytes())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError):
+        return ""
+    recorded = metadata.get("content_hash") if isinstance(metadata, dict) else None
+    return recorded if isinstance(recorded, str) and _HASH.match(recorded) else ""
+
+
 def _verified_metadata(root: Path) -> dict[str, Any]:
     def altered(what: str) -> BundleError:
         return BundleError(f"bundle at {root} was altered: {what}; rebuild with `edgeserve build`")

@@ -399,6 +399,23 @@ def test_rebuilding_replaces_a_bundle_but_never_a_foreign_folder(
     assert (foreign / "notes.txt").read_text() == "keep me"
 
 
+def test_building_over_an_earlier_build_says_it_replaced_it(
+    source: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`edgeserve build --out` into a folder holding an earlier build replaced it in silence,
+    though what was tested or deployed from there changed under it; it now says so, naming
+    the earlier build's hash. A first build says nothing of it."""
+    out = tmp_path / "out" / "hello"
+    assert main(["build", str(source), "--out", str(out)]) == 0
+    first, earlier = capfd.readouterr().out, Bundle.open(out).content_hash
+    (source / "samples" / "second.json").write_text(json.dumps({"x": [1.0] * 16}))
+    assert main(["build", str(source), "--out", str(out)]) == 0
+    second = capfd.readouterr().out
+    assert "replaced" not in first
+    assert f"replaced the earlier build in {out} (hash {earlier[:12]})\n" in second
+    assert Bundle.open(out).content_hash != earlier
+
+
 def test_each_archive_holds_only_what_its_target_needs(source: Path, tmp_path: Path) -> None:
     build(source, tmp_path / "out" / "hello", targets=TARGETS, archive=True)
     jetson_only = build(source, tmp_path / "alone" / "hello", targets=("jetson",))
