@@ -124,10 +124,7 @@ def plan_build(
     if not source.is_dir():
         raise ConfigError(f"{source}: expected a function folder holding {MANIFEST_NAME}")
     manifest = load_manifest(source)
-    model = model_file(source, manifest)
-    batching = manifest.batching.max_batch_size > 0
-    signature = read_signature(model, manifest.model, source / MANIFEST_NAME, batching)
-    check_max_batch_size(signature, manifest.batching, source / MANIFEST_NAME)
+    model, signature = read_model(source, manifest)
     model_dest = f"model/{model.name}"
     copies = [(MANIFEST_NAME, source / MANIFEST_NAME), (model_dest, model)]
     copies += external_data_copies(model) + handler_copies(source, manifest)
@@ -138,6 +135,15 @@ def plan_build(
     names = dict.fromkeys(targets or ("local",))
     plans = tuple(_target_plan(name, manifest, backend, source, signature, model) for name in names)
     return BuildPlan(resolved, signature, tuple(sorted(copies)), plans)
+
+
+def read_model(source: Path, manifest: Manifest) -> tuple[Path, Signature]:
+    """The model `[model] path` names and its signature, held to [batching] as build holds it."""
+    model = model_file(source, manifest)
+    batching = manifest.batching.max_batch_size > 0
+    signature = read_signature(model, manifest.model, source / MANIFEST_NAME, batching)
+    check_max_batch_size(signature, manifest.batching, source / MANIFEST_NAME)
+    return model, signature
 
 
 def write_bundle(plan: BuildPlan, out: Path, *, dist: Path | None = None) -> Bundle:

@@ -7,17 +7,30 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from edgeserve.backends import choose, default_device, load_backend, probe
 from edgeserve.batching import Batcher, BatchPolicy, stack_rows
-from edgeserve.shapes import ShapeProfile
+from edgeserve.samples import json_samples
+from edgeserve.shapes import ShapeProfile, shape_profile
 from edgeserve.stats import ModelStats
 from edgeserve.types import Backend, TensorDict
 from edgeserve.warmup import Sample, Warmup, warmup_batches
 
 if TYPE_CHECKING:
+    from edgeserve.bundle import Bundle
+    from edgeserve.manifest import BatchingSection
     from edgeserve.types import Signature
+
+log = logging.getLogger("edgeserve")
+
+GPU_SWITCH_INTERVAL_S = 0.0005
+"""With a GPU, a batch thread that finishes a copy or a run must get the GIL back from the
+event loop at once: at Python's default 5 ms, a ResNet-18 batch of 32 took 2.1x its in-process
+time inside the server on an H100, at 0.5 ms 1.4x (benchmarks/RESULTS-gpu.md)."""
 
 
 class Engine(Protocol):
@@ -77,6 +90,55 @@ class LocalEngine:
         self.admit = self.batcher.admit
         self.check_room = self.batcher.check_room
         self.hurry = self.batcher.hurry
+
+    @classmethod
+    def load(
+        cls,
+        bundle: Bundle,
+        *,
+        stats: ModelStats,
+        backend: str | None = None,
+        batching: BatchingSection | None = None,
+        threads: int = 0,
+    ) -> LocalEngine:
+        """The bundle's model loaded on the backend that fits this machine (or the one asked
+        for), behind its batcher: what a Runtime (and `doctor`) runs in this process.
+
+        `batching` replaces the manifest's [batching] where a front knows better (Lambda runs
+        one invocation at a time: aws_lambda/adapter.py); `threads`, this process's share of
+        the cores where inference processes share the CPU: the backend's thread count unless
+        [backend] threads sets one, and no thread pinned to a core."""
+        manifest = bundle.manifest
+        platform = probe()
+        choice = choose(platform, prefer=bundle.planned_backends(), override=backend)
+        policy = BatchPolicy.from_manifest(
+            batching or manifest.batching, batched=bundle.signature.batched
+        )
+        device = default_device(platform)
+        backend_threads = manifest.backend.threads or threads
+        if device != "cpu":
+            sys.setswitchinterval(GPU_SWITCH_INTERVAL_S)
+        loaded = load_backend(
+            choice.name,
+            bundle.model_path,
+            signature=bundle.signature,
+            prepared=bundle.root,
+            precision=manifest.backend.precision,
+            threads=backend_threads,
+            cuda_graphs=manifest.backend.cuda_graphs,
+            shares_cpu=threads > 0,
+            instances=policy.instances,
+            device=device,
+            profile=shape_profile(
+                bundle.signature, policy.max_batch_size, policy.preferred_batch_sizes
+            ),
+        )
+        has_handler = bundle.handler_path is not None
+        samples = json_samples(bundle.samples_dir, bundle.signature, has_handler)
+        shared = f"; backend threads: {backend_threads}" if backend_threads else ""
+        name = manifest.function.name
+        log.info("loaded %s on %s (%s%s)", name, choice.name, choice.reason, shared)
+        return cls(loaded, bundle.signature, policy, stats, samples)
 
     @property
     def backend_name(self) -> str:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from collections.abc import Awaitable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from edgeserve.backends import BY_NAME, choose, default_device, load_backend, probe
-from edgeserve.batching import EWMA_WEIGHT, ONE_REQUEST, REQUEST_NUMBERS, BatchPolicy
+from edgeserve.backends import BY_NAME
+from edgeserve.batching import EWMA_WEIGHT, ONE_REQUEST, REQUEST_NUMBERS
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.datatypes import as_numbers
 from edgeserve.deadline import Deadline
@@ -35,8 +34,7 @@ from edgeserve.errors import (
 )
 from edgeserve.handler import check_items, import_handler, one_row
 from edgeserve.memory import trim_when_idle
-from edgeserve.samples import is_media, json_samples
-from edgeserve.shapes import shape_profile
+from edgeserve.samples import is_media
 from edgeserve.stats import ModelStats
 from edgeserve.types import Context, TensorDict
 from edgeserve.values import spec_array
@@ -55,11 +53,6 @@ HOOK_INLINE_S = 0.0005
 thread and back costs more than the hook itself (0.3-0.6 ms on a busy front, against 0.3 ms
 for functions/ocr's postprocess: benchmarks/RESULTS-gpu.md, seventh session). A hook that has
 not run yet, or that got slower, runs on a thread."""
-
-GPU_SWITCH_INTERVAL_S = 0.0005
-"""With a GPU, a batch thread that finishes a copy or a run must get the GIL back from the
-event loop at once: at Python's default 5 ms, a ResNet-18 batch of 32 took 2.1x its in-process
-time inside the server on an H100, at 0.5 ms 1.4x (benchmarks/RESULTS-gpu.md)."""
 
 
 class Runtime:
@@ -92,46 +85,16 @@ class Runtime:
         stats: ModelStats | None = None,
         threads: int = 0,
     ) -> Runtime:
-        """Load the model on the backend that fits this machine (or the one asked for).
-
-        `batching` replaces the manifest's [batching] where a front knows better (Lambda runs
-        one invocation at a time: aws_lambda/adapter.py); `threads`, this process's share of
-        the cores where inference processes share the CPU: the backend's thread count unless
-        [backend] threads sets one, and no thread pinned to a core."""
-        manifest = bundle.manifest
+        """Load the model on the backend that fits this machine (or the one asked for), and
+        the handler (`LocalEngine.load` says what `batching` and `threads` change)."""
         started = time.perf_counter()
-        platform = probe()
-        choice = choose(platform, prefer=bundle.planned_backends(), override=backend)
-        section = batching or manifest.batching
-        policy = BatchPolicy.from_manifest(section, batched=bundle.signature.batched)
-        device = default_device(platform)
-        backend_threads = manifest.backend.threads or threads
-        if device != "cpu":
-            sys.setswitchinterval(GPU_SWITCH_INTERVAL_S)
-        loaded = load_backend(
-            choice.name,
-            bundle.model_path,
-            signature=bundle.signature,
-            prepared=bundle.root,
-            precision=manifest.backend.precision,
-            threads=backend_threads,
-            cuda_graphs=manifest.backend.cuda_graphs,
-            shares_cpu=threads > 0,
-            instances=policy.instances,
-            device=device,
-            profile=shape_profile(
-                bundle.signature, policy.max_batch_size, policy.preferred_batch_sizes
-            ),
+        function = bundle.manifest.function
+        stats = stats or ModelStats(function.name, function.model_version)
+        engine = LocalEngine.load(
+            bundle, backend=backend, batching=batching, stats=stats, threads=threads
         )
-        stats = stats or ModelStats(manifest.function.name, manifest.function.model_version)
-        has_handler = bundle.handler_path is not None
-        samples = json_samples(bundle.samples_dir, bundle.signature, has_handler)
-        engine = LocalEngine(loaded, bundle.signature, policy, stats, samples)
         runtime = cls(bundle, engine, stats)
         runtime.timings["load_s"] = time.perf_counter() - started
-        shared = f"; backend threads: {backend_threads}" if backend_threads else ""
-        name = manifest.function.name
-        log.info("loaded %s on %s (%s%s)", name, choice.name, choice.reason, shared)
         return runtime
 
     @property

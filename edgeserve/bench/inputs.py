@@ -165,16 +165,23 @@ def has_samples(folder: Path) -> bool:
 
 def read_samples(samples: Path, model: ModelInputs, binary: bool) -> list[Body]:
     """samples/*.json (v2 infer requests, or /invoke payloads) and images (/invoke bodies)."""
+    bodies = [body for _, body in sample_bodies(samples, model, binary)]
+    if not bodies:
+        raise ConfigError(f"{samples}: no *.json or image samples; Hint: leave out --inputs")
+    return bodies
+
+
+def sample_bodies(samples: Path, model: ModelInputs, binary: bool) -> list[tuple[Path, Body]]:
+    """Each sample file a request is made of (other files, a sample's expected answer, are
+    left out), with that request: what `doctor` sends and names its findings by."""
     bodies = []
     for path in sample_files(samples):
         suffix = path.suffix.lower()
         if suffix in IMAGE_TYPES:
             headers = {"Content-Type": IMAGE_TYPES[suffix]}
-            bodies.append(Body("/invoke", headers, path.read_bytes(), INVOKE_ITEMS))
+            bodies.append((path, Body("/invoke", headers, path.read_bytes(), INVOKE_ITEMS)))
         elif suffix == ".json":
-            bodies.append(_json_sample(path, model, binary))
-    if not bodies:
-        raise ConfigError(f"{samples}: no *.json or image samples; Hint: leave out --inputs")
+            bodies.append((path, _json_sample(path, model, binary)))
     return bodies
 
 
