@@ -17,6 +17,10 @@ from edgeserve.errors import ConfigError
 
 Command = Callable[[argparse.Namespace], int]
 
+LOAD_TIMEOUT_S = 120.0
+"""`doctor FUNCTION --load-timeout`'s default: a CPU backend loads a model in seconds; TensorRT
+building an engine may take minutes (`edgeserve engine build` first, or a longer bound)."""
+
 MIN_WINDOWS = 3
 """`bench --max-windows` at least: a level is stable when its last 3 windows agree
 (bench.measure.STABILITY_WINDOWS, not imported here: `--help` stays light; a test holds the
@@ -356,6 +360,24 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         f"(default $EDGESERVE_CACHE_MAX_MB, else {DEFAULT_MAX_MB:g})",
     )
 
-    p = add("doctor", "show the hardware, the backends found, and the choice")
+    p = add(
+        "doctor",
+        "show the hardware, the backends found and the choice; given a function, what serving "
+        "it here would do and what is wrong with it",
+    )
+    p.add_argument(
+        "function",
+        nargs="?",
+        help="a function source folder, a bundle (folder or archive) or a model.onnx alone: "
+        "its manifest, model, build, backend (loaded for real), handler, samples and layout",
+    )
     p.add_argument("--backend", choices=BACKENDS, help="see what forcing this backend would do")
+    p.add_argument(
+        "--load-timeout",
+        type=_seconds,
+        default=LOAD_TIMEOUT_S,
+        metavar="S",
+        help="with a function: seconds loading the model on a backend may take before it is "
+        f"reported as a failure (default {LOAD_TIMEOUT_S:g})",
+    )
     return parser

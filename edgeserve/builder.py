@@ -87,6 +87,11 @@ class BuildPlan:
         planned = {name for target in self.targets for name in target.backends}
         return tuple(backend.name for backend in BACKENDS if backend.name in planned)
 
+    @property
+    def preferred(self) -> tuple[str, ...]:
+        """Every backend some target plans, best first: the `planned_backends` of its bundle."""
+        return tuple(dict.fromkeys(name for target in self.targets for name in target.backends))
+
     def texts(self) -> dict[str, str]:
         """Files written from text: one requirements file per target."""
         return {

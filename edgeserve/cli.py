@@ -125,22 +125,18 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from rich.table import Table
+    from edgeserve.doctor import machine_table, render
 
-    from edgeserve.backends import choose, probe
-    from edgeserve.hardware import describe
+    console.print(machine_table(args.backend))
+    if args.function is None:
+        return 0
+    from edgeserve.examination import examine
 
-    platform = probe()
-    choice = choose(platform, override=args.backend)
-    table = Table(title="edgeserve doctor", show_header=False)
-    for key, value in describe(platform, choice):
-        table.add_row(Text(key), Text(value))
-    from edgeserve.image.tools import describe_tools
-
-    for key, value in describe_tools():  # which tool builds images (Kubernetes, Lambda), why
-        table.add_row(Text(key), Text(value))
-    console.print(table)
-    return 0
+    report = examine(Path(args.function), backend=args.backend, timeout_s=args.load_timeout)
+    console.print(render(report))
+    if report.problems:
+        _say("error:", "red", report.summary(), err_console)
+    return report.exit_code
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

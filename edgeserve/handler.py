@@ -16,6 +16,8 @@ model (the sizes may be the client's: see `check_items`).
 from __future__ import annotations
 
 import traceback
+from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -66,6 +68,27 @@ def _import(path: Path, shown: Path) -> ModuleType:
             f"{where(exc, shown)}: the handler failed to import: {plain(exc)}"
             + _import_hint(exc, shown)
         ) from exc
+
+
+def unmet_requirements(requirements: Sequence[str]) -> list[tuple[str, str | None]]:
+    """The `[handler] requirements` this Python does not meet, each with the version installed
+    (None: not installed). A requirement whose marker rules this machine out is met. The bundle
+    pins them for its targets, but serving here imports the handler with what is here."""
+    from packaging.requirements import Requirement  # the manifest checked that each parses
+
+    unmet: list[tuple[str, str | None]] = []
+    for text in requirements:
+        wanted = Requirement(text)
+        if wanted.marker is not None and not wanted.marker.evaluate():
+            continue
+        try:
+            installed = metadata.version(wanted.name)
+        except metadata.PackageNotFoundError:
+            unmet.append((text, None))
+            continue
+        if not wanted.specifier.contains(installed, prereleases=True):
+            unmet.append((text, installed))
+    return unmet
 
 
 def where(exc: BaseException, shown: Path) -> str:

@@ -637,3 +637,15 @@ def zipmap_model(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
+
+
+def determinant_model(path: Path) -> Path:
+    """x FP32 [N, 3, 3] -> y FP32 [N]: each matrix's determinant (ONNX `Det`), which ONNX
+    Runtime computes and OpenVINO (2026.4) refuses: it has no conversion for the op."""
+    graph = helper.make_graph(
+        [helper.make_node("Det", ["x"], ["y"])],
+        "determinant",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
+    )
+    return _save(graph, path)
