@@ -22,7 +22,8 @@ Rows = dict[str, tuple[str, str]]
 def doctor(*argv: str, cwd: Path | None = None) -> tuple[int, Rows, str]:
     """Run `edgeserve doctor ARGV` (wide enough that no row wraps but for its hint): the exit
     status, the function's rows {check: (verdict, found and hint)}, stderr."""
-    env = {**os.environ, "COLUMNS": "400", "PYTHONPATH": str(ROOT)}  # this checkout's, anywhere
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "COLUMNS": "400", "PYTHONPATH": path}  # this checkout's first
     done = subprocess.run(
         [sys.executable, "-m", "edgeserve", "doctor", *argv],
         capture_output=True, text=True, timeout=180, env=env, cwd=cwd, check=False,
