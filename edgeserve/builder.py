@@ -7,17 +7,17 @@ hash (no timestamps, no absolute paths, canonical JSON, deterministic archives).
 
 from __future__ import annotations
 
-import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from importlib import metadata as package_metadata
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from edgeserve.archive import write_archive
-from edgeserve.backends import BACKENDS, BY_NAME
+from edgeserve.backends import BACKENDS, BY_NAME, forced
+from edgeserve.buildchecks import Check, Refused, Replaced, check_source, log_check
 from edgeserve.bundle import (
     BUNDLE_FILE,
     FORMAT,
@@ -31,12 +31,16 @@ from edgeserve.bundle import (
     signature_to_json,
 )
 from edgeserve.cache import bundles_dir, prune, touch
-from edgeserve.dryrun import DryRun, SkippedCheck, check_batch_axis, dry_run
-from edgeserve.errors import BundleError, ConfigError
+from edgeserve.errors import BackendError, BundleError, ConfigError
 from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
-from edgeserve.precision import PrecisionCheck, SkippedPrecision, check_precision
 from edgeserve.profiles import load_target, target_name
+from edgeserve.requirements import (
+    installed_version,
+    pinned_requirements,
+    requirements_text,
+    unpinned,
+)
 from edgeserve.signature import check_max_batch_size, read_signature
 from edgeserve.sources import (
     external_data_copies,
@@ -45,18 +49,6 @@ from edgeserve.sources import (
     sample_copies,
 )
 from edgeserve.types import Signature
-
-RUNTIME_PACKAGES = (
-    "msgpack",
-    "numpy",
-    "orjson",
-    "prometheus-client",
-    "pydantic",
-    "starlette",
-)
-"""What the runtime itself imports, on every target; the kind adds its server, each planned
-backend its own package (backends.BY_NAME[name].package). Not onnx: a bundle carries its
-signature, so only building reads the model with it (23 MB less in a Lambda zip)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +62,12 @@ class TargetPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {"platform": self.platform, "backends": list(self.backends)}
+
+    def without(self, backend: str) -> TargetPlan:
+        """This plan less `backend`, and its package's pin where no other backend needs it."""
+        backends = tuple(name for name in self.backends if name != backend)
+        requirements = unpinned(self.requirements, backend, backends)
+        return replace(self, backends=backends, requirements=requirements)
 
 
 @dataclass(frozen=True)
@@ -95,14 +93,15 @@ class BuildPlan:
     def texts(self) -> dict[str, str]:
         """Files written from text: one requirements file per target."""
         return {
-            f"requirements/{target.name}.txt": _requirements_text(target) for target in self.targets
+            f"requirements/{target.name}.txt": requirements_text(target.name, target.requirements)
+            for target in self.targets
         }
 
     def describe(self) -> dict[str, Any]:
         """edgeserve.json without the file list and the hash."""
         return {
             "format": FORMAT,
-            "edgeserve_version": _installed_version("edgeserve") or "unknown",
+            "edgeserve_version": installed_version("edgeserve") or "unknown",
             "manifest": self.manifest.model_dump(mode="json"),
             "signature": signature_to_json(self.signature),
             "targets": {target.name: target.to_json() for target in self.targets},
@@ -112,6 +111,10 @@ class BuildPlan:
         """The sealed edgeserve.json for a bundle holding `files` (path -> sha256)."""
         unsealed = {**self.describe(), "files": dict(sorted(files.items()))}
         return {**unsealed, "content_hash": content_hash(unsealed)}
+
+    def without(self, backend: str) -> BuildPlan:
+        """This plan less `backend` (every target keeps another: see `_prepare`)."""
+        return replace(self, targets=tuple(target.without(backend) for target in self.targets))
 
     def only(self, target: str) -> BuildPlan:
         return replace(self, targets=tuple(t for t in self.targets if t.name == target))
@@ -151,8 +154,19 @@ def read_model(source: Path, manifest: Manifest) -> tuple[Path, Signature]:
     return model, signature
 
 
-def write_bundle(plan: BuildPlan, out: Path, *, dist: Path | None = None) -> Bundle:
-    """Write `plan` to `out` (replacing a bundle there) and archives to `dist` if given."""
+def write_bundle(
+    plan: BuildPlan,
+    out: Path,
+    *,
+    dist: Path | None = None,
+    check: Callable[[BuildPlan], list[Check]] = lambda plan: [],
+    report: Callable[[Check], None] = lambda done: None,
+) -> Bundle:
+    """Write `plan` to `out` (replacing a bundle there) and archives to `dist` if given.
+
+    Each planned backend prepares the model first (`_prepare`: a backend that refuses it leaves
+    the plan, with a warning to `report`), then `check` runs on the plan as it then stands (a
+    refused OpenVINO has no precision to check), each finding given to `report`."""
     _check_replaceable(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -160,6 +174,10 @@ def write_bundle(plan: BuildPlan, out: Path, *, dist: Path | None = None) -> Bun
     except OSError as exc:  # a file where a parent folder should be, no permission
         raise ConfigError(f"{out}: cannot write the bundle there ({exc.strerror})") from None
     try:
+        _copy_sources(plan, scratch)
+        plan = _prepare(plan, scratch, report)
+        for done in check(plan):
+            report(done)
         _write_files(plan, scratch)
         if dist is not None:
             write_archives(plan, scratch, dist)
@@ -188,69 +206,32 @@ def build(
     a batch-axis check that could not run is given to `report` as a warning.
     """
     plan = plan_build(source, targets=targets, backend=backend)
-    for done in check_source(source, plan):
-        if report is not None:
-            report(done)
+    report = report or (lambda done: None)
     earlier = recorded_hash(out)
-    bundle = write_bundle(plan, out, dist=(dist or out.parent / "dist") if archive else None)
-    if earlier is not None and report is not None:
+    bundle = write_bundle(
+        plan,
+        out,
+        dist=(dist or out.parent / "dist") if archive else None,
+        check=partial(check_source, source),
+        report=report,
+    )
+    if earlier is not None:
         report(Replaced(out, earlier))
     return bundle
-
-
-@dataclass(frozen=True)
-class Replaced:
-    """An earlier build in the output folder, replaced by this one: said, since what was
-    tested or deployed from that folder is gone (the hash tells which build it was)."""
-
-    out: Path
-    content_hash: str  # "": its edgeserve.json recorded none
-
-    def describe(self) -> str:
-        which = f" (hash {self.content_hash[:12]})" if self.content_hash else ""
-        return f"replaced the earlier build in {self.out}{which}"
-
-
-Check = PrecisionCheck | DryRun | SkippedCheck | SkippedPrecision | Replaced
-"""What build reports (each has `describe()`): its checks before writing a bundle (the skipped
-ones warn), and an earlier bundle it replaced."""
-
-log = logging.getLogger("edgeserve")
-
-
-def log_check(check: Check) -> None:
-    """Build's checks of a source opened by serve, deploy or the Lambda emulator, in the log
-    (`edgeserve build` prints them instead); a check that could not run as a warning."""
-    if isinstance(check, SkippedCheck | SkippedPrecision):  # the level says "warning" already
-        log.warning("%s", check.describe().removeprefix("warning: "))
-    else:
-        log.info("%s", check.describe())
-
-
-def check_source(source: Path, plan: BuildPlan) -> list[Check]:
-    """Build's checks of a source before anything is written, each raising what it refuses:
-    the batch axis (`dryrun.check_batch_axis`; a SkippedCheck where it could not run), the
-    handler on the samples (`dryrun.dry_run`), and OpenVINO's drift from fp32 where a target
-    plans it (`precision.check_precision`). `build` and `open_or_build` (serve, bench, deploy
-    and the Lambda emulator on a source folder) both run them: what one refuses, so does the
-    other."""
-    manifest = load_manifest(source)  # the source's own: the plan's points into the bundle
-    planned = "openvino" in plan.backends  # the precision check measures OpenVINO's drift
-    done = (
-        check_batch_axis(source, manifest, plan.signature),
-        dry_run(source, manifest, plan.signature),
-        check_precision(source, manifest, plan.signature) if planned else None,
-    )
-    return [check for check in done if check is not None]
 
 
 def open_or_build(
     path: Path,
     *,
     targets: Sequence[str] = ("local",),
+    backend: str | None = None,
     report: Callable[[Check], None] = log_check,
 ) -> Bundle:
     """Open a bundle, or first build a function source into the cache (what `serve` does).
+
+    A `backend` forced (serve's --backend, else EDGESERVE_BACKEND) is the only one planned and
+    checked: forcing onnxruntime gets around a model OpenVINO refuses. The plan is part of the
+    cache key, so a later serve that forces nothing builds its own entry.
 
     The cache entry is keyed by a hash of the source files and the build plan, so an edited
     source builds again and an unchanged one opens at once. A new entry gets build's checks
@@ -260,7 +241,7 @@ def open_or_build(
     """
     if not is_function_source(path):
         return Bundle.open(path)
-    plan = plan_build(path, targets=targets)
+    plan = plan_build(path, targets=targets, backend=forced(backend))
     cached = bundles_dir() / f"{plan.manifest.function.name}-{plan.fingerprint()[:16]}"
     if (cached / BUNDLE_FILE).is_file():
         try:
@@ -270,9 +251,7 @@ def open_or_build(
         else:
             touch(cached)
             return replace(bundle, source=path)
-    for done in check_source(path, plan):
-        report(done)
-    bundle = write_bundle(plan, cached)
+    bundle = write_bundle(plan, cached, check=partial(check_source, path), report=report)
     prune(keep=cached)
     return replace(bundle, source=path)
 
@@ -302,15 +281,35 @@ def _needed(name: str, plan: BuildPlan) -> bool:
     return owner is None or owner.name in plan.backends
 
 
-def _write_files(plan: BuildPlan, root: Path) -> None:
+def _copy_sources(plan: BuildPlan, root: Path) -> None:
     for dest, source in plan.copies:
         (root / dest).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, root / dest)
+
+
+def _prepare(plan: BuildPlan, root: Path, report: Callable[[Check], None]) -> BuildPlan:
+    """Each planned backend prepares the model in `root`; one that refuses it leaves the plan
+    (its files removed) where every target keeps another backend, else its refusal stands."""
+    model = root / plan.manifest.model.path
+    for name in plan.backends:
+        backend = BY_NAME[name]
+        try:
+            backend.prepare(model, root)
+        except BackendError as exc:
+            if any(target.backends == (name,) for target in plan.targets):
+                raise  # a target with no other backend: the refusal is the build's
+            plan = plan.without(name)
+            for prepared in backend.prepared:
+                (root / prepared).unlink(missing_ok=True)
+            source = dict(plan.copies)[plan.manifest.model.path]  # not the scratch copy
+            report(Refused(name, exc.message.replace(str(model), str(source)), plan.preferred))
+    return plan
+
+
+def _write_files(plan: BuildPlan, root: Path) -> None:
     for dest, text in plan.texts().items():
         (root / dest).parent.mkdir(parents=True, exist_ok=True)
         (root / dest).write_text(text, encoding="utf-8")
-    for name in plan.backends:
-        BY_NAME[name].prepare(root / plan.manifest.model.path, root)
     files = {name: sha256_file(root / name) for name in list_files(root)}
     (root / BUNDLE_FILE).write_bytes(canonical_json(plan.metadata(files)))
 
@@ -359,7 +358,7 @@ def _target_plan(
             f"{'the backend override' if backend else where}: {list(wanted)} has no backend that "
             f"runs on target {target!r} (platform {kind.platform}: {list(fits)}){why}"
         )
-    requirements = _requirements(kind, backends, manifest)
+    requirements = pinned_requirements(kind, backends, manifest)
     return TargetPlan(target_name(target), kind.platform, backends, requirements)
 
 
@@ -368,29 +367,3 @@ def _target_kind(target: str, source: Path) -> TargetKind:
     if target in KINDS:
         return KINDS[target]
     return KINDS[load_target(target, source).driver]
-
-
-def _requirements(
-    kind: TargetKind, backends: tuple[str, ...], manifest: Manifest
-) -> tuple[str, ...]:
-    packages = {*RUNTIME_PACKAGES, *kind.server}
-    packages |= {package for name in backends if (package := BY_NAME[name].package)}
-    pinned = [_pin(name) for name in sorted(packages)]
-    return (*pinned, *manifest.handler.requirements)
-
-
-def _requirements_text(target: TargetPlan) -> str:
-    header = f"# runtime requirements of target {target.name}, pinned by `edgeserve build`\n"
-    return header + "".join(f"{line}\n" for line in target.requirements)
-
-
-def _pin(package: str) -> str:
-    version = _installed_version(package)
-    return f"{package}=={version}" if version else package
-
-
-def _installed_version(package: str) -> str | None:
-    try:
-        return package_metadata.version(package)
-    except package_metadata.PackageNotFoundError:
-        return None

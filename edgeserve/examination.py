@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from edgeserve.backends import BY_NAME, Choice, choose, probe
+from edgeserve.backends import BY_NAME, Choice, choose, forced, probe
 from edgeserve.bench.inputs import Body, ModelInputs, sample_bodies
 from edgeserve.builder import BuildPlan, check_source, plan_build, read_model, write_bundle
 from edgeserve.bundle import Bundle, is_function_source
@@ -93,7 +93,7 @@ def examine(path: Path, *, backend: str | None = None, timeout_s: float) -> Repo
     `serve --backend` would), each a Finding; loading the model on a backend may take
     `timeout_s`, then it is reported as a failure."""
     with tempfile.TemporaryDirectory(prefix="edgeserve-doctor-") as scratch:
-        findings, function = _open(path, Path(scratch))
+        findings, function = _open(path, Path(scratch), backend)
         if function is None:
             done = STEPS.index(findings[-1].check) + 1
             skipped = [Finding.skipped(step, "needs the steps above") for step in STEPS[done:]]
@@ -104,11 +104,12 @@ def examine(path: Path, *, backend: str | None = None, timeout_s: float) -> Repo
         return Report(function.name, tuple(findings))
 
 
-def _open(path: Path, scratch: Path) -> tuple[list[Finding], _Function | None]:
+def _open(path: Path, scratch: Path, backend: str | None) -> tuple[list[Finding], _Function | None]:
+    """The function at `path`; a source is built as serve builds it (`backend`: forced)."""
     if path.suffix.lower() == ".onnx" and path.is_file():
-        return _open_model(path, scratch)
+        return _open_model(path, scratch, backend)
     if is_function_source(path):
-        return _open_source(path, scratch)
+        return _open_source(path, scratch, backend)
     try:
         bundle = Bundle.open(path)
     except EdgeserveError as exc:
@@ -127,7 +128,9 @@ def _open(path: Path, scratch: Path) -> tuple[list[Finding], _Function | None]:
     return [opened, model_finding(bundle.signature, bundle.manifest)], function
 
 
-def _open_model(model: Path, scratch: Path) -> tuple[list[Finding], _Function | None]:
+def _open_model(
+    model: Path, scratch: Path, backend: str | None
+) -> tuple[list[Finding], _Function | None]:
     """A model alone, as the function `edgeserve init` makes of it (named after the file)."""
     init = f"edgeserve init {shlex.quote(model.stem)} --model {shlex.quote(str(model))}"
     try:
@@ -140,13 +143,13 @@ def _open_model(model: Path, scratch: Path) -> tuple[list[Finding], _Function | 
         f"none: {model} is a model alone, examined as the function `{init}` makes of it",
         f"{init}, then edgeserve serve {shlex.quote(model.stem)}",
     )
-    findings, function = _open_source(source, scratch, note)
+    findings, function = _open_source(source, scratch, backend, note)
     alias = (str(source / model.name), str(model))
     return findings, function and replace(function, alias=alias)
 
 
 def _open_source(
-    source: Path, scratch: Path, note: Finding | None = None
+    source: Path, scratch: Path, backend: str | None, note: Finding | None = None
 ) -> tuple[list[Finding], _Function | None]:
     try:
         manifest = load_manifest(source)
@@ -159,7 +162,7 @@ def _open_source(
         return [*findings, Finding.failed("model", exc)], None
     findings.append(model_finding(signature, manifest))
     try:
-        plan = plan_build(source)
+        plan = plan_build(source, backend=forced(backend))
     except EdgeserveError as exc:
         return [*findings, Finding.failed("build", exc)], None
     built, bundle_for = _build(source, plan, scratch)
@@ -178,9 +181,15 @@ def _open_source(
 
 def _build(source: Path, plan: BuildPlan, scratch: Path) -> tuple[Finding, Callable[[str], Bundle]]:
     """Build's checks and bundle (serve's own), and where to find a bundle for a backend."""
+    checks: list[str] = []
     try:
-        checks = [check.describe() for check in check_source(source, plan)]
-        bundle = replace(write_bundle(plan, scratch / "bundle"), source=source)
+        done = write_bundle(
+            plan,
+            scratch / "bundle",
+            check=partial(check_source, source),
+            report=lambda check: checks.append(check.describe()),
+        )
+        bundle = replace(done, source=source)
     except EdgeserveError as exc:
         return Finding.failed("build", exc), partial(_bundle_for, source, scratch)
     warned = any(said.startswith("warning: ") for said in checks)

@@ -53,7 +53,7 @@ def serve(
     """
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
     started = time.perf_counter()
-    bundle = _open(path)
+    bundle = _open(path, backend)
     port = bundle.manifest.resources.port if port is None else port
     if fd is None:
         check_port(host, port)
@@ -109,7 +109,7 @@ def _bind_error(host: str, port: int, exc: OSError) -> str:
 def load_app(path: Path, backend: str | None = None) -> FunctionApp:
     """Open (or build) the bundle at `path` and load it: the app every server of it runs."""
     started = time.perf_counter()
-    return _load(_open(path), backend, started)
+    return _load(_open(path, backend), backend, started)
 
 
 def plan_layout(bundle: Bundle, workers: str | None, backend: str | None) -> Layout:
@@ -134,11 +134,12 @@ def _load(
     return create_app(runtime, timeouts=timeouts)
 
 
-def _open(path: Path) -> Bundle:
-    """The bundle at `path`, built first when it is a function source. Building needs the onnx
-    package; serving a built bundle (on a device, in an image) must not, hence the late import."""
+def _open(path: Path, backend: str | None) -> Bundle:
+    """The bundle at `path`, built first when it is a function source (for `backend` alone
+    where one is forced). Building needs the onnx package; serving a built bundle (on a device,
+    in an image) must not, hence the late import."""
     if not is_function_source(path):
         return Bundle.open(path)
     from edgeserve.builder import open_or_build
 
-    return open_or_build(path)
+    return open_or_build(path, backend=backend)

@@ -85,7 +85,7 @@ def choose(platform: Platform, prefer: Sequence[str] = (), override: str | None 
     """Pick the backend for this platform (see the module docstring); no `prefer`: any backend."""
     if override:
         return _forced(platform, override, "the explicit override")
-    if env := os.environ.get(ENV_VAR, "").strip():
+    if env := forced(None):
         return _forced(platform, env, f"{ENV_VAR}={env}")
     fitting = suited(platform.kind)
     prefer = prefer or tuple(BY_NAME)
@@ -101,6 +101,12 @@ def choose(platform: Platform, prefer: Sequence[str] = (), override: str | None 
         f"no usable backend on this {platform.kind} machine for [backend] prefer = {list(prefer)}: "
         f"{tried}. Hint: `edgeserve doctor` shows what this machine has."
     )
+
+
+def forced(override: str | None) -> str | None:
+    """The backend forced on `choose`, whatever the platform: `override`, else $EDGESERVE_BACKEND;
+    building a source for serve plans it alone."""
+    return override or os.environ.get(ENV_VAR, "").strip() or None
 
 
 def _reason(name: str, platform: Platform, prefer: Sequence[str], fitting: Sequence[str]) -> str:

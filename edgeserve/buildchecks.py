@@ -1,0 +1,82 @@
+"""What build says of a source before it writes a bundle: its checks (the batch axis, the
+handler's dry run on the samples, OpenVINO's drift from fp32), a backend that refused the model,
+and an earlier build it replaced."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from edgeserve.dryrun import DryRun, SkippedCheck, check_batch_axis, dry_run
+from edgeserve.manifest import load_manifest
+from edgeserve.precision import PrecisionCheck, SkippedPrecision, check_precision
+
+if TYPE_CHECKING:
+    from edgeserve.builder import BuildPlan
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """An earlier build in the output folder, replaced by this one: said, since what was
+    tested or deployed from that folder is gone (the hash tells which build it was)."""
+
+    out: Path
+    content_hash: str  # "": its edgeserve.json recorded none
+
+    def describe(self) -> str:
+        which = f" (hash {self.content_hash[:12]})" if self.content_hash else ""
+        return f"replaced the earlier build in {self.out}{which}"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A backend of the plan that could not prepare the model (OpenVINO has no conversion for
+    an op): the bundle plans the others, and says so, since a machine whose first choice it
+    was will serve on the next one."""
+
+    backend: str
+    reason: str
+    planned: tuple[str, ...]  # what the bundle plans instead, best first
+
+    def describe(self) -> str:
+        return (
+            f"warning: {self.backend} refuses the model, so the bundle plans "
+            f"{', '.join(self.planned)} only: {self.reason}"
+        )
+
+
+Check = PrecisionCheck | DryRun | SkippedCheck | SkippedPrecision | Replaced | Refused
+"""What build reports (each has `describe()`): its checks before writing a bundle (the skipped
+ones warn), a backend that refused the model, and an earlier bundle it replaced."""
+
+log = logging.getLogger("edgeserve")
+
+
+def log_check(check: Check) -> None:
+    """Build's checks of a source opened by serve, deploy or the Lambda emulator, in the log
+    (`edgeserve build` prints them instead); a check that could not run as a warning."""
+    if isinstance(
+        check, SkippedCheck | SkippedPrecision | Refused
+    ):  # the level says "warning" already
+        log.warning("%s", check.describe().removeprefix("warning: "))
+    else:
+        log.info("%s", check.describe())
+
+
+def check_source(source: Path, plan: BuildPlan) -> list[Check]:
+    """Build's checks of a source before anything is written, each raising what it refuses:
+    the batch axis (`dryrun.check_batch_axis`; a SkippedCheck where it could not run), the
+    handler on the samples (`dryrun.dry_run`), and OpenVINO's drift from fp32 where a target
+    plans it (`precision.check_precision`). `build` and `open_or_build` (serve, bench, deploy
+    and the Lambda emulator on a source folder) both run them: what one refuses, so does the
+    other."""
+    manifest = load_manifest(source)  # the source's own: the plan's points into the bundle
+    planned = "openvino" in plan.backends  # the precision check measures OpenVINO's drift
+    done = (
+        check_batch_axis(source, manifest, plan.signature),
+        dry_run(source, manifest, plan.signature),
+        check_precision(source, manifest, plan.signature) if planned else None,
+    )
+    return [check for check in done if check is not None]
