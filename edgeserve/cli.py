@@ -127,7 +127,10 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from edgeserve.doctor import machine_table, render
 
-    console.print(machine_table(args.backend))
+    table, refused = machine_table(args.backend)
+    console.print(table)
+    if args.function is None and refused is not None:
+        raise refused
     if args.function is None:
         return 0
     from edgeserve.examination import examine

@@ -15,7 +15,7 @@ from typing import Literal
 from rich.table import Table
 from rich.text import Text
 
-from edgeserve.backends import choose, probe
+from edgeserve.backends import Choice, choose, probe
 from edgeserve.errors import EdgeserveError
 from edgeserve.hardware import describe
 from edgeserve.image.tools import describe_tools
@@ -125,15 +125,22 @@ def requirements_finding(
     )
 
 
-def machine_table(backend: str | None) -> Table:
+def machine_table(backend: str | None) -> tuple[Table, EdgeserveError | None]:
     """The probe, the backend chosen for any function (or `backend`, forced) and why, and the
-    image tools."""
+    image tools; with the refusal of a forced backend that cannot run here, shown in its row
+    rather than raised, so that a function's rows still follow."""
     platform = probe()
-    choice = choose(platform, override=backend)
+    refused = None
+    try:
+        choice = choose(platform, override=backend)
+    except EdgeserveError as exc:
+        if backend is None:
+            raise
+        choice, refused = Choice(backend, exc.message), exc
     table = Table(title="edgeserve doctor", show_header=False)
     for key, value in [*describe(platform, choice), *describe_tools()]:
         table.add_row(Text(key), Text(value))
-    return table
+    return table, refused
 
 
 def render(report: Report) -> Table:

@@ -162,7 +162,7 @@ def _open_source(
         return [*findings, Finding.failed("model", exc)], None
     findings.append(model_finding(signature, manifest))
     try:
-        plan = plan_build(source, backend=forced(backend))
+        plan = plan_build(source, backend=forced(backend, probe()))
     except EdgeserveError as exc:
         return [*findings, Finding.failed("build", exc)], None
     built, bundle_for = _build(source, plan, scratch)

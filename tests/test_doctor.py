@@ -162,3 +162,17 @@ def test_a_load_slower_than_the_bound_is_reported_not_waited_for(tmp_path: Path)
     assert "doctor --load-timeout S" in found  # the hint
     assert rows["warm-up"] == ("skipped", "needs the model loaded")
     assert rows["layout"][0] == "ok"
+
+
+def test_a_forced_backend_this_machine_lacks_fails_the_backend_row_of_the_function(
+    tmp_path: Path,
+) -> None:
+    folder = write_function(tmp_path / "mlp", mlp_model, '[function]\nname = "mlp"\n')
+    status, rows, err = doctor(str(folder), "--backend", "tensorrt")  # no NVIDIA GPU here
+    assert status == 2
+    assert rows["build"][0] == "ok"
+    verdict, found = rows["backend"]
+    assert verdict == "fail"
+    assert "backend 'tensorrt' (from the explicit override) cannot run here" in found
+    assert rows["warm-up"] == ("skipped", "needs a backend")
+    assert "backend" in err

@@ -103,10 +103,15 @@ def choose(platform: Platform, prefer: Sequence[str] = (), override: str | None 
     )
 
 
-def forced(override: str | None) -> str | None:
-    """The backend forced on `choose`, whatever the platform: `override`, else $EDGESERVE_BACKEND;
-    building a source for serve plans it alone."""
-    return override or os.environ.get(ENV_VAR, "").strip() or None
+def forced(override: str | None, platform: Platform | None = None) -> str | None:
+    """The backend forced on `choose`: `override`, else $EDGESERVE_BACKEND; building a source
+    for serve plans it alone. With `platform`, only one that can run there: doctor leaves one
+    that cannot to its backend row, which says why, and builds as it would otherwise."""
+    name = override or os.environ.get(ENV_VAR, "").strip() or None
+    if platform is None or name is None:
+        return name
+    known = BY_NAME.get(name)
+    return name if known is not None and known.available(platform) is None else None
 
 
 def _reason(name: str, platform: Platform, prefer: Sequence[str], fitting: Sequence[str]) -> str:
