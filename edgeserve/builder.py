@@ -32,6 +32,7 @@ from edgeserve.bundle import (
 )
 from edgeserve.cache import bundles_dir, prune, touch
 from edgeserve.errors import BackendError, BundleError, ConfigError
+from edgeserve.hardware import probe_modules
 from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
 from edgeserve.profiles import load_target, target_name
@@ -289,15 +290,18 @@ def _copy_sources(plan: BuildPlan, root: Path) -> None:
 
 def _prepare(plan: BuildPlan, root: Path, report: Callable[[Check], None]) -> BuildPlan:
     """Each planned backend prepares the model in `root`; one that refuses it leaves the plan
-    (its files removed) where every target keeps another backend, else its refusal stands."""
+    (its files removed) where every target keeps another backend, else its refusal stands, as
+    does a backend not installed on this machine: a bundle is built for other machines too, so
+    what this one lacks is said, not planned away."""
     model = root / plan.manifest.model.path
     for name in plan.backends:
         backend = BY_NAME[name]
         try:
             backend.prepare(model, root)
         except BackendError as exc:
-            if any(target.backends == (name,) for target in plan.targets):
-                raise  # a target with no other backend: the refusal is the build's
+            missing = len(probe_modules(list(backend.modules))) < len(backend.modules)
+            if missing or any(target.backends == (name,) for target in plan.targets):
+                raise  # not installed here (not the model's fault), or a target's only backend
             plan = plan.without(name)
             for prepared in backend.prepared:
                 (root / prepared).unlink(missing_ok=True)

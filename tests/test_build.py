@@ -373,7 +373,10 @@ def mixed_types_model(path: Path) -> Path:
 
 
 def test_a_failed_ir_export_leaves_no_half_bundle(tmp_path: Path) -> None:
-    manifest = '[function]\nname = "f"\n[backend]\nprecision = "fp32"\n'  # no precision check
+    """OpenVINO alone planned (with another backend, build plans past its refusal)."""
+    manifest = (  # fp32: no precision check
+        '[function]\nname = "f"\n[backend]\nprefer = ["openvino"]\nprecision = "fp32"\n'
+    )
     folder = write_function(tmp_path / "f", mixed_types_model, manifest)
 
     with pytest.raises(BackendError, match="cannot convert"):
