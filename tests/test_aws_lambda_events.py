@@ -230,6 +230,9 @@ ROUTED = [
     ({**REST_GET, "path": "/ml", "resource": "/", "pathParameters": None}, "/", True),
     # the REST API's own endpoint: the stage is never in `path`
     ({**REST_GET, "path": "/hello/world"}, "/hello/world", True),
+    # ... unless the event carries it there, as requestContext.path does (stage testStage)
+    ({**REST_GET, "path": "/testStage/hello/world"}, "/hello/world", True),
+    ({**REST_GET, "path": "/testStage/hello/world", "pathParameters": None}, "/hello/world", True),
 ]
 ROUTED_IDS = [
     "http-api-stage",
@@ -240,6 +243,8 @@ ROUTED_IDS = [
     "rest-base-path",
     "rest-base-path-root",
     "rest-own-endpoint",
+    "rest-stage-in-path",
+    "rest-stage-in-path-no-parameters",
 ]
 
 
@@ -248,7 +253,8 @@ def test_the_routes_see_the_path_without_the_gateways_prefix(
     event: dict[str, Any], path: str, rest: bool
 ) -> None:
     """A named stage or a base path mapping put in front of every path made every request a
-    404 behind an HTTP API stage or a REST API's custom domain."""
+    404 behind an HTTP API stage or a REST API's custom domain, and a REST event whose path
+    carried its stage a 404."""
     assert ECHO(event, None) == echoed_get(path, rest=rest)
 
 

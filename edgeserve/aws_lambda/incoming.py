@@ -87,7 +87,8 @@ def routed(event: dict[str, Any], kind: str) -> dict[str, Any]:
       (`/prod/v2/health/ready` on stage `prod`; `$default` is served at the root), in
       rawPath and requestContext.http.path (payload 2.0) or path (1.0);
     - a REST API's base path mapping on a custom domain (`/ml/v2/health/ready` for resource
-      `/{proxy+}`), found by filling the resource's path parameters in.
+      `/{proxy+}`), found by filling the resource's path parameters in; else its stage, where
+      the path carries it as requestContext.path does (`/prod/v2/models/m/infer` was a 404).
     """
     if kind not in ("http-v2", "http-v1", "rest"):
         return event
@@ -103,7 +104,8 @@ def routed(event: dict[str, Any], kind: str) -> dict[str, Any]:
         http = {**http, "path": _strip(http["path"], prefix)}
         return {**event, "requestContext": {**context, "http": http}}
     path = event["path"]
-    prefix = _stage_prefix(context, path) if kind == "http-v1" else _base_path(event, path)
+    prefix = _base_path(event, path) if kind == "rest" else ""
+    prefix = prefix or _stage_prefix(context, path)
     return {**event, "path": _strip(path, prefix)} if prefix else event
 
 
