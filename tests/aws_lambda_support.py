@@ -30,13 +30,17 @@ max_queue_delay_ms = 5
 
 
 def small_bundle(
-    tmp: Path, name: str = "tiny", handler: str | None = None, modules: dict[str, str] | None = None
+    tmp: Path,
+    name: str = "tiny",
+    handler: str | None = None,
+    modules: dict[str, str] | None = None,
+    width: int = 4,
 ) -> Bundle:
-    """A real bundle for target aws-lambda: an MLP x[N,16] -> y[N,4], optional handler.py and
-    files beside it (`modules`: relative path -> text)."""
+    """A real bundle for target aws-lambda: an MLP x[N,16] -> y[N,width], optional handler.py
+    and files beside it (`modules`: relative path -> text)."""
     source = tmp / "src" / name
     source.mkdir(parents=True)
-    mlp_model(source / "model.onnx")
+    mlp_model(source / "model.onnx", n_out=width)
     toml = FUNCTION_TOML.format(name=name)
     if handler is not None:
         (source / "handler.py").write_text(handler)

@@ -118,6 +118,7 @@ SAMPLES = [
                 method="GET", path="/", query=[["name", "me"]], body="Who there?", cookies=None
             ),
             "isBase64Encoded": False,
+            "statusDescription": "200 OK",
         },
     ),
 ]
@@ -175,7 +176,11 @@ def test_binary_bodies_round_trip_base64_through_every_sample(
 
     headers = {"content-length": str(len(body)), "content-type": content_type}
     if name.startswith("alb"):
-        expected = {"statusCode": 200, "multiValueHeaders": {k: [v] for k, v in headers.items()}}
+        expected = {
+            "statusCode": 200,
+            "statusDescription": "200 OK",
+            "multiValueHeaders": {k: [v] for k, v in headers.items()},
+        }
     elif name == "apigw-request.json":
         expected = {"statusCode": 200, "headers": headers, "multiValueHeaders": {}}
     else:
@@ -288,6 +293,7 @@ def test_the_handlers_own_400_to_an_alb_uses_the_headers_field_the_alb_reads(
     handler's own 400 carried `headers`, so its content-type was lost."""
     assert ECHO(event, None) == {
         "statusCode": 400,
+        "statusDescription": "400 Bad Request",
         **headers,
         "body": REFUSED,
         "isBase64Encoded": False,

@@ -166,6 +166,15 @@ def test_null_optional_fields_are_absent_fields(handler: LambdaHandler) -> None:
     assert handler(event, None)["statusCode"] == 200
 
 
+@pytest.mark.parametrize("headers", [None, DELETE])
+def test_an_alb_event_without_headers_is_served(handler: LambdaHandler, headers: Any) -> None:
+    """Mangum read an ALB event's `headers` unconditionally: a 400 "missing field 'headers'"."""
+    event = changed(ALB, ("headers",), headers)
+    event.update(path="/v2/health/live", multiValueHeaders=None)
+
+    assert handler(event, None)["statusCode"] == 200
+
+
 def test_a_direct_v2_infer_request_is_answered_like_the_http_route(
     handler: LambdaHandler, bundle: Bundle
 ) -> None:

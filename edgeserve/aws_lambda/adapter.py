@@ -96,13 +96,14 @@ class LambdaHandler:
                 response = self._http(events.infer_event(event, self.model), "http-v2", context)
                 return events.direct_answer(response)
             return events.not_http(event)
-        return self._http(events.without_nulls(event), kind, context)
+        event = events.without_nulls(event, kind)
+        return events.finished(self._http(event, kind, context), event, kind)
 
     def _http(self, event: dict[str, Any], kind: str, context: Any) -> dict[str, Any]:
         where = f"malformed {events.KINDS[kind]} event"
         problem = events.problem_in(event, kind)
         if problem:
-            return events.bad_request(f"{where}: {problem}", event, kind)
+            return events.refusal(400, f"{where}: {problem}", event, kind)
         asyncio.set_event_loop(self.loop)
         try:
             as_sent = events.decoded(events.routed(event, kind), kind)
@@ -115,5 +116,5 @@ class LambdaHandler:
                 if isinstance(exc, KeyError)
                 else f"{type(exc).__name__} {exc}"
             )
-            return events.bad_request(f"{where}: {found}", event, kind)
+            return events.refusal(400, f"{where}: {found}", event, kind)
         return answer

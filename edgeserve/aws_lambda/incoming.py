@@ -5,7 +5,9 @@ the handler otherwise. Here every event gets an answer: an HTTP event with a mis
 field gets a 400 saying which field; a direct invocation carrying a KServe v2 infer request is
 turned into one (`infer_event`); anything else gets an error payload saying what is accepted.
 A valid HTTP event reaches Mangum as the request reached the gateway: the path without the
-gateway's prefix (`routed`), a REST body's spent Content-Encoding gone (`decoded`).
+gateway's prefix (`routed`), a REST body's spent Content-Encoding gone (`decoded`). Its answer
+leaves as the source takes it (`finished`): ALB's status line, and a 413 where the answer is
+past what the source carries back.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import binascii
 import json
 import re
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
+from edgeserve.aws_lambda.settings import ALB_RESPONSE_LIMIT_BYTES, PAYLOAD_LIMIT_BYTES
 from edgeserve.errors import echo, echo_repr
 
 KINDS = {
@@ -55,9 +59,13 @@ def kind_of(event: Mapping[str, Any]) -> str | None:
     return None
 
 
-def without_nulls(event: Mapping[str, Any]) -> dict[str, Any]:
-    """API Gateway sends null for absent headers, query and body: treat them as absent."""
-    return {key: value for key, value in event.items() if value is not None}
+def without_nulls(event: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """API Gateway sends null for absent headers, query and body: treat them as absent. An ALB
+    event without any headers has none (Mangum read its `headers` unconditionally: a 400)."""
+    present = {key: value for key, value in event.items() if value is not None}
+    if kind == "alb" and "headers" not in present and "multiValueHeaders" not in present:
+        present["headers"] = {}
+    return present
 
 
 def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
@@ -123,10 +131,10 @@ def decoded(event: dict[str, Any], kind: str) -> dict[str, Any]:
     return {**event, **without}
 
 
-def bad_request(message: str, event: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """A 400 every HTTP event kind's caller understands: an ALB target group with multi-value
-    headers on (its events carry multiValueHeaders) reads the response's multiValueHeaders
-    alone, as Mangum answers it."""
+def refusal(status: int, message: str, event: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """The handler's own error answer, in the shape every HTTP event kind's caller reads: an
+    ALB target group with multi-value headers on (its events carry multiValueHeaders) reads
+    the response's multiValueHeaders alone, as Mangum answers it."""
     headers = {"content-type": "application/json"}
     fields = (
         {"multiValueHeaders": {name: [value] for name, value in headers.items()}}
@@ -134,11 +142,42 @@ def bad_request(message: str, event: Mapping[str, Any], kind: str) -> dict[str, 
         else {"headers": headers}
     )
     return {
-        "statusCode": 400,
+        "statusCode": status,
         **fields,
         "body": json.dumps({"error": message}),
         "isBase64Encoded": False,
     }
+
+
+def finished(answer: dict[str, Any], event: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """The answer to an HTTP event as its source takes it back: a 413 in its place where it is
+    past the source's response limit (Lambda failed the invocation, or the ALB dropped the
+    answer: the caller got a 502 with no body), and an ALB's status line."""
+    limit = ALB_RESPONSE_LIMIT_BYTES if kind == "alb" else PAYLOAD_LIMIT_BYTES
+    if problem := too_large(answer, limit, f"the answer to an {KINDS[kind]} event"):
+        answer = refusal(413, problem, event, kind)
+    if kind == "alb":  # the status line's text, as in AWS's examples of ALB answers
+        answer = {**answer, "statusDescription": _status_line(answer["statusCode"])}
+    return answer
+
+
+def too_large(answer: Mapping[str, Any], limit: int, what: str) -> str | None:
+    """Why `answer` cannot go back (its JSON, as the runtime client sends it, is past `limit`
+    bytes), or None. Measured with ASCII escapes, the larger of the client's two encodings."""
+    size = len(json.dumps(answer))
+    if size <= limit:
+        return None
+    return (
+        f"the answer is too large for Lambda: {size} bytes as JSON, over the {limit} bytes "
+        f"allowed for {what}. Hint: send fewer items per request"
+    )
+
+
+def _status_line(status: int) -> str:
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:  # a status the standard library does not name
+        return str(status)
 
 
 def is_infer_request(event: Mapping[str, Any]) -> bool:
@@ -199,6 +238,8 @@ def direct_answer(response: Mapping[str, Any]) -> dict[str, Any]:
         return {"error": f"the function's answer is not JSON ({exc})", "status": 500}
     if response["statusCode"] >= 400:
         answer["status"] = response["statusCode"]
+    if problem := too_large(answer, PAYLOAD_LIMIT_BYTES, "a synchronous invocation's answer"):
+        return {"error": problem, "status": 413}
     return answer
 
 

@@ -13,6 +13,9 @@ UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
 """Zip package limit, unzipped (layers included)."""
 PAYLOAD_LIMIT_BYTES = 6 * 1024 * 1024
 """Synchronous invocation limit, request and response each (6,291,456 bytes)."""
+ALB_RESPONSE_LIMIT_BYTES = 1024 * 1024
+"""An ALB takes at most 1 MB of response JSON from a Lambda target (AWS docs, ALB
+lambda-functions, Limits); past it the client gets a 502."""
 
 GLIBC_MINOR = 34
 """The python3.12 to 3.14 runtimes run on Amazon Linux 2023, glibc 2.34. (3.10 and 3.11, on
