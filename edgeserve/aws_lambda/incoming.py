@@ -161,9 +161,25 @@ def finished(answer: dict[str, Any], event: Mapping[str, Any], kind: str) -> dic
     return answer
 
 
-def too_large(answer: Mapping[str, Any], limit: int, what: str) -> str | None:
+WIDEST_ESCAPE = 12
+"""The most characters json.dumps writes for one character of text: two \\uXXXX escapes for one
+past the Basic Multilingual Plane."""
+
+
+def too_large(answer: Mapping[str, Any], limit: int, what: str, text: str = "") -> str | None:
     """Why `answer` cannot go back (its JSON, as the runtime client sends it, is past `limit`
-    bytes), or None. Measured with ASCII escapes, the larger of the client's two encodings."""
+    bytes), or None. Measured with ASCII escapes, the larger of the client's two encodings.
+    `text`: the JSON `answer` was read from, or its body: where even its widest escaping fits,
+    nothing is encoded a second time (every answer passes here)."""
+    body = answer.get("body")
+    if isinstance(body, str):  # an HTTP answer: its body, and the few fields beside it
+        text = body
+        rest = {key: value for key, value in answer.items() if key != "body"}
+    else:
+        rest = {}
+    widest = WIDEST_ESCAPE * len(text) + len(json.dumps(rest)) + 64  # 64: a status added
+    if text and widest <= limit:
+        return None
     size = len(json.dumps(answer))
     if size <= limit:
         return None
@@ -238,7 +254,8 @@ def direct_answer(response: Mapping[str, Any]) -> dict[str, Any]:
         return {"error": f"the function's answer is not JSON ({exc})", "status": 500}
     if response["statusCode"] >= 400:
         answer["status"] = response["statusCode"]
-    if problem := too_large(answer, PAYLOAD_LIMIT_BYTES, "a synchronous invocation's answer"):
+    what = "a synchronous invocation's answer"
+    if problem := too_large(answer, PAYLOAD_LIMIT_BYTES, what, body):
         return {"error": problem, "status": 413}
     return answer
 
