@@ -60,11 +60,26 @@ def kind_of(event: Mapping[str, Any]) -> str | None:
 
 
 def without_nulls(event: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """API Gateway sends null for absent headers, query and body: treat them as absent. An ALB
-    event without any headers has none (Mangum read its `headers` unconditionally: a 400)."""
+    """API Gateway sends null for absent headers, query and body: treat them as absent. What
+    AWS always sends but an event written by hand (a test event, `sam local`) may leave out is
+    filled in, where Mangum read it unconditionally (each was a 400 "missing field"): an ALB
+    event's headers; a 2.0 event's requestContext.http.sourceIp (no client address) and its
+    path, given either as rawPath or as requestContext.http.path."""
     present = {key: value for key, value in event.items() if value is not None}
     if kind == "alb" and "headers" not in present and "multiValueHeaders" not in present:
         present["headers"] = {}
+    context = present.get("requestContext")
+    if (
+        kind == "http-v2"
+        and isinstance(context, Mapping)
+        and isinstance(context.get("http"), Mapping)
+    ):
+        http = {"sourceIp": "", **context["http"]}
+        if "path" not in http and isinstance(present.get("rawPath"), str):
+            http["path"] = present["rawPath"]
+        if "rawPath" not in present and isinstance(http.get("path"), str):
+            present["rawPath"] = http["path"]
+        present["requestContext"] = {**context, "http": http}
     return present
 
 
