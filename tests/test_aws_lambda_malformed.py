@@ -165,6 +165,23 @@ def test_null_optional_fields_are_absent_fields(handler: LambdaHandler) -> None:
     assert handler(event, None)["statusCode"] == 200
 
 
+@pytest.mark.parametrize(
+    "where",
+    [("requestContext", "identity"), ("headers", "X-Empty"), ("queryStringParameters", "a")],
+)
+def test_a_null_inside_the_event_is_an_absent_field(
+    handler: LambdaHandler, where: tuple[str, str]
+) -> None:
+    """requestContext.identity of null was a 400 "AttributeError 'NoneType' object has no
+    attribute 'get'"; a header or query parameter of null, "must map strings to strings"."""
+    event = changed(REST, ("path",), "/v2/health/live")
+    event.update(httpMethod="GET", body=None, multiValueHeaders=None)
+    event.update(multiValueQueryStringParameters=None)
+    event[where[0]] = {**(event.get(where[0]) or {}), where[1]: None}
+
+    assert handler(event, None)["statusCode"] == 200
+
+
 @pytest.mark.parametrize("headers", [None, DELETE])
 def test_an_alb_event_without_headers_is_served(handler: LambdaHandler, headers: Any) -> None:
     """Mangum read an ALB event's `headers` unconditionally: a 400 "missing field 'headers'"."""

@@ -60,12 +60,16 @@ def kind_of(event: Mapping[str, Any]) -> str | None:
 
 
 def without_nulls(event: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """API Gateway sends null for absent headers, query and body: treat them as absent. What
+    """API Gateway sends null for absent headers, query and body: treat them as absent (and
+    so a null header, query parameter or requestContext field, such as identity). What
     AWS always sends but an event written by hand (a test event, `sam local`) may leave out is
     filled in, where Mangum read it unconditionally (each was a 400 "missing field"): an ALB
     event's headers; a 2.0 event's requestContext.http.sourceIp (no client address) and its
     path, given either as rawPath or as requestContext.http.path."""
-    present = {key: value for key, value in event.items() if value is not None}
+    present = _present(event)
+    for name in (*_TEXT_MAPS, *_LIST_MAPS, "requestContext"):  # a header of null: no header
+        if isinstance(present.get(name), Mapping):
+            present[name] = _present(present[name])
     if kind == "alb" and "headers" not in present and "multiValueHeaders" not in present:
         present["headers"] = {}
     context = present.get("requestContext")
@@ -81,6 +85,10 @@ def without_nulls(event: Mapping[str, Any], kind: str) -> dict[str, Any]:
             present["rawPath"] = http["path"]
         present["requestContext"] = {**context, "http": http}
     return present
+
+
+def _present(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if value is not None}
 
 
 def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
