@@ -60,6 +60,7 @@ class TargetPlan:
     platform: str
     backends: tuple[str, ...]
     requirements: tuple[str, ...]
+    declined: tuple[tuple[str, str], ...] = ()  # (backend, why): preferred, fits, not planned
 
     def to_json(self) -> dict[str, Any]:
         return {"platform": self.platform, "backends": list(self.backends)}
@@ -293,6 +294,9 @@ def _prepare(plan: BuildPlan, root: Path, report: Callable[[Check], None]) -> Bu
     (its files removed) where every target keeps another backend, else its refusal stands, as
     does a backend not installed on this machine: a bundle is built for other machines too, so
     what this one lacks is said, not planned away."""
+    declined = dict(pair for target in plan.targets for pair in target.declined)
+    for name, why in declined.items():  # what it would serve wrong: never planned
+        report(Refused(name, why, plan.preferred))
     model = root / plan.manifest.model.path
     for name in plan.backends:
         backend = BY_NAME[name]
@@ -363,7 +367,8 @@ def _target_plan(
             f"runs on target {target!r} (platform {kind.platform}: {list(fits)}){why}"
         )
     requirements = pinned_requirements(kind, backends, manifest)
-    return TargetPlan(target_name(target), kind.platform, backends, requirements)
+    not_planned = tuple((name, why) for name, why in declined.items() if name in fits)
+    return TargetPlan(target_name(target), kind.platform, backends, requirements, not_planned)
 
 
 def _target_kind(target: str, source: Path) -> TargetKind:

@@ -612,13 +612,23 @@ def test_a_backend_that_would_not_serve_the_model_as_written_is_not_planned(
     tmp_path: Path, datatype: str, planned: list[str]
 ) -> None:
     """OpenVINO has no string tensors (its warm-up failed the server's start) and computes FP64
-    in FP32 without a word: such a model is planned on ONNX Runtime alone."""
+    in FP32 without a word: such a model is planned on ONNX Runtime alone, and build says why
+    (it said nothing: a machine whose first choice was OpenVINO then served on the next)."""
     folder = write_function(
         tmp_path / "fn", lambda path: identity_model(path, (datatype,)), '[function]\nname = "fn"\n'
     )
-    bundle = build(folder, tmp_path / "out")
+    reported: list[str] = []
+    bundle = build(folder, tmp_path / "out", report=lambda done: reported.append(done.describe()))
     meta = json.loads((bundle.root / "edgeserve.json").read_text())
     assert meta["targets"]["local"]["backends"] == planned
+    refusals = [line for line in reported if "refuses the model" in line]
+    if "openvino" in planned:
+        assert refusals == []
+    else:
+        assert refusals == [
+            "warning: openvino refuses the model, so the bundle plans onnxruntime only: "
+            f"openvino has no {datatype} tensors (`in_{datatype}`)"
+        ]
 
 
 def test_a_manifest_that_leaves_only_a_declining_backend_says_why(tmp_path: Path) -> None:
