@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from edgeserve.backends import choose, default_device, load_backend, probe
+from edgeserve.backends import BY_NAME, choose, default_device, load_backend, probe
 from edgeserve.batching import Batcher, BatchPolicy, stack_rows
 from edgeserve.samples import json_samples
 from edgeserve.shapes import ShapeProfile, shape_profile
@@ -111,6 +111,15 @@ class LocalEngine:
         manifest = bundle.manifest
         platform = probe()
         choice = choose(platform, prefer=bundle.planned_backends(), override=backend)
+        if choice.name not in bundle.planned_backends():
+            why = BY_NAME[choice.name].declines(bundle.signature, bundle.model_path)
+            log.warning(
+                "%s is not a backend this bundle was planned for (%s)%s: it serves the model "
+                "unchecked by build",
+                choice.name,
+                ", ".join(bundle.planned_backends()),
+                f", since {why}" if why else "",
+            )
         policy = BatchPolicy.from_manifest(
             batching or manifest.batching, batched=bundle.signature.batched
         )

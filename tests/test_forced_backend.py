@@ -11,8 +11,8 @@ import pytest
 
 from edgeserve.bundle import Bundle
 from edgeserve.cli import main
-from tests.models import determinant_model, write_function
-from tests.server import served
+from tests.models import determinant_model, identity_model, write_function
+from tests.server import running, served
 
 OPENVINO_ONLY = '[function]\nname = "det"\n[backend]\nprefer = ["openvino"]\n'
 DET = {"name": "x", "shape": [1, 3, 3], "datatype": "FP32", "data": [2, 0, 0, 0, 3, 0, 0, 0, 4]}
@@ -61,3 +61,20 @@ def test_serve_with_a_forced_backend_plans_that_backend_alone(
     refused = subprocess.run(plain, capture_output=True, text=True, timeout=60, check=False)
     assert refused.returncode != 0
     assert "Det" in refused.stderr
+
+
+def test_a_backend_forced_on_a_bundle_not_planned_for_it_is_said_with_why(tmp_path: Path) -> None:
+    """An FP64 model plans ONNX Runtime alone (OpenVINO computes FP64 in FP32): forcing
+    OpenVINO on its bundle serves, as forced, with a warning naming the plan and the reason
+    (it served with none)."""
+    folder = write_function(
+        tmp_path / "fn", lambda path: identity_model(path, ("FP64",)), '[function]\nname = "fn"\n'
+    )
+    assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 0
+    with running(tmp_path / "out", "--backend", "openvino") as (url, server):
+        assert httpx.get(f"{url}/v2/health/ready").status_code == 200
+    said = "".join(server.output)
+    assert (
+        "WARNING: openvino is not a backend this bundle was planned for (onnxruntime), since "
+        "openvino has no FP64 tensors (`in_FP64`): it serves the model unchecked by build"
+    ) in said
