@@ -204,7 +204,9 @@ class Runtime:
             if hasattr(self.handler, "preprocess"):
                 items = self._checked(items)
             self.engine.check_room(len(items))
-            results = await _all_or_none(self._run_item(item, when) for item in items)
+            results = await _all_or_none(
+                self._run_item(item, when, index) for index, item in enumerate(items)
+            )
             # BF16 outputs are raw bits (datatypes.py), which JSON or a handler reads as integers
             numbers = [as_numbers(result, self.signature) for result in results]
             return await self._hook("postprocess", numbers, ctx)
@@ -239,10 +241,16 @@ class Runtime:
         except HandlerError as exc:
             raise HandlerError(exc.message, str(self.bundle.handler_source)) from None
 
-    async def _run_item(self, item: TensorDict, when: Deadline) -> TensorDict:
-        if not self.signature.batched:
-            return await self._run(item, when)
-        outputs = await self._run(one_row(item, self.signature), when)
+    async def _run_item(self, item: TensorDict, when: Deadline, index: int) -> TensorDict:
+        """One of preprocess's items; a refusal names it (the client sent a page, not it)."""
+        try:
+            if not self.signature.batched:
+                return await self._run(item, when)
+            outputs = await self._run(one_row(item, self.signature), when)
+        except InvalidInput as exc:
+            batch = ", run as a batch of one row" if self.signature.batched else ""
+            where = f"handler.preprocess's item {index}{batch}"
+            raise InvalidInput(f"{where}: {exc.message}") from None
         return {name: value[0] for name, value in outputs.items()}
 
     async def _hook(self, hook: str, *args: Any) -> Any:

@@ -197,7 +197,10 @@ def test_serve_blames_the_client_for_sizes_and_the_handler_for_types(tmp_path: P
         short = httpx.post(f"{url}/invoke", json={"x": [0.5] * 3}, timeout=30)
         wide = httpx.post(f"{url}/invoke", json={"x": [0.5] * 16, "dtype": "float64"}, timeout=30)
     assert short.status_code == 400
-    assert short.json() == {"error": "tensor `x`: expected [-1, 16] FP32, got [1, 3] FP32"}
+    assert short.json() == {
+        "error": "handler.preprocess's item 0, run as a batch of one row: "
+        "tensor `x`: expected [-1, 16] FP32, got [1, 3] FP32"
+    }
     assert wide.status_code == 500
     assert wide.json()["error"].startswith(
         "handler.preprocess item 0, `x`: got FP64 [16]; expected FP32 [16]"

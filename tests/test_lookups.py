@@ -219,8 +219,9 @@ def test_each_layout_refuses_at_its_door_the_ids_a_handler_makes(
 ) -> None:
     """`edgeserve serve` on OpenVINO, whose fronts hold the door: a v2 request's id 40, and the
     id 35 a handler's tokenizer made of the fifth word, are refused naming the tensor, as
-    a shape the handler made of a request is (a 400: the handler may pass a client's ids on);
-    the words within the table are answered."""
+    a shape the handler made of a request is (a 400: the handler may pass a client's ids on),
+    and for the handler's, the item it was in (the client sent words, not it); the words
+    within the table are answered."""
     source = write_function(
         tmp_path / "lookup",
         lambda path: lookup_model(path, FLOAT16),
@@ -237,7 +238,8 @@ def test_each_layout_refuses_at_its_door_the_ids_a_handler_makes(
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"] == past(40, [0, 2], "embed.weight")
     assert told.status_code == 400, told.text
-    assert told.json()["error"] == past(35, [0, 3], "embed.weight")
+    item = "handler.preprocess's item 0, run as a batch of one row"
+    assert told.json()["error"] == f"{item}: {past(35, [0, 3], 'embed.weight')}"
     assert answered.status_code == 200, answered.text
     expected = np.take(stored(FLOAT16), [1, 2, 3, 31], axis=0)
     np.testing.assert_allclose(answered.json()[0]["rows"], expected, rtol=1e-6)
