@@ -30,7 +30,7 @@ def check_keys(text: bytes, seen: int, where: str, document: Any = None) -> None
     strings are counted first (`colons`), so text that holds colons (a BYTES tensor of
     prompts) is not read again."""
     count = text.count(b":")
-    if count <= seen or (document is not None and count + _escaped(text) <= colons(document)):
+    if count <= seen or (document is not None and count + _escaped(text) <= _counted(document)):
         return
     found = _repeated(text[3:] if text[:3] == _BOM else text, where)
     if found is not None:
@@ -59,6 +59,15 @@ def count_keys(value: Any) -> int:
 def _escaped(text: bytes) -> int:
     """Colons a string writes as an escape (`\\u003a`): `colons` counts them, the text not."""
     return text.count(b"\\u003a") + text.count(b"\\u003A")
+
+
+def _counted(document: Any) -> int:
+    """`colons(document)`, or -1 for a document nested deeper than Python recurses (orjson
+    reads 1024 levels): it is read again, which refuses it as too deep to check."""
+    try:
+        return colons(document)
+    except RecursionError:
+        return -1
 
 
 def colons(value: Any) -> int:

@@ -431,6 +431,17 @@ CORPUS: list[Bad] = [
         "`ready`: expected true or false, got 'no'",
         path="/v2/repository/index",
     ),
+    *(
+        Bad(  # the colons in strings were counted by recursion: a 500 (RecursionError)
+            f"{path}: a string with a colon beside 1000 nested lists",
+            b'{"in_BYTES": ["a:b"], "in_FP32": ' + b"[" * 1000 + b"1" + b"]" * 1000 + b"}",
+            400,
+            "nested too deep to check that no object gives a key twice",
+            path=path,
+            headers=JSON,
+        )
+        for path in ("/invoke", "/v2/repository/index")
+    ),
     Bad("shape of 10000 dims", v2_body(shape=[1] * 10_000, data=[1]), 400, "has 10000 dims"),
     Bad(
         "1000 dims, nested as deep",
