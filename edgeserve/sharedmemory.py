@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from edgeserve.cudamemory import open_cuda_region
-from edgeserve.errors import InvalidInput, ModelNotFound, echo, echo_repr
+from edgeserve.errors import InvalidInput, ModelNotFound, echo, echo_json, echo_repr
 
 SHM_ROOT = Path("/dev/shm")  # noqa: S108 - where Linux keeps POSIX shm_open objects
 
@@ -83,7 +83,7 @@ class SystemRegion:
         where = f"system shared memory region `{echo(name)}`"
         if not isinstance(key, str) or not key.strip("/") or "/" in key.strip("/") or "\0" in key:
             raise InvalidInput(
-                f"{where}: `key` must be a shared-memory name like '/input0', got {echo_repr(key)}"
+                f"{where}: `key` must be a shared-memory name like '/input0', got {echo_json(key)}"
             )
         start, size = _count(where, "offset", offset), _count(where, "byte_size", byte_size)
         path = SHM_ROOT / key.lstrip("/")
@@ -361,6 +361,6 @@ def _taken(name: str) -> InvalidInput:
 def _count(where: str, field: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(
-            f"{where}: `{field}` must be a non-negative integer, got {echo_repr(value)}"
+            f"{where}: `{field}` must be a non-negative integer, got {echo_json(value)}"
         )
     return value

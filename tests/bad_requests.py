@@ -232,6 +232,7 @@ FORM_PART = 'request body: multipart/form-data: part 1 (field "file", file "rows
 ONCE = "expected each key once in an object (readers differ on which one counts"
 GZIP = {"content-encoding": "gzip"}
 EXT = f"msgpack ext {NDARRAY_EXT} (a numpy array as [dtype, shape, bytes])"
+SHM = "/v2/systemsharedmemory/region"
 EXT_WHERE = f"request body: {EXT}"  # an ext sent as no input: the body itself
 FP32_WHERE = "tensor `in_FP32`: FP32 [1, 3]"
 FP32_NAME = "tensor `in_FP32`"
@@ -430,6 +431,35 @@ CORPUS: list[Bad] = [
         400,
         "`ready`: expected true or false, got 'no'",
         path="/v2/repository/index",
+    ),
+    *(
+        Bad(
+            f"{path}: a JSON {body.decode()} for an object",
+            body,
+            400,
+            f"{path}: expected a JSON object, got {words}",  # JSON's words, not Python's
+            path=path,
+        )
+        for path in (
+            "/v2/repository/index",
+            "/v2/repository/models/identity/load",
+            "/v2/systemsharedmemory/region/r/register",
+        )
+        for body, words in ((b"null", "null"), (b"[1]", "a list"), (b"true", "true"))
+    ),
+    *(
+        Bad(
+            f"region {field} {value!r}",
+            orjson.dumps({"key": "/input0", "byte_size": 8} | {field: value}),
+            400,
+            f"`{field}` must be {expected}, got {words}",
+            path=f"{SHM}/r/register",
+        )
+        for field, expected in (
+            ("key", "a shared-memory name like '/input0'"),
+            ("byte_size", "a non-negative integer"),
+        )
+        for value, words in ((None, "null"), (True, "true"), ({"v": 1}, "an object"))
     ),
     *(
         Bad(  # the colons in strings were counted by recursion: a 500 (RecursionError)
@@ -821,7 +851,6 @@ LONG = "n" * 50_000
 CUT = f"{'n' * 64}… (50000 characters)"  # what an error repeats of LONG
 CUT_REPR = f"'{'n' * 64}'… (50000 characters)"
 CUT_PATH = f"/{'n' * 63}… (50001 characters)"  # the same after a slash
-SHM = "/v2/systemsharedmemory/region"
 
 
 def in_shared_memory(region: str, datatype: str = "FP32") -> bytes:

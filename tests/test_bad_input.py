@@ -405,6 +405,18 @@ def test_an_image_mode_the_handler_cannot_convert_is_a_400_that_says_so(ocr: htt
     assert "mode LAB cannot be converted to grey" in response.json()["error"]
 
 
+@pytest.mark.parametrize(
+    ("body", "words"), [(b"null", "got null"), (b"[1]", "got a list"), (b"{}", "got an object")]
+)
+def test_a_json_body_with_no_image_is_named_in_json_s_words(
+    ocr: httpx.Client, body: bytes, words: str
+) -> None:
+    """Not Python's: a null body read 'got NoneType'."""
+    response = ocr.post("/invoke", content=body, headers=JSON)
+    assert response.status_code == 400
+    assert response.json()["error"].endswith(f"an object with an 'image' field, {words}")
+
+
 def test_a_decompression_bomb_names_one_limit_the_handler_s(ocr: httpx.Client) -> None:
     """30000x30000 one-bit pixels compress to a small PNG; Pillow refuses its header with its own
     limit, which must not appear beside the handler's as a second, contradicting one."""

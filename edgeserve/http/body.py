@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive
 
-from edgeserve.errors import InvalidInput, PayloadTooLarge, echo, echo_repr
+from edgeserve.errors import InvalidInput, PayloadTooLarge, echo, echo_json, echo_repr
 from edgeserve.values import from_json
 
 # Content-Encoding -> zlib wbits: gzip framing, or a zlib stream (HTTP's "deflate")
@@ -120,5 +120,5 @@ async def json_object(request: Request, limit: int) -> dict[str, Any]:
     path = echo(request.url.path)
     body = from_json(raw, f"{path}: body", unique=True)
     if not isinstance(body, dict):
-        raise InvalidInput(f"{path}: expected a JSON object, got {type(body).__name__}")
+        raise InvalidInput(f"{path}: expected a JSON object, got {echo_json(body)}")
     return body

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from edgeserve.errors import InvalidInput, PayloadTooLarge
+from edgeserve.errors import InvalidInput, PayloadTooLarge, echo_json
 
 DEFAULT_MAX_PIXELS = 25_000_000
 
@@ -33,7 +33,7 @@ def load_image(payload: Any, max_pixels: int) -> Image.Image:
     if not isinstance(payload, Mapping) or "image" not in payload:
         raise InvalidInput(
             "expected an image body (image/png, image/jpeg) or an object with an 'image' "
-            f"field, got {type(payload).__name__}"
+            f"field, got {echo_json(payload)}"
         )
     value = payload["image"]
     if isinstance(value, str):
