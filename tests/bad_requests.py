@@ -762,7 +762,22 @@ CORPUS: list[Bad] = [
     ),
     to_invoke("invoke wrong dims", payload(FP32=[[1, 2]]), "expected [-1, 3] FP32, got [1, 2]"),
     to_invoke("invoke deep", nest(orjson.dumps(payload(FP32=DEEP)), 1000), "nested deeper"),
-    to_invoke("msgpack int keys", {1: 2}, "int is not allowed for map key", MSGPACK),
+    *(  # msgpack's own words named Python's types and its reader's strict_map_key argument
+        to_invoke(f"msgpack {kind} keys", {key: 2}, f"a map key is {kind}; expected str", MSGPACK)
+        for key, kind in ((1, "an integer"), (None, "nil"), ((1,), "an array"))
+    ),
+    to_invoke(
+        "msgpack str not UTF-8",
+        b"\x81\xa7in_FP32\xa2\xff\xfe",
+        "not valid msgpack: a str is not UTF-8 (invalid start byte at its byte 0); send bytes as",
+        MSGPACK,
+    ),
+    to_invoke(  # it read "not valid msgpack: code must be 0~127"
+        "msgpack reserved ext",
+        _msgpack(payload(FP32=msgpack.ExtType(5, b""))).replace(b"\xc7\x00\x05", b"\xc7\x00\xfe"),
+        "tensor `in_FP32`: msgpack ext -2: a type msgpack reserves; expected ext 0 to 127",
+        MSGPACK,
+    ),
     to_invoke("msgpack bytes keys", payload() | {b"k": 1}, "unknown [\"b'k'\"]", MSGPACK),
     to_invoke(
         "msgpack key given twice",

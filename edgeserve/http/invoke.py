@@ -14,6 +14,7 @@ finite are JSON's `NaN`, `Infinity` and `-Infinity`, as v2 JSON writes them (`va
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,8 @@ def pack_array(array: np.ndarray) -> msgpack.ExtType:
 def _unpack_ext(code: int, data: bytes) -> Any:
     """The numpy array of an NDARRAY_EXT (other ext types are the handler's), in native byte
     order; InvalidInput naming what does not fit (`_MsgpackBody` says where it was sent)."""
+    if code < 0:  # -1 (a timestamp) msgpack reads itself; the rest it reserves, undefined
+        raise InvalidInput(f"msgpack ext {code}: a type msgpack reserves; expected ext 0 to 127")
     if code != NDARRAY_EXT:
         return msgpack.ExtType(code, data)
     where = f"msgpack ext {NDARRAY_EXT} (a numpy array as [dtype, shape, bytes])"
@@ -181,10 +184,20 @@ def _brief(value: Any) -> str:
     return f"{type(value).__name__} {echo_repr(value)}"
 
 
+_MAP_KEY = re.compile(r"(\w+) is not allowed for map key")
+_KINDS = {"NoneType": "nil", "bool": "a boolean", "int": "an integer", "float": "a float"}
+_KINDS |= {"list": "an array", "dict": "a map", "Timestamp": "a timestamp", "ExtType": "an ext"}
+
+
 def _reason(exc: Exception) -> str:
-    """What msgpack found wrong (some of its errors carry no message)."""
+    """What msgpack found wrong, in msgpack's words (some of its errors carry no message; some
+    name a Python type, or an argument of its reader)."""
     if isinstance(exc, msgpack.StackError):
         return "nested deeper than msgpack allows"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"a str is not UTF-8 ({exc.reason} at its byte {exc.start}); send bytes as bin"
+    if key := _MAP_KEY.match(str(exc)):
+        return f"a map key is {_KINDS.get(key[1], key[1])}; expected str keys (names)"
     return str(exc) or f"malformed data ({type(exc).__name__})"
 
 
