@@ -15,6 +15,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeserve.aws_lambda import direct
 from edgeserve.aws_lambda import incoming as events
 from edgeserve.dataplane.lifecycle import serving
 
@@ -87,15 +88,15 @@ class LambdaHandler:
 
     def __call__(self, event: object, context: Any) -> dict[str, Any]:
         if not isinstance(event, dict):
-            return events.not_http(event)
+            return direct.not_http(event)
         kind = events.kind_of(event)
         if kind is None:
-            if self.model is not None and events.is_infer_request(event):
-                if why := events.binary_asked(event):
+            if self.model is not None and direct.is_infer_request(event):
+                if why := direct.binary_asked(event):
                     return {"error": why, "status": 400}
-                response = self._http(events.infer_event(event, self.model), "http-v2", context)
-                return events.direct_answer(response)
-            return events.not_http(event)
+                response = self._http(direct.infer_event(event, self.model), "http-v2", context)
+                return direct.direct_answer(response)
+            return direct.not_http(event)
         event = events.without_nulls(event, kind)
         return events.finished(self._http(event, kind, context), event, kind)
 
