@@ -21,12 +21,15 @@
         └── DeployInterrupted      Ctrl-C during a switch, after the device was put back (130)
 
 `http/errors.py` alone turns these into responses and `cli.py` alone into exit codes. What a
-message repeats of a client's strings and values goes through `echo` and `echo_repr`.
+message repeats of a client's strings and values goes through `echo`, `echo_repr` and
+`echo_json` (or `echo_json_text`).
 """
 
 from __future__ import annotations
 
 import difflib
+import itertools
+import json
 import reprlib
 from collections.abc import Iterable
 
@@ -166,15 +169,42 @@ def echo(text: str) -> str:
     return f"{text[:ECHO_CHARS]}… ({len(text)} characters)"
 
 
-def _bounded_repr() -> reprlib.Repr:
-    shortened = reprlib.Repr()  # Python 3.11 takes no arguments here
+class _JsonRepr(reprlib.Repr):
+    """reprlib's bounded walk written in JSON's words: null, true, "text", {"key": 1}, keys in
+    the order sent."""
+
+    def repr_NoneType(self, value: None, level: int) -> str:  # reprlib calls it by type name
+        return "null"
+
+    def repr_bool(self, value: bool, level: int) -> str:
+        return "true" if value else "false"
+
+    def repr_float(self, value: float, level: int) -> str:
+        return json.dumps(value)  # NaN and Infinity as edgeserve reads them
+
+    def repr_str(self, value: str, level: int) -> str:
+        text = json.dumps(value[: self.maxstring], ensure_ascii=False)
+        return text if len(value) <= self.maxstring else f'{text[:-1]}{self.fillvalue}"'
+
+    def repr_dict(self, value: dict[object, object], level: int) -> str:
+        if not value or level <= 0:
+            return f"{{{self.fillvalue if value else ''}}}"
+        pieces = [
+            f"{self.repr1(key, level - 1)}: {self.repr1(item, level - 1)}"
+            for key, item in itertools.islice(value.items(), self.maxdict)
+        ]
+        return f"{{{', '.join(pieces + [self.fillvalue] * (len(value) > self.maxdict))}}}"
+
+
+def _bounded(shortened: reprlib.Repr) -> reprlib.Repr:
     shortened.maxlevel, shortened.maxlist, shortened.maxtuple = 2, 6, 6
     shortened.maxdict = shortened.maxset = 4
     shortened.maxstring = shortened.maxother = shortened.maxlong = ECHO_CHARS
     return shortened
 
 
-_REPR = _bounded_repr()
+_REPR = _bounded(reprlib.Repr())  # Python 3.11 takes no arguments here
+_JSON = _bounded(_JsonRepr())
 
 
 def echo_repr(value: object) -> str:
@@ -185,13 +215,24 @@ def echo_repr(value: object) -> str:
             return repr(value)
         unit = "characters" if isinstance(value, str) else "bytes"
         return f"{value[:ECHO_CHARS]!r}… ({len(value)} {unit})"
-    text = _REPR.repr(value)  # reprlib marks what it left out with "..."
+    return _cut(_REPR.repr(value), value, type(value).__name__)
+
+
+def echo_json_text(value: object) -> str:
+    """A client's JSON value written out as JSON (`[1, {"a": null}]`, where `echo_json` says
+    "a list"), cut as `echo_repr` cuts: where the value itself is what was wrong."""
+    return _cut(_JSON.repr(value), value, "a list" if isinstance(value, list) else "an object")
+
+
+def _cut(text: str, value: object, kind: str) -> str:
+    """reprlib's text of `value` at most ECHO_CHARS long, with the length of a list or dict
+    it left part of out (reprlib marks what it left out with "...")."""
     if len(text) > ECHO_CHARS:
         text = f"{text[:ECHO_CHARS]}…"
     elif "..." not in text:
         return text
     if isinstance(value, list | dict):
-        return f"{text} ({type(value).__name__} of {len(value)})"
+        return f"{text} ({kind} of {len(value)})"
     return text
 
 

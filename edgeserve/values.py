@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from edgeserve.datatypes import DATATYPES, Datatype, bf16_from_values
-from edgeserve.errors import InvalidInput, echo_json, echo_repr
+from edgeserve.errors import InvalidInput, echo_json, echo_json_text, echo_repr
 from edgeserve.jsonkeys import check_keys, count_keys
 from edgeserve.types import TensorSpec
 
@@ -217,7 +217,7 @@ def to_shape(value: Any, where: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not _counts(value):
         value = _past_64_bits(value)  # a JSON parser reads such an integer as a float
         if not isinstance(value, list) or not _counts(value):
-            found = echo_repr(value) if isinstance(value, list) else echo_json(value)
+            found = echo_json_text(value) if isinstance(value, list) else echo_json(value)
             raise InvalidInput(f"{where}: `shape` must be a list of non-negative ints, got {found}")
     if len(value) > MAX_RANK:
         raise InvalidInput(f"{where}: `shape` has {len(value)} dims; expected at most {MAX_RANK}")

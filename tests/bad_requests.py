@@ -325,6 +325,13 @@ CORPUS: list[Bad] = [
         400,
         "`shape` must be a list of non-negative ints, got [-18446744073709551616, 3]",
     ),
+    Bad(  # it showed Python's repr: got [1, {'a': ''}]
+        "shape holding an object",
+        v2_body(input="INT64", shape=[1, {"a": "", "b": None}]),
+        400,
+        'tensor `in_INT64`: `shape` must be a list of non-negative ints, got [1, {"a": "", '
+        '"b": null}]',
+    ),
     # v2 JSON: values v2 refuses
     Bad(
         "FP32 null", v2_body(data=[None, 1, 2]), 400, f"{FP32_WHERE}: expected numbers, found null"
@@ -880,6 +887,12 @@ LONG_STRINGS: list[Bad] = [
     Bad("input name, bad datatype", v2_body(name=LONG, datatype="FP8"), 400, f"tensor `{CUT}`"),
     Bad("datatype", v2_body(datatype=LONG), 400, f"unknown datatype {CUT_REPR}; expected"),
     Bad("shape", v2_body(shape=LONG), 400, f"non-negative ints, got {CUT_REPR}"),
+    Bad(
+        "shape's item",
+        v2_body(shape=[1, LONG]),
+        400,
+        f'non-negative ints, got [1, "{"n" * 59}… (a list of 2)',
+    ),
     Bad("output name", with_request(outputs=[{"name": LONG}]), 400, f"output `{CUT}`: the model"),
     Bad(
         "request parameter name",
