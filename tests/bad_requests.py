@@ -243,7 +243,12 @@ CORPUS: list[Bad] = [
     Bad("a list", b"[1, 2]", 400, "request body: expected a JSON object"),
     Bad("empty body", b"", 400, "not valid JSON"),
     Bad("inputs not a list", b'{"inputs": 3}', 400, "request `inputs`: expected a JSON list"),
-    Bad("input not an object", b'{"inputs": [7]}', 400, "an input: expected a JSON object"),
+    Bad(  # neither this nor a nameless input said which one: "an input: expected ..."
+        "input not an object",
+        with_request(inputs=[orjson.loads(v2_body())["inputs"][0], 7]),
+        400,
+        "request `inputs[1]`: expected a JSON object, got 7",
+    ),
     Bad("invalid utf-8", b'{"inputs": "\xff"}', 400, "request body: not UTF-8 text, so not JSON"),
     Bad("utf-16 json", '{"inputs": []}'.encode("utf-16"), 400, "not UTF-8 text, so not JSON"),
     Bad(
@@ -288,7 +293,24 @@ CORPUS: list[Bad] = [
         "'in_UINT8', 'in_BOOL', 'in_BYTES'], got null",
     ),
     # v2 JSON: wrong types, datatypes, shapes
-    Bad("name missing", v2_body(name=None), 400, "expected a string `name`"),
+    Bad(
+        "name missing",
+        v2_body(input="INT64", name=None),
+        400,
+        "request `inputs[2]`: expected a string `name`, got nothing (the key is missing)",
+    ),
+    Bad(  # "a requested output: ..."
+        "output not an object",
+        with_request(outputs=[{"name": "out_FP32"}, None]),
+        400,
+        "request `outputs[1]`: expected a JSON object, got null",
+    ),
+    Bad(
+        "output name a number",
+        with_request(outputs=[{"name": 5}]),
+        400,
+        "request `outputs[0]`: expected a string `name`, got 5",
+    ),
     Bad("unknown datatype", v2_body(datatype="FP8"), 400, "unknown datatype 'FP8'"),
     Bad("datatype a number", v2_body(datatype=32), 400, "unknown datatype 32"),
     Bad("shape negative", v2_body(shape=[1, -3]), 400, "non-negative ints"),
