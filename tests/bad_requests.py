@@ -317,6 +317,14 @@ CORPUS: list[Bad] = [
     Bad("shape booleans", v2_body(shape=[True, 3]), 400, "non-negative ints"),
     Bad("shape a string", v2_body(shape="1,3"), 400, "non-negative ints"),
     Bad("count mismatch", v2_body(shape=[2, 3]), 400, f"{FP32_WHERE[:-6]}[2, 3]: expected 6"),
+    Bad(  # it read "inputs {'in_FP32': 2, 'in_FP16': 1, ...}: expected every input to have ..."
+        "rows differ",
+        v2_body(input="FP16", shape=[2, 3], data=[0.5] * 6),
+        400,
+        "inputs `in_FP32`, `in_INT64`, `in_INT8`, `in_UINT8`, `in_BOOL`, `in_BYTES` (1 row) and "
+        "`in_FP16` (2 rows): every input must have the same number of rows (axis 0, the batch "
+        "axis), at least 1",
+    ),
     Bad("wrong dims", v2_body(shape=[3, 1]), 400, "tensor `in_FP32`: expected [-1, 3] FP32"),
     Bad(  # it said what was expected, not that the batch axis was the one missing
         "no batch axis",

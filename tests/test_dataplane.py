@@ -68,9 +68,13 @@ def test_bad_inputs_are_refused_at_the_door(inputs: TensorDict, message: str) ->
 
 def test_rows_must_agree_across_inputs_and_number_at_least_one() -> None:
     door = InputChecks(TWO, None, batching=True)
-    with pytest.raises(InvalidInput, match=r"same number \(>= 1\) of rows on axis 0"):
+    with pytest.raises(InvalidInput) as differ:
         door({"x": np.zeros((2, 2), np.float32), "z": np.zeros((3, 2), np.float32)})
-    with pytest.raises(InvalidInput, match="same number"):
+    assert differ.value.message == (  # it read "inputs {'x': 2, 'z': 3}: expected every ..."
+        "inputs `x` (2 rows) and `z` (3 rows): every input must have the same number of rows "
+        "(axis 0, the batch axis), at least 1"
+    )
+    with pytest.raises(InvalidInput, match=r"^inputs `x`, `z` \(0 rows\): every .*at least 1$"):
         door({"x": np.zeros((0, 2), np.float32), "z": np.zeros((0, 2), np.float32)})
 
 

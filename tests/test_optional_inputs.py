@@ -121,7 +121,7 @@ def test_what_a_request_may_send_is_said_when_it_sends_otherwise(function: Path)
         "error": "inputs: expected ['x'] (optional: ['bias', 'scale', 'w']); unknown ['shift']"
     })  # fmt: skip
     assert wrong.json() == {"error": "tensor `w`: expected [4, 3] FP32, got [4, 2] FP32"}
-    assert rows.json()["error"].startswith("inputs {'x': 2, 'bias': 1}: expected every input")
+    assert rows.json()["error"].startswith("inputs `x` (2 rows) and `bias` (1 row): every input")
     assert missing.json()["error"] == (
         "inputs: expected ['x'] (optional: ['bias', 'scale', 'w']); missing ['x']"
     )

@@ -142,9 +142,10 @@ class InputChecks:
         rows = {n: array.shape[0] for n, array in inputs.items() if n not in self._whole}
         counts = list(rows.values())
         if counts and (min(counts) != max(counts) or (self.batching and not counts[0])):
+            least = ", at least 1" if self.batching else ""
             raise InvalidInput(
-                f"inputs {rows}: expected every input to have the same number (>= 1) "
-                "of rows on axis 0 (the batch axis)"
+                f"{_row_counts(rows)}: every input must have the same number of rows (axis 0, "
+                f"the batch axis){least}"
             )
 
     def _check_range(self, name: str, shape: tuple[int, ...], allowed: ShapeRange) -> None:
@@ -204,6 +205,19 @@ class _AnyShape(_Fits):
 
     def __call__(self, array: np.ndarray) -> bool:
         return array.dtype == self.dtype
+
+
+def _row_counts(rows: dict[str, int]) -> str:
+    """Inputs and their rows in words, inputs of the same count together: "inputs `ids`
+    (1 row) and `mask`, `types` (2 rows)"."""
+    names: dict[int, list[str]] = {}
+    for name, count in rows.items():
+        names.setdefault(count, []).append(f"`{name}`")
+    groups = [
+        f"{', '.join(n)} ({count} row{'' if count == 1 else 's'})" for count, n in names.items()
+    ]
+    listed = groups[0] if len(groups) == 1 else f"{', '.join(groups[:-1])} and {groups[-1]}"
+    return f"input{'' if len(rows) == 1 else 's'} {listed}"
 
 
 def _check_tied(tie: TiedDim, inputs: TensorDict) -> None:
