@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
 import numpy as np
 import orjson
 
@@ -51,7 +52,10 @@ _FOUND = {
     bytes: "bytes",
     dict: "objects",
     list: "lists where values belong (the nesting is ragged)",
+    msgpack.Timestamp: "msgpack timestamps",
+    np.ndarray: "numpy arrays (msgpack ext 1) where values belong",
 }
+_SHOWN_EXTS = 4
 
 
 def from_json(data: bytes, where: str, *, unique: bool = False) -> Any:
@@ -189,13 +193,23 @@ def to_array(data: Any, datatype: Datatype, where: str, max_depth: int) -> np.nd
     if float in found and datatype.numpy.kind in "iu":
         _check_integral_range(flat, datatype, where)
     if not found <= accepted:
-        names = sorted(_FOUND.get(kind, kind.__name__) for kind in found - accepted)
-        raise InvalidInput(f"{where}: expected {wanted}, found {', '.join(names)}")
+        raise InvalidInput(f"{where}: expected {wanted}, found {_found(found - accepted, flat)}")
     if datatype.name == "BYTES":
         array = np.empty(len(flat), dtype=object)
         array[:] = [item.encode("utf-8") if isinstance(item, str) else item for item in flat]
         return array.reshape(dims)
     return _numbers(flat, datatype, where).reshape(dims)
+
+
+def _found(kinds: set[type], flat: list[Any]) -> str:
+    """The kinds of value a tensor cannot take, in JSON's or msgpack's words: an ext by its
+    type code, which says what the client packed (a few codes, when many were sent)."""
+    names = sorted(_FOUND.get(kind, kind.__name__) for kind in kinds - {msgpack.ExtType})
+    if msgpack.ExtType in kinds:
+        codes = sorted({item.code for item in flat if isinstance(item, msgpack.ExtType)})
+        shown = ", ".join(map(str, codes[:_SHOWN_EXTS])) + (", …" if codes[_SHOWN_EXTS:] else "")
+        names.append(f"msgpack exts of type {shown}")
+    return ", ".join(names)
 
 
 def spec_array(spec: TensorSpec, value: Any) -> np.ndarray:

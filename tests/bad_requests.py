@@ -827,6 +827,24 @@ CORPUS: list[Bad] = [
     to_invoke("msgpack deep", b"\x91" * 5000 + b"\x01", "nested deeper than msgpack", MSGPACK),
     to_invoke("msgpack NaN into INT64", payload(INT64=[[NAN, 1, 2]]), "found fractions", MSGPACK),
     to_invoke("msgpack FP32 bytes", payload(FP32=[[b"1", 1, 2]]), "found bytes", MSGPACK),
+    to_invoke(  # it read "found Timestamp", "found ExtType": Python's names
+        "msgpack timestamp into FP32",
+        payload(FP32=[[msgpack.Timestamp(0), 1, 2]]),
+        "tensor `in_FP32`: FP32 [-1, 3]: expected numbers, found msgpack timestamps",
+        MSGPACK,
+    ),
+    to_invoke(
+        "msgpack exts into INT64",
+        payload(INT64=[[msgpack.ExtType(9, b""), msgpack.ExtType(5, b"x"), None]]),
+        f"{INT64_WHERE}: expected integers, found null, msgpack exts of type 5, 9",
+        MSGPACK,
+    ),
+    to_invoke(
+        "msgpack array ext as a value",
+        payload(FP32=[array_ext("<f4")]),
+        "found numpy arrays (msgpack ext 1) where values belong",
+        MSGPACK,
+    ),
     to_invoke(
         "msgpack ext datetime",
         payload(FP32=array_ext("M8[s]")),
