@@ -827,6 +827,14 @@ CORPUS: list[Bad] = [
     to_invoke("msgpack deep", b"\x91" * 5000 + b"\x01", "nested deeper than msgpack", MSGPACK),
     to_invoke("msgpack NaN into INT64", payload(INT64=[[NAN, 1, 2]]), "found fractions", MSGPACK),
     to_invoke("msgpack FP32 bytes", payload(FP32=[[b"1", 1, 2]]), "found bytes", MSGPACK),
+    to_invoke(  # it read "tensor `in_BYTES`: onnxruntime takes UTF-8 text only"
+        "msgpack bin not UTF-8 into BYTES",
+        payload(BYTES=[["a", b"\xc3(", "c"]]),
+        "tensor `in_BYTES`: element [0, 1] is not UTF-8 (invalid continuation byte at its byte 0),"
+        " and onnxruntime takes UTF-8 text only; send text, or binary data encoded as text "
+        "(base64)",
+        MSGPACK,
+    ),
     to_invoke(  # it read "found Timestamp", "found ExtType": Python's names
         "msgpack timestamp into FP32",
         payload(FP32=[[msgpack.Timestamp(0), 1, 2]]),

@@ -197,7 +197,8 @@ def test_bytes_that_are_not_utf8_are_a_400_for_their_request_alone(url: str) -> 
     assert isinstance(refused, InferenceServerException)
     assert (refused.status(), refused.message()) == (
         "400",
-        "tensor `in_BYTES`: onnxruntime takes UTF-8 text only",
+        "tensor `in_BYTES`: element [0, 0] is not UTF-8 (invalid start byte at its byte 0), and "
+        "onnxruntime takes UTF-8 text only; send text, or binary data encoded as text (base64)",
     )
     for result in (good, *others):
         assert not isinstance(result, BaseException), result

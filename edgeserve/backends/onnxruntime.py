@@ -358,6 +358,18 @@ def _text(name: str, array: np.ndarray) -> np.ndarray:
         return array
     try:
         decoded = [item.decode() if isinstance(item, bytes) else item for item in array.flat]
-    except UnicodeDecodeError:
-        raise InvalidInput(f"tensor `{name}`: onnxruntime takes UTF-8 text only") from None
+    except UnicodeDecodeError as exc:
+        raise _not_text(name, array, exc) from None
     return np.array(decoded, dtype=object).reshape(array.shape)
+
+
+def _not_text(name: str, array: np.ndarray, exc: UnicodeDecodeError) -> InvalidInput:
+    """Which element of a BYTES tensor is not UTF-8, and where it breaks: the first equal to
+    the bytes that failed (the error holds a copy of them)."""
+    at = next(index for index, item in enumerate(array.flat) if item == exc.object)
+    element = [int(axis) for axis in np.unravel_index(at, array.shape)]
+    return InvalidInput(
+        f"tensor `{name}`: element {element} is not UTF-8 ({exc.reason} at its byte {exc.start}), "
+        "and onnxruntime takes UTF-8 text only; send text, or binary data encoded as text "
+        "(base64)"
+    )
