@@ -405,8 +405,23 @@ def test_an_image_mode_the_handler_cannot_convert_is_a_400_that_says_so(ocr: htt
     assert "mode LAB cannot be converted to grey" in response.json()["error"]
 
 
+LONG_KEY = "k" * 100
+OBJECTS = [
+    (b"{}", "got an object with no keys; 'image' is the only key this function reads"),
+    (  # an object read "got an object", not saying what it held or what was wanted
+        orjson.dumps({"img": "iVBO", "lang": "en"}),
+        "got an object with the keys 'img', 'lang'; 'image' is the only key this function reads",
+    ),
+    (
+        orjson.dumps({LONG_KEY: 1, **{f"k{i}": i for i in range(5)}}),
+        f"got an object with the keys '{'k' * 64}'… (100 characters), 'k0', 'k1', 'k2' and 2 "
+        "more; 'image' is the only key this function reads",
+    ),
+]
+
+
 @pytest.mark.parametrize(
-    ("body", "words"), [(b"null", "got null"), (b"[1]", "got a list"), (b"{}", "got an object")]
+    ("body", "words"), [(b"null", "got null"), (b"[1]", "got a list"), *OBJECTS]
 )
 def test_a_json_body_with_no_image_is_named_in_json_s_words(
     ocr: httpx.Client, body: bytes, words: str

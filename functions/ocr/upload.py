@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import itertools
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -18,9 +19,10 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from edgeserve.errors import InvalidInput, PayloadTooLarge, echo_json
+from edgeserve.errors import InvalidInput, PayloadTooLarge, echo_json, echo_repr
 
 DEFAULT_MAX_PIXELS = 25_000_000
+SHOWN_KEYS = 4
 
 
 FORMATS = ["PNG", "JPEG", "BMP", "TIFF", "WEBP", "GIF"]
@@ -31,9 +33,10 @@ def load_image(payload: Any, max_pixels: int) -> Image.Image:
     if isinstance(payload, bytes | bytearray | memoryview):
         return _decode(bytes(payload), max_pixels)
     if not isinstance(payload, Mapping) or "image" not in payload:
+        found = _keys(payload) if isinstance(payload, Mapping) else echo_json(payload)
         raise InvalidInput(
             "expected an image body (image/png, image/jpeg) or an object with an 'image' "
-            f"field, got {echo_json(payload)}"
+            f"field, got {found}"
         )
     value = payload["image"]
     if isinstance(value, str):
@@ -41,6 +44,15 @@ def load_image(payload: Any, max_pixels: int) -> Image.Image:
     if isinstance(value, bytes | bytearray | memoryview):
         return _decode(bytes(value), max_pixels)
     return _from_pixels(value, max_pixels)
+
+
+def _keys(payload: Mapping[Any, Any]) -> str:
+    """An object without 'image' by its keys (a few, each cut: the client's strings), and the
+    one key this function reads."""
+    shown = [echo_repr(key) for key in itertools.islice(payload, SHOWN_KEYS)]
+    more = f" and {len(payload) - SHOWN_KEYS} more" if len(payload) > SHOWN_KEYS else ""
+    found = f"the keys {', '.join(shown)}{more}" if payload else "no keys"
+    return f"an object with {found}; 'image' is the only key this function reads"
 
 
 def _b64decode(text: str) -> bytes:
