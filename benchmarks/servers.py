@@ -125,7 +125,7 @@ def start_edgeserve(
     """`edgeserve serve` of the function built beforehand, as a deployed server starts: served
     from its source folder on a cold cache, the server built it itself and kept the build's
     memory (OpenVINO's conversion: 43 MB more for the MLP), which the RSS targets would count."""
-    bundle = function.parent / f"{function.name}.bundle"
+    bundle = logs / "bundles" / f"{function.name}-{backend}"  # the work folder, not the source
     build = [sys.executable, "-m", "edgeserve", "build", str(function), "--out", str(bundle)]
     subprocess.run(build, check=True, capture_output=True)
     port = free_port()
