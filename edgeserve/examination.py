@@ -13,9 +13,8 @@ with the code `build` and `serve` run and reported as a `doctor.Finding`:
               process, as bench sends it: its latency, or the error a client gets
     layout    the processes `serve` would start here (server.plan_layout)
 
-A step that fails is a finding and the steps that do not need it still run. Bundles are
-written into a scratch folder, never into the bundle cache, which holds only what passed
-build's checks.
+A step that fails is a finding, and the steps that do not need it still run. Bundles go to
+a scratch folder, never to the bundle cache, which holds only what passed build's checks.
 """
 
 from __future__ import annotations
