@@ -29,6 +29,7 @@ async def main(busy):
         bodies.append(bytearray(600_000))
         kept.append(bytearray(2000))
         requests += 1
+    later = bytearray(600_000)  # a later request's body, above them: the heap's top stays in use
     del bodies
     for _ in range(30):  # 0.3 s: idle, or a request every 10 ms
         await asyncio.sleep(0.01)
