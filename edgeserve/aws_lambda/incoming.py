@@ -1,13 +1,12 @@
 """What arrives at a Lambda function, sorted before Mangum sees it: pure functions on events.
 
 Mangum assumes a well-formed HTTP event and raises KeyError, TypeError or binascii.Error out of
-the handler otherwise. Here every event gets an answer: an HTTP event with a missing or mistyped
-field gets a 400 saying which field; a direct invocation carrying a KServe v2 infer request is
-turned into one (`infer_event`); anything else gets an error payload saying what is accepted.
-A valid HTTP event reaches Mangum as the request reached the gateway: the path without the
-gateway's prefix (`routed`), a REST body's spent Content-Encoding gone (`decoded`). Its answer
-leaves as the source takes it (`finished`): ALB's status line, and a 413 where the answer is
-past what the source carries back.
+the handler otherwise. Here every HTTP event gets an answer: one with a missing or mistyped
+field gets a 400 saying which field (what is no HTTP event is direct.py's). A valid HTTP event
+reaches Mangum as the request reached the gateway: the path without the gateway's prefix
+(`routed`), a REST body's spent Content-Encoding gone (`decoded`). Its answer leaves as the
+source takes it (`finished`): ALB's status line, and a 413 where the answer is past what the
+source carries back.
 """
 
 from __future__ import annotations
