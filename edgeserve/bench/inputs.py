@@ -16,8 +16,8 @@ import numpy as np
 import orjson
 
 from edgeserve.dataplane.metadata import INDEX_RANGE
+from edgeserve.dataplane.raw import tensor_bytes
 from edgeserve.errors import ConfigError, did_you_mean
-from edgeserve.http.v2 import tensor_bytes
 from edgeserve.samples import IMAGE_TYPES, is_v2_request, random_input, sample_files, v2_inputs
 from edgeserve.types import TensorDict, TensorSpec
 

@@ -25,12 +25,12 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from edgeserve.dataplane import DataPlane
+from edgeserve.dataplane.regions import ClientRegions
 from edgeserve.errors import InvalidInput, echo
 from edgeserve.http import forms, invoke, v2
 from edgeserve.http.body import read_body, request_headers
 from edgeserve.http.drain import Drain
 from edgeserve.http.errors import error_response
-from edgeserve.http.sharedmemory import ClientRegions
 from edgeserve.samples import is_media
 from edgeserve.sharedmemory import Regions
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import math
 import socket
+from collections.abc import Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import uvicorn
 
@@ -38,6 +39,15 @@ def uvicorn_config(app: FunctionApp, http: str = "auto", **settings: Any) -> uvi
     )
 
 
+class Companion(Protocol):
+    """Another front serving beside uvicorn on its event loop (gRPC): started once the app's
+    lifespan has, told when the drain begins, stopped before the lifespan ends."""
+
+    async def start(self) -> None: ...
+    def begin_drain(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
 class DrainingServer(uvicorn.Server):
     """uvicorn, telling the app the moment SIGTERM arrives, so that the drain bound counts from
     the signal (uvicorn itself looks for it every 0.1 s, and only then starts its shutdown).
@@ -47,9 +57,15 @@ class DrainingServer(uvicorn.Server):
     drain_at_signal = True  # False: the drain starts with uvicorn's own shutdown
     _loop: asyncio.AbstractEventLoop | None = None
 
+    def __init__(self, config: uvicorn.Config, companions: Sequence[Companion] = ()) -> None:
+        super().__init__(config)
+        self.companions = tuple(companions)
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
+        for companion in self.companions:
+            await companion.start()
         freeze_long_lived()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -59,7 +75,11 @@ class DrainingServer(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._begin_drain()  # if no signal started it
+        for companion in self.companions:
+            await companion.stop()
         await super().shutdown(sockets=sockets)
 
     def _begin_drain(self) -> None:
         cast("FunctionApp", self.config.app).begin_drain()  # once: later calls change nothing
+        for companion in self.companions:
+            companion.begin_drain()

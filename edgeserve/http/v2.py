@@ -15,15 +15,22 @@ from __future__ import annotations
 
 import itertools
 import math
-import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from edgeserve import values
-from edgeserve.dataplane.requests import InferRequest, OutputTensor, RequestedOutput
-from edgeserve.datatypes import DATATYPES, Datatype, bf16_bits
+from edgeserve.dataplane import raw
+from edgeserve.dataplane.requests import (
+    MAX_TENSORS,
+    InferRequest,
+    OutputTensor,
+    RequestedOutput,
+    classification,
+    shared_memory_slice,
+)
+from edgeserve.datatypes import Datatype
 from edgeserve.errors import MISSING, InvalidInput, echo, echo_json, echo_repr
 from edgeserve.sharedmemory import Slice
 from edgeserve.types import TensorDict
@@ -144,11 +151,6 @@ def _list(value: Any, what: str) -> list[Any]:
     return value
 
 
-MAX_TENSORS = 4096
-"""The most inputs, and outputs, a request may name (no model has as many): a million tiny
-inputs in a 56 MB body took 9 s to decode and check, and 100 MB of memory."""
-
-
 def _tensors(value: Any, what: str) -> list[Any]:
     entries = _list(value, what)
     if len(entries) > MAX_TENSORS:
@@ -162,7 +164,7 @@ def _decode_input(
     name: str, entry: dict[str, Any], binary: memoryview, offset: int, read_slice: ReadSlice | None
 ) -> tuple[np.ndarray, int]:
     where = f"tensor `{echo(name)}`"
-    datatype = _datatype(where, entry.get("datatype", MISSING))
+    datatype = raw.datatype(where, entry.get("datatype", MISSING))
     shape = values.to_shape(entry.get("shape", MISSING), where)
     parameters = _parameters(entry.get("parameters", {}), f"{where}: `parameters`")
     place = shared_memory_slice(where, parameters)
@@ -172,8 +174,8 @@ def _decode_input(
         if read_slice is None:
             raise InvalidInput(f"{where}: shared memory is not served on this route")
         if datatype.name != "BYTES":  # before reading (a copy) what the shape cannot take
-            _check_size(where, datatype, shape, place.byte_size)
-        return _from_binary(where, datatype, shape, read_slice(where, place)), offset
+            raw.check_size(where, datatype, shape, place.byte_size)
+        return raw.from_raw(where, datatype, shape, read_slice(where, place)), offset
     size = parameters.get("binary_data_size")
     if size is None:
         if "data" not in entry:
@@ -192,17 +194,7 @@ def _decode_input(
             f"({len(binary) - offset} binary bytes left)"
         )
     chunk = binary[offset : offset + size]
-    return _from_binary(where, datatype, shape, chunk), offset + size
-
-
-def _datatype(where: str, value: Any) -> Datatype:
-    datatype = DATATYPES.get(value) if isinstance(value, str) else None
-    if datatype is None:
-        found = (
-            "`datatype` is missing" if value is MISSING else f"unknown datatype {echo_json(value)}"
-        )
-        raise InvalidInput(f"{where}: {found}; expected one of {sorted(DATATYPES)}")
-    return datatype
+    return raw.from_raw(where, datatype, shape, chunk), offset + size
 
 
 def _from_json(where: str, datatype: Datatype, shape: tuple[int, ...], data: Any) -> np.ndarray:
@@ -212,61 +204,6 @@ def _from_json(where: str, datatype: Datatype, shape: tuple[int, ...], data: Any
     if array.size != math.prod(shape):
         raise InvalidInput(f"{typed}: expected {math.prod(shape)} elements, got {array.size}")
     return array.reshape(shape)
-
-
-def _from_binary(
-    where: str, datatype: Datatype, shape: tuple[int, ...], chunk: memoryview
-) -> np.ndarray:
-    """Zero-copy for numbers (read-only arrays over the body); BYTES elements are unframed."""
-    count = math.prod(shape)
-    if datatype.name == "BYTES":
-        return _unframe_bytes(where, chunk, count).reshape(shape)
-    _check_size(where, datatype, shape, len(chunk))
-    if datatype.name == "BOOL":
-        values.check_bools(chunk, where)
-    return np.frombuffer(chunk, dtype=datatype.numpy.newbyteorder("<")).reshape(shape)
-
-
-def _check_size(where: str, datatype: Datatype, shape: tuple[int, ...], size: int) -> None:
-    needed = math.prod(shape) * datatype.size
-    if size != needed:
-        raise InvalidInput(
-            f"{where}: {datatype.name} {list(shape)} needs {needed} bytes, its data has {size}"
-        )
-
-
-def _unframe_bytes(where: str, chunk: memoryview, count: int) -> np.ndarray:
-    items: list[bytes] = []
-    offset = 0
-    while offset + 4 <= len(chunk) and len(items) < count:
-        (length,) = struct.unpack_from("<I", chunk, offset)
-        items.append(bytes(chunk[offset + 4 : offset + 4 + length]))
-        offset += 4 + length
-    if len(items) != count or offset != len(chunk):
-        raise InvalidInput(
-            f"{where}: BYTES binary data: expected {count} length-prefixed elements "
-            f"filling {len(chunk)} bytes exactly; {_misframed(chunk, count)}"
-        )
-    array = np.empty(count, dtype=object)
-    array[:] = items
-    return array
-
-
-def _misframed(chunk: memoryview, count: int) -> str:
-    """Where BYTES framing goes wrong: the element whose length prefix or bytes run past the
-    data, or the bytes left over after the last element."""
-    offset = 0
-    for element in range(count):
-        if offset + 4 > len(chunk):
-            left = len(chunk) - offset
-            return f"element {element}'s 4-byte length prefix at byte {offset} has {left} bytes"
-        (length,) = struct.unpack_from("<I", chunk, offset)
-        if offset + 4 + length > len(chunk):
-            left = len(chunk) - offset - 4
-            return f"element {element} (at byte {offset}) declares {length} bytes; {left} remain"
-        offset += 4 + length
-    after = f"element {count - 1}" if count else "the start: the shape holds no elements"
-    return f"{len(chunk) - offset} bytes follow {after}"
 
 
 def _requested_outputs(
@@ -287,21 +224,8 @@ def _requested_outputs(
         named.add(name)
         place = shared_memory_slice(where, params)
         binary = _flag(params, "binary_data", default, f"{where}: `parameters`")
-        outputs.append(RequestedOutput(name, binary, place, _classes(where, params)))
+        outputs.append(RequestedOutput(name, binary, place, classification(where, params)))
     return tuple(outputs)
-
-
-def _classes(where: str, parameters: Mapping[str, Any]) -> int | None:
-    """The classification extension's count: the top N classes of the output, as BYTES."""
-    count = parameters.get("classification")
-    if count is None:
-        return None
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise InvalidInput(
-            f"{where}: parameters.classification: expected a count of classes >= 1, "
-            f"got {echo_json(count)}"
-        )
-    return count
 
 
 def _flag(parameters: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
@@ -310,28 +234,6 @@ def _flag(parameters: Mapping[str, Any], key: str, default: bool, where: str) ->
     if not isinstance(value, bool):
         raise InvalidInput(f"{where}: {key}: expected true or false, got {echo_json(value)}")
     return value
-
-
-def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | None:
-    """The region, offset and byte size a tensor's parameters name, or None (no region)."""
-    region = parameters.get("shared_memory_region")
-    if region is None:
-        return None
-    if not isinstance(region, str):
-        raise InvalidInput(
-            f"{where}: shared_memory_region must be a string, got {echo_json(region)}"
-        )
-    if "shared_memory_byte_size" not in parameters:
-        raise InvalidInput(f"{where}: names shared_memory_region without shared_memory_byte_size")
-    counts = []
-    for key, default in (("shared_memory_offset", 0), ("shared_memory_byte_size", None)):
-        value = parameters.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidInput(
-                f"{where}: {key} must be a non-negative integer, got {echo_json(value)}"
-            )
-        counts.append(value)
-    return Slice(region, counts[0], counts[1])
 
 
 def encode_response(
@@ -350,7 +252,7 @@ def encode_response(
             "shape": list(output.data.shape),
         }
         if output.binary and output.place is None:
-            chunk = tensor_bytes(output.data, output.datatype)
+            chunk = raw.tensor_bytes(output.data, output.datatype)
             entry["parameters"] = {"binary_data_size": len(chunk)}
             chunks.append(chunk)
         elif output.place is None:
@@ -362,22 +264,6 @@ def encode_response(
     if not chunks:
         return encoded, None
     return b"".join([encoded, *chunks]), len(encoded)
-
-
-def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
-    """A tensor in binary (Triton's binary extension and shared memory): little-endian numbers,
-    or BYTES elements each after a 4-byte length."""
-    if datatype == "BYTES":
-        parts = []
-        for item in array.reshape(-1):
-            raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
-            parts.append(struct.pack("<I", len(raw)))
-            parts.append(raw)
-        return b"".join(parts)
-    if datatype == "BF16":  # raw bits: a conversion to uint16 would round the values
-        array = bf16_bits(array)
-    dtype = DATATYPES[datatype].numpy.newbyteorder("<")
-    return np.ascontiguousarray(array, dtype=dtype).tobytes()
 
 
 def _to_json(output: OutputTensor) -> Any:

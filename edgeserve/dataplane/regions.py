@@ -1,0 +1,64 @@
+"""Shared-memory regions as one infer request may use them, whatever its transport: only a
+client on this machine may (a remote one could otherwise map any object in /dev/shm and read
+it back through an identity-like model), and its inputs there count against the request-size
+limit, as a body's would (they are copied in)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from edgeserve.dataplane import raw
+from edgeserve.dataplane.requests import OutputTensor, RequestedOutput
+from edgeserve.errors import Forbidden, PayloadTooLarge
+from edgeserve.sharedmemory import Regions, Slice
+
+
+@dataclass
+class ClientRegions:
+    """The regions as one infer request may use them: only a client on this machine may, and
+    its inputs there may add up to `limit` bytes, as its body may (they are copied in)."""
+
+    regions: Regions
+    client: str
+    limit: int
+    taken: int = 0
+
+    def read(self, where: str, place: Slice) -> memoryview:
+        """An input's bytes (v2.ReadSlice)."""
+        check_local(self.client)
+        self.taken += place.byte_size
+        if self.taken > self.limit:
+            raise PayloadTooLarge(
+                f"{where}: the request's inputs in shared memory add up to {self.taken} bytes, "
+                f"over the limit of {self.limit} bytes that a request's inputs may hold (in its "
+                "body or in shared memory). Hint: raise [resources] max_body_mb in function.toml"
+            )
+        return self.regions.read(where, place)
+
+    def check_outputs(self, wanted: Iterable[RequestedOutput]) -> None:
+        """Refuse, before running, outputs asked into a region that cannot take them."""
+        for output in wanted:
+            if output.place is not None:
+                check_local(self.client)
+                self.regions.check(f"output `{output.name}`", output.place)
+
+    def write_outputs(self, outputs: Iterable[OutputTensor]) -> None:
+        for output in outputs:
+            if output.place is not None:
+                data = raw.tensor_bytes(output.data, output.datatype)
+                self.regions.write(f"output `{output.name}`", output.place, data)
+
+
+def check_local(host: str) -> None:
+    """Refuse (403) shared memory to a client that is not on a loopback address."""
+    try:
+        local = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    if not local:
+        raise Forbidden(
+            f"system shared memory is for clients on this machine; {host or 'a client'} is not "
+            "on a loopback address. Hint: send the tensors in the request body instead"
+        )
