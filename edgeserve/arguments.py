@@ -169,6 +169,13 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         help="TCP port, 1-65535, 0 for any free one (default: [resources] port, else 8080)",
     )
     p.add_argument(
+        "--grpc-port",
+        type=_port,
+        help="also serve KServe v2 over gRPC (Triton's protocol: tritonclient.grpc, "
+        "perf_analyzer -i grpc) on this port, same host; Triton's is 8001, 0: any free one "
+        "(default: no gRPC; needs pip install 'edgeserve[grpc]')",
+    )
+    p.add_argument(
         "--backend",
         choices=BACKENDS,
         help="force a backend (default: the best one this machine has; see `edgeserve doctor`)",

@@ -106,6 +106,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         tls=tls,
         timeouts={f"{name}_s": getattr(args, f"{name}_timeout") for name in TIMEOUTS},
         workers=args.workers,
+        grpc_port=args.grpc_port,
     )
 
 

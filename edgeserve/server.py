@@ -15,7 +15,7 @@ from edgeserve.bundle import Bundle, is_function_source
 from edgeserve.errors import ConfigError
 from edgeserve.http.app import FunctionApp, create_app
 from edgeserve.http.auth import load_credentials
-from edgeserve.http.server import DrainingServer, uvicorn_config
+from edgeserve.http.server import Companion, DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
@@ -41,6 +41,7 @@ def serve(
     tls: TlsFiles | None = None,
     timeouts: Mapping[str, float | None] | None = None,
     workers: str | None = None,
+    grpc_port: int | None = None,
 ) -> int:
     """Open (or build) the bundle at `path`, load it once, and serve until SIGTERM/SIGINT;
     the exit status.
@@ -57,6 +58,11 @@ def serve(
     port = bundle.manifest.resources.port if port is None else port
     if fd is None:
         check_port(host, port)
+    if grpc_port is not None:
+        from edgeserve.grpc import check_installed
+
+        check_installed()
+        check_port(host, grpc_port)
     load_credentials(bundle.manifest.auth, os.environ)  # a missing token fails before loading
     limits = Timeouts.from_resources(bundle.manifest.resources, **(timeouts or {}))
     layout = plan_layout(bundle, workers, backend)
@@ -72,12 +78,25 @@ def serve(
             timeouts=dict(timeouts or {}),
             drain_s=limits.drain_s,
             tls=tls,
+            grpc_port=grpc_port,
         )
     app = _load(bundle, backend, started, limits)
     settings = tls.uvicorn_options() if tls else {}
     config = uvicorn_config(app, host=host, port=port, fd=fd, log_level=log_level, **settings)
-    DrainingServer(config).run()
+    DrainingServer(config, _grpc_beside(app, host, grpc_port, tls)).run()
     return 0
+
+
+def _grpc_beside(
+    app: FunctionApp, host: str, port: int | None, tls: TlsFiles | None
+) -> list[Companion]:
+    """The gRPC front beside uvicorn, where a port is asked for (grpcio imported only then)."""
+    if port is None:
+        return []
+    from edgeserve.grpc import address
+    from edgeserve.grpc.server import beside
+
+    return [beside(app, address(host, port), tls)]
 
 
 def check_port(host: str, port: int) -> None:

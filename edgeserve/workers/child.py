@@ -41,6 +41,7 @@ class ChildConfig:
     timeouts: dict[str, float | None] = field(default_factory=dict)  # serve's overrides
     source: str | None = None  # the function folder a cached bundle came from (for messages)
     supervisor: int = 0  # its pid: a child that finds another parent is an orphan already
+    grpc_address: str | None = None  # where every front serves gRPC too (SO_REUSEPORT)
 
     @property
     def instances(self) -> int:

@@ -31,8 +31,8 @@ import uvicorn
 from edgeserve.batching import ONE_REQUEST, BatchPolicy
 from edgeserve.batching.rows import rows_of
 from edgeserve.errors import PayloadTooLarge, Unavailable
-from edgeserve.http.app import create_app
-from edgeserve.http.server import DrainingServer, uvicorn_config
+from edgeserve.http.app import FunctionApp, create_app
+from edgeserve.http.server import Companion, DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
 from edgeserve.runtime import Runtime
@@ -200,8 +200,10 @@ class FrontServer(DrainingServer):
     before it was ever ready has nothing to drain: it exits at once, rather than wait on
     inference processes that may never come (its supervisor died)."""
 
-    def __init__(self, config: uvicorn.Config, receiver: Receiver) -> None:
-        super().__init__(config)
+    def __init__(
+        self, config: uvicorn.Config, receiver: Receiver, companions: list[Companion]
+    ) -> None:
+        super().__init__(config, companions)
         self.receiver = receiver
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -238,7 +240,17 @@ def run_front(config: ChildConfig) -> None:
     receiver = Receiver(socket.socket(fileno=config.channel_fd), board.slot(config.front))
     tls = {} if config.tls is None else TlsFiles(**config.tls).uvicorn_options()
     settings = uvicorn_config(app, log_level=config.log_level, **tls)
-    FrontServer(settings, receiver).run()
+    FrontServer(settings, receiver, _grpc_beside(app, config)).run()
+
+
+def _grpc_beside(app: FunctionApp, config: ChildConfig) -> list[Companion]:
+    if config.grpc_address is None:
+        return []
+    from edgeserve.grpc.server import beside
+
+    return [
+        beside(app, config.grpc_address, None if config.tls is None else TlsFiles(**config.tls))
+    ]
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgeserve.grpc import address
 from edgeserve.http.server import BACKSTOP_S
 from edgeserve.workers.board import RESTARTS, Board
 from edgeserve.workers.child import ChildConfig
@@ -184,11 +185,14 @@ def serve_workers(
     drain_s: float,
     timeouts: dict[str, float | None],
     tls: TlsFiles | None = None,
+    grpc_port: int | None = None,
 ) -> int:
-    """Serve with the layout's front and inference processes; the exit status."""
+    """Serve with the layout's front and inference processes; the exit status. `grpc_port`:
+    every front serves gRPC there too."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
     host, port = listener.getsockname()[:2]
+    reserved = None if grpc_port is None else _reserve_port(family, host, grpc_port)
     fronts, instances = layout.fronts, len(layout.instances)
     board = Board.create(fronts, instances, bundle.manifest.batching.max_batch_size)
     with tempfile.TemporaryDirectory(prefix="edgeserve-") as scratch:
@@ -207,19 +211,30 @@ def serve_workers(
             backend=backend,
             tls=None if tls is None else asdict(tls),
             timeouts=timeouts,
+            grpc_address=None if reserved is None else address(host, reserved.getsockname()[1]),
         )
         supervisor = Supervisor(config, layout.instances, Dispatcher(listener, board), board)
         scheme = "http" if tls is None else "https"
+        also = "" if config.grpc_address is None else f", gRPC on {config.grpc_address}"
         print(
             f"edgeserve: {_count(fronts, 'front process')} and "
             f"{_count(instances, 'inference process')} ({layout.placement}) "
-            f"serving on {scheme}://{host}:{port}",
+            f"serving on {scheme}://{host}:{port}{also}",
             flush=True,
         )
         status = supervisor.watch()
     if supervisor.signal is not None:
         _end_by(supervisor.signal)
     return status
+
+
+def _reserve_port(family: socket.AddressFamily, host: str, port: int) -> socket.socket:
+    """The gRPC port, bound but not listening, with SO_REUSEPORT as gRPC binds it: every front
+    then binds it too, and port 0 becomes one port for all of them. Kept open while serving."""
+    reserved = socket.socket(family, socket.SOCK_STREAM)
+    reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    reserved.bind((host, port))
+    return reserved
 
 
 def _wait(children: list[_Child], deadline: float) -> None:

@@ -1,0 +1,304 @@
+"""`inference.GRPCInferenceService` over the data plane: each RPC as the HTTP side answers the
+same operation (same checks, same errors, same registry of shared-memory regions).
+
+Requests arrive as bytes and are parsed here, so a message that is not protobuf is the
+client's error (INVALID_ARGUMENT), not a failure of the server's deserializer. Every RPC but
+the health ones passes the credentials the HTTP side requires (`authorization: Bearer` or
+`x-api-key` metadata); ServerLive and ServerReady count as /v2/health/live and /ready, which
+`[auth] open_paths` may leave open for probes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+from urllib.parse import unquote
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+
+from edgeserve import __version__
+from edgeserve.dataplane import DataPlane, ServedFunction, repository
+from edgeserve.dataplane.metadata import server_metadata
+from edgeserve.dataplane.regions import ClientRegions, check_local
+from edgeserve.errors import InvalidInput, Unsupported
+from edgeserve.grpc import tensors
+from edgeserve.grpc.messages import SERVICE, message
+from edgeserve.grpc.status import status_of
+from edgeserve.http.auth import Credentials
+from edgeserve.sharedmemory import Regions
+
+Context = Any  # grpc.aio.ServicerContext (grpcio ships no type hints)
+OPEN_AS = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
+"""RPCs that `[auth] open_paths` may leave open, by the HTTP path of the same operation."""
+
+
+class InferenceService:
+    """The RPCs of one function; `handler()` is what the gRPC server registers."""
+
+    def __init__(
+        self,
+        function: ServedFunction,
+        regions: Regions,
+        limit: int,
+        credentials: Credentials | None = None,
+    ) -> None:
+        self.function = function
+        self.plane = DataPlane(function)
+        self.regions = regions
+        self.limit = limit
+        self.credentials = credentials
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        unary = {
+            name: grpc.unary_unary_rpc_method_handler(
+                self._answering(name, rpc), response_serializer=_serialize
+            )
+            for name, rpc in self._unary().items()
+        }
+        stream = grpc.stream_stream_rpc_method_handler(
+            self.model_stream_infer, response_serializer=_serialize
+        )
+        return grpc.method_handlers_generic_handler(SERVICE, {**unary, "ModelStreamInfer": stream})
+
+    def _unary(self) -> dict[str, Callable[[bytes, Context], Awaitable[Any]]]:
+        return {
+            "ServerLive": self.server_live,
+            "ServerReady": self.server_ready,
+            "ModelReady": self.model_ready,
+            "ServerMetadata": self.server_metadata,
+            "ModelMetadata": self.model_metadata,
+            "ModelConfig": self.model_config,
+            "ModelInfer": self.model_infer,
+            "ModelStatistics": self.model_statistics,
+            "RepositoryIndex": self.repository_index,
+            "RepositoryModelLoad": self.repository_model_load,
+            "RepositoryModelUnload": self.repository_model_unload,
+            "SystemSharedMemoryStatus": self._shm_status("system"),
+            "SystemSharedMemoryRegister": self.system_shm_register,
+            "SystemSharedMemoryUnregister": self._shm_unregister("system"),
+            "CudaSharedMemoryStatus": self._shm_status("cuda"),
+            "CudaSharedMemoryRegister": self.cuda_shm_register,
+            "CudaSharedMemoryUnregister": self._shm_unregister("cuda"),
+            "TraceSetting": self.trace_setting,
+            "LogSettings": self.log_settings,
+        }
+
+    def _answering(
+        self, name: str, rpc: Callable[[bytes, Context], Awaitable[Any]]
+    ) -> Callable[[bytes, Context], Awaitable[Any]]:
+        """`rpc` behind the credentials check, its errors answered as status codes."""
+        path = OPEN_AS.get(name, f"/{SERVICE}/{name}")
+
+        async def answered(request: bytes, context: Context) -> Any:
+            try:
+                self._check_credentials(path, context)
+                return await rpc(request, context)
+            except Exception as exc:
+                code, text = status_of(exc, f"{SERVICE}/{name}")
+                await context.abort(code, text)
+
+        return answered
+
+    def _check_credentials(self, path: str, context: Context) -> None:
+        if self.credentials is not None:
+            metadata = context.invocation_metadata() or ()
+            headers = [
+                (str(k).encode(), v if isinstance(v, bytes) else v.encode()) for k, v in metadata
+            ]
+            self.credentials.check(path, headers)
+
+    async def server_live(self, request: bytes, context: Context) -> Any:
+        return message("ServerLiveResponse")(live=True)
+
+    async def server_ready(self, request: bytes, context: Context) -> Any:
+        return message("ServerReadyResponse")(ready=self.function.ready)
+
+    async def model_ready(self, request: bytes, context: Context) -> Any:
+        self._check_model(_parse("ModelReadyRequest", request))
+        return message("ModelReadyResponse")(ready=self.function.ready)
+
+    async def server_metadata(self, request: bytes, context: Context) -> Any:
+        return _from_json("ServerMetadataResponse", server_metadata(__version__))
+
+    async def model_metadata(self, request: bytes, context: Context) -> Any:
+        self._check_model(_parse("ModelMetadataRequest", request))
+        return _from_json("ModelMetadataResponse", self.plane.model_metadata())
+
+    async def model_config(self, request: bytes, context: Context) -> Any:
+        self._check_model(_parse("ModelConfigRequest", request))
+        return _from_json("ModelConfigResponse", {"config": self.plane.model_config()})
+
+    async def model_statistics(self, request: bytes, context: Context) -> Any:
+        asked = _parse("ModelStatisticsRequest", request)
+        if asked.name or asked.version:  # none: every model, as Triton answers
+            self._check_model(asked)
+        stats = {"model_stats": [self.function.stats.triton_stats()]}
+        return _from_json("ModelStatisticsResponse", stats)
+
+    async def model_infer(self, request: bytes, context: Context) -> Any:
+        return await self._infer(_parse("ModelInferRequest", request), context)
+
+    async def _infer(self, request: Any, context: Context) -> Any:
+        arrived = time.monotonic()
+        plane, function = self.plane, self.function
+        plane.check_model(request.model_name, request.model_version or None, infer=True)
+        await function.admit(arrived)
+        shared = ClientRegions(self.regions, _peer_host(context), self.limit)
+        decoded = tensors.decode_request(request, shared.read)
+        shared.check_outputs(decoded.outputs or ())
+        outputs = await plane.infer(decoded, arrived=arrived)
+        shared.write_outputs(outputs)
+        return tensors.encode_response(function.name, function.model_version, decoded.id, outputs)
+
+    async def model_stream_infer(
+        self, requests: AsyncIterator[bytes], context: Context
+    ) -> AsyncIterator[Any]:
+        """One ModelStreamInferResponse per request, in the order they finish (each carries
+        its request's id); a bad request's is its error_message, and the stream goes on."""
+        try:
+            self._check_credentials(f"/{SERVICE}/ModelStreamInfer", context)
+        except Exception as exc:
+            await context.abort(*status_of(exc, f"{SERVICE}/ModelStreamInfer"))
+        answers: asyncio.Queue[Any] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def answer(raw: bytes) -> None:
+            request = None
+            try:
+                request = _parse("ModelInferRequest", raw)
+                response = await self._infer(request, context)
+                await answers.put(message("ModelStreamInferResponse")(infer_response=response))
+            except Exception as exc:
+                _, text = status_of(exc, f"{SERVICE}/ModelStreamInfer")
+                await answers.put(self._stream_error(text, request))
+
+        async def read() -> None:
+            async for raw in requests:
+                task = asyncio.ensure_future(answer(raw))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            await asyncio.gather(*running)
+            await answers.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (response := await answers.get()) is not None:
+                yield response
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+
+    def _stream_error(self, text: str, request: Any) -> Any:
+        function = self.function
+        response = message("ModelInferResponse")(
+            model_name=function.name,
+            model_version=function.model_version,
+            id=request.id if request is not None else "",
+        )
+        return message("ModelStreamInferResponse")(error_message=text, infer_response=response)
+
+    async def repository_index(self, request: bytes, context: Context) -> Any:
+        ready = _parse("RepositoryIndexRequest", request).ready
+        return _from_json(
+            "RepositoryIndexResponse", {"models": repository.index(self.function, ready)}
+        )
+
+    async def repository_model_load(self, request: bytes, context: Context) -> Any:
+        load = _parse("RepositoryModelLoadRequest", request)
+        repository.check_load(self.function, load.model_name, list(load.parameters))
+        return message("RepositoryModelLoadResponse")()
+
+    async def repository_model_unload(self, request: bytes, context: Context) -> Any:
+        unload = _parse("RepositoryModelUnloadRequest", request)
+        raise repository.refuse_unload(self.function, unload.model_name)
+
+    async def system_shm_register(self, request: bytes, context: Context) -> Any:
+        region = _parse("SystemSharedMemoryRegisterRequest", request)
+        check_local(_peer_host(context))
+        body = {"key": region.key, "offset": region.offset, "byte_size": region.byte_size}
+        self.regions.register("system", region.name, body)
+        return message("SystemSharedMemoryRegisterResponse")()
+
+    async def cuda_shm_register(self, request: bytes, context: Context) -> Any:
+        region = _parse("CudaSharedMemoryRegisterRequest", request)
+        check_local(_peer_host(context))
+        handle = {"b64": base64.b64encode(region.raw_handle).decode("ascii")}
+        body = {"raw_handle": handle, "device_id": region.device_id, "byte_size": region.byte_size}
+        self.regions.register("cuda", region.name, body)
+        return message("CudaSharedMemoryRegisterResponse")()
+
+    def _shm_status(self, kind: str) -> Callable[[bytes, Context], Awaitable[Any]]:
+        prefix = "System" if kind == "system" else "Cuda"
+
+        async def status(request: bytes, context: Context) -> Any:
+            name = _parse(f"{prefix}SharedMemoryStatusRequest", request).name
+            check_local(_peer_host(context))
+            found = self.regions.status(kind, name or None)
+            regions = {region["name"]: region for region in found}
+            return _from_json(f"{prefix}SharedMemoryStatusResponse", {"regions": regions})
+
+        return status
+
+    def _shm_unregister(self, kind: str) -> Callable[[bytes, Context], Awaitable[Any]]:
+        prefix = "System" if kind == "system" else "Cuda"
+
+        async def unregister(request: bytes, context: Context) -> Any:
+            name = _parse(f"{prefix}SharedMemoryUnregisterRequest", request).name
+            check_local(_peer_host(context))
+            self.regions.unregister(kind, name or None)
+            return message(f"{prefix}SharedMemoryUnregisterResponse")()
+
+        return unregister
+
+    async def trace_setting(self, request: bytes, context: Context) -> Any:
+        raise Unsupported(
+            "the trace extension (TraceSetting) is not served by edgeserve. Hint: per-model "
+            "timings are in the statistics extension (ModelStatistics) and /metrics"
+        )
+
+    async def log_settings(self, request: bytes, context: Context) -> Any:
+        raise Unsupported(
+            "the logging extension (LogSettings) is not served by edgeserve. Hint: set the "
+            "log level with `edgeserve serve --log-level`"
+        )
+
+    def _check_model(self, request: Any) -> None:
+        self.plane.check_model(request.name, request.version or None)
+
+
+def _parse(name: str, data: bytes) -> Any:
+    try:
+        return message(name).FromString(data)
+    except DecodeError as exc:
+        raise InvalidInput(
+            f"{name}: {len(data)} bytes that are not its protobuf message ({exc})"
+        ) from None
+
+
+def _from_json(name: str, value: dict[str, Any]) -> Any:
+    """A response from the JSON the HTTP side answers; what the schema leaves out is left out."""
+    return json_format.ParseDict(value, message(name)(), ignore_unknown_fields=True)
+
+
+def _bytes(value: str | bytes) -> bytes:
+    """A metadata value (binary ones, keys ending in -bin, arrive as bytes)."""
+    return value if isinstance(value, bytes) else value.encode("latin-1")
+
+
+def _serialize(response: Any) -> bytes:
+    data: bytes = response.SerializeToString()
+    return data
+
+
+def _peer_host(context: Context) -> str:
+    """The client's address from gRPC's peer ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000")."""
+    kind, _, address = unquote(context.peer()).partition(":")
+    if kind == "ipv6":
+        return address.rpartition("]")[0].lstrip("[")
+    return address.rpartition(":")[0] if kind == "ipv4" else ""

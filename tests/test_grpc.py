@@ -1,0 +1,353 @@
+"""KServe v2 over gRPC: the stock tritonclient.grpc (and hand-built messages where tritonclient
+refuses to build them) against `edgeserve serve --grpc-port 0` on 127.0.0.1.
+
+The model is one ONNX Identity per v2 datatype but BF16 (tests/test_tritonclient.py says why),
+run by ONNX Runtime on CPU.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as triton
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import InferenceServerException
+
+from tests.models import identity_model, write_function
+from tests.server import Server, running
+from tests.test_tritonclient import MANIFEST, RUN_BY_ORT
+from tests.test_v2_codec import SAMPLES
+
+GRPC_LISTENING = re.compile(r"(?:gRPC serving on grpcs?://|gRPC on )([\d.]+:\d+)")
+
+
+def grpc_url(server: Server, timeout_s: float = 30.0) -> str:
+    """The gRPC address the server printed (`host:port`)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in list(server.output):
+            if match := GRPC_LISTENING.search(line):
+                return match.group(1)
+        time.sleep(0.05)
+    raise RuntimeError("no gRPC address printed:\n" + "".join(server.output))
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("identity")
+    return write_function(root / "src", lambda path: identity_model(path, RUN_BY_ORT), MANIFEST)
+
+
+@pytest.fixture(scope="module")
+def url(source: Path) -> Iterator[str]:
+    with running(source, "--grpc-port", "0") as (_, server):
+        yield grpc_url(server)
+
+
+@pytest.fixture(scope="module")
+def client(url: str) -> Iterator[triton.InferenceServerClient]:
+    client = triton.InferenceServerClient(url)
+    yield client
+    client.close()
+
+
+def every_input() -> list[triton.InferInput]:
+    inputs = []
+    for datatype in RUN_BY_ORT:
+        tensor = triton.InferInput(f"in_{datatype}", list(SAMPLES[datatype].shape), datatype)
+        inputs.append(tensor.set_data_from_numpy(SAMPLES[datatype]))
+    return inputs
+
+
+def test_health_metadata_and_config(client: triton.InferenceServerClient) -> None:
+    assert client.is_server_live()
+    assert client.is_server_ready()
+    assert client.is_model_ready("identity")
+    assert client.is_model_ready("identity", model_version="2")
+    server = client.get_server_metadata(as_json=True)
+    assert server["name"] == "edgeserve"
+    assert "system_shared_memory" in server["extensions"]
+    metadata = client.get_model_metadata("identity", as_json=True)
+    assert metadata["versions"] == ["2"]
+    inputs = {entry["name"]: entry for entry in metadata["inputs"]}
+    assert inputs["in_FP32"] == {"name": "in_FP32", "datatype": "FP32", "shape": ["-1", "3"]}
+    config = client.get_model_config("identity").config
+    assert config.name == "identity"
+    assert config.max_batch_size == 8
+    assert config.dynamic_batching.max_queue_delay_microseconds == 1000
+    assert [d for d in config.input[0].dims] == [3]
+    assert config.parameters["function_version"].string_value == "2"
+    index = client.get_model_repository_index(as_json=True)
+    assert index["models"] == [{"name": "identity", "version": "2", "state": "READY"}]
+
+
+def test_infer_every_datatype_raw(client: triton.InferenceServerClient) -> None:
+    result = client.infer("identity", every_input(), request_id="req-7")
+    assert result.get_response().id == "req-7"
+    for datatype in RUN_BY_ORT:
+        np.testing.assert_array_equal(result.as_numpy(f"out_{datatype}"), SAMPLES[datatype])
+
+
+def test_infer_typed_contents(url: str) -> None:
+    """The typed `contents` fields, which tritonclient never sends: built by hand."""
+    request = service_pb2.ModelInferRequest(model_name="identity")
+    for datatype in RUN_BY_ORT:
+        if datatype == "FP16":
+            continue  # raw only
+        tensor = request.inputs.add(name=f"in_{datatype}", datatype=datatype, shape=[2, 3])
+        field = triton_contents(datatype)
+        getattr(tensor.contents, field).extend(SAMPLES[datatype].reshape(-1).tolist())
+    request.inputs.add(name="in_FP16", datatype="FP16", shape=[2, 3])
+    request.raw_input_contents.append(SAMPLES["FP16"].tobytes())
+    response = call(url, "ModelInfer", request, service_pb2.ModelInferResponse)
+    outputs = [output.name for output in response.outputs]
+    raw = dict(zip(outputs, response.raw_output_contents, strict=True))
+    for datatype in ("INT8", "UINT16", "FP64", "BOOL", "UINT64"):
+        got = np.frombuffer(raw[f"out_{datatype}"], SAMPLES[datatype].dtype).reshape(2, 3)
+        np.testing.assert_array_equal(got, SAMPLES[datatype])
+
+
+def triton_contents(datatype: str) -> str:
+    if datatype in ("INT8", "INT16", "INT32"):
+        return "int_contents"
+    if datatype in ("UINT8", "UINT16", "UINT32"):
+        return "uint_contents"
+    return f"{datatype.lower()}_contents"
+
+
+def call(url: str, method: str, request: object, response_type: type) -> object:
+    """One unary call of `inference.GRPCInferenceService`, with tritonclient's messages."""
+    with grpc.insecure_channel(url) as channel:
+        rpc = channel.unary_unary(
+            f"/inference.GRPCInferenceService/{method}",
+            request_serializer=lambda message: message.SerializeToString(),
+            response_deserializer=response_type.FromString,
+        )
+        return rpc(request, timeout=30)
+
+
+def raw_call(url: str, method: str, data: bytes) -> grpc.RpcError:
+    """A call of raw bytes that must fail: its error."""
+    with grpc.insecure_channel(url) as channel:
+        rpc = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")
+        with pytest.raises(grpc.RpcError) as failed:
+            rpc(data, timeout=30)
+    return failed.value
+
+
+def infer_request(**changes: object) -> service_pb2.ModelInferRequest:
+    """A request for `in_FP32` alone... which the model refuses unless every input is sent:
+    the malformed cases below are refused before the model is asked."""
+    request = service_pb2.ModelInferRequest(model_name="identity")
+    request.inputs.add(name="in_FP32", datatype="FP32", shape=[1, 3])
+    request.raw_input_contents.append(np.zeros(3, np.float32).tobytes())
+    for key, value in changes.items():
+        setattr(request, key, value)
+    return request
+
+
+def refused(url: str, request: service_pb2.ModelInferRequest) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as failed:
+        call(url, "ModelInfer", request, service_pb2.ModelInferResponse)
+    return failed.value
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "words"),
+    [
+        (
+            "raw_size",
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "FP32 [1, 3] needs 12 bytes, its data has 8",
+        ),
+        ("raw_and_typed", grpc.StatusCode.INVALID_ARGUMENT, "raw_input_contents holds 1 tensors, but 0"),
+        ("datatype", grpc.StatusCode.INVALID_ARGUMENT, "unknown datatype 'FP33'"),
+        ("model", grpc.StatusCode.INVALID_ARGUMENT, "unknown model `nope`"),
+        ("version", grpc.StatusCode.NOT_FOUND, "has no version `9`"),
+        ("unknown_input", grpc.StatusCode.INVALID_ARGUMENT, "unknown ['in_nope']"),
+        ("negative", grpc.StatusCode.INVALID_ARGUMENT, "`shape` must be a list of non-negative"),
+        ("extra_raw", grpc.StatusCode.INVALID_ARGUMENT, "raw_input_contents holds 2 tensors, but 1"),
+        ("wrong_field", grpc.StatusCode.INVALID_ARGUMENT, "FP32 data travels in contents.fp32"),
+        ("out_of_range", grpc.StatusCode.INVALID_ARGUMENT, "value 300 in contents.int_contents"),
+    ],
+)
+def test_malformed_requests(
+    url: str, client: triton.InferenceServerClient, change: str, code: grpc.StatusCode, words: str
+) -> None:
+    request = infer_request()
+    tensor = request.inputs[0]
+    if change == "raw_size":
+        request.raw_input_contents[0] = b"\0" * 8
+    elif change == "raw_and_typed":
+        tensor.contents.fp32_contents.extend([1, 2, 3])
+    elif change == "datatype":
+        tensor.datatype = "FP33"
+    elif change == "model":
+        request.model_name = "nope"
+    elif change == "version":
+        request.model_version = "9"
+    elif change == "unknown_input":
+        tensor.name = "in_nope"
+    elif change == "negative":
+        del tensor.shape[:]
+        tensor.shape.extend([1, -3])
+    elif change == "extra_raw":
+        request.raw_input_contents.append(b"")
+    elif change in ("wrong_field", "out_of_range"):
+        del request.raw_input_contents[:]
+        if change == "out_of_range":
+            tensor.datatype, tensor.name = "INT8", "in_INT8"
+        tensor.contents.int_contents.extend([1, 2, 300])
+    error = refused(url, request)
+    assert error.code() == code, error.details()
+    assert words in error.details()
+    assert client.is_server_live()  # and the server stays up
+
+
+def test_not_protobuf_is_invalid_argument(url: str) -> None:
+    error = raw_call(url, "ModelInfer", b"\xff\xff\xff")
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not its protobuf message" in error.details()
+
+
+def test_errors_through_tritonclient(client: triton.InferenceServerClient) -> None:
+    with pytest.raises(InferenceServerException) as missing:
+        client.get_model_metadata("nope")
+    assert missing.value.status() == "StatusCode.NOT_FOUND"
+    assert "unknown model `nope`: this server serves `identity`" in missing.value.message()
+    with pytest.raises(InferenceServerException) as unserved:
+        client.get_trace_settings()
+    assert unserved.value.status() == "StatusCode.UNIMPLEMENTED"
+    with pytest.raises(InferenceServerException) as unload:
+        client.unload_model("identity")
+    assert "cannot unload `identity`" in unload.value.message()
+    client.load_model("identity")  # the served model, as it is: nothing to do
+
+
+def test_statistics_count_grpc_requests(client: triton.InferenceServerClient) -> None:
+    before = client.get_inference_statistics("identity").model_stats[0].inference_count
+    client.infer("identity", every_input())
+    stats = client.get_inference_statistics("identity", "2").model_stats[0]
+    assert stats.inference_count == before + 2  # two rows
+    assert stats.inference_stats.success.count >= 1
+
+
+def test_requested_outputs_and_classification(client: triton.InferenceServerClient) -> None:
+    outputs = [
+        triton.InferRequestedOutput("out_FP64"),
+        triton.InferRequestedOutput("out_FP32", class_count=2),
+    ]
+    result = client.infer("identity", every_input(), outputs=outputs)
+    assert [o.name for o in result.get_response().outputs] == ["out_FP64", "out_FP32"]
+    top = result.as_numpy("out_FP32")
+    assert top[0][0].endswith(b".000000:2")  # 3.4e38, the highest of row 0
+    assert top[0][1] == b"1.500000:0"
+
+
+def test_streaming_answers_each_request(client: triton.InferenceServerClient) -> None:
+    answers: queue.Queue[tuple[object, object]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        client.async_stream_infer("identity", every_input(), request_id="good-1")
+        bad = triton.InferInput("in_nope", [1, 3], "FP32")
+        bad.set_data_from_numpy(np.zeros((1, 3), np.float32))
+        client.async_stream_infer("identity", [bad], request_id="bad")
+        client.async_stream_infer("identity", every_input(), request_id="good-2")
+        got = [answers.get(timeout=30) for _ in range(3)]
+    finally:
+        client.stop_stream()
+    ids = sorted(result.get_response().id for result, error in got if error is None)
+    assert ids == ["good-1", "good-2"]
+    errors = [error for _, error in got if error is not None]
+    assert len(errors) == 1 and "unknown ['in_nope']" in str(errors[0])
+
+
+def test_system_shared_memory(client: triton.InferenceServerClient) -> None:
+    import tritonclient.utils.shared_memory as shm
+
+    data = SAMPLES["FP32"]
+    size = data.nbytes
+    handle = shm.create_shared_memory_region("grpc_io", "/edgeserve_grpc_io", size * 2)
+    try:
+        shm.set_shared_memory_region(handle, [data])
+        client.register_system_shared_memory("grpc_io", "/edgeserve_grpc_io", size * 2)
+        status = client.get_system_shared_memory_status(as_json=True)
+        assert status["regions"]["grpc_io"]["byte_size"] == str(size * 2)
+        inputs = every_input()
+        fp32 = next(i for i in inputs if i.name() == "in_FP32")
+        fp32.set_shared_memory("grpc_io", size)
+        output = triton.InferRequestedOutput("out_FP32")
+        output.set_shared_memory("grpc_io", size, offset=size)
+        result = client.infer("identity", inputs, outputs=[output])
+        assert result.get_output("out_FP32").datatype == "FP32"
+        back = shm.get_contents_as_numpy(handle, np.float32, [2, 3], offset=size)
+        np.testing.assert_array_equal(back, data)
+    finally:
+        client.unregister_system_shared_memory()
+        shm.destroy_shared_memory_region(handle)
+    assert client.get_system_shared_memory_status(as_json=True) == {}
+
+
+def test_cuda_shared_memory_status_without_gpu(client: triton.InferenceServerClient) -> None:
+    assert client.get_cuda_shared_memory_status(as_json=True) == {}
+    client.unregister_cuda_shared_memory()  # perf_analyzer cleans up both kinds
+
+
+def test_message_size_follows_the_request_limit(url: str) -> None:
+    """gRPC's 4 MB default would refuse a plain image batch: 5 MB passes the size check (and
+    is refused by the model's shape), 80 MB is over the function's max_body_mb (64)."""
+    for size, code in ((5 << 20, grpc.StatusCode.INVALID_ARGUMENT), (80 << 20, None)):
+        request = infer_request()
+        request.raw_input_contents[0] = b"\0" * size
+        error = refused(url, request)
+        expected = code or grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert error.code() == expected, error.details()
+
+
+def test_auth_token_as_metadata(source: Path, tmp_path: Path) -> None:
+    token = "t" * 24
+    env = {"EDGESERVE_AUTH_TOKEN": token}
+    with running(source, "--grpc-port", "0", env=env, client={"headers": {}}) as (_, server):
+        client = triton.InferenceServerClient(grpc_url(server))
+        try:
+            assert client.is_server_ready()  # /v2/health/ready is an open path
+            with pytest.raises(InferenceServerException) as refused_call:
+                client.get_model_metadata("identity")
+            assert refused_call.value.status() == "StatusCode.UNAUTHENTICATED"
+            headers = {"authorization": f"Bearer {token}"}
+            assert client.get_model_metadata("identity", headers=headers).name == "identity"
+        finally:
+            client.close()
+
+
+def test_workers_share_one_grpc_port(source: Path) -> None:
+    with running(source, "--grpc-port", "0", "--workers", "2") as (_, server):
+        url = grpc_url(server)
+        clients = [triton.InferenceServerClient(url) for _ in range(4)]
+        try:
+            for client in clients:
+                result = client.infer("identity", every_input())
+                np.testing.assert_array_equal(result.as_numpy("out_INT64"), SAMPLES["INT64"])
+        finally:
+            for client in clients:
+                client.close()
+
+
+def test_missing_grpcio_is_named() -> None:
+    """Without grpcio the error names the extra to install (hidden from a child process)."""
+    code = (
+        "import sys; sys.modules['grpc'] = None\n"
+        "from edgeserve.grpc import check_installed\n"
+        "try:\n    check_installed()\nexcept Exception as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "pip install 'edgeserve[grpc]'" in done.stdout, done.stderr
