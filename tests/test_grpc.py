@@ -27,6 +27,7 @@ from tests.server import Server, running
 from tests.test_tritonclient import MANIFEST, RUN_BY_ORT
 from tests.test_v2_codec import SAMPLES
 
+INVALID, NOT_FOUND = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND
 GRPC_LISTENING = re.compile(r"(?:gRPC serving on grpcs?://|gRPC on )([\d.]+:\d+)")
 
 
@@ -166,18 +167,18 @@ def refused(url: str, request: service_pb2.ModelInferRequest) -> grpc.RpcError:
     [
         (
             "raw_size",
-            grpc.StatusCode.INVALID_ARGUMENT,
+            INVALID,
             "FP32 [1, 3] needs 12 bytes, its data has 8",
         ),
-        ("raw_and_typed", grpc.StatusCode.INVALID_ARGUMENT, "raw_input_contents holds 1 tensors, but 0"),
-        ("datatype", grpc.StatusCode.INVALID_ARGUMENT, "unknown datatype 'FP33'"),
-        ("model", grpc.StatusCode.INVALID_ARGUMENT, "unknown model `nope`"),
-        ("version", grpc.StatusCode.NOT_FOUND, "has no version `9`"),
-        ("unknown_input", grpc.StatusCode.INVALID_ARGUMENT, "unknown ['in_nope']"),
-        ("negative", grpc.StatusCode.INVALID_ARGUMENT, "`shape` must be a list of non-negative"),
-        ("extra_raw", grpc.StatusCode.INVALID_ARGUMENT, "raw_input_contents holds 2 tensors, but 1"),
-        ("wrong_field", grpc.StatusCode.INVALID_ARGUMENT, "FP32 data travels in contents.fp32"),
-        ("out_of_range", grpc.StatusCode.INVALID_ARGUMENT, "value 300 in contents.int_contents"),
+        ("raw_and_typed", INVALID, "raw_input_contents holds 1 tensors, but 0"),
+        ("datatype", INVALID, "unknown datatype 'FP33'"),
+        ("model", INVALID, "unknown model `nope`"),
+        ("version", NOT_FOUND, "has no version `9`"),
+        ("unknown_input", INVALID, "unknown ['in_nope']"),
+        ("negative", INVALID, "`shape` must be a list of non-negative"),
+        ("extra_raw", INVALID, "raw_input_contents holds 2 tensors, but 1"),
+        ("wrong_field", INVALID, "FP32 data travels in contents.fp32"),
+        ("out_of_range", INVALID, "value 300 in contents.int_contents"),
     ],
 )
 def test_malformed_requests(
