@@ -16,7 +16,12 @@ import tritonclient.grpc as triton
 from tests.models import varlen_model, write_function
 from tests.server import running
 from tests.test_grpc import grpc_url
-from tests.test_perf_analyzer import MANIFEST, read_csv, run_perf_analyzer
+from tests.test_perf_analyzer import (
+    MANIFEST,
+    check_levels,
+    run_in_system_shared_memory,
+    run_perf_analyzer,
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,24 +44,11 @@ def test_a_concurrency_range(url: str, tmp_path: Path, mode: tuple[str, ...]) ->
         *("-i", "grpc", *mode, "--concurrency-range", "1:3:2", "-b", "2", "--shape", "x:7"),
         *("--input-data", "random", "-f", str(report)),
     )
-    rows = read_csv(report)
-    assert sorted(row["Concurrency"] for row in rows) == ["1", "3"]
-    assert all(float(row["Inferences/Second"]) > 0 for row in rows)
-    if not mode:  # streaming reads no server statistics (perf_analyzer's own rule)
-        assert all(float(row["Server Compute Infer"]) > 0 for row in rows)
-    assert "Batch size: 2" in output
+    check_levels(report, output, server_statistics=not mode)  # as perf_analyzer reads them
 
 
 def test_system_shared_memory(url: str, tmp_path: Path) -> None:
-    report = tmp_path / "shm.csv"
-    output = run_perf_analyzer(
-        url,
-        *("-i", "grpc", "--shared-memory", "system", "--output-shared-memory-size", "4096"),
-        *("--concurrency-range", "2", "-b", "2", "--shape", "x:8", "-f", str(report)),
-    )
-    (row,) = read_csv(report)
-    assert float(row["Inferences/Second"]) > 0
-    assert "Unable to unregister" not in output
+    run_in_system_shared_memory(url, tmp_path, "-i", "grpc")
     client = triton.InferenceServerClient(url)
     try:
         assert client.get_system_shared_memory_status(as_json=True) == {}  # all unregistered

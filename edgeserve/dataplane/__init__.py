@@ -7,7 +7,8 @@
 
 `ServedFunction` is the seam between every front and a runtime (edgeserve.runtime.Runtime, or
 a proxy to an inference process); `serving()` is the one owner of its start and stop, however
-many fronts serve it. A new protocol is one converter module onto `DataPlane`.
+many fronts serve it. A protocol is a converter onto `DataPlane` and a server beside uvicorn
+(edgeserve/grpc/; docs/ARCHITECTURE.md, "Adding a target, a backend, a protocol").
 """
 
 from edgeserve.dataplane.checks import InputChecks, check_names

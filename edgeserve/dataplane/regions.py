@@ -6,13 +6,16 @@ limit, as a body's would (they are copied in)."""
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from edgeserve.dataplane import raw
 from edgeserve.dataplane.requests import OutputTensor, RequestedOutput
 from edgeserve.errors import Forbidden, PayloadTooLarge
 from edgeserve.sharedmemory import Regions, Slice
+
+ReadSlice = Callable[[str, Slice], memoryview]
+"""Reads an input's bytes from a registered shared-memory region (`ClientRegions.read`)."""
 
 
 @dataclass

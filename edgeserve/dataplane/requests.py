@@ -1,6 +1,6 @@
 """A request and its answer as the data plane sees them, whatever the transport.
 
-A front (HTTP v2 JSON or binary, a Lambda event, another process, gRPC later) decodes its bytes
+A front (HTTP v2 JSON or binary, gRPC, a Lambda event, another process) decodes its bytes
 into an `InferRequest`; the data plane checks what it asks for against the model, runs it, and
 hands back `OutputTensor`s for the front to encode. `place` is where a shared-memory client
 keeps a tensor (Triton's system shared-memory extension); None: it travels in the message.

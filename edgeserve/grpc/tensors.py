@@ -14,28 +14,18 @@ one for an output written to shared memory), as Triton answers.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from edgeserve import values
-from edgeserve.dataplane import raw
-from edgeserve.dataplane.requests import (
-    MAX_TENSORS,
-    InferRequest,
-    OutputTensor,
-    RequestedOutput,
-    classification,
-    shared_memory_slice,
-)
+from edgeserve.dataplane import InferRequest, OutputTensor, RequestedOutput, raw
+from edgeserve.dataplane.regions import ReadSlice
+from edgeserve.dataplane.requests import MAX_TENSORS, classification, shared_memory_slice
 from edgeserve.datatypes import Datatype
 from edgeserve.errors import MISSING, InvalidInput, echo
 from edgeserve.grpc.messages import message
-from edgeserve.sharedmemory import Slice
-
-ReadSlice = Callable[[str, Slice], memoryview]
-"""Reads an input's bytes from a registered shared-memory region (`ClientRegions.read`)."""
 
 CONTENTS = {
     "BOOL": "bool_contents",

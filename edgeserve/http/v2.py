@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from edgeserve import values
 from edgeserve.dataplane import raw
+from edgeserve.dataplane.regions import ReadSlice
 from edgeserve.dataplane.requests import (
     MAX_TENSORS,
     InferRequest,
@@ -32,11 +33,7 @@ from edgeserve.dataplane.requests import (
 )
 from edgeserve.datatypes import Datatype
 from edgeserve.errors import MISSING, InvalidInput, echo, echo_json, echo_repr
-from edgeserve.sharedmemory import Slice
 from edgeserve.types import TensorDict
-
-ReadSlice = Callable[[str, Slice], memoryview]
-"""Reads an input's bytes from a registered shared-memory region (`Regions.read`)."""
 
 HEADER_LENGTH = "inference-header-content-length"
 _NONE: frozenset[str] = frozenset()
