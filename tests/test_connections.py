@@ -202,7 +202,7 @@ WHOLE_BUT_LARGE = (
             "an HTTP/2 preface",
             b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
             400,
-            f"{NOT_HTTP}: an HTTP/2 connection preface: this port serves HTTP/1.1; gRPC is served",
+            f"{NOT_HTTP}: an HTTP/2 preface: HTTP/1.1 here (gRPC: serve --grpc-port)",
         ),
         (  # llhttp: "User callback error"
             "CONNECT",

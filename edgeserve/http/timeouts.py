@@ -214,10 +214,7 @@ def _parser_says(msg: str) -> str:
     if found is None or not str(found):
         return msg
     if "PRI" in str(found):
-        return (
-            "an HTTP/2 connection preface: this port serves HTTP/1.1; gRPC is served on "
-            "its own port (`edgeserve serve --grpc-port`)"
-        )
+        return "an HTTP/2 preface: HTTP/1.1 here (gRPC: serve --grpc-port)"
     if "callback error" in str(found) and found.__context__ is not None:
         return str(found.__context__) or str(found)
     return str(found)
