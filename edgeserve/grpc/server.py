@@ -22,6 +22,8 @@ from edgeserve.errors import ConfigError
 from edgeserve.grpc.service import InferenceService
 from edgeserve.http.app import FunctionApp
 from edgeserve.http.auth import Credentials
+from edgeserve.http.drain import Drain
+from edgeserve.http.server import BACKSTOP_S
 from edgeserve.http.tls import TlsFiles
 from edgeserve.sharedmemory import Regions
 
@@ -42,7 +44,8 @@ class GrpcServer:
         credentials: Credentials | None = None,
         tls: TlsFiles | None = None,
     ) -> None:
-        self.service = InferenceService(function, regions, limit, credentials)
+        self.drain = Drain()
+        self.service = InferenceService(function, regions, limit, credentials, self.drain)
         self.function = function
         self.address, self.limit, self.drain_s, self.tls = address, limit, drain_s, tls
         self.port: int | None = None
@@ -82,9 +85,13 @@ class GrpcServer:
         return server.add_secure_port(self.address, credentials)
 
     def begin_drain(self) -> None:
-        """Refuse new calls; those in flight have until the drain bound (stop's grace)."""
+        """Refuse new calls; those in flight have until the drain bound, where what is left is
+        answered UNAVAILABLE (http/drain.py's `Drain`, as HTTP answers 503); gRPC's own grace
+        is a backstop past it."""
         if self._server is not None and self._stopping is None:
-            self._stopping = asyncio.ensure_future(self._server.stop(self.drain_s))
+            self.drain.begin(self.drain_s)
+            grace = self.drain_s + BACKSTOP_S
+            self._stopping = asyncio.ensure_future(self._server.stop(grace))
 
     async def stop(self) -> None:
         """Once every call has been answered (or cut at the bound): leave `serving()`."""

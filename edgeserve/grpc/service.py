@@ -30,6 +30,8 @@ from edgeserve.grpc import tensors
 from edgeserve.grpc.messages import SERVICE, message
 from edgeserve.grpc.status import status_of
 from edgeserve.http.auth import Credentials
+from edgeserve.http.drain import Drain
+from edgeserve.http.inference import off_loop
 from edgeserve.sharedmemory import Regions
 
 Context = Any  # grpc.aio.ServicerContext (grpcio ships no type hints)
@@ -46,8 +48,10 @@ class InferenceService:
         regions: Regions,
         limit: int,
         credentials: Credentials | None = None,
+        drain: Drain | None = None,
     ) -> None:
         self.function = function
+        self.drain = drain or Drain()
         self.plane = DataPlane(function)
         self.regions = regions
         self.limit = limit
@@ -91,18 +95,31 @@ class InferenceService:
     def _answering(
         self, name: str, rpc: Callable[[bytes, Context], Awaitable[Any]]
     ) -> Callable[[bytes, Context], Awaitable[Any]]:
-        """`rpc` behind the credentials check, its errors answered as status codes."""
+        """`rpc` behind the credentials check, its errors answered as status codes; a call
+        still running at the drain bound is answered UNAVAILABLE, as HTTP answers 503."""
         path = OPEN_AS.get(name, f"/{SERVICE}/{name}")
 
         async def answered(request: bytes, context: Context) -> Any:
             try:
                 self._check_credentials(path, context)
-                return await rpc(request, context)
+                return await self._drained(rpc(request, context))
             except Exception as exc:
                 code, text = status_of(exc, f"{SERVICE}/{name}")
                 await context.abort(code, text)
 
         return answered
+
+    async def _drained(self, work: Awaitable[Any]) -> Any:
+        """`work`, counted among the calls the drain cuts at its bound."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.drain.tasks.add(task)
+        try:
+            return await work
+        except asyncio.CancelledError as cancelled:
+            raise self.drain.answer(cancelled) from None  # the bound's UNAVAILABLE, or re-raised
+        finally:
+            self.drain.tasks.discard(task)
 
     def _check_credentials(self, path: str, context: Context) -> None:
         if self.credentials is not None:
@@ -141,15 +158,19 @@ class InferenceService:
         return _from_json("ModelStatisticsResponse", stats)
 
     async def model_infer(self, request: bytes, context: Context) -> Any:
-        return await self._infer(_parse("ModelInferRequest", request), context)
+        return await self._infer(request, context)
 
-    async def _infer(self, request: Any, context: Context) -> Any:
+    async def _infer(self, raw: bytes, context: Context) -> Any:
+        """A request's answer; a large one is parsed and decoded on a worker thread, as HTTP
+        decodes a large body (the event loop serves every other client meanwhile)."""
         arrived = time.monotonic()
         plane, function = self.plane, self.function
+        self.drain.check_open()
+        request = await off_loop(raw, _parse, "ModelInferRequest", raw)
         plane.check_model(request.model_name, request.model_version or None, infer=True)
         await function.admit(arrived)
         shared = ClientRegions(self.regions, _peer_host(context), self.limit)
-        decoded = tensors.decode_request(request, shared.read)
+        decoded = await off_loop(raw, tensors.decode_request, request, shared.read)
         shared.check_outputs(decoded.outputs or ())
         outputs = await plane.infer(decoded, arrived=arrived)
         shared.write_outputs(outputs)
@@ -168,14 +189,12 @@ class InferenceService:
         running: set[asyncio.Task[None]] = set()
 
         async def answer(raw: bytes) -> None:
-            request = None
             try:
-                request = _parse("ModelInferRequest", raw)
-                response = await self._infer(request, context)
+                response = await self._drained(self._infer(raw, context))
                 await answers.put(message("ModelStreamInferResponse")(infer_response=response))
             except Exception as exc:
                 _, text = status_of(exc, f"{SERVICE}/ModelStreamInfer")
-                await answers.put(self._stream_error(text, request))
+                await answers.put(self._stream_error(text, raw))
 
         async def read() -> None:
             async for raw in requests:
@@ -194,12 +213,16 @@ class InferenceService:
             for task in list(running):
                 task.cancel()
 
-    def _stream_error(self, text: str, request: Any) -> Any:
+    def _stream_error(self, text: str, raw: bytes) -> Any:
+        """The answer to a failed request of a stream: its error, and its id to match it by
+        (tritonclient hands the error alone to its callback)."""
         function = self.function
+        try:
+            request_id = message("ModelInferRequest").FromString(raw).id
+        except DecodeError:
+            request_id = ""
         response = message("ModelInferResponse")(
-            model_name=function.name,
-            model_version=function.model_version,
-            id=request.id if request is not None else "",
+            model_name=function.name, model_version=function.model_version, id=request_id
         )
         return message("ModelStreamInferResponse")(error_message=text, infer_response=response)
 

@@ -90,7 +90,7 @@ class InferenceRoutes:
         self.plane.check_model(match["model"], match["version"], infer=True)
         shared = ClientRegions(self.regions, call.client, self.limit)
         try:
-            decoded = await _decoded(
+            decoded = await off_loop(
                 call.body,
                 v2.decode_request,
                 call.body,
@@ -118,7 +118,7 @@ class InferenceRoutes:
         content_type, body = invoke.media_type(header), call.body
         if content_type == forms.FORM_TYPE and header is not None:  # off the loop: 30 MB, 0.1 s
             body, content_type = await asyncio.to_thread(forms.form_file, body, header)
-        payload = await _decoded(body, invoke.decode_payload, body, content_type)
+        payload = await off_loop(body, invoke.decode_payload, body, content_type)
         result = await self.runtime.invoke(payload, content_type, arrived=call.arrived)
         content, media_type = invoke.encode_result(result, call.headers.get("accept"))
         return Reply(content, media_type)
@@ -156,7 +156,7 @@ class InferenceRoutes:
         return app
 
 
-async def _decoded(body: bytes, decode: Callable[..., T], *args: Any) -> T:
+async def off_loop(body: bytes, decode: Callable[..., T], *args: Any) -> T:
     """`decode(*args)`, on a worker thread when `body` is over OFF_LOOP_BYTES."""
     if len(body) > OFF_LOOP_BYTES:
         return await asyncio.to_thread(decode, *args)
