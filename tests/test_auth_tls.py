@@ -170,6 +170,12 @@ class Pki:
         self.server = self._issue("server", [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
         self.client = self._issue("client", [])
 
+    def mutual_tls_args(self) -> tuple[str, ...]:
+        """serve's flags for the server certificate, requiring client certificates of the CA."""
+        cert, key = self.server
+        files = ("--ssl-certfile", str(cert), "--ssl-keyfile", str(key))
+        return (*files, "--ssl-ca-certs", str(self.ca_file))
+
     def _issue(self, name: str, sans: list[x509.GeneralName]) -> tuple[Path, Path]:
         key = ec.generate_private_key(ec.SECP256R1())
         certificate = self._certificate(name, key, sans, ca=False)
@@ -250,15 +256,7 @@ def test_https_with_a_certificate_and_key(pki: Pki, bundle: Bundle, workers: str
 
 
 def test_mutual_tls_needs_a_client_certificate_from_the_ca(pki: Pki, bundle: Bundle) -> None:
-    cert, key = pki.server
-    tls = (
-        "--ssl-certfile",
-        str(cert),
-        "--ssl-keyfile",
-        str(key),
-        "--ssl-ca-certs",
-        str(pki.ca_file),
-    )
+    tls = pki.mutual_tls_args()
     with_client = ssl.create_default_context(cafile=str(pki.ca_file))
     with_client.load_cert_chain(*map(str, pki.client))
     without = ssl.create_default_context(cafile=str(pki.ca_file))

@@ -124,9 +124,7 @@ class InferenceService:
     def _check_credentials(self, path: str, context: Context) -> None:
         if self.credentials is not None:
             metadata = context.invocation_metadata() or ()
-            headers = [
-                (str(k).encode(), v if isinstance(v, bytes) else v.encode()) for k, v in metadata
-            ]
+            headers = [(key.encode(), _bytes(value)) for key, value in metadata]
             self.credentials.check(path, headers)
 
     async def server_live(self, request: bytes, context: Context) -> Any:
@@ -157,10 +155,7 @@ class InferenceService:
         stats = {"model_stats": [self.function.stats.triton_stats()]}
         return _from_json("ModelStatisticsResponse", stats)
 
-    async def model_infer(self, request: bytes, context: Context) -> Any:
-        return await self._infer(request, context)
-
-    async def _infer(self, raw: bytes, context: Context) -> Any:
+    async def model_infer(self, raw: bytes, context: Context) -> Any:
         """A request's answer; a large one is parsed and decoded on a worker thread, as HTTP
         decodes a large body (the event loop serves every other client meanwhile)."""
         arrived = time.monotonic()
@@ -190,7 +185,7 @@ class InferenceService:
 
         async def answer(raw: bytes) -> None:
             try:
-                response = await self._drained(self._infer(raw, context))
+                response = await self._drained(self.model_infer(raw, context))
                 await answers.put(message("ModelStreamInferResponse")(infer_response=response))
             except Exception as exc:
                 _, text = status_of(exc, f"{SERVICE}/ModelStreamInfer")

@@ -1,0 +1,132 @@
+"""`serve --grpc-port` as a deployment runs it: the bearer token as metadata, mutual TLS, two
+front processes on one port, SIGTERM's drain, and the error naming grpcio where it is missing.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import signal
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as triton
+from tritonclient.utils import InferenceServerException
+
+from tests.models import slow_model, write_function
+from tests.server import running
+from tests.test_auth_tls import Pki
+from tests.test_drain import DRAIN_S, EXIT_MARGIN_S
+from tests.test_drain import MANIFEST as DRAIN_MANIFEST
+from tests.test_grpc import every_input, grpc_url, identity_function
+from tests.test_v2_codec import SAMPLES
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return identity_function(tmp_path_factory)
+
+
+def test_auth_token_as_metadata(source: Path, tmp_path: Path) -> None:
+    token = "t" * 24
+    env = {"EDGESERVE_AUTH_TOKEN": token}
+    with running(source, "--grpc-port", "0", env=env, client={"headers": {}}) as (_, server):
+        client = triton.InferenceServerClient(grpc_url(server))
+        try:
+            assert client.is_server_ready()  # /v2/health/ready is an open path
+            with pytest.raises(InferenceServerException) as refused_call:
+                client.get_model_metadata("identity")
+            assert refused_call.value.status() == "StatusCode.UNAUTHENTICATED"
+            headers = {"authorization": f"Bearer {token}"}
+            assert client.get_model_metadata("identity", headers=headers).name == "identity"
+        finally:
+            client.close()
+
+
+def test_workers_share_one_grpc_port(source: Path) -> None:
+    with running(source, "--grpc-port", "0", "--workers", "2") as (_, server):
+        url = grpc_url(server)
+        clients = [triton.InferenceServerClient(url) for _ in range(4)]
+        try:
+            for client in clients:
+                result = client.infer("identity", every_input())
+                np.testing.assert_array_equal(result.as_numpy("out_INT64"), SAMPLES["INT64"])
+        finally:
+            for client in clients:
+                client.close()
+
+
+def test_missing_grpcio_is_named() -> None:
+    """Without grpcio the error names the extra to install (hidden from a child process)."""
+    code = (
+        "import sys; sys.modules['grpc'] = None\n"
+        "from edgeserve.grpc import check_installed\n"
+        "try:\n    check_installed()\nexcept Exception as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "pip install 'edgeserve[grpc]'" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sigterm_drains_grpc_calls_within_the_bound(tmp_path: Path, workers: str) -> None:
+    """Calls queued behind a slow model (one row at a time, about 0.3 s each): those that run
+    within the drain bound are answered, the rest UNAVAILABLE at the bound, saying so, and the
+    process (with --workers 2, every process) exits right after, as for HTTP (test_drain.py)."""
+    slow = write_function(tmp_path / "fn", slow_model, DRAIN_MANIFEST)
+    with running(slow, "--grpc-port", "0", "--workers", workers) as (_, server):
+        client = triton.InferenceServerClient(grpc_url(server))
+        x = triton.InferInput("x", [1, 1, 1024], "FP32")
+        x.set_data_from_numpy(np.full((1, 1, 1024), 0.1, np.float32))
+        started = time.monotonic()
+        client.infer("slow", [x])
+        batch_s = time.monotonic() - started
+        answers: queue.Queue[tuple[object, object]] = queue.Queue()
+        count = min(100, math.ceil(3 * DRAIN_S / batch_s) + 2)
+        for _ in range(count):
+            client.async_infer("slow", [x], lambda result, error: answers.put((result, error)))
+        time.sleep(0.3)  # every call is in and queued
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        got = [answers.get(timeout=DRAIN_S + 10) for _ in range(count)]
+        server.process.wait(timeout=DRAIN_S + 10)
+        exited_s = time.monotonic() - started
+        client.close()
+    errors = [error for _, error in got if error is not None]
+    assert 0 < len(errors) < count
+    for error in errors:
+        assert error.status() == "StatusCode.UNAVAILABLE", error
+        assert error.message().startswith("the server shut down before the request")
+    assert DRAIN_S < exited_s < DRAIN_S + batch_s + EXIT_MARGIN_S, (exited_s, batch_s)
+    assert "Traceback" not in "".join(server.output)
+
+
+def test_mutual_tls_serves_grpc_too(source: Path, tmp_path: Path) -> None:
+    """--ssl-* serve gRPC over TLS as well: a client certificate from the CA is needed."""
+    pki = Pki(tmp_path)
+    tls = pki.mutual_tls_args()
+    verify = ssl.create_default_context(cafile=str(pki.ca_file))
+    verify.load_cert_chain(*map(str, pki.client))
+    with running(source, "--grpc-port", "0", *tls, client={"verify": verify}) as (_, server):
+        url = grpc_url(server)
+        client_cert, client_key = pki.client
+        trusted = triton.InferenceServerClient(
+            url,
+            ssl=True,
+            root_certificates=str(pki.ca_file),
+            private_key=str(client_key),
+            certificate_chain=str(client_cert),
+        )
+        anonymous = triton.InferenceServerClient(url, ssl=True, root_certificates=str(pki.ca_file))
+        try:
+            assert trusted.get_model_metadata("identity").name == "identity"
+            with pytest.raises(InferenceServerException) as refused_call:
+                anonymous.get_model_metadata("identity", client_timeout=10)
+            assert refused_call.value.status() == "StatusCode.UNAVAILABLE"
+        finally:
+            trusted.close()
+            anonymous.close()
