@@ -11,6 +11,7 @@ import ssl
 import subprocess
 import sys
 import time
+from contextlib import closing, suppress
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from tests.test_drain import DRAIN_S, EXIT_MARGIN_S
 from tests.test_drain import MANIFEST as DRAIN_MANIFEST
 from tests.test_grpc import every_input, grpc_url, identity_function
 from tests.test_v2_codec import SAMPLES
+from tests.test_workers import fronts
 
 
 @pytest.fixture(scope="module")
@@ -44,21 +46,32 @@ def test_auth_token_as_metadata(source: Path, tmp_path: Path) -> None:
             assert refused_call.value.status() == "StatusCode.UNAUTHENTICATED"
             headers = {"authorization": f"Bearer {token}"}
             assert client.get_model_metadata("identity", headers=headers).name == "identity"
+            answers: queue.Queue[object] = queue.Queue()
+            client.start_stream(callback=lambda result, error: answers.put(error))
+            with suppress(InferenceServerException):  # the stream may have closed already
+                client.async_stream_infer("identity", every_input())
+            assert "needs credentials" in str(answers.get(timeout=30))  # the stream refused
+            client.stop_stream()
         finally:
             client.close()
 
 
 def test_workers_share_one_grpc_port(source: Path) -> None:
-    with running(source, "--grpc-port", "0", "--workers", "2") as (_, server):
+    """Both fronts listen on the one port and the kernel spreads connections between them:
+    clients, each on a connection of its own (gRPC shares one between channels to the same
+    address unless told not to), reach both (up to 64 of them: the second front may start
+    listening a moment after the first is ready)."""
+    with running(source, "--grpc-port", "0", "--workers", "2") as (http_url, server):
         url = grpc_url(server)
-        clients = [triton.InferenceServerClient(url) for _ in range(4)]
-        try:
-            for client in clients:
+        own = [("grpc.use_local_subchannel_pool", 1)]
+        for _ in range(64):
+            with closing(triton.InferenceServerClient(url, channel_args=own)) as client:
                 result = client.infer("identity", every_input())
-                np.testing.assert_array_equal(result.as_numpy("out_INT64"), SAMPLES["INT64"])
-        finally:
-            for client in clients:
-                client.close()
+            np.testing.assert_array_equal(result.as_numpy("out_INT64"), SAMPLES["INT64"])
+            answered = [count for count, _ in fronts(http_url).values()]
+            if len(answered) == 2 and min(answered) > 0:
+                break
+    assert len(answered) == 2 and min(answered) > 0, answered
 
 
 def test_missing_grpcio_is_named() -> None:
