@@ -33,6 +33,8 @@ import json
 import reprlib
 from collections.abc import Iterable
 
+import msgpack
+
 
 class EdgeserveError(Exception):
     """Base class: carries its HTTP status and CLI exit code."""
@@ -186,6 +188,15 @@ class _JsonRepr(reprlib.Repr):
         text = json.dumps(value[: self.maxstring], ensure_ascii=False)
         return text if len(value) <= self.maxstring else f'{text[:-1]}{self.fillvalue}"'
 
+    def repr_bytes(self, value: bytes, level: int) -> str:
+        return f"<{echo_json(value)}>"
+
+    def repr_ExtType(self, value: msgpack.ExtType, level: int) -> str:
+        return f"<{echo_json(value)}>"
+
+    def repr_Timestamp(self, value: msgpack.Timestamp, level: int) -> str:
+        return f"<{echo_json(value)}>"
+
     def repr_dict(self, value: dict[object, object], level: int) -> str:
         if not value or level <= 0:
             return f"{{{self.fillvalue if value else ''}}}"
@@ -248,11 +259,26 @@ MISSING = _Missing()
 
 
 def echo_json(value: object) -> str:
-    """A client's JSON value as a message shows it, in JSON's words rather than Python's (null,
-    not None or NoneType; an object, not dict): a scalar as `echo_repr` writes it, a list or
-    object by its kind, a key left out (MISSING) as such."""
+    """A client's JSON or msgpack value as a message shows it, in JSON's words rather than
+    Python's (null, not None or NoneType; an object, not dict; bytes, not b'...'): a scalar as
+    `echo_repr` writes it, a list or object by its kind, a key left out (MISSING) as such."""
     if value is None or isinstance(value, bool):
         return "null" if value is None else str(value).lower()
     if isinstance(value, dict | list):
         return "an object" if isinstance(value, dict) else "a list"
+    if isinstance(value, bytes | msgpack.ExtType | msgpack.Timestamp):
+        return _msgpack_words(value)
     return "nothing (the key is missing)" if value is MISSING else echo_repr(value)
+
+
+def _msgpack_words(value: bytes | msgpack.ExtType | msgpack.Timestamp) -> str:
+    """What msgpack carries and JSON does not, named as msgpack does: bytes (with their text,
+    where they are some, for a name sent as bin), an ext by its type code, a timestamp."""
+    if isinstance(value, msgpack.ExtType):
+        return f"a msgpack ext of type {value.code}"
+    if isinstance(value, msgpack.Timestamp):
+        return "a msgpack timestamp"
+    text = value.decode("utf-8", "replace")
+    if text.isprintable() and "\ufffd" not in text:
+        return f"bytes (a msgpack bin) of the text {echo_repr(text)}"
+    return f"{len(value)} byte{'s' * (len(value) != 1)} (a msgpack bin)"

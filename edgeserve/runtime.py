@@ -295,7 +295,7 @@ class Runtime:
         if not isinstance(payload, dict):
             names = [spec.name for spec in self.signature.inputs]
             found = echo_json(payload)
-            if isinstance(payload, bytes):  # no JSON or msgpack Content-Type: the body as sent
+            if isinstance(payload, bytes) and not content_type.endswith("msgpack"):  # as sent
                 found = _raw_body(len(payload), content_type)
             raise InvalidInput(
                 f"/invoke: expected a JSON object (or msgpack map) with the inputs {names}, "

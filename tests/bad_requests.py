@@ -815,7 +815,23 @@ CORPUS: list[Bad] = [
         "tensor `in_FP32`: msgpack ext -2: a type msgpack reserves; expected ext 0 to 127",
         MSGPACK,
     ),
-    to_invoke("msgpack bytes keys", payload() | {b"k": 1}, "unknown [\"b'k'\"]", MSGPACK),
+    to_invoke(  # it read "unknown [\"b'k'\"]", Python's repr of bytes
+        "msgpack bytes keys",
+        payload() | {b"k": 1},
+        "keys that are not strings: bytes (a msgpack bin) of the text 'k'; expected names as "
+        "strings (msgpack str, not bin)",
+        MSGPACK,
+    ),
+    to_invoke(  # it read "got 3 bytes sent as application/msgpack, which is not JSON or msgpack"
+        "msgpack bin body",
+        b"\xc4\x03abc",
+        "the inputs ['in_FP32', 'in_FP16', 'in_INT64', 'in_INT8', 'in_UINT8', 'in_BOOL', "
+        "'in_BYTES'], got bytes (a msgpack bin) of the text 'abc'",
+        MSGPACK,
+    ),
+    to_invoke(  # it read "got ExtType(code=5, data=b'x')"
+        "msgpack ext body", msgpack.ExtType(5, b"x"), "got a msgpack ext of type 5", MSGPACK
+    ),
     to_invoke(
         "msgpack key given twice",
         _msgpack_map([*payload().items(), ("in_FP32", [[9, 9, 9]])]),
@@ -911,15 +927,56 @@ CORPUS: list[Bad] = [
     to_invoke(
         "msgpack ext of one field",
         ext(_msgpack([1])),
-        f"{EXT_WHERE}: found a list of length 1",
+        f"{EXT_WHERE}: expected a list of 3 (dtype, shape, bytes), got a list of 1",
         MSGPACK,
     ),
-    to_invoke(
+    *(  # it read "found int 5", "found NoneType None", "found dict {'a': 1}"
+        to_invoke(
+            f"msgpack ext of {found}",
+            payload(FP32=ext(_msgpack(fields))),
+            f"tensor `in_FP32`: {EXT}: expected a list of 3 (dtype, shape, bytes), got {found}",
+            MSGPACK,
+        )
+        for fields, found in (
+            (5, "5"),
+            (None, "null"),
+            ({"a": 1}, "an object"),
+            (b"\x00\x01", "2 bytes (a msgpack bin)"),
+            (msgpack.ExtType(4, b"zz"), "a msgpack ext of type 4"),
+        )
+    ),
+    to_invoke(  # it read "request body: ...": the ext was an item of the input's list
+        "msgpack ext in a list",
+        payload(FP32=[[1, 2, 3], ext(_msgpack(5))]),
+        f"tensor `in_FP32`, item [1]: {EXT}: expected a list of 3",
+        MSGPACK,
+    ),
+    to_invoke(  # it read "found dtype '<f4' and data of type str"
         "msgpack ext of text data",
         ext(_msgpack(["<f4", [1], "abcd"])),
-        f"{EXT_WHERE}: found dtype '<f4' and data of type str; expected a dtype string such as "
-        "'<f4' and bytes",
+        f"{EXT_WHERE}: data, its third item: expected bytes (a msgpack bin), got a string",
         MSGPACK,
+    ),
+    to_invoke(  # it read "found dtype b'<f4' and data of type bytes"
+        "msgpack ext of a bin dtype",
+        payload(FP32=ext(_msgpack([b"<f4", [1, 3], bytes(12)]))),
+        f"{EXT}: dtype, its first item: expected a string such as '<f4', got bytes (a msgpack "
+        "bin) of the text '<f4'",
+        MSGPACK,
+    ),
+    *(  # it read "got [1, b'\\x03']", "got ExtType(code=3, data=b'x')", "Timestamp(seconds=1, ..."
+        to_invoke(
+            f"msgpack ext shape of {found}",
+            payload(FP32=ext(_msgpack(["<f4", shape, bytes(12)]))),
+            f"{EXT}: `shape` must be a list of non-negative ints, got {found}",
+            MSGPACK,
+        )
+        for shape, found in (
+            (b"\x01\x03", "2 bytes (a msgpack bin)"),
+            ([1, b"\x03"], "[1, <1 byte (a msgpack bin)>]"),
+            (msgpack.ExtType(3, b"x"), "a msgpack ext of type 3"),
+            ([msgpack.Timestamp(1), 3], "[<a msgpack timestamp>, 3]"),
+        )
     ),
 ]
 

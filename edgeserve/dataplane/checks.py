@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeserve import datatypes
-from edgeserve.errors import InvalidInput, echo
+from edgeserve.errors import InvalidInput, echo, echo_json
 from edgeserve.shapes import UNBOUNDED, ShapeProfile, ShapeRange
 from edgeserve.types import Signature, TensorDict, TensorSpec, TiedDim
 
@@ -236,14 +236,16 @@ def check_names(signature: Signature, names: Iterable[object]) -> None:
     required = {spec.name for spec in signature.required}
     optional = {spec.name for spec in signature.inputs} - required
     given = set(names)
-    unknown = [str(name) for name in given - required - optional]
+    unknown = [name for name in given - required - optional if isinstance(name, str)]
+    not_text = [name for name in given if not isinstance(name, str)]
     missing = list(required - given)
-    if unknown or missing:
+    if unknown or missing or not_text:
         also = f" (optional: {_first(list(optional))})" if optional else ""
         raise InvalidInput(
             f"inputs: expected {sorted(required)}{also}"
             + (f"; unknown {_first(unknown)}" if unknown else "")
             + (f"; missing {_first(missing)}" if missing else "")
+            + (f"; keys that are not strings: {_not_text(not_text)}" if not_text else "")
         )
 
 
@@ -254,6 +256,14 @@ def _first(names: list[str], shown: int = 10) -> str:
     if len(names) <= shown:
         return str(first)
     return f"{first} and {len(names) - shown} more"
+
+
+def _not_text(names: list[object], shown: int = 3) -> str:
+    """Names a msgpack map gave as bytes (bin), in words, the first `shown` of them: the
+    client sent a name the model has, perhaps, in the wrong msgpack type."""
+    words = ", ".join(echo_json(name) for name in names[:shown])
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{words}{more}; expected names as strings (msgpack str, not bin)"
 
 
 def _checked(spec: TensorSpec, array: np.ndarray) -> np.ndarray:

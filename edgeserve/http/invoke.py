@@ -23,7 +23,7 @@ import msgpack
 import numpy as np
 
 from edgeserve import datatypes, values
-from edgeserve.errors import HandlerError, InvalidInput, echo, echo_repr
+from edgeserve.errors import HandlerError, InvalidInput, echo, echo_json, echo_repr
 
 NDARRAY_EXT = 1
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
@@ -72,10 +72,23 @@ class _MsgpackBody:
 
     def _map(self, pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
         if self.refused:  # most bodies: no ext refused, nothing to look for
-            held = next(((k, v) for k, v in pairs if isinstance(v, _Refused)), None)
-            if held is not None:
-                raise InvalidInput(f"tensor `{echo(str(held[0]))}`: {held[1].message}")
+            for key, value in pairs:
+                if (held := _held(value)) is not None:
+                    refused, at = held
+                    item = f", item {at}" if at else ""
+                    raise InvalidInput(f"tensor `{echo(str(key))}`{item}: {refused.message}")
         return _unique_keys(pairs)
+
+
+def _held(value: Any) -> tuple[_Refused, str] | None:
+    """The refused ext in `value` (itself, or in its nested lists) and its index there."""
+    if isinstance(value, _Refused):
+        return value, ""
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if (held := _held(item)) is not None:
+                return held[0], f"[{index}]{held[1]}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -92,7 +105,7 @@ def _unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     if len(found) < len(pairs):
         key, times = next((k, n) for k, n in Counter(k for k, _ in pairs).items() if n > 1)
         raise InvalidInput(
-            f"request body: msgpack map key {echo_repr(key)} is given {times} times; expected "
+            f"request body: msgpack map key {echo_json(key)} is given {times} times; expected "
             "each key once in a map"
         )
     return found
@@ -118,12 +131,17 @@ def _unpack_ext(code: int, data: bytes) -> Any:
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise InvalidInput(f"{where}: its data is not valid msgpack: {_reason(exc)}") from None
     if not (isinstance(fields, list) and len(fields) == 3):
-        raise InvalidInput(f"{where}: found {_brief(fields)}")
+        found = f"a list of {len(fields)}" if isinstance(fields, list) else echo_json(fields)
+        raise InvalidInput(f"{where}: expected a list of 3 (dtype, shape, bytes), got {found}")
     name, shape, raw = fields
-    if not (isinstance(name, str) and isinstance(raw, bytes)):
+    if not isinstance(name, str):
         raise InvalidInput(
-            f"{where}: found dtype {echo_repr(name)} and data of type {type(raw).__name__}; "
-            "expected a dtype string such as '<f4' and bytes"
+            f"{where}: dtype, its first item: expected a string such as '<f4', got "
+            f"{echo_json(name)}"
+        )
+    if not isinstance(raw, bytes):
+        raise InvalidInput(
+            f"{where}: data, its third item: expected bytes (a msgpack bin), got {_kind(raw)}"
         )
     dims = values.to_shape(shape, where)
     dtype = _dtype(name, where)
@@ -178,10 +196,9 @@ _DTYPE_NAMES = [
 ]  # BF16 travels as its raw bits, '<u2'; BYTES as text
 
 
-def _brief(value: Any) -> str:
-    if isinstance(value, list):
-        return f"a list of length {len(value)}"
-    return f"{type(value).__name__} {echo_repr(value)}"
+def _kind(value: Any) -> str:
+    """A client's value by its kind where its text would say less (a str of 48 digits)."""
+    return "a string" if isinstance(value, str) else echo_json(value)
 
 
 _MAP_KEY = re.compile(r"(\w+) is not allowed for map key")
