@@ -6,6 +6,7 @@
     ├── BackendError               no usable backend, or one failed to load or run
     ├── HandlerError               the function's handler broke its contract (500; exit 2)
     ├── InvalidInput               400: what was wrong, where, what was expected
+    │   └── InvalidElement         one element, by its place (moved to the request's rows)
     ├── ModelRefused               422: inputs the door let through, on whose values the model
     │                              failed (TopK's k past its axis): the backend's own words
     ├── Unauthorized               401, with WWW-Authenticate: missing or rejected credentials
@@ -73,6 +74,26 @@ class HandlerError(EdgeserveError):
 
 class InvalidInput(EdgeserveError):
     status = 400
+
+
+class InvalidElement(InvalidInput):
+    """What is wrong with one element of a tensor, whose message names it as `element [...]`
+    at `at`: a backend finds it in a batch, so the batcher moves its row to where the request
+    had it (`moved`)."""
+
+    def __init__(self, message: str, tensor: str, at: tuple[int, ...]) -> None:
+        super().__init__(message)
+        self.tensor, self.at = tensor, at
+
+    @classmethod
+    def of(cls, tensor: str, at: tuple[int, ...], what: str) -> InvalidElement:
+        return cls(f"tensor `{tensor}`: element {list(at)} {what}", tensor, at)
+
+    def moved(self, rows: int) -> InvalidElement:
+        """The same error `rows` rows further down the batch axis."""
+        at = (self.at[0] + rows, *self.at[1:])
+        message = self.message.replace(f"element {list(self.at)}", f"element {list(at)}", 1)
+        return InvalidElement(message, self.tensor, at)
 
 
 class ModelRefused(EdgeserveError):

@@ -221,6 +221,21 @@ def test_a_numpy_array_in_msgpack_is_read_in_its_own_byte_order(client: httpx.Cl
         assert response.json()[name.replace("in_", "out_")] == array.tolist(), name
 
 
+def test_an_element_of_a_request_split_into_batches_is_named_at_its_row_in_the_request(
+    client: httpx.Client,
+) -> None:
+    """20 rows under max_batch_size 8 run as parts of 8, 8 and 4 rows: a BYTES element that
+    is not UTF-8 in row 12 was named at [4, 1], its row in its part."""
+    rows = 20
+    texts: list[list[Any]] = [["a", "b", "c"] for _ in range(rows)]
+    texts[12][1] = b"\xc3("
+    body = {f"in_{dt}": [row] * rows for dt, row in GOOD_ROW.items()} | {"in_BYTES": texts}
+    response = client.post("/invoke", content=msgpack.packb(body), headers=MSGPACK)
+    error = assert_client_error(response, "bad text in row 12")
+    assert error.startswith("tensor `in_BYTES`: element [12, 1] is not UTF-8"), error
+    assert_still_serving(client)
+
+
 # hypothesis: anything JSON or msgpack can carry, in the places a request has structure
 SCALARS = (
     st.none()

@@ -110,7 +110,13 @@ def tree() -> list[type[errors.EdgeserveError]]:
     ]
 
 
-SAMPLE_FIELDS = {"origin": "handler.py:3", "invalid": True, "retry_after_s": 2.5}
+SAMPLE_FIELDS = {
+    "origin": "handler.py:3",
+    "invalid": True,
+    "retry_after_s": 2.5,
+    "tensor": "ids",
+    "at": (1, 2),
+}
 
 
 @pytest.mark.parametrize("cls", tree(), ids=lambda cls: cls.__name__)

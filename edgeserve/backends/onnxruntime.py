@@ -47,7 +47,7 @@ from edgeserve.backends.options import LoadOptions, TritonNames, missing_module,
 from edgeserve.backends.registered import REGISTRY, loaded_cudart
 from edgeserve.backends.sessions import dim_names, fixed_dims, new_session, providers, with_graphs
 from edgeserve.batching.rows import stack_rows
-from edgeserve.errors import BackendError, EdgeserveError, InvalidInput, ModelRefused
+from edgeserve.errors import BackendError, EdgeserveError, InvalidElement, ModelRefused
 from edgeserve.hardware import Platform
 from edgeserve.samples import plain_array
 from edgeserve.shapes import Shape
@@ -363,13 +363,14 @@ def _text(name: str, array: np.ndarray) -> np.ndarray:
     return np.array(decoded, dtype=object).reshape(array.shape)
 
 
-def _not_text(name: str, array: np.ndarray, exc: UnicodeDecodeError) -> InvalidInput:
+def _not_text(name: str, array: np.ndarray, exc: UnicodeDecodeError) -> InvalidElement:
     """Which element of a BYTES tensor is not UTF-8, and where it breaks: the first equal to
     the bytes that failed (the error holds a copy of them)."""
     at = next(index for index, item in enumerate(array.flat) if item == exc.object)
-    element = [int(axis) for axis in np.unravel_index(at, array.shape)]
-    return InvalidInput(
-        f"tensor `{name}`: element {element} is not UTF-8 ({exc.reason} at its byte {exc.start}), "
-        "and onnxruntime takes UTF-8 text only; send text, or binary data encoded as text "
-        "(base64)"
+    element = tuple(int(axis) for axis in np.unravel_index(at, array.shape))
+    return InvalidElement.of(
+        name,
+        element,
+        f"is not UTF-8 ({exc.reason} at its byte {exc.start}), and onnxruntime takes UTF-8 text "
+        "only; send text, or binary data encoded as text (base64)",
     )

@@ -27,12 +27,7 @@ from edgeserve.batching.padding import Padding
 from edgeserve.batching.phases import BatchObserver, PhaseClock
 from edgeserve.batching.plan import BatchPolicy, plan_batch
 from edgeserve.batching.rows import batch_key, request_parts, rows_of, split_outputs, stack_rows
-from edgeserve.errors import (
-    DeadlineExceeded,
-    PayloadTooLarge,
-    Unavailable,
-    as_edgeserve_error,
-)
+from edgeserve.errors import DeadlineExceeded, PayloadTooLarge, Unavailable
 from edgeserve.types import ComputeTimes, Signature, TensorDict
 
 logger = logging.getLogger(__name__)
@@ -191,9 +186,10 @@ class Batcher:
         self._check_slo(rows, now, arrived)
         self._arrivals.arrived(now, rows)
         key, future = self._key_of, asyncio.get_running_loop().create_future
+        most = self._policy.max_batch_size
         items = [
-            Item(part, size, key(part), now, arrived, deadline, future(), request)
-            for part, size in request_parts(inputs, rows, self._policy.max_batch_size, self._whole)
+            Item(part, size, key(part), now, arrived, deadline, future(), request, index * most)
+            for index, (part, size) in enumerate(request_parts(inputs, rows, most, self._whole))
         ]
         self._queue.update(dict.fromkeys(items))
         self._rows += rows
@@ -343,7 +339,7 @@ class Batcher:
             if len(batch) > 1:
                 alone = [item for item in batch if not item.future.done()]
             else:
-                self._fail(batch, as_edgeserve_error(exc, f"batch of {rows} rows"))
+                self._fail(batch, batch[0].error_of(exc, self._whole))
             ok = False
         else:
             for item, part in zip(batch, parts, strict=True):

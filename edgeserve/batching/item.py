@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from edgeserve.errors import EdgeserveError, InvalidElement, as_edgeserve_error
 from edgeserve.types import TensorDict
 
 
@@ -21,6 +22,16 @@ class Item:
     deadline: float
     future: asyncio.Future[TensorDict]
     request: object | None = None  # items of one request (ONE_REQUEST) share one outcome
+    first_row: int = 0  # where a part of a request split into several starts in it
+
+    def error_of(self, exc: Exception, whole: Collection[str]) -> EdgeserveError:
+        """What failed this item, run alone, as its request's error: an element named at its
+        row in the request (the client sent the request, not this part), unless its tensor
+        was sent `whole` to each part."""
+        error = as_edgeserve_error(exc, f"batch of {self.rows} rows")
+        if self.first_row and isinstance(error, InvalidElement) and error.tensor not in whole:
+            return error.moved(self.first_row)
+        return error
 
 
 ONE_REQUEST: ContextVar[object | None] = ContextVar("edgeserve_request", default=None)

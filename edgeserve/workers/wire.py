@@ -58,6 +58,7 @@ _ERROR_FIELDS: dict[type[errors.EdgeserveError], dict[str, tuple[type, ...]]] = 
     errors.BackendError: {},
     errors.HandlerError: {"origin": (str,)},
     errors.InvalidInput: {},
+    errors.InvalidElement: {"tensor": (str,), "at": (tuple,)},
     errors.ModelRefused: {},
     errors.Unauthorized: {"invalid": (bool,)},
     errors.Forbidden: {},
