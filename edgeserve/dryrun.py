@@ -1,8 +1,8 @@
 """`edgeserve build` runs the handler before it writes a bundle: imported from the user's file,
 then every /invoke sample (an image, or a JSON payload that is not a v2 request) through
-preprocess, the model (ONNX Runtime, fp32) and postprocess, and the answer encoded as a
-response would be. A mistake is reported with the user's file and line and the sample, so it
-never first shows up as a 500 in production."""
+preprocess, serve's door (the checks every request passes), the model (ONNX Runtime, fp32) and
+postprocess, and the answer encoded as a response would be. A mistake is reported with the
+user's file and line and the sample, so it never first shows up as a 500 in production."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
+from edgeserve.dataplane import InputChecks
 from edgeserve.datatypes import as_numbers
-from edgeserve.errors import ConfigError, EdgeserveError, HandlerError, InvalidInput
-from edgeserve.handler import check_items, import_handler, one_row, where
+from edgeserve.errors import ConfigError, EdgeserveError, HandlerError, InvalidInput, ModelRefused
+from edgeserve.handler import check_items, import_handler, item_place, one_row, where
 from edgeserve.http.invoke import decode_payload, encode_result
 from edgeserve.manifest import Manifest
 from edgeserve.samples import IMAGE_TYPES, content_type, is_v2_request, sample_files
@@ -51,9 +52,11 @@ def dry_run(source: Path, manifest: Manifest, signature: Signature) -> DryRun | 
     from edgeserve.backends import load_backend  # heavy: only when there is something to run
 
     engine = load_backend("onnxruntime", source / manifest.model.path)
+    batching = signature.batched and manifest.batching.max_batch_size > 0
+    door = InputChecks(signature, engine.profile, batching)  # as serve's (runtime.py)
     try:
         for sample in samples:
-            _Trial(handler, shown, sample, manifest, signature).run(engine)
+            _Trial(handler, shown, sample, manifest, signature).run(engine, door)
     finally:
         engine.close()
     return DryRun(tuple(path.relative_to(source).as_posix() for path in samples))
@@ -208,13 +211,13 @@ class _Trial:
     manifest: Manifest
     signature: Signature
 
-    def run(self, engine: Backend) -> None:
+    def run(self, engine: Backend, door: InputChecks) -> None:
         ctx = Context(content_type(self.sample), self.manifest.handler.options, self.shown.parent)
         payload = decode_payload(self.sample.read_bytes(), ctx.content_type)
         items = self._contract(
             lambda: check_items(self._hook("preprocess", payload, ctx), self.signature)
         )
-        outputs = [self._infer(engine, item) for item in items]
+        outputs = [self._infer(engine, door, item, index) for index, item in enumerate(items)]
         postprocess = getattr(self.handler, "postprocess", None)
         answer = outputs if postprocess is None else self._hook("postprocess", outputs, ctx)
         self._contract(lambda: encode_result(answer, None))
@@ -241,8 +244,19 @@ class _Trial:
         except HandlerError as exc:
             raise HandlerError(f"{self.shown}: on {self.sample.name}: {exc.message}") from None
 
-    def _infer(self, engine: Backend, item: TensorDict) -> TensorDict:
-        if not self.signature.batched:
-            return engine.infer(item)
-        outputs = engine.infer(one_row(item, self.signature))
-        return {name: value[0] for name, value in outputs.items()}
+    def _infer(
+        self, engine: Backend, door: InputChecks, item: TensorDict, index: int
+    ) -> TensorDict:
+        """One item through the door serve holds and the model: what serve would refuse (an
+        id past an embedding's table, which ONNX Runtime answers in its kernel's words, and
+        OpenVINO with zeros) is refused as serve words it, naming the sample."""
+        batched = self.signature.batched
+        try:
+            outputs = engine.infer(door(one_row(item, self.signature) if batched else item))
+        except (InvalidInput, ModelRefused) as exc:
+            raise ConfigError(
+                f"{self.sample}: serving would refuse {item_place(index, self.signature)} "
+                f"({exc.status}): {exc.message}. Hint: make preprocess ({self.shown}) give the "
+                "model values it takes, or the sample a request the handler should refuse"
+            ) from None
+        return {name: value[0] for name, value in outputs.items()} if batched else outputs

@@ -120,6 +120,12 @@ def check_items(items: Any, signature: Signature, *, sizes: bool = True) -> list
     return list(items)
 
 
+def item_place(index: int, signature: Signature) -> str:
+    """Where an error about one of preprocess's items happened, as serve and build say it."""
+    batch = ", run as a batch of one row" if signature.batched else ""
+    return f"handler.preprocess's item {index}{batch}"
+
+
 def one_row(item: TensorDict, signature: Signature) -> TensorDict:
     """An item as a batch of one row: a batch axis added to each of its tensors (but to an
     optional input sent whole: `Signature.whole`)."""

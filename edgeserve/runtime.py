@@ -32,7 +32,7 @@ from edgeserve.errors import (
     echo,
     echo_json,
 )
-from edgeserve.handler import check_items, import_handler, one_row
+from edgeserve.handler import check_items, import_handler, item_place, one_row
 from edgeserve.memory import trim_when_idle
 from edgeserve.samples import is_media
 from edgeserve.stats import ModelStats
@@ -248,9 +248,7 @@ class Runtime:
                 return await self._run(item, when)
             outputs = await self._run(one_row(item, self.signature), when)
         except InvalidInput as exc:
-            batch = ", run as a batch of one row" if self.signature.batched else ""
-            where = f"handler.preprocess's item {index}{batch}"
-            raise InvalidInput(f"{where}: {exc.message}") from None
+            raise InvalidInput(f"{item_place(index, self.signature)}: {exc.message}") from None
         return {name: value[0] for name, value in outputs.items()}
 
     async def _hook(self, hook: str, *args: Any) -> Any:

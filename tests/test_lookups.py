@@ -19,6 +19,7 @@ import pytest
 from onnx import NodeProto, TensorProto, helper, numpy_helper
 
 from edgeserve.builder import build
+from edgeserve.cli import main
 from edgeserve.http import create_app
 from edgeserve.http.invoke import pack_array
 from edgeserve.runtime import Runtime
@@ -243,6 +244,33 @@ def test_each_layout_refuses_at_its_door_the_ids_a_handler_makes(
     assert answered.status_code == 200, answered.text
     expected = np.take(stored(FLOAT16), [1, 2, 3, 31], axis=0)
     np.testing.assert_allclose(answered.json()[0]["rows"], expected, rtol=1e-6)
+
+
+def test_build_refuses_a_sample_whose_ids_serve_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The build's dry run fed the tokenizer's id 35 to ONNX Runtime unchecked: it failed with
+    the kernel's words (`idx=35 must be within the inclusive range [-32,31]`), exit code 1,
+    naming neither the sample nor the handler, and on OpenVINO serve refuses it at its door.
+    Now it says what serve would answer, for that sample; a sample within the table builds."""
+    source = write_function(
+        tmp_path / "lookup",
+        lambda path: lookup_model(path, FLOAT16),
+        SERVED + '[handler]\nmodule = "handler"\n',
+        TOKENIZER,
+    )
+    samples = source / "samples"
+    samples.mkdir()
+    (samples / "words.json").write_bytes(orjson.dumps({"words": ["w1", "w2", "w3", "w31"]}))
+    assert main(["build", str(source), "--out", str(tmp_path / "good")]) == 0
+    (samples / "words.json").write_bytes(orjson.dumps({"words": ["w1", "w2", "w3", "w35"]}))
+    capsys.readouterr()
+    assert main(["build", str(source), "--out", str(tmp_path / "bad")]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    item = "handler.preprocess's item 0, run as a batch of one row"
+    assert f"error: {samples / 'words.json'}: serving would refuse {item} (400): " in said
+    assert past(35, [0, 3], "embed.weight") in said
+    assert f"Hint: make preprocess ({source / 'handler.py'}) give the model values" in said
 
 
 def unbatched_with_table_input(path: Path) -> Path:
