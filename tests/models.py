@@ -113,6 +113,25 @@ def varlen_model(path: Path, doubled: bool = True) -> Path:
     return _save(graph, path)
 
 
+def even_rows_model(path: Path) -> Path:
+    """x FP32 [N, 3] -> y FP32 [N, 3], x itself, made through pairs of values (a Reshape to
+    [-1, 2] and back): a batch of an odd number of rows fails inside the model, on any
+    backend ("The input tensor cannot be reshaped to the requested shape")."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "pairs"], ["paired"]),
+        helper.make_node("Shape", ["x"], ["dims"]),
+        helper.make_node("Reshape", ["paired", "dims"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "even_rows",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(np.array([-1, 2], np.int64), "pairs")],
+    )
+    return _save(graph, path)
+
+
 def tokens_model(path: Path, vocab: int = 50, width: int = 16, seed: int = 0) -> Path:
     """tokens [N, L] INT64 -> embedded [N, L, width], pooled [N, L // 2, width] (max over
     pairs of neighbours: a sequence model that downsamples by 2, as a CRNN does by 4)."""

@@ -24,7 +24,14 @@ from edgeserve.errors import InvalidInput, ModelRefused
 from edgeserve.manifest import ModelSection
 from edgeserve.shapes import ShapeRange, shape_profile
 from edgeserve.signature import read_signature
-from tests.models import conv_model, reshaping_model, tokens_model, top_model, varlen_model
+from tests.models import (
+    conv_model,
+    even_rows_model,
+    reshaping_model,
+    tokens_model,
+    top_model,
+    varlen_model,
+)
 
 NO_CUDA = "CUDAExecutionProvider" not in ort.get_available_providers()
 
@@ -155,6 +162,28 @@ def test_a_model_failing_on_its_buckets_warm_up_values_is_served_at_its_own_shap
     np.testing.assert_array_equal(answer["y"], x)
     with pytest.raises(ModelRefused, match="Reshape"):
         backend.infer({"x": x, "cols": np.array([[7], [6]], np.int64)})
+    backend.close()
+
+
+def test_a_bucket_the_model_fails_on_is_dropped_alone(tmp_path: Path) -> None:
+    """A model that takes an even number of rows only fails on the 1-row bucket's warm-up:
+    that turned every bucket off, so every batch ran at its own shapes (on CUDA, a cuDNN
+    re-plan at each new one). Now buckets 2, 4 and 8 stay bound and warm; a batch of one
+    row runs at its own shape, as it would without buckets (the model's refusal, a 422)."""
+    model = even_rows_model(tmp_path / "model.onnx")
+    signature = read_signature(model, ModelSection())
+    profile = shape_profile(signature, 8)
+    backend = load_backend("onnxruntime", model, signature=signature, profile=profile, buckets=True)
+    opened = backend.plans
+    assert opened == 3 + 1  # buckets of 2, 4 and 8 rows, and one session for any shape
+    for rows in (2, 3, 6, 8):  # 3 rows run in the bucket of 4, padded
+        x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+        staged = backend.assemble([{"x": x}], {"x": 0.0})
+        assert hasattr(staged, "binding"), rows  # in a bucket's bound buffers
+        np.testing.assert_array_equal(backend.infer(staged)["y"], x)
+    with pytest.raises(ModelRefused, match="Reshape"):
+        backend.infer({"x": np.ones((1, 3), np.float32)})
+    assert backend.plans == opened
     backend.close()
 
 

@@ -20,11 +20,9 @@ CPU, control flow) runs kernel by kernel, with a warning at load.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import itertools
 import logging
-import math
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -45,7 +43,14 @@ from edgeserve.backends.binding import (
 from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for
 from edgeserve.backends.options import LoadOptions, TritonNames, missing_module, run_failure
 from edgeserve.backends.registered import REGISTRY, loaded_cudart
-from edgeserve.backends.sessions import dim_names, fixed_dims, new_session, providers, with_graphs
+from edgeserve.backends.sessions import (
+    dim_names,
+    fixed_dims,
+    new_session,
+    providers,
+    run_bf16,
+    with_graphs,
+)
 from edgeserve.batching.rows import stack_rows
 from edgeserve.errors import BackendError, EdgeserveError, InvalidElement, ModelRefused
 from edgeserve.hardware import Platform
@@ -138,6 +143,7 @@ class OnnxRuntime:
         self._sessions: dict[Key, Any] = {}
         self._turns: dict[Key, threading.Lock] = {}  # a graph session's runs, one at a time
         self._first_uses = FirstUses()  # a new bucket's session and binding: made alone
+        self._refused: frozenset[Key] = frozenset()  # buckets the model failed on at warm-up
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open_buckets()
@@ -155,7 +161,7 @@ class OnnxRuntime:
         (a batch sending an optional input has none)."""
         bucketed = self.shapes.rows and parts[0].keys() == self._dims.keys()
         bucket = self.shapes.shapes(batch_shapes(parts)) if bucketed else None
-        if bucket is None:
+        if bucket is None or (self._refused and _key(bucket) in self._refused):
             return stack_rows(parts, fills)
         return self._binding(bucket).stage(parts, fills)
 
@@ -204,28 +210,50 @@ class OnnxRuntime:
         one at a time, before serving."""
         if self.shapes.decides(self._dims):
             for shapes in self.shapes.every(self._dims):
-                self._binding(shapes)
+                if _key(shapes) not in self._refused:
+                    self._binding(shapes)
 
     def _open_buckets(self) -> None:
         """Open and warm a session per bucket shape (none without buckets, or where a dynamic
-        axis no bucket decides leaves the shapes unknown: one for any shape). A model that
-        fails on the warm-up's made-up values (a Reshape to a width an input gives) is still
-        served, without buckets: each batch at its own shapes (the engine's warm-up then says
-        what the model failed on)."""
+        axis no bucket decides leaves the shapes unknown: one for any shape). A bucket the
+        model fails on (a Reshape to a width an input gives, made-up values a model refuses
+        at one batch size) is dropped alone: batches that would run in it run at their own
+        shapes, as without buckets, the others in theirs. Where it fails on every bucket,
+        buckets are off (the engine's warm-up then says what the model failed on)."""
         if self.shapes.decides(self._dims):
-            try:
-                self.warm_thread()
+            failed, every = self._warm_buckets()
+            if not failed:
                 return
+            if len(failed) < every:
+                self._refused = frozenset(failed)
+                words = "; ".join(f"{dict(key)}: {said}" for key, said in failed.items())
+                log.warning(
+                    "onnxruntime: %d of %d buckets are off, the model failed on them at warm-up "
+                    "(%s): batches of their shapes run at their own",
+                    *(len(failed), every, words),
+                )
+            else:
+                self._unbind(f"the warm-up of its buckets failed ({next(iter(failed.values()))})")
+        self._session(())
+
+    def _warm_buckets(self) -> tuple[dict[Key, str], int]:
+        """Warm this thread's binding of every bucket; those the model failed on (ModelRefused:
+        the values, at that shape) with its words, their sessions closed; how many there are."""
+        failed: dict[Key, str] = {}
+        every = list(self.shapes.every(self._dims))
+        for shapes in every:
+            try:
+                self._binding(shapes)
             except EdgeserveError:
                 raise
             except Exception as exc:
                 failure = run_failure(self.name, _message(exc))
                 if not isinstance(failure, ModelRefused):
                     raise
-            self._unbind(f"the warm-up of its buckets failed ({failure.message[:300]})")
-            self._sessions.clear()
-            self._local = threading.local()
-        self._session(())
+                failed[_key(shapes)] = failure.message[:300]
+                self._sessions.pop(_key(shapes), None)
+                self._turns.pop(_key(shapes), None)
+        return failed, len(every)
 
     def _unbind(self, why: str) -> None:
         """Bound buffers, buckets and CUDA graphs off for good: each batch at its own shapes."""
@@ -258,7 +286,7 @@ class OnnxRuntime:
 
     def _binding(self, shapes: dict[str, Shape]) -> Binding:
         """This thread's binding for a bucket (made, with its warm-up runs, on first use)."""
-        key: Key = tuple(sorted(shapes.items()))
+        key = _key(shapes)
         bindings = self._local.__dict__.setdefault("bindings", {})
         if key not in bindings:
             with self._first_uses.alone():
@@ -297,38 +325,8 @@ Key = tuple[tuple[str, Shape], ...]
 """A bucket's input shapes, sorted by name; () is the session for shapes no bucket holds."""
 
 
-def run_bf16(
-    session: Any, names: list[str], feeds: TensorDict, bf16: frozenset[str]
-) -> list[np.ndarray]:
-    """A run where BF16 tensors (`bf16`) cross as OrtValues holding their raw bits: ONNX
-    Runtime's numpy API has no bfloat16 (a BF16 output failed every run: "No corresponding
-    Numpy type for Tensor Type. bfloat16"; a uint16 input is refused)."""
-    from onnxruntime import OrtValue
-
-    values = {
-        name: OrtValue.ortvalue_from_numpy_with_onnx_type(array, BF16_ONNX)
-        if name in bf16
-        else OrtValue.ortvalue_from_numpy(array)
-        for name, array in feeds.items()
-    }
-    outputs = session.run_with_ort_values(names, values)
-    return [
-        _bits(value) if name in bf16 else value.numpy()
-        for name, value in zip(names, outputs, strict=True)
-    ]
-
-
-BF16_ONNX = 16  # onnx.TensorProto.BFLOAT16, as in datatypes.DATATYPES
-
-
-def _bits(value: Any) -> np.ndarray:
-    """A copy of a BF16 OrtValue's raw bits, as uint16 (datatypes.py)."""
-    shape = tuple(value.shape())
-    count = math.prod(shape)
-    if not count:
-        return np.zeros(shape, np.uint16)
-    memory = (ctypes.c_uint16 * count).from_address(value.data_ptr())
-    return np.ctypeslib.as_array(memory).reshape(shape).copy()
+def _key(shapes: Mapping[str, Shape]) -> Key:
+    return tuple(sorted(shapes.items()))
 
 
 def _spec(signature: Signature, name: str) -> TensorSpec:

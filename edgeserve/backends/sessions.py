@@ -1,15 +1,21 @@
 """How an ONNX Runtime session is opened: its providers (the CUDA EP's settings, graph
-capture), its options (threads, no spinning) and the named dims fixed to a bucket's sizes."""
+capture), its options (threads, no spinning) and the named dims fixed to a bucket's sizes; and
+how one runs where BF16 tensors cross (`run_bf16`)."""
 
 from __future__ import annotations
 
+import ctypes
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgeserve.backends.options import LoadOptions
 from edgeserve.errors import BackendError
 from edgeserve.shapes import Shape
+from edgeserve.types import TensorDict
 
 
 def new_session(
@@ -87,3 +93,37 @@ def session_options(options: LoadOptions, fixed: Mapping[str, int] | None = None
     # No spinning between runs: on a few cores the spinning pool starves the event loop.
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
+
+
+def run_bf16(
+    session: Any, names: list[str], feeds: TensorDict, bf16: frozenset[str]
+) -> list[np.ndarray]:
+    """A run where BF16 tensors (`bf16`) cross as OrtValues holding their raw bits: ONNX
+    Runtime's numpy API has no bfloat16 (a BF16 output failed every run: "No corresponding
+    Numpy type for Tensor Type. bfloat16"; a uint16 input is refused)."""
+    from onnxruntime import OrtValue
+
+    values = {
+        name: OrtValue.ortvalue_from_numpy_with_onnx_type(array, BF16_ONNX)
+        if name in bf16
+        else OrtValue.ortvalue_from_numpy(array)
+        for name, array in feeds.items()
+    }
+    outputs = session.run_with_ort_values(names, values)
+    return [
+        _bits(value) if name in bf16 else value.numpy()
+        for name, value in zip(names, outputs, strict=True)
+    ]
+
+
+BF16_ONNX = 16  # onnx.TensorProto.BFLOAT16, as in datatypes.DATATYPES
+
+
+def _bits(value: Any) -> np.ndarray:
+    """A copy of a BF16 OrtValue's raw bits, as uint16 (datatypes.py)."""
+    shape = tuple(value.shape())
+    count = math.prod(shape)
+    if not count:
+        return np.zeros(shape, np.uint16)
+    memory = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    return np.ctypeslib.as_array(memory).reshape(shape).copy()
