@@ -677,7 +677,24 @@ CORPUS: list[Bad] = [
     binary_fp32(12, b"\0" * 12, "-5"),
     binary_fp32(12, b"\0" * 12, "twelve"),
     binary_fp32(12, b"\0" * 12, "0"),
-    binary_fp32(12, b"\0" * 12, "3"),
+    replace(  # it read "request body: not valid JSON: ...", for a body that is not all JSON
+        binary_fp32(12, b"\0" * 12, "3"),
+        words="request JSON header (the body's first Inference-Header-Content-Length bytes): "
+        "not valid JSON: unexpected end of data: line 1 column 4 (char 3). Hint: "
+        "Inference-Header-Content-Length (3 bytes here) is the length of the JSON header alone",
+    ),
+    replace(
+        binary_fp32(12, b"\0" * 12, str(len(binary_fp32(12, b"").body) + 4)),
+        words="is the length of the JSON header alone; the inputs' binary data follows it",
+    ),
+    Bad(
+        "binary JSON header a list",
+        b'[{"name": "in_FP32"}]' + b"\0" * 12,
+        400,
+        "request JSON header (the body's first Inference-Header-Content-Length bytes): expected "
+        "a JSON object, got a list",
+        headers={"Inference-Header-Content-Length": "21"},
+    ),
     binary_fp32(12, b"\0" * 8),
     binary_fp32(8, b"\0" * 8),
     binary_fp32(12, b"\0" * 16),

@@ -32,7 +32,8 @@ from edgeserve.dataplane.requests import (
     shared_memory_slice,
 )
 from edgeserve.datatypes import Datatype
-from edgeserve.errors import MISSING, InvalidInput, echo, echo_json, echo_repr
+from edgeserve.errors import MISSING, InvalidInput, echo, echo_json
+from edgeserve.http.framing import JSON_HEADER, json_length, read_json
 from edgeserve.types import TensorDict
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -44,9 +45,10 @@ def decode_request(
 ) -> InferRequest:
     """Parse a v2 request body; `header_length` is the Inference-Header-Content-Length value.
     Inputs naming a shared-memory region are read through `read_slice` (None: not served)."""
-    json_end = _json_length(body, header_length)
+    json_end = json_length(body, header_length)
     text = body[:json_end]
-    header = _parse_json(text)
+    where = "request body" if header_length is None else JSON_HEADER
+    header = _mapping(read_json(text, where), where)
     parameters = _parameters(header.get("parameters", {}), "request `parameters`")
     binary = memoryview(body)[json_end:]
     inputs: TensorDict = {}
@@ -87,28 +89,6 @@ def _keys(header: dict[str, Any]) -> int:
     for entry in itertools.chain(header["inputs"], header.get("outputs") or ()):
         count += len(entry) + len(entry.get("parameters") or ())
     return count
-
-
-def _json_length(body: bytes, header_length: str | None) -> int:
-    if header_length is None:
-        return len(body)
-    digits = header_length.strip()  # a count is digits only: int() also reads "+5" and "1_0"
-    length = int(digits) if digits.isascii() and digits.isdigit() else -1
-    if length == 0:
-        raise InvalidInput(
-            "Inference-Header-Content-Length: 0 (a raw binary request) is not supported; "
-            "send a JSON header naming the input"
-        )
-    if not 0 < length <= len(body):
-        raise InvalidInput(
-            f"Inference-Header-Content-Length: expected a byte count in 1..{len(body)} "
-            f"(the body's length), got {echo_repr(header_length)}"
-        )
-    return length
-
-
-def _parse_json(data: bytes) -> dict[str, Any]:
-    return _mapping(values.from_json(data, "request body"), "request body")
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
