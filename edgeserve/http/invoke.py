@@ -206,15 +206,30 @@ _KINDS = {"NoneType": "nil", "bool": "a boolean", "int": "an integer", "float": 
 _KINDS |= {"list": "an array", "dict": "a map", "Timestamp": "a timestamp", "ExtType": "an ext"}
 
 
+_TOO_LONG = re.compile(r"\d+ exceeds max_(\w+)_len")
+_LONG_KINDS = {"map": "a map", "array": "an array", "str": "a str", "bin": "a bin", "ext": "an ext"}
+_CUT_SHORT = "the data ends before its value does (cut short, or empty?)"
+
+
 def _reason(exc: Exception) -> str:
-    """What msgpack found wrong, in msgpack's words (some of its errors carry no message; some
-    name a Python type, or an argument of its reader)."""
+    """What msgpack found wrong, in the words of its format rather than of its Python reader
+    (some of its errors carry no message; some name a Python type, or an argument of its
+    reader: max_array_len, which it sets to the bytes left)."""
     if isinstance(exc, msgpack.StackError):
         return "nested deeper than msgpack allows"
+    if isinstance(exc, msgpack.ExtraData):
+        extra = len(exc.extra)
+        return f"{extra} byte{'s' * (extra > 1)} after its first value; expected one value"
+    if isinstance(exc, msgpack.FormatError):
+        return "malformed data: a byte that starts no msgpack type (such as 0xc1)"
     if isinstance(exc, UnicodeDecodeError):
         return f"a str is not UTF-8 ({exc.reason} at its byte {exc.start}); send bytes as bin"
     if key := _MAP_KEY.match(str(exc)):
         return f"a map key is {_KINDS.get(key[1], key[1])}; expected str keys (names)"
+    if long := _TOO_LONG.match(str(exc)):
+        return f"{_LONG_KINDS.get(long[1], long[1])} is longer than the bytes left: {_CUT_SHORT}"
+    if str(exc) == "Unpack failed: incomplete input":
+        return _CUT_SHORT
     return str(exc) or f"malformed data ({type(exc).__name__})"
 
 
