@@ -790,6 +790,30 @@ CORPUS: list[Bad] = [
         "Inference-Header-Content-Length). Hint: POST the file to /invoke, where a handler's",
         headers={"content-type": "image/png"},
     ),
+    Bad(  # it read "not UTF-8 text, so not JSON (... msgpack sent with Content-Type
+        # application/json?)", to a client that had sent application/msgpack
+        "v2 msgpack",
+        _msgpack(payload()),
+        400,
+        "bytes sent as application/msgpack; a KServe v2 request is JSON (binary tensors follow "
+        "a JSON header: Inference-Header-Content-Length). Hint: POST msgpack to /invoke",
+        headers=MSGPACK,
+    ),
+    Bad(  # it read "not valid JSON: unexpected content after document", no word of the header
+        "invoke a binary v2 request",
+        binary_fp32(12, b"\0" * 12).body,
+        400,
+        "not valid JSON: unexpected content after document: line 1 column 101 (char 100). Hint: "
+        "the request has an Inference-Header-Content-Length header, which only the v2 route "
+        "reads",
+        path="/invoke",
+        headers={
+            "Inference-Header-Content-Length": binary_fp32(12, b"").headers[
+                "Inference-Header-Content-Length"
+            ],
+            **JSON,
+        },
+    ),
     Bad(
         "invoke JSON sent as text",
         orjson.dumps(payload()),

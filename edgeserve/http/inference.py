@@ -101,6 +101,8 @@ class InferenceRoutes:
             media = invoke.media_type(call.headers.get("content-type"))
             if is_media(media):
                 raise InvalidInput(_a_file(len(call.body), media)) from None
+            if media in invoke.MSGPACK_TYPES:
+                raise InvalidInput(_msgpack_to_v2(len(call.body), media)) from None
             raise
         shared.check_outputs(decoded.outputs or ())
         outputs = await self.plane.infer(decoded, arrived=call.arrived)
@@ -118,7 +120,12 @@ class InferenceRoutes:
         content_type, body = invoke.media_type(header), call.body
         if content_type == forms.FORM_TYPE and header is not None:  # off the loop: 30 MB, 0.1 s
             body, content_type = await asyncio.to_thread(forms.form_file, body, header)
-        payload = await off_loop(body, invoke.decode_payload, body, content_type)
+        try:
+            payload = await off_loop(body, invoke.decode_payload, body, content_type)
+        except InvalidInput as exc:
+            if v2.HEADER_LENGTH not in call.headers:
+                raise
+            raise InvalidInput(f"{exc.message}. {_BINARY_TO_INVOKE}") from None
         result = await self.runtime.invoke(payload, content_type, arrived=call.arrived)
         content, media_type = invoke.encode_result(result, call.headers.get("accept"))
         return Reply(content, media_type)
@@ -173,6 +180,23 @@ def _a_file(size: int, media: str) -> str:
         "preprocess turns it into the model's tensors (`edgeserve help manifest`, [handler]), "
         "or send its decoded values as a tensor"
     )
+
+
+def _msgpack_to_v2(size: int, media: str) -> str:
+    """What to do with msgpack sent to the v2 route, which read as "not UTF-8 text, so not
+    JSON (... msgpack sent with Content-Type application/json?)"."""
+    return (
+        f"request body: {size} bytes sent as {media}; a KServe v2 request is JSON (binary "
+        "tensors follow a JSON header: Inference-Header-Content-Length). Hint: POST msgpack "
+        "to /invoke, which reads it"
+    )
+
+
+_BINARY_TO_INVOKE = (
+    "Hint: the request has an Inference-Header-Content-Length header, which only the v2 "
+    "route reads (a JSON header, then binary tensors): POST it to /v2/models/<name>/infer; "
+    "/invoke reads the whole body as JSON, msgpack or a file"
+)
 
 
 def _where(scope: Scope) -> str:
