@@ -117,19 +117,14 @@ def even_rows_model(path: Path) -> Path:
     """x FP32 [N, 3] -> y FP32 [N, 3], x itself, made through pairs of values (a Reshape to
     [-1, 2] and back): a batch of an odd number of rows fails inside the model, on any
     backend ("The input tensor cannot be reshaped to the requested shape")."""
-    nodes = [
-        helper.make_node("Reshape", ["x", "pairs"], ["paired"]),
+    paired = helper.make_node("Reshape", ["x", "pairs"], ["paired"])
+    back = [
         helper.make_node("Shape", ["x"], ["dims"]),
         helper.make_node("Reshape", ["paired", "dims"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "even_rows",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-        [numpy_helper.from_array(np.array([-1, 2], np.int64), "pairs")],
-    )
-    return _save(graph, path)
+    rows = [[helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", 3])] for name in "xy"]
+    pairs = numpy_helper.from_array(np.array([-1, 2], np.int64), "pairs")
+    return _save(helper.make_graph([paired, *back], "even_rows", *rows, [pairs]), path)
 
 
 def tokens_model(path: Path, vocab: int = 50, width: int = 16, seed: int = 0) -> Path:
