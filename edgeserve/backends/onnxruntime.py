@@ -230,7 +230,9 @@ class OnnxRuntime:
                 log.warning(
                     "onnxruntime: %d of %d buckets are off, the model failed on them at warm-up "
                     "(%s): batches of their shapes run at their own",
-                    *(len(failed), every, words),
+                    len(failed),
+                    every,
+                    words,
                 )
             else:
                 self._unbind(f"the warm-up of its buckets failed ({next(iter(failed.values()))})")

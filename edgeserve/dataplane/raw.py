@@ -51,6 +51,7 @@ def check_size(where: str, datatype: Datatype, shape: tuple[int, ...], size: int
 
 
 def _unframe_bytes(where: str, chunk: memoryview, count: int) -> np.ndarray:
+    """`count` BYTES elements, each its 4-byte length and its bytes, filling `chunk` exactly."""
     items: list[bytes] = []
     offset = 0
     while offset + 4 <= len(chunk) and len(items) < count:
