@@ -1,4 +1,5 @@
-"""Triton's CUDA shared-memory extension with the stock tritonclient utilities (needs a GPU).
+"""Triton's CUDA shared-memory extension with the stock tritonclient utilities (needs a GPU),
+over HTTP and over gRPC.
 
 tritonclient.utils.cuda_shared_memory allocates GPU memory and exports CUDA IPC handles (it needs
 cuda-python 12.x, whose `cuda.cudart` it imports); a real `edgeserve serve` in another process
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
@@ -21,7 +23,8 @@ from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from edgeserve.hardware import probe_gpus
 from tests.models import identity_model, write_function
-from tests.server import served
+from tests.server import running
+from tests.test_grpc import grpc_url
 from tests.test_sharedmemory import MANIFEST, X  # the same identity function, the same input
 
 try:
@@ -37,18 +40,24 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[triton.InferenceServerClient]:
+def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """The identity function served once: its HTTP `host:port` and its gRPC one."""
     root = tmp_path_factory.mktemp("cudashm")
 
     def model(path: Path) -> Path:
         return identity_model(path, ("FP32",))
 
     bundle: Bundle = build(write_function(root / "src", model, MANIFEST), root / "bundle")
-    with served(bundle.root) as url:
-        client = triton.InferenceServerClient(url.removeprefix("http://"))
-        yield client
-        client.unregister_cuda_shared_memory()
-        client.close()
+    with running(bundle.root, "--grpc-port", "0") as (url, server):
+        yield url.removeprefix("http://"), grpc_url(server)
+
+
+@pytest.fixture(scope="module")
+def client(urls: tuple[str, str]) -> Iterator[triton.InferenceServerClient]:
+    client = triton.InferenceServerClient(urls[0])
+    yield client
+    client.unregister_cuda_shared_memory()
+    client.close()
 
 
 @pytest.fixture
@@ -99,3 +108,28 @@ def test_a_handle_that_does_not_open_is_a_400(client: triton.InferenceServerClie
         client.register_cuda_shared_memory("bad", b"A" * 88, 0, 1024)  # base64 of 66 bytes
     assert error.value.status() == "400"
     assert "64-byte cudaIpcMemHandle_t" in error.value.message()
+
+
+def test_grpc_reads_and_writes_gpu_regions(urls: tuple[str, str]) -> None:
+    """tritonclient.grpc registers its own regions over gRPC; its outputs land in GPU memory."""
+    remote = triton_grpc.InferenceServerClient(urls[1])
+    made = [cudashm.create_shared_memory_region(f"g{name}", X.nbytes, 0) for name in "io"]
+    try:
+        cudashm.set_shared_memory_region(made[0], [X])
+        for name, handle in zip(("gi", "go"), made, strict=True):
+            remote.register_cuda_shared_memory(name, cudashm.get_raw_handle(handle), 0, X.nbytes)
+        status = remote.get_cuda_shared_memory_status(as_json=True)["regions"]
+        assert sorted(region["name"] for region in status.values()) == ["gi", "go"]
+        tensor = triton_grpc.InferInput("in_FP32", [4, 3], "FP32")
+        tensor.set_shared_memory("gi", X.nbytes)
+        wanted = triton_grpc.InferRequestedOutput("out_FP32")
+        wanted.set_shared_memory("go", X.nbytes)
+        result = remote.infer("identity", [tensor], outputs=[wanted])
+        assert result.as_numpy("out_FP32") is None  # in the region, as Triton answers
+        got = cudashm.get_contents_as_numpy(made[1], np.float32, [4, 3])
+        np.testing.assert_array_equal(got, X)
+    finally:
+        remote.unregister_cuda_shared_memory()
+        remote.close()
+        for handle in made:
+            cudashm.destroy_shared_memory_region(handle)
