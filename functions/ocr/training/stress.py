@@ -1,9 +1,10 @@
 """Stress the OCR function with pages the held-out test set does not have: uneven lighting,
 low contrast, heavy noise, JPEG artefacts, two columns, colour of the paper's brightness,
-old-style figures. Prints the character error rate per condition.
+old-style figures, small text. Prints the character error rate per condition.
 
 Pages hold 4-10 lines of realistic text in one font at a text height (font px size) of 20-36
-(14-17 for noise on small text), from the held-out fonts and the families on this machine
+(14-17 for noise on small text, 10-13 for small text: screenshots and scans at 96-150 dpi),
+from the held-out fonts and the families on this machine
 neither split uses (FONTS.md); every condition renders the same texts, fonts and sizes (one
 seed), so the rows compare. A page's CER is the edit distance between the lines read, in
 order, and the lines drawn, in reading order (a two-column page: the left column, then the
@@ -12,6 +13,7 @@ right one), over the characters drawn.
     python functions/ocr/training/stress.py                  # handler + onnxruntime here
     python functions/ocr/training/stress.py --url http://127.0.0.1:8080
     python functions/ocr/training/stress.py --time           # + ms of preprocess per page
+    python functions/ocr/training/stress.py --sizes 10 12 14 16  # clean pages per text size
 """
 
 from __future__ import annotations
@@ -270,20 +272,26 @@ CONDITIONS = [
     "two columns",
     "colour, equal brightness",
     "old-style figures",
+    "small text",
 ]
+# Conditions drawn small: their text sizes are the 4 from this one.
+SMALL_SIZES = {"noise, small text": 14, "small text": 10}
 
 
-def pages(condition: str, n_pages: int, seed: int) -> list[tuple[bytes, list[str]]]:
-    """N_PAGES pages of CONDITION; the fonts, sizes and texts depend on SEED only."""
+def pages(
+    condition: str, n_pages: int, seed: int, size: int | None = None
+) -> list[tuple[bytes, list[str]]]:
+    """N_PAGES pages of CONDITION (at text SIZE if given); the fonts, sizes and texts depend
+    on SEED only."""
     fonts = installed(OLD_STYLE_FONTS if condition == "old-style figures" else [])
     fonts = fonts or [*synth.font_paths(synth.HELD_OUT_FONTS), *installed(UNSEEN_FONTS)]
     rng = random.Random(seed)
     out = []
     for _ in range(n_pages):
-        font, size = rng.choice(fonts), rng.randint(20, 36)
-        if condition == "noise, small text":
-            size = 14 + size % 4  # 14-17 px: a blur that evens out noise can erase strokes
-        out.append(render(random.Random(rng.getrandbits(32)), condition, font, size))
+        font, drawn = rng.choice(fonts), rng.randint(20, 36)
+        if condition in SMALL_SIZES:
+            drawn = SMALL_SIZES[condition] + drawn % 4
+        out.append(render(random.Random(rng.getrandbits(32)), condition, font, size or drawn))
     return out
 
 
@@ -299,14 +307,23 @@ def stress(
     recognize: evaluate.Recognize, n_pages: int = 16, seed: int = 5, only: list[str] | None = None
 ) -> dict[str, float]:
     """CER per condition over N_PAGES pages each."""
-    figures = {}
-    for condition in only or CONDITIONS:
-        errors = chars = 0
-        for page in pages(condition, n_pages, seed):
-            e, c = page_cer(recognize, page)
-            errors, chars = errors + e, chars + c
-        figures[condition] = errors / max(1, chars)
-    return figures
+    return {c: cer(recognize, pages(c, n_pages, seed)) for c in only or CONDITIONS}
+
+
+def sweep(
+    recognize: evaluate.Recognize, sizes: list[int], n_pages: int = 16, seed: int = 5
+) -> dict[int, float]:
+    """CER of clean pages per text size (px), over N_PAGES pages each."""
+    return {size: cer(recognize, pages("clean", n_pages, seed, size)) for size in sizes}
+
+
+def cer(recognize: evaluate.Recognize, drawn: list[tuple[bytes, list[str]]]) -> float:
+    """Edit distance over characters drawn, summed over the pages DRAWN."""
+    errors = chars = 0
+    for page in drawn:
+        e, c = page_cer(recognize, page)
+        errors, chars = errors + e, chars + c
+    return errors / max(1, chars)
 
 
 def preprocess_ms(datas: list[bytes], repeat: int = 3) -> float:
@@ -330,13 +347,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--only", nargs="+", choices=CONDITIONS, help="these conditions only")
     parser.add_argument("--time", action="store_true", help="also ms of preprocess per page")
+    parser.add_argument("--sizes", type=int, nargs="+", help="only clean pages at these px")
     args = parser.parse_args()
     if args.url:
         recognize = evaluate.url_recognizer(args.url)
     else:
         recognize = evaluate.inprocess_recognizer(args.model)
-    for condition, cer in stress(recognize, args.pages, args.seed, args.only).items():
-        print(f"{condition:>26}: CER {100 * cer:6.2f} %", flush=True)
+    if args.sizes:
+        for size, figure in sweep(recognize, args.sizes, args.pages, args.seed).items():
+            print(f"{f'clean, {size} px':>26}: CER {100 * figure:6.2f} %", flush=True)
+        return
+    for condition, figure in stress(recognize, args.pages, args.seed, args.only).items():
+        print(f"{condition:>26}: CER {100 * figure:6.2f} %", flush=True)
     if args.time:
         samples = [p.read_bytes() for p in sorted((OCR_DIR / "samples").glob("*.png"))]
         print(f"preprocess, samples/*.png: {preprocess_ms(samples, 9):.2f} ms per page")
