@@ -56,7 +56,7 @@ def bf16_bits(array: np.ndarray) -> np.ndarray:
         return array
     if array.dtype.itemsize != 2:
         raise ValueError(f"a BF16 tensor in a {array.dtype} array: expected 2-byte elements")
-    return np.ascontiguousarray(array).view(np.uint16)
+    return np.asarray(array, order="C").view(np.uint16)  # ascontiguousarray: rank 0 -> 1
 
 
 def bf16_values(bits: np.ndarray) -> np.ndarray:
@@ -67,7 +67,7 @@ def bf16_values(bits: np.ndarray) -> np.ndarray:
 def bf16_from_values(values: np.ndarray) -> np.ndarray:
     """Numbers as the raw bits of the nearest bf16 (ties to even, as every converter rounds);
     NaN stays NaN."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = np.asarray(values, np.float32, order="C").view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     return np.where(np.isnan(values), np.uint16(0x7FC0), rounded)
 

@@ -61,7 +61,7 @@ class Arena:
         for name, array in tensors.items():
             nbytes = array.nbytes
             if array.dtype.hasobject or offset + nbytes > end:
-                placed[name] = np.ascontiguousarray(array)
+                placed[name] = np.asarray(array, order="C")  # ascontiguousarray: rank 0 -> 1
                 continue
             target = np.frombuffer(self.buffer, array.dtype, array.size, offset)
             copy_rows(target, array.reshape(-1))  # the GIL held: see copy_rows

@@ -1,0 +1,78 @@
+"""Kinds of ONNX models edgeserve's own never were, driven as a user drives them (`edgeserve
+init`, `build`, `serve`, requests): a model either serves what ONNX Runtime answers for it, or
+build refuses it saying why. Models made with onnx.helper; real ONNX Runtime and OpenVINO."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from edgeserve.cli import main
+from tests.server import running
+
+INFER = "/v2/models/fn/infer"
+
+
+def save(path: Path, nodes: list, inputs: list, outputs: list, opsets: dict[str, int]) -> Path:
+    graph = helper.make_graph(nodes, path.stem, inputs, outputs)
+    imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
+    model = helper.make_model(graph, opset_imports=imports, ir_version=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def init(folder: Path, model: Path, prefer: str = "") -> Path:
+    assert main(["init", str(folder), "--model", str(model)]) == 0
+    manifest = folder / "function.toml"
+    backend = f'\n[backend]\nprecision = "fp32"\n{prefer}'
+    manifest.write_text(manifest.read_text() + backend)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGESERVE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def said(capsys: pytest.CaptureFixture[str]) -> str:
+    """What the command printed, warnings (stdout) and errors (stderr), on one line."""
+    out, err = capsys.readouterr()
+    return " ".join((out + err).split())
+
+
+def scalars_model(path: Path) -> Path:
+    """x FP32 [] -> y FP32 [] (x squared) and i INT64 [] (y truncated): rank-0 outputs."""
+    return save(
+        path,
+        [
+            helper.make_node("Mul", ["x", "x"], ["y"]),
+            helper.make_node("Cast", ["y"], ["i"], to=TensorProto.INT64),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+        ],
+        {"": 17},
+    )
+
+
+def test_rank_0_outputs_keep_their_shape_through_front_processes(tmp_path: Path) -> None:
+    """Through fronts before an inference process, the second scalar output came back [1]:
+    the block the request's outputs are written to held only the first, the second crossed
+    inline, and numpy's ascontiguousarray makes every array of rank 0 one of rank 1."""
+    source = init(tmp_path / "fn", scalars_model(tmp_path / "m.onnx"))
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [], "data": [3.5]}]}
+    with running(source, "--workers", "2") as (url, _):
+        outputs = httpx.post(f"{url}{INFER}", json=body, timeout=30).json()["outputs"]
+        invoked = httpx.post(f"{url}/invoke", json={"x": 3.5}, timeout=30).json()
+    assert [(o["name"], o["shape"], o["data"]) for o in outputs] == [
+        ("y", [], [12.25]),
+        ("i", [], [12]),
+    ]
+    assert invoked == {"y": 12.25, "i": 12}
