@@ -303,14 +303,16 @@ def _prepare(plan: BuildPlan, root: Path, report: Callable[[Check], None]) -> Bu
         try:
             backend.prepare(model, root)
         except BackendError as exc:
+            source = dict(plan.copies)[plan.manifest.model.path]  # not the scratch copy
+            said = exc.message.replace(str(model), str(source))
             missing = len(probe_modules(list(backend.modules))) < len(backend.modules)
             if missing or any(target.backends == (name,) for target in plan.targets):
-                raise  # not installed here (not the model's fault), or a target's only backend
+                # not installed here (not the model's fault), or a target's only backend
+                raise BackendError(said) from None
             plan = plan.without(name)
             for prepared in backend.prepared:
                 (root / prepared).unlink(missing_ok=True)
-            source = dict(plan.copies)[plan.manifest.model.path]  # not the scratch copy
-            report(Refused(name, exc.message.replace(str(model), str(source)), plan.preferred))
+            report(Refused(name, said, plan.preferred))
     return plan
 
 

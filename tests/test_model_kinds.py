@@ -45,6 +45,31 @@ def said(capsys: pytest.CaptureFixture[str]) -> str:
     return " ".join((out + err).split())
 
 
+def custom_op_model(path: Path) -> Path:
+    """x FP32 [N, 4] -> y: com.acme's FancyOp, an op no runtime has without its library."""
+    return save(
+        path,
+        [helper.make_node("FancyOp", ["x"], ["y"], domain="com.acme")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        {"": 17, "com.acme": 1},
+    )
+
+
+def test_a_custom_domain_op_is_refused_at_build_saying_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It built (OpenVINO planned away, ONNX Runtime left untried) and `serve` then failed to
+    start: "com.acme:FancyOp(-1) is not a registered function/op". Build refuses it now."""
+    source = init(tmp_path / "fn", custom_op_model(tmp_path / "m.onnx"))
+    assert main(["build", str(source), "--out", str(tmp_path / "out")]) != 0
+    text = said(capsys)
+    assert f"error: onnxruntime: cannot load {source / 'm.onnx'}:" in text
+    assert "com.acme:FancyOp(-1) is not a registered function/op" in text
+    assert "Hint: ops of a custom domain (com.acme.FancyOp) need their custom-op library" in text
+    assert not (tmp_path / "out").exists()
+
+
 def scalars_model(path: Path) -> Path:
     """x FP32 [] -> y FP32 [] (x squared) and i INT64 [] (y truncated): rank-0 outputs."""
     return save(

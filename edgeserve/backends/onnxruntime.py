@@ -26,6 +26,7 @@ import logging
 import re
 import threading
 from collections.abc import Mapping, Sequence
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,6 +45,7 @@ from edgeserve.backends.buckets import Buckets, batch_shapes, buckets_for
 from edgeserve.backends.options import LoadOptions, TritonNames, missing_module, run_failure
 from edgeserve.backends.registered import REGISTRY, loaded_cudart
 from edgeserve.backends.sessions import (
+    check_loads,
     dim_names,
     fixed_dims,
     new_session,
@@ -77,7 +79,11 @@ class OnnxRuntime:
 
     @classmethod
     def prepare(cls, model_path: Path, bundle: Path) -> None:
-        """Nothing: ONNX Runtime reads the ONNX model as it is."""
+        """Nothing written (ONNX Runtime reads the ONNX model as it is), but the model must load:
+        one of a custom domain's ops built, and `serve` then failed to start."""
+        if find_spec("onnxruntime") is None:
+            raise BackendError(f"onnxruntime: {cls.modules['onnxruntime']}")
+        check_loads(model_path)
 
     @classmethod
     def available(cls, platform: Platform) -> str | None:

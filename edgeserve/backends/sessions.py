@@ -21,14 +21,48 @@ from edgeserve.types import TensorDict
 def new_session(
     model_path: Path, options: LoadOptions, requested: list[Any], fixed: Mapping[str, int]
 ) -> Any:
+    return open_session(model_path, session_options(options, fixed), requested)
+
+
+def open_session(model_path: Path, options: Any, requested: list[Any]) -> Any:
+    """An InferenceSession, or a BackendError saying why ONNX Runtime cannot load the model."""
     import onnxruntime as ort
 
     try:
-        return ort.InferenceSession(
-            str(model_path), session_options(options, fixed), providers=requested
-        )
+        return ort.InferenceSession(str(model_path), options, providers=requested)
     except Exception as exc:  # onnxruntime raises its own Fail / InvalidGraph / RuntimeError
         raise BackendError(f"onnxruntime: cannot load {model_path}: {exc}") from None
+
+
+def check_loads(model_path: Path) -> None:
+    """Open the model on the CPU without optimizing it, and let it go: a BackendError for a
+    model ONNX Runtime cannot load (an op of a domain it has no kernel for, an opset past its
+    own), which build then refuses, where `serve` failed to start on it."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        open_session(model_path, options, ["CPUExecutionProvider"])
+    except BackendError as exc:
+        raise BackendError(exc.message + _custom_ops_hint(model_path)) from None
+
+
+ORT_DOMAINS = ("ai.onnx.ml.", "com.microsoft.")
+"""The domains besides ONNX's whose ops ONNX Runtime has kernels for."""
+
+
+def _custom_ops_hint(model_path: Path) -> str:
+    """What to do where the model holds ops of a domain ONNX Runtime has no kernels for."""
+    from edgeserve.signature import foreign_ops
+
+    custom = [op for op in foreign_ops(model_path) if not op.startswith(ORT_DOMAINS)]
+    if not custom:
+        return ""
+    return (
+        f". Hint: ops of a custom domain ({', '.join(custom)}) need their custom-op library, "
+        "which edgeserve does not load: export the model with ONNX ops"
+    )
 
 
 def providers(cuda_device: int | None, tf32: bool = False) -> list[Any]:
