@@ -290,8 +290,9 @@ def _copy_sources(plan: BuildPlan, root: Path) -> None:
 
 
 def _prepare(plan: BuildPlan, root: Path, report: Callable[[Check], None]) -> BuildPlan:
-    """Each planned backend prepares the model in `root`; one that refuses it leaves the plan
-    (its files removed) where every target keeps another backend, else its refusal stands, as
+    """Each planned backend prepares the model in `root`; one that refuses it, or answers it
+    otherwise than ONNX Runtime (`differs`), leaves the plan (its files removed) where every
+    target keeps another backend, else its refusal stands, as
     does a backend not installed on this machine: a bundle is built for other machines too, so
     what this one lacks is said, not planned away."""
     declined = dict(pair for target in plan.targets for pair in target.declined)
@@ -302,6 +303,8 @@ def _prepare(plan: BuildPlan, root: Path, report: Callable[[Check], None]) -> Bu
         backend = BY_NAME[name]
         try:
             backend.prepare(model, root)
+            if otherwise := backend.differs(model, plan.signature):  # wrong answers, no error
+                raise BackendError(otherwise)
         except BackendError as exc:
             source = dict(plan.copies)[plan.manifest.model.path]  # not the scratch copy
             said = exc.message.replace(str(model), str(source))

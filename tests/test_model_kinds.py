@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -68,6 +69,53 @@ def test_a_custom_domain_op_is_refused_at_build_saying_what_to_do(
     assert "com.acme:FancyOp(-1) is not a registered function/op" in text
     assert "Hint: ops of a custom domain (com.acme.FancyOp) need their custom-op library" in text
     assert not (tmp_path / "out").exists()
+
+
+def softmax_11_model(path: Path) -> Path:
+    """x FP32 [N, 2, 3] -> y: opset 11's Softmax at axis 1, which flattens [2, 3] into one
+    axis of 6 (opset 13 made it the one axis): OpenVINO 2026.4 computes it over axis 1 alone."""
+    return save(
+        path,
+        [helper.make_node("Softmax", ["x"], ["y"], axis=1)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 3])],
+        {"": 11},
+    )
+
+
+def softmax_11(x: np.ndarray) -> np.ndarray:
+    flat = np.exp(x.reshape(len(x), -1))
+    return (flat / flat.sum(axis=1, keepdims=True)).reshape(x.shape)
+
+
+def test_openvino_answering_otherwise_than_onnxruntime_is_planned_past(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OpenVINO, the CPU's first choice, answered this model wrong with a 200 (probabilities
+    off by up to 0.5). Build now runs it on random inputs beside ONNX Runtime, and plans past
+    it, saying so; a manifest that wants OpenVINO alone is refused."""
+    source = init(tmp_path / "fn", softmax_11_model(tmp_path / "m.onnx"))
+    assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
+    assert (
+        "warning: openvino refuses the model, so the bundle plans onnxruntime only: openvino "
+        "answers output `y` up to"
+    ) in said(capsys)
+    x = np.random.default_rng(0).normal(0, 2, (2, 2, 3)).astype(np.float32)
+    body = {
+        "inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [2, 2, 3], "data": x.ravel().tolist()}
+        ]
+    }
+    with running(tmp_path / "out", "--workers", "1") as (url, _):
+        answer = httpx.post(f"{url}{INFER}", json=body, timeout=30).json()["outputs"][0]
+    np.testing.assert_allclose(np.reshape(answer["data"], x.shape), softmax_11(x), rtol=1e-5)
+
+    manifest = source / "function.toml"
+    manifest.write_text(manifest.read_text() + 'prefer = ["openvino"]\n')
+    assert main(["build", str(source), "--out", str(tmp_path / "only")]) != 0
+    text = said(capsys)
+    assert "error: openvino answers output `y` up to" in text
+    assert "than ONNX Runtime on random inputs. Hint: serve it with ONNX Runtime" in text
 
 
 def scalars_model(path: Path) -> Path:

@@ -2,7 +2,8 @@
 
 Each backend class declares itself once: its `name`, the pip `package` a bundle pins for it, the
 `platforms` it suits (target platforms and machine kinds), its Triton names, the files it has
-`prepare`d in the bundle at build, and (on each loaded instance) the batch `buckets` it warms.
+`prepare`d in the bundle at build, whether it `differs` from ONNX Runtime's answers on the model
+(build then plans past it), and (on each loaded instance) the batch `buckets` it warms.
 Every list of backends elsewhere is derived from `BACKENDS`, whose order is the preference.
 
 Choosing, in order: an explicit override (the CLI flag) > the `EDGESERVE_BACKEND` variable > the
@@ -47,6 +48,8 @@ class BackendClass(Protocol):
     def available(self, platform: Platform) -> str | None: ...
 
     def declines(self, signature: Signature, model: Path) -> str | None: ...
+
+    def differs(self, model: Path, signature: Signature) -> str | None: ...
 
     def reaches_gpu(self, platform: Platform) -> bool: ...
 

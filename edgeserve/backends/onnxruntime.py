@@ -95,6 +95,11 @@ class OnnxRuntime:
         return None
 
     @classmethod
+    def differs(cls, model: Path, signature: Signature) -> str | None:
+        """Nothing: ONNX Runtime is what the other backends' answers are held to."""
+        return None
+
+    @classmethod
     def reaches_gpu(cls, platform: Platform) -> bool:
         """Only the onnxruntime-gpu wheel has the CUDA provider; the CPU wheel runs anywhere."""
         import onnxruntime as ort

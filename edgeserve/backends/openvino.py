@@ -116,6 +116,18 @@ class OpenVINO:
         )
 
     @classmethod
+    def differs(cls, model: Path, signature: Signature) -> str | None:
+        """Why its answers are not ONNX Runtime's (`agreement.py`: conversions that compute
+        otherwise, with no error), or None."""
+        from edgeserve.backends.agreement import disagreement
+
+        found = disagreement(cls.name, cls, model, signature)
+        return (
+            found
+            and f'{found}. Hint: serve it with ONNX Runtime: [backend] prefer = ["onnxruntime"]'
+        )
+
+    @classmethod
     def reaches_gpu(cls, platform: Platform) -> bool:
         """OpenVINO's GPU plugin is for Intel GPUs: an NVIDIA GPU is out of its reach."""
         return False

@@ -85,6 +85,11 @@ class TensorRT:
         )
 
     @classmethod
+    def differs(cls, model: Path, signature: Signature) -> str | None:
+        """Nothing known at build: its engine is built on the device, where it is warmed."""
+        return None
+
+    @classmethod
     def available(cls, platform: Platform) -> str | None:
         if not platform.has_cuda:
             return f"needs an NVIDIA GPU or a Jetson, and this is a {platform.kind} machine"
