@@ -126,11 +126,19 @@ def read_signature(
 
 
 _NOT_TENSORS = {
-    "sequence_type": "a sequence",
-    "map_type": "a map",
-    "optional_type": "an optional",
-    "sparse_tensor_type": "a sparse tensor",
+    "sequence_type": ("a sequence", "export it as a tensor (ConcatFromSequence stacks one)"),
+    "map_type": ("a map", "export it as a tensor"),
+    "optional_type": ("an optional", "export it as a tensor (OptionalGetElement unwraps one)"),
+    "sparse_tensor_type": ("a sparse tensor", "export it as a dense tensor"),
+    None: (
+        "of no declared type",
+        "declare its type; onnx.shape_inference.infer_shapes(model) fills it in",
+    ),
 }
+_ZIPMAP = (
+    "a sequence of maps (skl2onnx's ZipMap)",
+    "export it as a tensor; for skl2onnx classifiers, to_onnx(model, X, options={'zipmap': False})",
+)
 
 
 def _check_tensor(value: onnx.ValueInfoProto, kind: str, model_path: Path) -> None:
@@ -139,15 +147,14 @@ def _check_tensor(value: onnx.ValueInfoProto, kind: str, model_path: Path) -> No
     which = value.type.WhichOneof("value")
     if which == "tensor_type":
         return
-    what = _NOT_TENSORS.get(which or "", "of no declared type")
+    what, hint = _NOT_TENSORS.get(which, _NOT_TENSORS[None])
     if which == "sequence_type" and value.type.sequence_type.elem_type.WhichOneof("value") == (
         "map_type"
     ):
-        what = "a sequence of maps (skl2onnx's ZipMap)"
+        what, hint = _ZIPMAP
     raise ConfigError(
         f"{model_path}: {kind} `{value.name}` is {what}, not a tensor; KServe v2 serves tensors "
-        "only. Hint: export it as a tensor; for skl2onnx classifiers, "
-        "to_onnx(model, X, options={'zipmap': False})"
+        f"only. Hint: {hint}"
     )
 
 
@@ -215,10 +222,15 @@ def _unranked_dims(spec: TensorSpec, batched: bool) -> TensorSpec:
 def _spec(
     value: onnx.ValueInfoProto, overrides: dict[str, TensorOverride], where: Path, kind: str
 ) -> TensorSpec:
+    elem_type = value.type.tensor_type.elem_type
     try:
-        datatype = datatypes.from_onnx(value.type.tensor_type.elem_type).name
-    except ValueError as exc:
-        raise ConfigError(f"{where}: tensor `{value.name}`: {exc}") from None
+        datatype = datatypes.from_onnx(elem_type).name
+    except ValueError:
+        raise ConfigError(
+            f"{where}: tensor `{value.name}`: ONNX type {_type_name(elem_type)} has no KServe v2 "
+            f"datatype; expected one of {sorted(datatypes.DATATYPES)}. Hint: cast it to one in "
+            "the model (Cast to INT8 from INT4, to FP16 or FP32 from a FLOAT8)"
+        ) from None
     dims = dims_of(value)
     ranked = value.type.tensor_type.HasField("shape")
     if not ranked:  # no declared shape: unknown rank (any, for an input), not rank 0
@@ -272,6 +284,14 @@ def _spec(
         labels=_labels(f"{field}.labels", override.labels, where),
         ranked=ranked,
     )
+
+
+def _type_name(elem_type: int) -> str:
+    """ONNX's name of an element type and its number (`INT4 (22)`)."""
+    try:
+        return f"{onnx.TensorProto.DataType.Name(elem_type)} ({elem_type})"
+    except ValueError:  # a number this onnx does not know
+        return str(elem_type)
 
 
 def _labels(field: str, name: str | None, where: Path) -> tuple[str, ...]:

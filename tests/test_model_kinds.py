@@ -18,10 +18,12 @@ from tests.server import running
 INFER = "/v2/models/fn/infer"
 
 
-def save(path: Path, nodes: list, inputs: list, outputs: list, opsets: dict[str, int]) -> Path:
+def save(
+    path: Path, nodes: list, inputs: list, outputs: list, opsets: dict[str, int], ir: int = 8
+) -> Path:
     graph = helper.make_graph(nodes, path.stem, inputs, outputs)
     imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
-    model = helper.make_model(graph, opset_imports=imports, ir_version=8)
+    model = helper.make_model(graph, opset_imports=imports, ir_version=ir)
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
@@ -149,3 +151,72 @@ def test_rank_0_outputs_keep_their_shape_through_front_processes(tmp_path: Path)
         ("i", [], [12]),
     ]
     assert invoked == {"y": 12.25, "i": 12}
+
+
+def one_node(path: Path, node: onnx.NodeProto, x: int, y: onnx.ValueInfoProto) -> Path:
+    """`x` [N, 4] of that element type -> `y` by `node` (opset 21, IR 10: INT4 and FLOAT8)."""
+    given = helper.make_tensor_value_info("x", x, ["N", 4])
+    return save(path, [node], [given], [y], {"": 21}, ir=10)
+
+
+NOT_SERVED = {
+    "an INT4 input": (
+        lambda path: one_node(
+            path,
+            helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT),
+            TensorProto.INT4,
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4]),
+        ),
+        "tensor `x`: ONNX type INT4 (22) has no KServe v2 datatype; expected one of ['BF16', "
+        "'BOOL', 'BYTES', 'FP16', 'FP32', 'FP64', 'INT16', 'INT32', 'INT64', 'INT8', 'UINT16', "
+        "'UINT32', 'UINT64', 'UINT8']. Hint: cast it to one in the model (Cast to INT8 from "
+        "INT4, to FP16 or FP32 from a FLOAT8)",
+    ),
+    "a FLOAT8 output": (
+        lambda path: one_node(
+            path,
+            helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT8E4M3FN),
+            TensorProto.FLOAT,
+            helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, ["N", 4]),
+        ),
+        "tensor `y`: ONNX type FLOAT8E4M3FN (17) has no KServe v2 datatype",
+    ),
+    "an output of no type": (
+        lambda path: one_node(
+            path,
+            helper.make_node("Relu", ["x"], ["y"]),
+            TensorProto.FLOAT,
+            helper.make_empty_tensor_value_info("y"),
+        ),
+        "output `y` is of no declared type, not a tensor; KServe v2 serves tensors only. "
+        "Hint: declare its type; onnx.shape_inference.infer_shapes(model) fills it in",
+    ),
+    "an optional output": (
+        lambda path: one_node(
+            path,
+            helper.make_node("Optional", ["x"], ["y"]),
+            TensorProto.FLOAT,
+            helper.make_value_info(
+                "y",
+                helper.make_optional_type_proto(
+                    helper.make_tensor_type_proto(TensorProto.FLOAT, ["N", 4])
+                ),
+            ),
+        ),
+        "output `y` is an optional, not a tensor; KServe v2 serves tensors only. Hint: export "
+        "it as a tensor (OptionalGetElement unwraps one)",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", NOT_SERVED)
+def test_what_v2_cannot_carry_is_refused_by_init_naming_it_and_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """An INT4 or FLOAT8 tensor read "ONNX element type 22 has no KServe v2 datatype" (which
+    type, and what then?); an output of no type, or an optional one, was told to export
+    skl2onnx's classifiers without ZipMap."""
+    make, message = NOT_SERVED[kind]
+    model = make(tmp_path / "m.onnx")
+    assert main(["init", str(tmp_path / "fn"), "--model", str(model)]) == 2
+    assert f"error: {model}: {message}" in said(capsys)
