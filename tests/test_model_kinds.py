@@ -220,3 +220,38 @@ def test_what_v2_cannot_carry_is_refused_by_init_naming_it_and_the_fix(
     model = make(tmp_path / "m.onnx")
     assert main(["init", str(tmp_path / "fn"), "--model", str(model)]) == 2
     assert f"error: {model}: {message}" in said(capsys)
+
+
+def bf16_scalars_model(path: Path) -> Path:
+    """x FP32 [] -> y BF16 [] (x rounded to bf16), b BF16 [] -> f FP32 [] (b widened)."""
+    return save(
+        path,
+        [
+            helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16),
+            helper.make_node("Cast", ["b"], ["f"], to=TensorProto.FLOAT),
+        ],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("b", TensorProto.BFLOAT16, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.BFLOAT16, []),
+            helper.make_tensor_value_info("f", TensorProto.FLOAT, []),
+        ],
+        {"": 17},
+    )
+
+
+@pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
+def test_a_rank_0_bf16_input_runs_on_either_backend(tmp_path: Path, backend: str) -> None:
+    """/invoke's number for a BF16 scalar became a tensor of shape [1] (refused: "expected []
+    BF16, got [1]"), and OpenVINO refused the scalar's bits with a 422 ("Failed to set tensor
+    for input with precision: f16, since the model input tensor precision is: bf16"): in a
+    uint16 array of rank 0 they are read as another type than in one of rank 1 or more."""
+    prefer = f'prefer = ["{backend}"]\n'
+    source = init(tmp_path / "fn", bf16_scalars_model(tmp_path / "m.onnx"), prefer)
+    client_values = {"x": 1.7, "b": 2.5}
+    with running(source, "--workers", "1") as (url, server):
+        invoked = httpx.post(f"{url}/invoke", json=client_values, timeout=30)
+    assert f"loaded fn on {backend}" in "".join(server.output)
+    assert (invoked.status_code, invoked.json()) == (200, {"y": 1.703125, "f": 2.5})

@@ -150,11 +150,7 @@ class OpenVINO:
         if not inputs.keys().isdisjoint(self._sendable):  # a batch sending optional inputs
             compiled, defaults = self._taking_optional()
             inputs = {**defaults, **inputs}  # those not sent at the model's defaults
-        # a read-only scalar (a binary tensor is a view of the body) failed: "array is not
-        # writeable"; arrays of any rank share their memory read-only
-        inputs = {
-            n: a.copy() if not a.ndim and not a.flags.writeable else a for n, a in inputs.items()
-        }
+        inputs = {n: a if a.ndim else self._scalar(n, a) for n, a in inputs.items()}
         try:
             # share_outputs=False: OpenVINO reuses its output buffers on the next call, so copy.
             results = compiled.request().infer(inputs, share_inputs=True, share_outputs=False)
@@ -165,6 +161,19 @@ class OpenVINO:
             name: bf16_bits(results[port]) if bf16 else np.asarray(results[port])
             for name, port, bf16 in compiled.outputs
         }
+
+    def _scalar(self, name: str, array: np.ndarray) -> Any:
+        """A rank-0 input as OpenVINO takes it: a read-only one (a binary tensor is a view of
+        the body) failed ("array is not writeable"; arrays of any rank share their memory
+        read-only), and BF16 bits in a uint16 scalar were refused ("Failed to set tensor for
+        input with precision: u16"), which a uint16 array of rank 1 or more is not."""
+        if name in self.signature.bf16_inputs:
+            import openvino as ov
+
+            tensor = ov.Tensor(ov.Type.bf16, ov.Shape([]))
+            tensor.data.view(np.uint16)[...] = array
+            return tensor
+        return array if array.flags.writeable else array.copy()
 
     def close(self) -> None:
         self._main.close()
