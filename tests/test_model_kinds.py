@@ -159,54 +159,39 @@ def one_node(path: Path, node: onnx.NodeProto, x: int, y: onnx.ValueInfoProto) -
     return save(path, [node], [given], [y], {"": 21}, ir=10)
 
 
-NOT_SERVED = {
+def y_of(elem: int) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info("y", elem, ["N", 4])
+
+
+def cast_to(elem: int) -> onnx.NodeProto:
+    return helper.make_node("Cast", ["x"], ["y"], to=elem)
+
+
+OPTIONAL = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [4]))
+FLOAT, INT4, FLOAT8 = TensorProto.FLOAT, TensorProto.INT4, TensorProto.FLOAT8E4M3FN
+NOT_SERVED = {  # (node, x's element type, y, what init says)
     "an INT4 input": (
-        lambda path: one_node(
-            path,
-            helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT),
-            TensorProto.INT4,
-            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4]),
-        ),
+        cast_to(FLOAT), INT4, y_of(FLOAT),
         "tensor `x`: ONNX type INT4 (22) has no KServe v2 datatype; expected one of ['BF16', "
         "'BOOL', 'BYTES', 'FP16', 'FP32', 'FP64', 'INT16', 'INT32', 'INT64', 'INT8', 'UINT16', "
         "'UINT32', 'UINT64', 'UINT8']. Hint: cast it to one in the model (Cast to INT8 from "
         "INT4, to FP16 or FP32 from a FLOAT8)",
     ),
     "a FLOAT8 output": (
-        lambda path: one_node(
-            path,
-            helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT8E4M3FN),
-            TensorProto.FLOAT,
-            helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, ["N", 4]),
-        ),
+        cast_to(FLOAT8), FLOAT, y_of(FLOAT8),
         "tensor `y`: ONNX type FLOAT8E4M3FN (17) has no KServe v2 datatype",
     ),
     "an output of no type": (
-        lambda path: one_node(
-            path,
-            helper.make_node("Relu", ["x"], ["y"]),
-            TensorProto.FLOAT,
-            helper.make_empty_tensor_value_info("y"),
-        ),
+        helper.make_node("Relu", ["x"], ["y"]), FLOAT, helper.make_empty_tensor_value_info("y"),
         "output `y` is of no declared type, not a tensor; KServe v2 serves tensors only. "
         "Hint: declare its type; onnx.shape_inference.infer_shapes(model) fills it in",
     ),
     "an optional output": (
-        lambda path: one_node(
-            path,
-            helper.make_node("Optional", ["x"], ["y"]),
-            TensorProto.FLOAT,
-            helper.make_value_info(
-                "y",
-                helper.make_optional_type_proto(
-                    helper.make_tensor_type_proto(TensorProto.FLOAT, ["N", 4])
-                ),
-            ),
-        ),
+        helper.make_node("Optional", ["x"], ["y"]), FLOAT, helper.make_value_info("y", OPTIONAL),
         "output `y` is an optional, not a tensor; KServe v2 serves tensors only. Hint: export "
         "it as a tensor (OptionalGetElement unwraps one)",
     ),
-}
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", NOT_SERVED)
@@ -216,8 +201,8 @@ def test_what_v2_cannot_carry_is_refused_by_init_naming_it_and_the_fix(
     """An INT4 or FLOAT8 tensor read "ONNX element type 22 has no KServe v2 datatype" (which
     type, and what then?); an output of no type, or an optional one, was told to export
     skl2onnx's classifiers without ZipMap."""
-    make, message = NOT_SERVED[kind]
-    model = make(tmp_path / "m.onnx")
+    node, x, y, message = NOT_SERVED[kind]
+    model = one_node(tmp_path / "m.onnx", node, x, y)
     assert main(["init", str(tmp_path / "fn"), "--model", str(model)]) == 2
     assert f"error: {model}: {message}" in said(capsys)
 
