@@ -120,6 +120,33 @@ def test_openvino_answering_otherwise_than_onnxruntime_is_planned_past(
     assert "than ONNX Runtime on random inputs. Hint: serve it with ONNX Runtime" in text
 
 
+def wrapping_model(path: Path) -> Path:
+    """x UINT8 [N, 4] -> y = x + x, which ONNX wraps around past 255 (200 + 200 is 144) and
+    OpenVINO 2026.4 saturates (255)."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["y"])],
+        "wrapping",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, ["N", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_openvino_saturating_what_onnx_wraps_is_planned_past(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Random inputs of small integers (0..15) add up within uint8's range; the wide batch's,
+    over all of it, overflow: OpenVINO answered 255 where ONNX Runtime answers 144, with a 200."""
+    source = init(tmp_path / "fn", wrapping_model(tmp_path / "m.onnx"))
+    assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
+    assert (
+        "warning: openvino refuses the model, so the bundle plans onnxruntime only: openvino "
+        "answers output `y` with other values ("
+    ) in said(capsys)
+
+
 def scalars_model(path: Path) -> Path:
     """x FP32 [] -> y FP32 [] (x squared) and i INT64 [] (y truncated): rank-0 outputs."""
     return save(
