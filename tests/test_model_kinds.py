@@ -48,6 +48,18 @@ def said(capsys: pytest.CaptureFixture[str]) -> str:
     return " ".join((out + err).split())
 
 
+PLANNED_PAST = (
+    "warning: openvino refuses the model, so the bundle plans onnxruntime only: openvino "
+    "answers output `y`"
+)
+
+
+def built(source: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """`edgeserve build`, which succeeds; what it printed."""
+    assert main(["build", str(source), "--out", str(out)]) == 0
+    return said(capsys)
+
+
 def custom_op_model(path: Path) -> Path:
     """x FP32 [N, 4] -> y: com.acme's FancyOp, an op no runtime has without its library."""
     return save(
@@ -97,11 +109,7 @@ def test_openvino_answering_otherwise_than_onnxruntime_is_planned_past(
     off by up to 0.5). Build now runs it on random inputs beside ONNX Runtime, and plans past
     it, saying so; a manifest that wants OpenVINO alone is refused."""
     source = init(tmp_path / "fn", softmax_11_model(tmp_path / "m.onnx"))
-    assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
-    assert (
-        "warning: openvino refuses the model, so the bundle plans onnxruntime only: openvino "
-        "answers output `y` up to"
-    ) in said(capsys)
+    assert f"{PLANNED_PAST} up to" in built(source, tmp_path / "out", capsys)
     x = np.random.default_rng(0).normal(0, 2, (2, 2, 3)).astype(np.float32)
     body = {
         "inputs": [
@@ -123,15 +131,13 @@ def test_openvino_answering_otherwise_than_onnxruntime_is_planned_past(
 def wrapping_model(path: Path) -> Path:
     """x UINT8 [N, 4] -> y = x + x, which ONNX wraps around past 255 (200 + 200 is 144) and
     OpenVINO 2026.4 saturates (255)."""
-    graph = helper.make_graph(
+    return save(
+        path,
         [helper.make_node("Add", ["x", "x"], ["y"])],
-        "wrapping",
         [helper.make_tensor_value_info("x", TensorProto.UINT8, ["N", 4])],
         [helper.make_tensor_value_info("y", TensorProto.UINT8, ["N", 4])],
+        {"": 17},
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    onnx.save(model, str(path))
-    return path
 
 
 def test_openvino_saturating_what_onnx_wraps_is_planned_past(
@@ -140,11 +146,7 @@ def test_openvino_saturating_what_onnx_wraps_is_planned_past(
     """Random inputs of small integers (0..15) add up within uint8's range; the wide batch's,
     over all of it, overflow: OpenVINO answered 255 where ONNX Runtime answers 144, with a 200."""
     source = init(tmp_path / "fn", wrapping_model(tmp_path / "m.onnx"))
-    assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
-    assert (
-        "warning: openvino refuses the model, so the bundle plans onnxruntime only: openvino "
-        "answers output `y` with other values ("
-    ) in said(capsys)
+    assert f"{PLANNED_PAST} with other values (" in built(source, tmp_path / "out", capsys)
 
 
 def scalars_model(path: Path) -> Path:
