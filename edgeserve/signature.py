@@ -114,6 +114,7 @@ def read_signature(
         spec.dims and spec.dims[0] == -1 for spec in required + outputs
     )  # an input of no declared shape, of any rank, may have no batch axis: it runs alone
     batched = batched and all(spec.ranked for spec in required)
+    batched = batched and not any(tie.spans_first_axis for tie in _tied_dims(graph_inputs, False))
     outputs = [_unranked_dims(spec, batched and batching) for spec in outputs]
     for spec in required if batched else ():
         if any(bound and bound[0] != -1 for bound in (spec.min_dims, spec.max_dims)):
@@ -183,8 +184,14 @@ def _optional(spec: TensorSpec, where: Path) -> TensorSpec:
 
 
 def unbatchable(signature: Signature) -> str:
-    """The tensors that keep the model from batching, as "x [1, 16], y [1, 4]" ("": none)."""
-    return ", ".join(f"{spec.name} {spec.shown}" for spec in signature.fixed_first_dims())
+    """The tensors that keep the model from batching, as "x [1, 16], y [1, 4]" ("": none), and
+    "a [-1, -1] (N sizes a later axis too)" for a first dim named on a later axis."""
+    tied = signature.tied_first
+    return ", ".join(
+        f"{spec.name} {spec.shown}"
+        + (f" ({tied[spec.name]} sizes a later axis too)" if spec.name in tied else "")
+        for spec in signature.fixed_first_dims()
+    )
 
 
 def check_max_batch_size(signature: Signature, batching: BatchingSection, manifest: Path) -> None:

@@ -63,6 +63,13 @@ class TiedDim:
     name: str
     axes: tuple[tuple[str, int], ...]  # (input, axis), in the model's order
 
+    @property
+    def spans_first_axis(self) -> bool:
+        """Whether it sizes a first axis and a later one ([N, N]; [N, L] with [L, N]): a batch
+        stacks requests along first axes, which would break it (every batch of two failed in
+        the model, a 422), so such a model runs each request alone."""
+        return any(axis == 0 for _, axis in self.axes) and any(axis > 0 for _, axis in self.axes)
+
 
 @dataclass(frozen=True)
 class Signature:
@@ -101,8 +108,22 @@ class Signature:
         without the batch axis is sent whole, see `whole`)."""
         unranked = tuple(spec for spec in self.required if not spec.ranked)
         return unranked + tuple(
-            spec for spec in self.required + self.outputs if spec.dims[:1] != (-1,)
+            spec
+            for spec in self.required + self.outputs
+            if spec.dims[:1] != (-1,) or spec.name in self.tied_first
         )
+
+    @functools.cached_property
+    def tied_first(self) -> dict[str, str]:
+        """Inputs whose first dim is named on a later axis too (`x` [N, N]), with that name:
+        they have no batch axis (ties hold first axes only where the model does not batch)."""
+        return {
+            name: tie.name
+            for tie in self.tied
+            if tie.spans_first_axis
+            for name, axis in tie.axes
+            if axis == 0
+        }
 
 
 class ComputeTimes(NamedTuple):

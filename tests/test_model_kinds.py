@@ -4,7 +4,9 @@ build refuses it saying why. Models made with onnx.helper; real ONNX Runtime and
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -269,3 +271,46 @@ def test_a_rank_0_bf16_input_runs_on_either_backend(tmp_path: Path, backend: str
         invoked = httpx.post(f"{url}/invoke", json=client_values, timeout=30)
     assert f"loaded fn on {backend}" in "".join(server.output)
     assert (invoked.status_code, invoked.json()) == (200, {"y": 1.703125, "f": 2.5})
+
+
+def square_model(path: Path) -> Path:
+    """x FP32 [N, N] -> y = x @ x: a first dim that names a later axis too."""
+    return save(
+        path,
+        [helper.make_node("MatMul", ["x", "x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "N"])],
+        {"": 17},
+    )
+
+
+async def send_together(url: str, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        return await asyncio.gather(*(client.post(INFER, json=body) for body in bodies))
+
+
+def test_a_first_dim_named_on_a_later_axis_is_no_batch_axis(tmp_path: Path) -> None:
+    """x [N, N] read as batching (every first dim dynamic): two requests batched together were
+    stacked into [4, 2] and both failed in the model with a 422, and one of [1, 3] did too.
+    The model now runs each request alone, and the door holds x's axes to one size."""
+    source = init(tmp_path / "fn", square_model(tmp_path / "m.onnx"))
+    manifest = (source / "function.toml").read_text()
+    assert "# No batching: these tensors have no dynamic first dim (x [-1, -1] (N sizes a " in (
+        manifest
+    )
+    rng = np.random.default_rng(0)
+    squares = [rng.normal(0, 1, (n, n)).astype(np.float32) for n in (2, 2, 3)]
+    bodies = [{"inputs": [v2_tensor(x)]} for x in [*squares, squares[0][:1]]]
+    with running(source, "--workers", "1") as (url, _):
+        *answers, wrong = asyncio.run(send_together(url, bodies))
+    for x, answer in zip(squares, answers, strict=True):
+        y = answer.json()["outputs"][0]
+        np.testing.assert_allclose(np.reshape(y["data"], y["shape"]), x @ x, rtol=1e-5)
+    assert (wrong.status_code, wrong.json()) == (400, {
+        "error": "inputs `x` axis 0: 1, `x` axis 1: 2: the model names these axes `N`, one "
+        "size: expected the same size on each"
+    })  # fmt: skip
+
+
+def v2_tensor(x: np.ndarray) -> dict[str, Any]:
+    return {"name": "x", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}
