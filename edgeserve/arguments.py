@@ -217,6 +217,15 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         help="require `Authorization: Bearer <token>` with a token from this file (one a line; "
         "default: $EDGESERVE_AUTH_TOKEN[_FILE], else no auth)",
     )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let web pages of this origin call the function from a browser (CORS), "
+        "repeatable: https://app.example.com, or '*' for any page (default: "
+        "$EDGESERVE_CORS_ORIGINS, else the manifest's [cors] origins, else none)",
+    )
 
     p = add("invoke", "send one request to a function's /invoke and print the answer")
     p.add_argument(

@@ -72,6 +72,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from edgeserve.http.cors import ORIGINS_ENV
     from edgeserve.server import serve
 
     emulator_only = {
@@ -82,6 +83,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.emulate is None and any(emulator_only.values()):  # else silently ignored
         given = ", ".join(flag for flag, value in emulator_only.items() if value)
         raise ConfigError(f"{given}: only with --emulate aws-lambda")
+    if args.cors_origin:  # read where the app is made: every front, each Lambda environment
+        os.environ[ORIGINS_ENV] = ",".join(args.cors_origin)
     if args.emulate == "aws-lambda":
         from edgeserve.aws_lambda.emulator import serve_lambda_emulator
 

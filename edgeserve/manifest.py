@@ -170,6 +170,57 @@ class AuthSection(_Strict):
     )  # paths as requested ("/metrics"): one without its "/" matches nothing
 
 
+_ORIGIN = re.compile(
+    r"(?P<scheme>https?)://(?P<host>[a-z0-9.-]+|\[[0-9a-f:.]+\])(?::(?P<port>\d{1,5}))?"
+)
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+
+def cors_origin(text: str) -> str:
+    """`text` as an origin a browser sends (`https://app.example.com`, `http://127.0.0.1:3000`)
+    or "*"; ValueError saying what is wrong: one that can never match (a path, a trailing
+    slash, a default port, capitals), which a browser would only report as a CORS failure."""
+    if text == "*":
+        return text
+    match = _ORIGIN.fullmatch(text)
+    if match is None or text != text.lower():
+        raise ValueError(
+            f"{text!r} is not an origin: expected scheme://host[:port] in lower case, as "
+            "browsers send it (https://app.example.com, http://127.0.0.1:3000; no path, no "
+            'trailing slash), or "*" for any page'
+        )
+    if _DEFAULT_PORTS[match["scheme"]] == match["port"]:
+        bare = f"{match['scheme']}://{match['host']}"
+        raise ValueError(f"{text!r}: browsers leave the default port out; write {bare!r}")
+    return text
+
+
+class CorsSection(_Strict):
+    """Web pages of other origins that may call the function from a browser (http/cors.py)."""
+
+    origins: tuple[str, ...] = ()  # empty: no CORS (browsers keep other pages out)
+    credentials: bool = False  # cookies, HTTP auth and client certificates (mTLS) sent along
+    max_age_s: int = Field(default=600, ge=0, le=86400)  # how long browsers keep a preflight
+
+    @field_validator("origins")
+    @classmethod
+    def _origins_are_origins(cls, origins: tuple[str, ...]) -> tuple[str, ...]:
+        for origin in origins:
+            cors_origin(origin)
+        if "*" in origins and len(origins) > 1:
+            raise ValueError('"*" already allows every origin: list it alone, or list origins')
+        return origins
+
+    @model_validator(mode="after")
+    def _no_credentials_for_any_origin(self) -> CorsSection:
+        if self.credentials and "*" in self.origins:
+            raise ValueError(
+                'credentials = true with origins = ["*"]: browsers refuse credentials from a '
+                "server that allows every origin. Hint: list the origins that may send them"
+            )
+        return self
+
+
 class Manifest(_Strict):
     function: FunctionInfo
     model: ModelSection = ModelSection()
@@ -178,6 +229,7 @@ class Manifest(_Strict):
     backend: BackendSection = BackendSection()
     resources: ResourcesSection = ResourcesSection()
     auth: AuthSection = AuthSection()
+    cors: CorsSection = CorsSection()
 
     @field_validator("model")
     @classmethod

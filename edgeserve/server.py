@@ -15,6 +15,7 @@ from edgeserve.bundle import Bundle, is_function_source
 from edgeserve.errors import ConfigError
 from edgeserve.http.app import FunctionApp, create_app
 from edgeserve.http.auth import load_credentials
+from edgeserve.http.cors import load_cors
 from edgeserve.http.server import Companion, DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
@@ -64,6 +65,7 @@ def serve(
         check_installed()
         check_port(host, grpc_port)
     load_credentials(bundle.manifest.auth, os.environ)  # a missing token fails before loading
+    load_cors(bundle.manifest.cors, os.environ)  # ... and so does a bad origin
     limits = Timeouts.from_resources(bundle.manifest.resources, **(timeouts or {}))
     layout = plan_layout(bundle, workers, backend)
     log.info("process layout: %s", layout.reason)

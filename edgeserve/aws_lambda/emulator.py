@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import signal
 import tempfile
@@ -241,6 +242,7 @@ def serve_lambda_emulator(
     """
     from edgeserve.builder import open_or_build
     from edgeserve.handler import import_handler
+    from edgeserve.http.cors import load_cors
     from edgeserve.profiles import load_target
 
     bundle = open_or_build(path, targets=("aws-lambda",))
@@ -253,6 +255,7 @@ def serve_lambda_emulator(
             "aws-lambda one (its memory and timeout)"
         )
     settings = profile.settings_as(LambdaSettings)
+    load_cors(bundle.manifest.cors, {**os.environ, **settings.environment})  # not at each init
     kind = _event_kind(event)
     asyncio.run(_serve(bundle, settings, kind, instances, host, port, log_level))
 

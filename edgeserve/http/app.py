@@ -34,6 +34,7 @@ from edgeserve.dataplane import DataPlane, ServedFunction, serving
 from edgeserve.dataplane.metadata import server_metadata
 from edgeserve.errors import InvalidInput, Unauthorized, Unsupported, echo
 from edgeserve.http.auth import Credentials, load_credentials
+from edgeserve.http.cors import Cors, CorsPolicy, load_cors
 from edgeserve.http.errors import ErrorMiddleware, error_response, routing_error_handler
 from edgeserve.http.inference import InferenceRoutes, route_path
 from edgeserve.http.openapi import DocsRoutes, openapi_document
@@ -100,6 +101,18 @@ class FunctionApp:
         self.inference.drain.begin(self.timeouts.drain_s)
 
 
+class CrossOriginApp(FunctionApp):
+    """The app behind `Cors` (http/cors.py): a class of its own, made only where origins are
+    configured, so that a server without them runs FunctionApp's own call, no layer before it."""
+
+    def __init__(self, policy: CorsPolicy, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cors = Cors(super().__call__, policy)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.cors(scope, receive, send)
+
+
 def served_routes(name: str) -> str:
     """The routes a client most likely meant, as errors name them (/docs lists them all)."""
     return (
@@ -157,7 +170,9 @@ def create_app(
     )
     rest.router.redirect_slashes = False  # Triton answers 404; a redirect would echo the Host
     credentials = load_credentials(runtime.manifest.auth, os.environ)
-    return FunctionApp(InferenceRoutes(runtime, limit, regions), rest, timeouts, credentials)
+    parts = (InferenceRoutes(runtime, limit, regions), rest, timeouts, credentials)
+    policy = load_cors(runtime.manifest.cors, os.environ)
+    return FunctionApp(*parts) if policy is None else CrossOriginApp(policy, *parts)
 
 
 class _Endpoints:
