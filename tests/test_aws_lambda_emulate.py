@@ -289,3 +289,21 @@ def test_stopping_the_emulator_prints_no_traceback(bundle: Bundle) -> None:
         time.sleep(0.05)
     time.sleep(0.5)  # what follows that line, if anything
     assert not any("Traceback" in line for line in server.output), "".join(server.output)
+
+
+@pytest.mark.parametrize("event", ["url", "rest"])
+def test_cors_is_answered_once_by_the_app_behind_each_gateway(bundle: Bundle, event: str) -> None:
+    """The app owns CORS on Lambda too (the URL gets no `Cors` of its own): the preflight
+    reaches it through the event, and every answer carries one Allow-Origin, not two."""
+    page = "https://demo.example.com"
+    asked = {"Origin": page, "Access-Control-Request-Method": "POST"}
+    with emulated(bundle.root, "--event", event, "--cors-origin", page) as (url, _):
+        preflight = httpx.options(f"{url}/invoke", headers=asked)
+        answer = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist()}, headers={"Origin": page})
+        refused = httpx.post(f"{url}/invoke", json={"rows": [[1.0]]}, headers={"Origin": page})
+
+    assert preflight.status_code == 204, preflight.text
+    assert preflight.headers["access-control-allow-methods"] == "GET, POST, OPTIONS"
+    assert answer.status_code == 200 and refused.status_code == 400
+    for response in (preflight, answer, refused):
+        assert response.headers.get_list("access-control-allow-origin") == [page]

@@ -131,7 +131,7 @@ def test_another_base_gets_the_runtime_interface_client(bundle: Bundle) -> None:
             url_auth_type="NONE",
             reserved_concurrency=4,
             provisioned_concurrency=1,
-            environment={"A": "b"},
+            environment={"A": "b", "EDGESERVE_CORS_ORIGINS": "https://demo.example.com"},
         ),
         LambdaSettings(
             package_type="image", role_arn="arn:aws:iam::123456789012:role/r", url_auth_type="off"
@@ -163,6 +163,16 @@ def test_sam_template_carries_the_profile() -> None:
     for line in ('CodeUri: "ocr.zip"', 'AutoPublishAlias: "live"', 'Runtime: "python3.12"'):
         assert f"      {line}" in lines
     assert '        AuthType: "NONE"' in lines
+
+
+def test_sam_templates_url_leaves_cors_to_the_app() -> None:
+    """The app answers CORS (http/cors.py): a `Cors` on the URL as well would send browsers
+    two Allow-Origin values, which they refuse. The origins travel as the app reads them."""
+    origins = {"EDGESERVE_CORS_ORIGINS": "https://demo.example.com"}
+    settings = LambdaSettings(url_auth_type="NONE", environment=origins)
+    text = sam_template("ocr", settings, "ocr.zip")
+    assert '          EDGESERVE_CORS_ORIGINS: "https://demo.example.com"' in text.splitlines()
+    assert "FunctionUrlConfig:\n        AuthType: \"NONE\"\n" in text and "Cors" not in text
 
 
 def test_build_target_packaging_writes_zip_and_template(bundle: Bundle, tmp_path: Path) -> None:
