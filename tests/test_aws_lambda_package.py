@@ -172,7 +172,7 @@ def test_sam_templates_url_leaves_cors_to_the_app() -> None:
     settings = LambdaSettings(url_auth_type="NONE", environment=origins)
     text = sam_template("ocr", settings, "ocr.zip")
     assert '          EDGESERVE_CORS_ORIGINS: "https://demo.example.com"' in text.splitlines()
-    assert "FunctionUrlConfig:\n        AuthType: \"NONE\"\n" in text and "Cors" not in text
+    assert 'FunctionUrlConfig:\n        AuthType: "NONE"\n' in text and "Cors" not in text
 
 
 def test_build_target_packaging_writes_zip_and_template(bundle: Bundle, tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -21,6 +23,7 @@ import pytest
 from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from edgeserve.cli import main
+from edgeserve.dataplane import serving
 from edgeserve.errors import ConfigError
 from edgeserve.http import create_app
 from edgeserve.manifest import parse_manifest
@@ -165,20 +168,77 @@ def test_error_answers_carry_the_headers_so_the_page_reads_them(
         assert answer.headers["www-authenticate"] == 'Bearer realm="edgeserve"'
 
 
+def _in_process(
+    bundle: Bundle, env: dict[str, str], requests: list[httpx.Request], started: bool = True
+) -> list[httpx.Response]:
+    """`requests` sent to the app made with `env`, in this process (started: as its lifespan
+    would), for the settings that need no server of their own."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        runtime = Runtime.load(bundle, backend="onnxruntime")
+        app = create_app(runtime)
+
+    async def send() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with AsyncExitStack() as stack:
+            if started:
+                await stack.enter_async_context(serving(runtime, 1.0))
+            client = httpx.AsyncClient(transport=transport, base_url="http://fn")
+            await stack.enter_async_context(client)
+            return [await client.send(request) for request in requests]
+
+    return asyncio.run(send())
+
+
 def test_a_503_before_the_body_is_read_carries_them_too(cors_bundle: Bundle) -> None:
     """Admission refuses a request before its body is read (here: the runtime not started):
     503 with Retry-After, which the page may read."""
-    app = create_app(Runtime.load(cors_bundle, backend="onnxruntime"))
-
-    async def post() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://fn") as client:
-            return await client.post("/invoke", json=ROWS, headers={"Origin": PAGE})
-
-    answer = asyncio.run(post())
+    post = httpx.Request("POST", "http://fn/invoke", json=ROWS, headers={"Origin": PAGE})
+    (answer,) = _in_process(cors_bundle, {}, [post], started=False)
     assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
     assert answer.headers["access-control-allow-origin"] == PAGE
     assert "Retry-After" in answer.headers["access-control-expose-headers"]
+
+
+def test_any_origin_is_answered_with_a_star_and_no_vary(plain_bundle: Bundle) -> None:
+    asked = {"Origin": OTHER, "Access-Control-Request-Method": "POST"}
+    sent = [
+        httpx.Request("OPTIONS", "http://fn/invoke", headers=asked),
+        httpx.Request("POST", "http://fn/invoke", json=ROWS, headers={"Origin": OTHER}),
+    ]
+    answers = _in_process(plain_bundle, {"EDGESERVE_CORS_ORIGINS": "*"}, sent)
+    assert [answer.status_code for answer in answers] == [204, 200]
+    for answer in answers:
+        assert answer.headers["access-control-allow-origin"] == "*"
+        assert (
+            "vary" not in answer.headers
+            and "access-control-allow-credentials" not in answer.headers
+        )
+
+
+def test_credentials_and_a_private_network_preflight(cors_bundle: Bundle) -> None:
+    """`credentials = true` (a client certificate, cookies) on the preflight and the answer; a
+    public page's preflight to a device on the LAN (Chrome's Private Network Access) allowed."""
+    asked = {
+        "Origin": PAGE,
+        "Access-Control-Request-Method": "GET",
+        "Access-Control-Request-Private-Network": "true",
+    }
+    sent = [
+        httpx.Request("OPTIONS", "http://fn/v2/models/mlp", headers=asked),
+        httpx.Request("GET", "http://fn/v2/models/mlp", headers={"Origin": PAGE}),
+    ]
+    manifest = cors_bundle.manifest.model_copy(
+        update={"cors": cors_bundle.manifest.cors.model_copy(update={"credentials": True})}
+    )
+    with_credentials = replace(cors_bundle, manifest=manifest)
+    preflight, answer = _in_process(with_credentials, {}, sent)
+    assert (preflight.status_code, answer.status_code) == (204, 200)
+    assert preflight.headers["access-control-allow-private-network"] == "true"
+    for response in (preflight, answer):
+        assert response.headers["access-control-allow-credentials"] == "true"
+        assert response.headers["access-control-allow-origin"] == PAGE
 
 
 def test_another_origin_is_answered_without_cors_headers(guarded: str) -> None:
@@ -200,7 +260,9 @@ def test_cors_off_leaves_responses_as_they_were(plain_bundle: Bundle) -> None:
         assert cors_headers(response) == {} and "vary" not in response.headers
 
 
-def test_bad_origins_are_refused_at_start_naming_where(plain_bundle: Bundle) -> None:
+def test_bad_origins_are_refused_at_start_naming_where(
+    plain_bundle: Bundle, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(ConfigError, match="browsers leave the default port out"):
         parse_manifest(
             {"function": {"name": "f"}, "cors": {"origins": ["https://a.test:443"]}}, "f.toml"
@@ -209,8 +271,12 @@ def test_bad_origins_are_refused_at_start_naming_where(plain_bundle: Bundle) -> 
         parse_manifest(
             {"function": {"name": "f"}, "cors": {"origins": ["*"], "credentials": True}}, "f.toml"
         )
+    monkeypatch.setenv("EDGESERVE_CORS_ORIGINS", "")  # serve sets it: unset again after
     args = ["serve", str(plain_bundle.root), "--port", "0", "--cors-origin", "https://a.test/"]
     assert main(args) == ConfigError.exit_code
+    said = " ".join(capsys.readouterr().err.split())
+    assert "EDGESERVE_CORS_ORIGINS='https://a.test/' (from serve --cors-origin or the " in said
+    assert "'https://a.test/' is not an origin: expected scheme://host[:port]" in said
 
 
 class _Page(http.server.SimpleHTTPRequestHandler):

@@ -70,7 +70,10 @@ def load_cors(section: CorsSection, environ: Mapping[str, str]) -> CorsPolicy | 
             section = CorsSection(**{**section.model_dump(), "origins": listed})
         except ValidationError as exc:
             reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
-            raise ConfigError(f"{ORIGINS_ENV}={environ[ORIGINS_ENV]!r}: {reason}") from None
+            given = f"{ORIGINS_ENV}={environ[ORIGINS_ENV]!r}"
+            raise ConfigError(
+                f"{given} (from serve --cors-origin or the environment): {reason}"
+            ) from None
         origins = section.origins
     if not origins:
         return None
