@@ -20,6 +20,8 @@ import pytest
 from PIL import Image
 
 from edgeserve.bundle import Bundle
+from edgeserve.cli import main
+from edgeserve.errors import ConfigError
 from tests.aws_lambda_support import HANDLER, emulated, reports, small_bundle
 
 ROWS = np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16)
@@ -307,3 +309,13 @@ def test_cors_is_answered_once_by_the_app_behind_each_gateway(bundle: Bundle, ev
     assert answer.status_code == 200 and refused.status_code == 400
     for response in (preflight, answer, refused):
         assert response.headers.get_list("access-control-allow-origin") == [page]
+
+
+def test_a_bad_origin_is_refused_before_any_environment_starts(
+    bundle: Bundle, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused once, at start, instead of failing every environment's init (each request a 502)."""
+    monkeypatch.setenv("EDGESERVE_CORS_ORIGINS", "")  # serve sets it: unset again after
+    args = ["serve", str(bundle.root), "--emulate", "aws-lambda", "--cors-origin", "demo.example"]
+    assert main(args) == ConfigError.exit_code
+    assert "'demo.example' is not an origin" in capsys.readouterr().err

@@ -255,7 +255,8 @@ def serve_lambda_emulator(
             "aws-lambda one (its memory and timeout)"
         )
     settings = profile.settings_as(LambdaSettings)
-    load_cors(bundle.manifest.cors, {**os.environ, **settings.environment})  # not at each init
+    # a bad origin is refused here, not in each environment's init (every request a 502)
+    load_cors(bundle.manifest.cors, {**os.environ, **settings.environment})
     kind = _event_kind(event)
     asyncio.run(_serve(bundle, settings, kind, instances, host, port, log_level))
 

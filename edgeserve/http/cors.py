@@ -149,9 +149,7 @@ class Cors:
             served = ", ".join(METHODS)
             return f"CORS: method {echo(method)} is not served; this function takes {served}"
         names = asked.get(b"access-control-request-headers", "").lower().split(",")
-        unread = [
-            name.strip() for name in names if name.strip() and name.strip() not in self._headers
-        ]
+        unread = sorted({name.strip() for name in names} - self._headers - {""})
         if unread:
             return (
                 f"CORS: request header {echo(', '.join(unread))} is not read by this function; "
