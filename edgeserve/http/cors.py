@@ -5,9 +5,11 @@ Off unless origins are configured (`[cors] origins`, `EDGESERVE_CORS_ORIGINS`, `
 the app, so a server without origins runs no layer for it. With origins:
 
 - a preflight (OPTIONS with Origin and Access-Control-Request-Method) is answered here, 204,
-  before auth (browsers never send credentials with one) and without reaching a route; one
-  from an origin not listed, or asking a method or header edgeserve does not take, gets a
-  403 saying which (the browser shows the page a CORS failure; the body is for its developer);
+  before auth (browsers never send credentials with one) and without reaching a route, the
+  request headers the page asks for allowed (a fetch wrapper's `traceparent` or `baggage`
+  does no harm: the app reads what it reads); one from an origin not listed, or asking a
+  method edgeserve does not take, gets a 403 saying which (the browser shows the page a CORS
+  failure; the body is for its developer);
 - every other request from a listed origin gets Access-Control-Allow-Origin (the origin and
   `Vary: Origin`, or `*`) and the headers a client must read exposed, whatever its status:
   without them a 401, 413 or 503 reached the page as an opaque CORS failure;
@@ -32,15 +34,6 @@ from edgeserve.manifest import CorsSection
 
 ORIGINS_ENV = "EDGESERVE_CORS_ORIGINS"
 METHODS = ("GET", "POST", "OPTIONS")
-REQUEST_HEADERS = (
-    "Content-Type",
-    "Accept",
-    "Content-Encoding",
-    "Authorization",
-    "X-Api-Key",
-    "Inference-Header-Content-Length",
-)
-"""The request headers edgeserve reads that a browser does not send freely (http/)."""
 EXPOSED_HEADERS = ("Inference-Header-Content-Length", "Retry-After", "WWW-Authenticate")
 """The response headers a page must read: the JSON's length in a binary v2 answer, when to
 come back after a 503, what a 401 wants (Content-Type and Content-Length are readable anyway)."""
@@ -93,11 +86,9 @@ class Cors:
         ]
         self._preflight = [
             (b"access-control-allow-methods", ", ".join(METHODS).encode()),
-            (b"access-control-allow-headers", ", ".join(REQUEST_HEADERS).encode()),
             (b"access-control-max-age", str(policy.max_age_s).encode()),
             *credentials,
         ]
-        self._headers = {name.lower() for name in REQUEST_HEADERS}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -131,6 +122,8 @@ class Cors:
             await error_response(Forbidden(refused))(scope, receive, send)
             return
         headers = [*self._allowed(origin), *self._preflight]
+        if wanted := asked.get(b"access-control-request-headers"):
+            headers.append((b"access-control-allow-headers", wanted.encode("latin-1")))
         if asked.get(b"access-control-request-private-network") == "true":
             headers.append((b"access-control-allow-private-network", b"true"))  # a LAN device
         await send({"type": "http.response.start", "status": 204, "headers": headers})
@@ -148,13 +141,6 @@ class Cors:
         if method not in METHODS:
             served = ", ".join(METHODS)
             return f"CORS: method {echo(method)} is not served; this function takes {served}"
-        names = asked.get(b"access-control-request-headers", "").lower().split(",")
-        unread = sorted({name.strip() for name in names} - self._headers - {""})
-        if unread:
-            return (
-                f"CORS: request header {echo(', '.join(unread))} is not read by this function; "
-                f"a page may send {', '.join(REQUEST_HEADERS)}. Hint: leave it out of fetch()"
-            )
         return None
 
     @staticmethod
