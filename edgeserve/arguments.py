@@ -173,7 +173,7 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         type=_port,
         help="also serve KServe v2 over gRPC (Triton's protocol: tritonclient.grpc, "
         "perf_analyzer -i grpc) on this port, same host; Triton's is 8001, 0: any free one "
-        "(default: no gRPC; needs pip install 'edgeserve[grpc]')",
+        "(default: [resources] grpc_port, else no gRPC; needs pip install 'edgeserve[grpc]')",
     )
     p.add_argument(
         "--backend",

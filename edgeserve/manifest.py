@@ -143,6 +143,8 @@ class PerDeviceKind(_Strict):
 class ResourcesSection(_Strict):
     memory_mb: int = Field(default=1024, ge=128)
     port: int = Field(default=8080, ge=0, le=65535)
+    # KServe v2 over gRPC beside HTTP (Triton's 8001); None: HTTP only
+    grpc_port: int | None = Field(default=None, ge=0, le=65535)
     max_body_mb: float = Field(default=64, gt=0)
     header_timeout_s: float = Field(default=10, gt=0)  # connection or last response -> headers
     body_timeout_s: float = Field(default=60, gt=0)  # headers -> the whole body
@@ -157,6 +159,15 @@ class ResourcesSection(_Strict):
         "auto"
     )
     processes_per_device: ProcessCount | PerDeviceKind = "auto"
+
+    @model_validator(mode="after")
+    def _grpc_port_is_its_own(self) -> ResourcesSection:
+        if self.grpc_port and self.grpc_port == self.port:
+            raise ValueError(
+                f"grpc_port {self.grpc_port} is the HTTP port too (`port`): gRPC needs a port "
+                "of its own (Triton's is 8001)"
+            )
+        return self
 
 
 class AuthSection(_Strict):

@@ -47,23 +47,23 @@ def serve(
     """Open (or build) the bundle at `path`, load it once, and serve until SIGTERM/SIGINT;
     the exit status.
 
-    `port` None: the manifest's [resources] port. A port already taken is refused before the
-    model loads (loading may take a minute; the mistake should cost a second). `timeouts`
-    override the manifest's (`Timeouts` field names; None keeps the manifest's). `workers`
+    `port` None: the manifest's [resources] port; `grpc_port` None: its [resources] grpc_port
+    (None there too: no gRPC). A port already taken is refused before the model loads
+    (loading may take a minute; the mistake should cost a second). `timeouts` override the
+    manifest's (`Timeouts` field names; None keeps the manifest's). `workers`
     (else EDGESERVE_WORKERS, else the manifest's [resources] workers) picks the process
     layout: one process, or front processes and an inference process (edgeserve.workers).
     """
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
     started = time.perf_counter()
     bundle = _open(path, backend)
-    port = bundle.manifest.resources.port if port is None else port
+    resources = bundle.manifest.resources
+    port = resources.port if port is None else port
+    grpc_port = resources.grpc_port if grpc_port is None else grpc_port
     if fd is None:
         check_port(host, port)
     if grpc_port is not None:
-        from edgeserve.grpc import check_installed
-
-        check_installed()
-        check_port(host, grpc_port)
+        check_grpc_port(host, grpc_port, None if fd is not None else port)
     load_credentials(bundle.manifest.auth, os.environ)  # a missing token fails before loading
     load_cors(bundle.manifest.cors, os.environ)  # ... and so does a bad origin
     limits = Timeouts.from_resources(bundle.manifest.resources, **(timeouts or {}))
@@ -99,6 +99,21 @@ def _grpc_beside(
     from edgeserve.grpc.server import beside
 
     return [beside(app, address(host, port), tls)]
+
+
+def check_grpc_port(host: str, grpc_port: int, http_port: int | None) -> None:
+    """Refuse gRPC on the HTTP port (`http_port` None: a socket handed over, whose port is its
+    own), on a port taken, or without grpcio, before the model loads."""
+    from edgeserve.grpc import check_installed
+
+    check_installed()
+    if grpc_port and grpc_port == http_port:
+        raise ConfigError(
+            f"gRPC port {grpc_port} is the HTTP port too (--port, else [resources] port): gRPC "
+            "needs a port of its own. Hint: pass another --grpc-port (Triton's is 8001), or 0 "
+            "for any free one"
+        )
+    check_port(host, grpc_port)
 
 
 def check_port(host: str, port: int) -> None:

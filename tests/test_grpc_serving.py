@@ -19,12 +19,14 @@ import pytest
 import tritonclient.grpc as triton
 from tritonclient.utils import InferenceServerException
 
-from tests.models import slow_model, write_function
+from tests.models import identity_model, slow_model, write_function
 from tests.server import running
 from tests.test_auth_tls import Pki
+from tests.test_cli import _free_port, _run
 from tests.test_drain import DRAIN_S, EXIT_MARGIN_S
 from tests.test_drain import MANIFEST as DRAIN_MANIFEST
 from tests.test_grpc import every_input, grpc_url, identity_function
+from tests.test_tritonclient import MANIFEST, RUN_BY_ORT
 from tests.test_v2_codec import SAMPLES
 from tests.test_workers import fronts
 
@@ -143,3 +145,35 @@ def test_mutual_tls_serves_grpc_too(source: Path, tmp_path: Path) -> None:
         finally:
             trusted.close()
             anonymous.close()
+
+
+def test_the_manifest_grpc_port_serves_grpc_without_the_flag(tmp_path: Path) -> None:
+    """[resources] grpc_port = 0 serves gRPC on a free port, printed; no --grpc-port needed."""
+    manifest = MANIFEST + "[resources]\ngrpc_port = 0\n"
+    folder = write_function(
+        tmp_path / "fn", lambda path: identity_model(path, RUN_BY_ORT), manifest
+    )
+    with (
+        running(folder) as (_, server),
+        closing(triton.InferenceServerClient(grpc_url(server))) as client,
+    ):
+        assert client.get_model_metadata("identity").name == "identity"
+
+
+def test_grpc_on_the_http_port_is_refused_before_the_model_loads(source: Path) -> None:
+    port = str(_free_port())
+    done = _run("serve", str(source), "--port", port, "--grpc-port", port)
+    assert done.returncode == 2
+    assert f"gRPC port {port} is the HTTP port too (--port, else [resources] port)" in done.stderr
+    assert "Hint: pass another --grpc-port (Triton's is 8001), or 0" in done.stderr
+    assert "loaded identity" not in done.stderr + done.stdout
+
+
+def test_a_manifest_grpc_port_equal_to_its_port_is_refused(tmp_path: Path) -> None:
+    manifest = MANIFEST + "[resources]\nport = 8500\ngrpc_port = 8500\n"
+    folder = write_function(
+        tmp_path / "fn", lambda path: identity_model(path, RUN_BY_ORT), manifest
+    )
+    done = _run("serve", str(folder))
+    assert done.returncode == 2
+    assert "field `resources`: grpc_port 8500 is the HTTP port too (`port`)" in done.stderr
