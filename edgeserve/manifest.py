@@ -20,6 +20,7 @@ from pydantic import (
 from edgeserve.errors import ConfigError, did_you_mean
 
 MANIFEST_NAME = "function.toml"
+TRITON_GRPC_PORT = 8001
 BackendName = Literal["tensorrt", "openvino", "onnxruntime"]
 """The schema's backend names: edgeserve.backends.BACKENDS, in its order (a test keeps them so)."""
 BACKEND_NAMES: tuple[BackendName, ...] = get_args(BackendName)
@@ -159,6 +160,14 @@ class ResourcesSection(_Strict):
         "auto"
     )
     processes_per_device: ProcessCount | PerDeviceKind = "auto"
+
+    @property
+    def fixed_grpc_port(self) -> int | None:
+        """The gRPC port a device or a container publishes: `grpc_port`, where 0 (any free
+        port, for `serve` on a laptop) becomes Triton's 8001 (8002 when HTTP has 8001)."""
+        if self.grpc_port != 0:
+            return self.grpc_port
+        return TRITON_GRPC_PORT + (self.port == TRITON_GRPC_PORT)
 
     @model_validator(mode="after")
     def _grpc_port_is_its_own(self) -> ResourcesSection:

@@ -1,5 +1,6 @@
 """The runtime requirements a bundle pins per target: what the runtime imports, the target
-kind's server, each planned backend's package, then the handler's own [handler] requirements."""
+kind's server (and grpcio where the function serves gRPC beside it), each planned backend's
+package, then the handler's own [handler] requirements."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ def pinned_requirements(
 ) -> tuple[str, ...]:
     """Every package a target running `backends` on `kind` needs, pinned to this machine's."""
     packages = {*RUNTIME_PACKAGES, *kind.server}
+    if manifest.resources.grpc_port is not None and "uvicorn" in kind.server:
+        packages.add("grpcio")  # gRPC serves beside uvicorn; Lambda has no port to serve it on
     packages |= {package for name in backends if (package := BY_NAME[name].package)}
-    pinned = [_pin(name) for name in sorted(packages)]
+    pinned = [pin(name) for name in sorted(packages)]
     return (*pinned, *manifest.handler.requirements)
 
 
@@ -36,8 +39,8 @@ def unpinned(requirements: tuple[str, ...], backend: str, kept: tuple[str, ...])
     """`requirements` less `backend`'s package pin, unless a `kept` backend needs it too."""
     package = BY_NAME[backend].package
     needed = {BY_NAME[name].package for name in kept}
-    pin = _pin(package) if package and package not in needed else None
-    return tuple(line for line in requirements if line != pin)
+    pinned = pin(package) if package and package not in needed else None
+    return tuple(line for line in requirements if line != pinned)
 
 
 def requirements_text(target: str, requirements: tuple[str, ...]) -> str:
@@ -45,7 +48,8 @@ def requirements_text(target: str, requirements: tuple[str, ...]) -> str:
     return header + "".join(f"{line}\n" for line in requirements)
 
 
-def _pin(package: str) -> str:
+def pin(package: str) -> str:
+    """`package==<the version installed here>`, or the bare name where it is not installed."""
     version = installed_version(package)
     return f"{package}=={version}" if version else package
 

@@ -64,8 +64,10 @@ def knative_admission_errors(pod_spec: dict[str, Any], service: str | None = Non
         for env in container.get("env", []):
             if env["name"] in RESERVED_ENV:
                 errors.append(f"env {env['name']} is reserved")
-        probe_port = container.get("readinessProbe", {}).get("httpGet", {}).get("port")
         own = {p["containerPort"] for p in ports} | {p.get("name") for p in ports}
-        if probe_port is not None and probe_port not in own:
-            errors.append(f"readiness probe port {probe_port} is not the container port")
+        for probe in ("readinessProbe", "livenessProbe"):
+            for way in ("httpGet", "tcpSocket"):
+                probe_port = container.get(probe, {}).get(way, {}).get("port")
+                if probe_port is not None and probe_port not in own:
+                    errors.append(f"{probe} port {probe_port} is not the container port")
     return errors

@@ -200,6 +200,20 @@ requirements = ["pillow>=10", "regex"]
     assert bundle.requirements("jetson")[:-2] == sorted(map(pinned, [*common, *server]))
 
 
+def test_a_function_serving_grpc_pins_grpcio_where_a_server_runs_not_on_lambda(
+    tmp_path: Path,
+) -> None:
+    """Lambda is reached by events (API Gateway, Function URLs), never by gRPC: the function
+    builds for it with the grpc_port unused, and no grpcio in its zip."""
+    manifest = '[function]\nname = "m"\n[resources]\ngrpc_port = 8001\n'
+    folder = write_function(tmp_path / "m", mlp_model, manifest)
+    bundle = build(folder, tmp_path / "out" / "m", targets=TARGETS)
+    grpcio = f"grpcio=={metadata.version('grpcio')}"
+    assert grpcio in bundle.requirements("local")
+    assert grpcio in bundle.requirements("jetson")
+    assert not any("grpc" in line for line in bundle.requirements("aws-lambda"))
+
+
 def test_a_backend_override_plans_only_that_backend_and_skips_the_ir(
     source: Path, tmp_path: Path
 ) -> None:

@@ -13,7 +13,7 @@ from edgeserve.builder import build
 from edgeserve.bundle import Bundle
 from edgeserve.cli import main
 from edgeserve.errors import ConfigError
-from edgeserve.kubernetes.driver import KNATIVE, image_requirements, workload
+from edgeserve.kubernetes.driver import KNATIVE, image_plan, image_requirements, workload
 from edgeserve.kubernetes.manifests import inference_service, knative_service, plain_kubernetes
 from edgeserve.kubernetes.scaling import Concurrency, derive_concurrency
 from edgeserve.kubernetes.settings import KubernetesSettings
@@ -262,3 +262,83 @@ def test_the_shipped_gpu_profile_asks_for_a_gpu_and_stays_warm(bundle: Bundle) -
     notes = template["metadata"]["annotations"]
     assert notes["autoscaling.knative.dev/min-scale"] == "1"
     assert notes["autoscaling.knative.dev/scale-down-delay"] == "300s"
+
+
+@pytest.fixture(scope="module")
+def grpc_bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    """The scorer asking for gRPC on Triton's port, 8001."""
+    root = tmp_path_factory.mktemp("k8s-grpc")
+    source = write_function(root / "src", mlp_model, MANIFEST + "grpc_port = 8001\n")
+    return build(source, root / "bundle", targets=("knative", "kserve", "kubernetes"))
+
+
+def test_plain_kubernetes_serves_grpc_on_a_second_port_named_grpc(grpc_bundle: Bundle) -> None:
+    deployment, service, _ = plain_kubernetes(workload(grpc_bundle, settings(min_scale=1), IMAGE))
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "grpc", "containerPort": 8001, "protocol": "TCP"},
+    ]
+    assert container["readinessProbe"]["httpGet"]["port"] == "http"  # health stays on HTTP
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 80, "targetPort": "http"},
+        {"name": "grpc", "port": 8001, "targetPort": "grpc", "appProtocol": "kubernetes.io/h2c"},
+    ]
+    plan = image_plan(grpc_bundle, "kubernetes", settings(min_scale=1))
+    text = plan.containerfile()
+    assert "EXPOSE 8080 8001\n" in text
+    assert '"--port", "8080", "--grpc-port", "8001"]' in text
+    assert any(line.startswith("grpcio==") for line in plan.requirements)  # pinned by build
+
+
+def test_the_profile_grpc_port_wins_and_protocol_http_turns_grpc_off(grpc_bundle: Bundle) -> None:
+    work = workload(grpc_bundle, settings(min_scale=1, grpc_port=9000), IMAGE)
+    assert plain_kubernetes(work)[1]["spec"]["ports"][1]["port"] == 9000
+    work = workload(grpc_bundle, settings(min_scale=1, protocol="http"), IMAGE)
+    assert [p["name"] for p in plain_kubernetes(work)[1]["spec"]["ports"]] == ["http"]
+    plan = image_plan(grpc_bundle, "kubernetes", settings(protocol="http"))
+    assert "--grpc-port" not in plan.containerfile()
+    # a function that does not ask for gRPC gets grpcio in its image when the profile asks
+    assert any(r.startswith("grpcio") for r in image_requirements([], settings(), grpc=True))
+
+
+@pytest.mark.parametrize("kind", ["knative", "kserve"])
+def test_knative_and_kserve_refuse_grpc_beside_http_before_the_image(
+    grpc_bundle: Bundle, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Knative routes one container port: a function asking for gRPC is told to choose, by
+    `build --target`, naming the profile, before any image is built (no podman needed)."""
+    source = write_function(tmp_path / "src", mlp_model, MANIFEST + "grpc_port = 8001\n")
+    out = tmp_path / "out"
+    assert main(["build", str(source), "--out", str(out), "--target", kind]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"{kind}.toml: the function asks for gRPC on port 8001" in said
+    assert "Knative and KServe route one container port, HTTP/1 or HTTP/2 (h2c), not both" in said
+    assert 'protocol = "http" serves HTTP only (gRPC off), protocol = "grpc" serves only' in said
+    assert not (tmp_path / "dist").exists()
+
+
+def test_protocol_grpc_serves_grpc_on_the_one_port_named_h2c(grpc_bundle: Bundle) -> None:
+    """As KServe documents for v2 gRPC: the port named h2c; probed by TCP (the gRPC port opens
+    once the model is loaded and warmed up)."""
+    grpc = settings(protocol="grpc")
+    service = knative_service(workload(grpc_bundle, grpc, IMAGE))
+    isvc = inference_service(workload(grpc_bundle, grpc, IMAGE))
+    assert schema_errors("knative-service", service) == []
+    assert schema_errors("kserve-inferenceservice", isvc) == []
+    for pod in (service["spec"]["template"]["spec"], isvc["spec"]["predictor"]):
+        assert knative_admission_errors(pod) == []
+        container = pod["containers"][0]
+        assert container["ports"] == [{"name": "h2c", "containerPort": 8001, "protocol": "TCP"}]
+        assert container["readinessProbe"] == {"tcpSocket": {"port": 8001}}
+    assert '"--grpc-port", "8001"]' in image_plan(grpc_bundle, "knative", grpc).containerfile()
+    http = settings(protocol="http")
+    container = knative_service(workload(grpc_bundle, http, IMAGE))["spec"]["template"]["spec"]
+    assert container["containers"][0]["ports"][0]["name"] == "http1"
+
+
+def test_a_grpc_port_equal_to_the_http_port_is_refused_in_the_profile(tmp_path: Path) -> None:
+    profile = tmp_path / "kubernetes.toml"
+    profile.write_text('driver = "kubernetes"\n[settings]\nport = 8001\ngrpc_port = 8001\n')
+    with pytest.raises(ConfigError, match="grpc_port 8001 is the HTTP port too"):
+        load_target(profile).settings_as(KubernetesSettings)

@@ -71,6 +71,7 @@ class ImagePlan:
     platform: str | None = None  # "linux/arm64": build for it (else the base's own)
     user: str | None = NONROOT
     port: int | None = None
+    grpc_port: int | None = None
     env: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = field(default=())
 
@@ -96,8 +97,9 @@ class ImagePlan:
             lines.append(f"WORKDIR {self.workdir}")
         if self.user:
             lines.append(f"USER {self.user}")
-        if self.port:
-            lines.append(f"EXPOSE {self.port}")
+        exposed = [str(port) for port in (self.port, self.grpc_port) if port]
+        if exposed:
+            lines.append(f"EXPOSE {' '.join(exposed)}")
         lines.append("STOPSIGNAL SIGTERM")
         if self.entrypoint:
             lines.append(f"ENTRYPOINT {json.dumps(list(self.entrypoint))}")
@@ -112,11 +114,15 @@ def plan_image(
     requirements: tuple[str, ...],
     *,
     port: int,
+    grpc_port: int | None = None,
     serve_args: tuple[str, ...] = (),
     labels: tuple[tuple[str, str], ...] = (),
 ) -> ImagePlan:
-    """The image of a function served by `edgeserve serve` (Knative, KServe, Kubernetes)."""
+    """The image of a function served by `edgeserve serve` (Knative, KServe, Kubernetes), over
+    gRPC too where `grpc_port` is given."""
     command = ("python3", "-m", "edgeserve", "serve", BUNDLE, "--host", "0.0.0.0")  # noqa: S104
+    if grpc_port is not None:
+        serve_args = ("--grpc-port", str(grpc_port), *serve_args)
     return ImagePlan(
         repository=repository,
         tag=tag,
@@ -125,6 +131,7 @@ def plan_image(
         layers=SERVE_LAYERS,
         command=(*command, "--port", str(port), *serve_args),
         port=port,
+        grpc_port=grpc_port,
         env=(("HOME", "/tmp"), ("EDGESERVE_CACHE_DIR", "/tmp/edgeserve")),  # noqa: S108
         labels=labels,
     )

@@ -21,6 +21,8 @@ from edgeserve.kinds import KINDS
 from edgeserve.kubernetes.manifests import Workload, min_replicas, render, to_yaml
 from edgeserve.kubernetes.scaling import concurrency_for
 from edgeserve.kubernetes.settings import KubernetesSettings
+from edgeserve.manifest import TRITON_GRPC_PORT, ResourcesSection
+from edgeserve.requirements import pin
 from edgeserve.targets import DeployResult
 
 if TYPE_CHECKING:
@@ -41,8 +43,7 @@ class KubernetesDriver:
     def package(self, bundle: Bundle, profile: TargetProfile, out: Path) -> Path:
         """Build the image (tagged, not pushed) and write manifests.yaml, Containerfile and
         image.txt (size and per-layer cost) into `out`."""
-        KINDS[self.kind].check_name(bundle.name)
-        settings = self.settings(profile)
+        settings = self.checked(bundle, profile)
         plan = image_plan(bundle, profile.name, settings)
         built = build_image(plan, find_tool(settings.image_tool), {"bundle": bundle.root})
         out.mkdir(parents=True, exist_ok=True)
@@ -58,8 +59,7 @@ class KubernetesDriver:
     def deploy(self, bundle: Bundle, profile: TargetProfile) -> DeployResult:
         from edgeserve.kubernetes.rollouts import rollout_for
 
-        KINDS[self.kind].check_name(bundle.name)
-        settings = self.settings(profile)
+        settings = self.checked(bundle, profile)
         if not settings.registry:
             raise ConfigError(
                 f"{profile.source}: settings.registry is empty; a cluster pulls images from a "
@@ -78,6 +78,17 @@ class KubernetesDriver:
         settings = profile.settings_as(KubernetesSettings)
         if self.kind == "kubernetes":
             min_replicas(settings, f"{profile.source} [settings]")
+        return settings
+
+    def checked(self, bundle: Bundle, profile: TargetProfile) -> KubernetesSettings:
+        """The settings, once the manifests render: what this kind cannot run (a name too
+        long, gRPC beside HTTP on Knative's one port) is refused before any image is built."""
+        KINDS[self.kind].check_name(bundle.name)
+        settings = self.settings(profile)
+        try:
+            render(self.kind, workload(bundle, settings, "unbuilt"))
+        except ConfigError as exc:
+            raise ConfigError(f"{profile.source}: {exc}") from None
         return settings
 
     def push(self, bundle: Bundle, target: str, settings: KubernetesSettings) -> BuiltImage:
@@ -103,6 +114,7 @@ def image_plan(bundle: Bundle, target: str, settings: KubernetesSettings) -> Ima
     """The function's image: tag `<version>-<hash12>`, the target's pinned requirements (the
     CPU backends swapped for `gpu_package` on a GPU profile)."""
     tag = f"{bundle.version}-{bundle.content_hash[:12]}"
+    grpc = grpc_port(bundle.manifest.resources, settings)
     labels = (
         ("org.opencontainers.image.title", bundle.name),
         ("org.opencontainers.image.version", bundle.version),
@@ -112,20 +124,27 @@ def image_plan(bundle: Bundle, target: str, settings: KubernetesSettings) -> Ima
         settings.image_repository(bundle.name),
         tag,
         settings.base_image,
-        image_requirements(bundle.requirements(target), settings),
+        image_requirements(bundle.requirements(target), settings, grpc is not None),
         port=settings.port,
+        grpc_port=grpc,
         serve_args=settings.serve_args,
         labels=labels,
     )
 
 
-def image_requirements(pinned: list[str], settings: KubernetesSettings) -> tuple[str, ...]:
+def image_requirements(
+    pinned: list[str], settings: KubernetesSettings, grpc: bool = False
+) -> tuple[str, ...]:
+    """The bundle's pins (or the profile's), grpcio added where the profile alone asks for
+    gRPC (a function's [resources] grpc_port pins it in the bundle already)."""
     if settings.requirements is not None:
         return settings.requirements
-    if not settings.gpu:
-        return tuple(pinned)
-    kept = [line for line in pinned if not CPU_BACKEND_PACKAGES.match(line)]
-    return (*kept, settings.gpu_package)
+    kept = [line for line in pinned if not (settings.gpu and CPU_BACKEND_PACKAGES.match(line))]
+    if settings.gpu:
+        kept.append(settings.gpu_package)
+    if grpc and not any(line.startswith("grpcio") for line in kept):
+        kept.append(pin("grpcio"))
+    return tuple(kept)
 
 
 def workload(bundle: Bundle, settings: KubernetesSettings, image: str) -> Workload:
@@ -145,7 +164,24 @@ def workload(bundle: Bundle, settings: KubernetesSettings, image: str) -> Worklo
         memory_mb=settings.memory_mb or manifest.resources.memory_mb,
         request_timeout_s=manifest.batching.timeout_ms / 1000,
         drain_s=manifest.resources.drain_timeout_s,
+        grpc_port=grpc_port(manifest.resources, settings),
     )
+
+
+def grpc_port(resources: ResourcesSection, settings: KubernetesSettings) -> int | None:
+    """The container's gRPC port (None: HTTP only): the profile's, else the function's;
+    `protocol = "http"` turns it off, `protocol = "grpc"` turns it on (Triton's 8001)."""
+    if settings.protocol == "http":
+        return None
+    port = settings.grpc_port or resources.fixed_grpc_port
+    if port is None and settings.protocol == "grpc":
+        port = TRITON_GRPC_PORT
+    if port == settings.port:
+        raise ConfigError(
+            f"gRPC port {port} ([resources] grpc_port) is the profile's HTTP port too "
+            "([settings] port). Hint: set [settings] grpc_port to another port"
+        )
+    return port
 
 
 KNATIVE = KubernetesDriver("knative")

@@ -1,12 +1,13 @@
 """Manifests of one function, as data: Knative Service, KServe InferenceService, or
 Deployment + Service + HorizontalPodAutoscaler. Pure: rendering touches no disk and no cluster.
 
-All three run the same container: the image by digest, one port, readiness on
-/v2/health/ready (503 while loading, warming up or draining), liveness on /v2/health/live,
-memory requested and limited, CPU requested only (a CPU limit throttles inference and adds
-latency) and given to `serve` as EDGESERVE_CORES (with no limit the pod sees the node's every
-core, and would start processes for them all), `nvidia.com/gpu` when the profile asks for
-GPUs, non-root with no privileges.
+All three run the same container: the image by digest, the HTTP port (and the gRPC one: two
+ports on plain Kubernetes, the one port named h2c on Knative and KServe where the profile
+chooses `protocol = "grpc"`), readiness on /v2/health/ready (503 while loading, warming up or
+draining), liveness on /v2/health/live, memory requested and limited, CPU requested only (a
+CPU limit throttles inference and adds latency) and given to `serve` as EDGESERVE_CORES (with
+no limit the pod sees the node's every core, and would start processes for them all),
+`nvidia.com/gpu` when the profile asks for GPUs, non-root with no privileges.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Workload:
     memory_mb: int
     request_timeout_s: float  # the function's timeout_ms
     drain_s: float  # how long `edgeserve serve` drains after SIGTERM
+    grpc_port: int | None = None  # KServe v2 over gRPC in the container; None: HTTP only
 
     @property
     def grace_s(self) -> int:
@@ -57,7 +59,7 @@ def knative_service(work: Workload) -> Manifest:
             "containerConcurrency": work.concurrency.limit,
             # Knative gives the pod this long after SIGTERM (terminationGracePeriodSeconds)
             "timeoutSeconds": max(work.grace_s, math.ceil(work.request_timeout_s)),
-            "containers": [_container(work, name="user-container", port_name="http1")],
+            "containers": [_one_port_container(work, "user-container")],
             **_pod_extras(work.settings),
         },
     }
@@ -83,7 +85,7 @@ def inference_service(work: Workload) -> Manifest:
         "timeout": max(work.grace_s, math.ceil(work.request_timeout_s)),
         "annotations": _kpa(work, bounds=False),
         "labels": _labels(work),
-        "containers": [_container(work, name="kserve-container", port_name="http1")],
+        "containers": [_one_port_container(work, "kserve-container")],
         **_pod_extras(settings),
     }
     meta = _metadata(work)
@@ -100,9 +102,20 @@ def plain_kubernetes(work: Workload) -> list[Manifest]:
     """Deployment + Service + HPA (CPU utilization: HPA cannot see concurrency without a
     metrics adapter), for clusters without Knative. No scale to zero (HPA's minimum is 1)."""
     settings = work.settings
+    if settings.protocol == "grpc":
+        raise ConfigError(
+            '[settings] protocol = "grpc": plain Kubernetes serves HTTP and gRPC on two ports '
+            "of one Service; `protocol` chooses the one port of knative and kserve. Hint: "
+            "remove it (grpc_port turns gRPC on beside HTTP)"
+        )
     replicas = min_replicas(settings)
     selector = {"app.kubernetes.io/name": work.name}
     container = _container(work, name=work.name, port_name="http", probe_port="http")
+    ports = [{"name": "http", "port": 80, "targetPort": "http"}]
+    if work.grpc_port is not None:
+        container["ports"].append(_port("grpc", work.grpc_port))
+        grpc = {"name": "grpc", "port": work.grpc_port, "targetPort": "grpc"}
+        ports.append({**grpc, "appProtocol": "kubernetes.io/h2c"})
     container["startupProbe"] = _probe(
         "/v2/health/live", "http", period_s=2, failures=math.ceil(settings.ready_timeout_s / 2)
     )
@@ -136,7 +149,7 @@ def plain_kubernetes(work: Workload) -> list[Manifest]:
         "metadata": _metadata(work),
         "spec": {
             "selector": selector,
-            "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+            "ports": ports,
         },
     }
     return [deployment, service, _hpa(work)]
@@ -198,6 +211,32 @@ def _kpa(work: Workload, *, bounds: bool = True) -> dict[str, str]:
     return notes
 
 
+def _one_port_container(work: Workload, name: str) -> Manifest:
+    """Knative's container: one port. HTTP (`http1`); or, with `protocol = "grpc"`, gRPC
+    (`h2c`, which makes the route speak HTTP/2 to it, as KServe documents for v2 gRPC), probed
+    by TCP: the gRPC port opens once the model is loaded and warmed up, closes at the drain."""
+    if work.grpc_port is None:
+        return _container(work, name=name, port_name="http1")
+    if work.settings.protocol != "grpc":
+        raise ConfigError(
+            f"the function asks for gRPC on port {work.grpc_port} ([resources] grpc_port, or "
+            "[settings] grpc_port), but Knative and KServe route one container port, HTTP/1 or "
+            'HTTP/2 (h2c), not both. Hint: in the profile\'s [settings], protocol = "http" '
+            'serves HTTP only (gRPC off), protocol = "grpc" serves only KServe v2 gRPC on '
+            "that port"
+        )
+    container = _container(work, name=name, port_name="h2c")
+    container["ports"] = [_port("h2c", work.grpc_port)]
+    socket = {"tcpSocket": {"port": work.grpc_port}}  # the container's own: Knative admits it
+    container["readinessProbe"] = socket
+    container["livenessProbe"] = {**socket, "periodSeconds": 10, "failureThreshold": 3}
+    return container
+
+
+def _port(name: str, number: int) -> Manifest:
+    return {"name": name, "containerPort": number, "protocol": "TCP"}
+
+
 def _container(
     work: Workload, *, name: str, port_name: str, probe_port: str | None = None
 ) -> Manifest:
@@ -209,7 +248,7 @@ def _container(
     return {
         "name": name,
         "image": work.image,
-        "ports": [{"name": port_name, "containerPort": settings.port, "protocol": "TCP"}],
+        "ports": [_port(port_name, settings.port)],
         "env": [{"name": CORES_VAR, "value": str(settings.cores)}],
         "readinessProbe": _readiness(probe_port),
         "livenessProbe": _probe("/v2/health/live", probe_port, period_s=10, failures=3),

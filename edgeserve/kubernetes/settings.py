@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RESERVED_PORTS = frozenset({8008, 8012, 8013, 8022, 9090, 9091})
 """Knative's queue-proxy, autoscaler metrics and profiling ports: a user container may not use
@@ -37,6 +37,11 @@ class KubernetesSettings(BaseModel):
     service_account: str | None = None
     image_pull_secret: str | None = None
     port: int = Field(default=8080, ge=1, le=65535)
+    grpc_port: int | None = Field(default=None, ge=1, le=65535)
+    """KServe v2 over gRPC on this port; default: the function's [resources] grpc_port."""
+    protocol: Literal["http", "grpc"] | None = None
+    """What the one port of a Knative or KServe container serves, where the function asks for
+    gRPC too (Knative routes one port, HTTP/1 or h2c); "http" also turns gRPC off elsewhere."""
 
     min_scale: int = Field(default=0, ge=0)
     max_scale: int = Field(default=10, ge=1)
@@ -57,14 +62,20 @@ class KubernetesSettings(BaseModel):
     request_timeout_s: float = Field(default=30, gt=0)
     """How long one API request may wait for the server's answer (connect and each read)."""
 
-    @field_validator("port")
+    @field_validator("port", "grpc_port")
     @classmethod
-    def _not_reserved(cls, port: int) -> int:
+    def _not_reserved(cls, port: int | None) -> int | None:
         if port in RESERVED_PORTS:
             raise ValueError(
                 f"port {port} is reserved by Knative's queue-proxy ({sorted(RESERVED_PORTS)})"
             )
         return port
+
+    @model_validator(mode="after")
+    def _grpc_port_is_its_own(self) -> KubernetesSettings:
+        if self.grpc_port == self.port:
+            raise ValueError(f"grpc_port {self.grpc_port} is the HTTP port too (`port`)")
+        return self
 
     @property
     def cores(self) -> int:
