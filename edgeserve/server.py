@@ -85,11 +85,11 @@ def serve(
     app = _load(bundle, backend, started, limits)
     settings = tls.uvicorn_options() if tls else {}
     config = uvicorn_config(app, host=host, port=port, fd=fd, log_level=log_level, **settings)
-    DrainingServer(config, _grpc_beside(app, host, grpc_port, tls)).run()
+    DrainingServer(config, grpc_beside(app, host, grpc_port, tls)).run()
     return 0
 
 
-def _grpc_beside(
+def grpc_beside(
     app: FunctionApp, host: str, port: int | None, tls: TlsFiles | None
 ) -> list[Companion]:
     """The gRPC front beside uvicorn, where a port is asked for (grpcio imported only then)."""

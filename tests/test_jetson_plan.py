@@ -171,6 +171,23 @@ def test_docker_run_uses_nvidia_runtime_host_network_and_engine_cache() -> None:
     ]  # fmt: skip
 
 
+def test_a_function_serving_grpc_starts_with_its_grpc_port() -> None:
+    """The unit's supervisor and docker's `serve` both carry the gRPC port; the health check
+    stays on HTTP (`local_url`)."""
+    grpc = spec(grpc_port=8001)
+    python = sys.executable
+    assert (
+        f"--host 0.0.0.0 --port 8080 --grpc-port 8001 --start-timeout 300.0 --python {python}\n"
+        in render_unit(grpc)
+    )
+    assert docker_run_argv(grpc, "/r")[-6:] == [
+        "--host", "0.0.0.0", "--port", "8080", "--grpc-port", "8001",
+    ]  # fmt: skip
+    assert grpc.local_url == "http://127.0.0.1:8080"
+    with pytest.raises(ConfigError, match=r"ocr: gRPC port 8080 is the HTTP port too"):
+        spec(grpc_port=8080)
+
+
 def test_l4t_image_must_match_the_device_major() -> None:
     check_image_l4t("nvcr.io/nvidia/l4t-jetpack:r36.4.0", "36.4.3")
     with pytest.raises(ConfigError, match=r"built for L4T R35 but the device runs L4T 36\.4\.3"):

@@ -34,6 +34,7 @@ from rich.text import Text
 from edgeserve.archive import write_archive
 from edgeserve.bundle import Bundle
 from edgeserve.errors import ConfigError, DeployError, DeployInterrupted, EdgeserveError
+from edgeserve.manifest import ResourcesSection
 from edgeserve.profiles import TargetProfile
 from edgeserve.targets import DeployResult
 from edgeserve.targets import releases as rel
@@ -83,6 +84,8 @@ class HostRun:
     memory_mb: int = 1024
     port: int | None = None
     """The bundle's port on deploy; None: the profile's, else the deployed release's."""
+    grpc_port: int | None = None
+    """The bundle's gRPC port on deploy (None: none); the profile's wins."""
 
     def __post_init__(self) -> None:
         self.remote: Remote = self.settings.remote(self.host)
@@ -99,19 +102,24 @@ class HostRun:
             note(device.describe())
         layout = rel.Layout(device.root, self.function)
         python = self.config.python or f"{layout.current}/.venv/bin/python"
-        self.port = self.config.port or self.port or self.deployed_port(layout)
+        if self.port is None:  # status, rollback: the live release's
+            self.port, self.grpc_port = self.deployed_ports(layout)
+        self.port = self.config.port or self.port
+        self.grpc_port = self.settings.grpc_port or self.grpc_port
         spec = ServiceSpec(
             self.target, layout, self.settings.bind, self.port, python, device.user,
             self.memory_mb, self.settings.health_timeout_s, self.settings.image,
-            self.settings.docker_runtime,
+            self.settings.docker_runtime, self.grpc_port,
         )  # fmt: skip
         return device, spec
 
-    def deployed_port(self, layout: rel.Layout) -> int:
-        """The port in the manifest of the live release (what status and rollback talk to)."""
+    def deployed_ports(self, layout: rel.Layout) -> tuple[int, int | None]:
+        """The HTTP and gRPC ports in the manifest of the live release (what status and
+        rollback talk to)."""
         text = self.remote.sh(rel.READ_SCRIPT, f"{layout.current}/{rel.BUNDLE_DIR}/edgeserve.json")
-        port: int = json.loads(text)["manifest"]["resources"]["port"] if text else 8080
-        return port
+        found = json.loads(text)["manifest"]["resources"] if text else {}
+        resources = ResourcesSection(port=found.get("port", 8080), grpc_port=found.get("grpc_port"))
+        return resources.port, resources.fixed_grpc_port
 
     def current(self, spec: ServiceSpec) -> str | None:
         return rel.name_of(self.remote.sh(rel.CURRENT_SCRIPT, spec.layout.current))
@@ -303,6 +311,7 @@ class JetsonDriver:
 
         def each(run: HostRun) -> dict[str, Any]:
             run.memory_mb, run.port = resources.memory_mb, resources.port
+            run.grpc_port = resources.fixed_grpc_port
             return run.deploy(bundle, plan)
 
         on_host = self._on(settings, bundle.name, profile, each)

@@ -38,6 +38,8 @@ class JetsonSettings(_Strict):
     image: str | None = None
     bind: str = "0.0.0.0"  # noqa: S104 - a device serves its network
     port: int | None = Field(default=None, ge=1, le=65535)
+    grpc_port: int | None = Field(default=None, ge=1, le=65535)
+    """KServe v2 over gRPC on this port; default: the function's [resources] grpc_port."""
     python: str | None = None
     edgeserve_requirement: str | None = None
     allow_arch: tuple[str, ...] = ("aarch64",)

@@ -74,6 +74,14 @@ class ServiceSpec:
     start_timeout_s: float
     image: str | None = None
     docker_runtime: str = "nvidia"
+    grpc_port: int | None = None  # KServe v2 over gRPC beside HTTP; None: HTTP only
+
+    def __post_init__(self) -> None:
+        if self.grpc_port == self.port:
+            raise ConfigError(
+                f"{self.layout.function}: gRPC port {self.port} is the HTTP port too ([settings] "
+                "port, else [resources] port). Hint: set [settings] grpc_port to another port"
+            )
 
     @property
     def unit(self) -> str:
@@ -107,8 +115,13 @@ def fetch(remote: Remote, spec: ServiceSpec, path: str, timeout_s: float) -> str
 def supervisor_argv(spec: ServiceSpec) -> list[str]:
     """The supervisor of the function (edgeserve.targets.supervisor), whoever starts it."""
     argv = [spec.python, "-m", "edgeserve.targets.supervisor", "run", spec.layout.fn_dir]
-    argv += ["--host", spec.bind, "--port", str(spec.port)]
+    argv += ["--host", spec.bind, "--port", str(spec.port), *grpc_args(spec)]
     return [*argv, "--start-timeout", str(spec.start_timeout_s), "--python", spec.python]
+
+
+def grpc_args(spec: ServiceSpec) -> list[str]:
+    """`--grpc-port N` where the function serves gRPC (the supervisor and `serve` take it)."""
+    return [] if spec.grpc_port is None else ["--grpc-port", str(spec.grpc_port)]
 
 
 class Supervised:
@@ -290,7 +303,7 @@ def docker_run_argv(spec: ServiceSpec, release: str) -> list[str]:
         "--volume", f"{release}:/srv/function:ro", "--volume", f"{spec.layout.engines}:{cache}",
         "--env", f"EDGESERVE_ENGINE_CACHE={cache}", spec.image,
         "python3", "-m", "edgeserve", "serve", "/srv/function",
-        "--host", spec.bind, "--port", str(spec.port),
+        "--host", spec.bind, "--port", str(spec.port), *grpc_args(spec),
     ]  # fmt: skip
 
 

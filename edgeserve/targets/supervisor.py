@@ -15,8 +15,15 @@ A child never outlives its supervisor: it asks the kernel (prctl PR_SET_PDEATHSI
 when the supervisor dies, even by SIGKILL, so it stops accepting at once and frees the port for
 the next supervisor instead of serving on as an orphan nobody manages.
 
-    python -m edgeserve.targets.supervisor run FUNCTION_DIR --host H --port P [--python PY]
-    python -m edgeserve.targets.supervisor child RELEASE --fd N --notify-fd W   (started by run)
+gRPC (`--grpc-port`) is each child's own: the child binds it with SO_REUSEPORT, as `serve`
+does, so the new child listens beside the old one, which stops accepting when it drains.
+gRPC clients hold a connection to one child: a retiring child's drain closes it (GOAWAY), and
+they reconnect to the new one, whose port has been open since it became ready.
+
+    python -m edgeserve.targets.supervisor run FUNCTION_DIR --host H --port P [--grpc-port G]
+        [--python PY]
+    python -m edgeserve.targets.supervisor child RELEASE --fd N --notify-fd W [--host H
+        --grpc-port G]   (started by run)
 """
 
 from __future__ import annotations
@@ -33,13 +40,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
-from edgeserve.http.server import DrainingServer, uvicorn_config
+from edgeserve.http.server import Companion, DrainingServer, uvicorn_config
 from edgeserve.targets.releases import BUNDLE_DIR
 
 STATE_FILE = "run/state.json"
@@ -58,8 +65,16 @@ PR_SET_PDEATHSIG = 1
 class Supervisor:
     """Holds the listening socket and the live child of one function directory."""
 
-    def __init__(self, fn_dir: Path, sock: socket.socket, python: str | None, start_s: float):
+    def __init__(
+        self,
+        fn_dir: Path,
+        sock: socket.socket,
+        python: str | None,
+        start_s: float,
+        grpc: list[str] | None = None,
+    ):
         self.fn_dir, self.sock, self.python, self.start_s = fn_dir, sock, python, start_s
+        self.grpc = grpc or []  # the child's --host and --grpc-port, where it serves gRPC
         self.live: subprocess.Popen[bytes] | None = None
         self.state: dict[str, Any] = {"pid": os.getpid(), "generation": 0, "release": None}
 
@@ -86,6 +101,7 @@ class Supervisor:
         fd = self.sock.fileno()
         argv = [child_python(release, self.python), "-m", "edgeserve.targets.supervisor", "child"]
         argv += [str(Path(release) / BUNDLE_DIR), "--fd", str(fd), "--notify-fd", str(notify_w)]
+        argv += self.grpc
         with (self.fn_dir / LOG_FILE).open("ab") as log:
             child = subprocess.Popen(
                 argv, pass_fds=(fd, notify_w), stdout=log, stderr=log,
@@ -175,7 +191,13 @@ def run(args: argparse.Namespace) -> None:
     fn_dir = Path(args.fn_dir).resolve()
     (fn_dir / "run").mkdir(exist_ok=True)
     (fn_dir / STATE_FILE).unlink(missing_ok=True)  # a stale state must not read as this run's
-    supervisor = Supervisor(fn_dir, listen(args.host, args.port), args.python, args.start_timeout)
+    grpc = (
+        None
+        if args.grpc_port is None
+        else ["--host", args.host, "--grpc-port", str(args.grpc_port)]
+    )
+    sock = listen(args.host, args.port)
+    supervisor = Supervisor(fn_dir, sock, args.python, args.start_timeout, grpc)
     (fn_dir / PID_FILE).write_text(str(os.getpid()), encoding="utf-8")
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -204,8 +226,10 @@ class _HandoverServer(DrainingServer):
 
     drain_at_signal = False  # requests accepted a moment ago start during the grace, not 503
 
-    def __init__(self, config: uvicorn.Config, notify_fd: int) -> None:
-        super().__init__(config)
+    def __init__(
+        self, config: uvicorn.Config, notify_fd: int, companions: Sequence[Companion] = ()
+    ) -> None:
+        super().__init__(config, companions)
         self.notify_fd = notify_fd
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -222,12 +246,16 @@ class _HandoverServer(DrainingServer):
 
 def child(args: argparse.Namespace) -> None:
     """One release serving on the supervisor's socket (the app is built as `serve` builds it)."""
-    from edgeserve.server import load_app
+    from edgeserve.server import grpc_beside, load_app
 
+    if args.grpc_port is not None:
+        from edgeserve.grpc import check_installed
+
+        check_installed()  # before the model loads (the port is the old child's too: no probe)
     sock = socket.socket(fileno=args.fd)
-    _HandoverServer(uvicorn_config(load_app(Path(args.release))), args.notify_fd).run(
-        sockets=[sock]
-    )
+    app = load_app(Path(args.release))
+    companions = grpc_beside(app, args.host, args.grpc_port, None)
+    _HandoverServer(uvicorn_config(app), args.notify_fd, companions).run(sockets=[sock])
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -237,6 +265,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("fn_dir")
     p.add_argument("--host", default="0.0.0.0")  # noqa: S104 - a device serves its network
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--grpc-port", type=int)
     p.add_argument("--python")
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.set_defaults(func=run)
@@ -244,6 +273,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("release")
     p.add_argument("--fd", type=int, required=True)
     p.add_argument("--notify-fd", type=int, required=True)
+    p.add_argument("--host", default="0.0.0.0")  # noqa: S104 - where gRPC listens
+    p.add_argument("--grpc-port", type=int)
     p.set_defaults(func=child)
     return parser
 
