@@ -24,6 +24,7 @@ import numpy as np
 
 from edgeserve.backends import cuda
 from edgeserve.errors import BackendError, InvalidInput, echo, echo_repr
+from edgeserve.transport import HTTP, Transport
 
 HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 
@@ -59,12 +60,12 @@ class CudaRegion:
         cuda.check(cudart.cudaMemcpy(dst, src, size, kind), f"cudaMemcpy ({direction})")
 
 
-def open_cuda_region(name: str, body: Mapping[str, Any]) -> CudaRegion:
+def open_cuda_region(name: str, body: Mapping[str, Any], transport: Transport = HTTP) -> CudaRegion:
     """Open a registration {"raw_handle": {"b64"}, "device_id", "byte_size"}; 400 if it is bad,
     or if this server has no CUDA (then status lists none and unregister is a no-op, as clients
     that clean up every kind expect)."""
     where = f"CUDA shared memory region `{echo(name)}`"
-    cudart = _runtime(where)
+    cudart = _runtime(where, transport)
     handle, device_id, byte_size = _parse(where, body)
     try:
         cuda.check(cudart.cudaSetDevice(device_id), "cudaSetDevice")
@@ -89,12 +90,12 @@ def available() -> bool:
         return False
 
 
-def _runtime(where: str) -> Any:
+def _runtime(where: str, transport: Transport) -> Any:
     """cuda-python's runtime when this machine has a GPU for it; else 400 saying what to use."""
     if not available():
         raise InvalidInput(
             f"{where}: not served here (no GPU, or no cuda-python, in this server). "
-            "Hint: use system shared memory (/v2/systemsharedmemory)"
+            f"Hint: use system shared memory ({transport.system_shm})"
         )
     return cuda.runtime()
 

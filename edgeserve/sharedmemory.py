@@ -30,6 +30,7 @@ import numpy as np
 
 from edgeserve.cudamemory import open_cuda_region
 from edgeserve.errors import InvalidInput, ModelNotFound, echo, echo_json, echo_repr
+from edgeserve.transport import HTTP, Transport
 
 SHM_ROOT = Path("/dev/shm")  # noqa: S108 - where Linux keeps POSIX shm_open objects
 
@@ -153,12 +154,14 @@ class SystemRegion:
         }
 
 
-Opener = Callable[[str, Mapping[str, Any]], Region]
-"""Maps a region from its name and register request (400 on a bad one)."""
+Opener = Callable[[str, Mapping[str, Any], Transport], Region]
+"""Maps a region from its name and register request (400 on a bad one, in the words of the
+transport it came by)."""
 
 
-def open_system_region(name: str, body: Mapping[str, Any]) -> Region:
-    """A system region from Triton's register request {"key", "offset", "byte_size"}."""
+def open_system_region(name: str, body: Mapping[str, Any], transport: Transport = HTTP) -> Region:
+    """A system region from Triton's register request {"key", "offset", "byte_size"} (its
+    messages read alike on every transport)."""
     missing = sorted({"key", "byte_size"} - set(body))
     if missing:
         raise InvalidInput(
@@ -186,9 +189,11 @@ class Regions:
         self._lock = threading.Lock()
         self._mapped: dict[str, tuple[_Entry, Region]] = {}
 
-    def register(self, kind: str, name: str, body: Mapping[str, Any]) -> None:
+    def register(
+        self, kind: str, name: str, body: Mapping[str, Any], transport: Transport = HTTP
+    ) -> None:
         entry = _Entry(kind, dict(body))
-        region = self._openers[kind](name, entry.body)  # refuses a bad request before booking
+        region = self._openers[kind](name, entry.body, transport)  # refused before booking
         self._book.add(name, entry)
         with self._lock:
             self._mapped[name] = (entry, region)
@@ -262,7 +267,7 @@ class Regions:
         if mapped is not None and mapped[0] == entry:
             return mapped[1]
         try:
-            region = self._openers[entry.kind](name, entry.body)
+            region = self._openers[entry.kind](name, entry.body, HTTP)  # refused: as unbooked
         except InvalidInput:  # its object went away since: as good as unregistered
             return None
         with self._lock:

@@ -307,6 +307,20 @@ def test_cuda_shared_memory_status_without_gpu(client: triton.InferenceServerCli
     client.unregister_cuda_shared_memory()  # perf_analyzer cleans up both kinds
 
 
+def test_cuda_shared_memory_without_gpu_points_to_the_system_rpc(
+    client: triton.InferenceServerClient,
+) -> None:
+    """A gRPC caller is pointed to the RPC it would use, not to HTTP's path."""
+    with pytest.raises(InferenceServerException) as refused_call:
+        client.register_cuda_shared_memory("gpu_io", b"\0" * 64, 0, 1024)
+    said = refused_call.value.message()
+    assert refused_call.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert said == (
+        "CUDA shared memory region `gpu_io`: not served here (no GPU, or no cuda-python, in "
+        "this server). Hint: use system shared memory (the SystemSharedMemoryRegister RPC)"
+    )
+
+
 def test_message_size_follows_the_request_limit(url: str) -> None:
     """gRPC's 4 MB default would refuse a plain image batch: 5 MB passes the size check (and
     is refused by the model's shape), 80 MB is over the function's max_body_mb (64)."""

@@ -469,7 +469,7 @@ def test_cuda_shared_memory_without_cuda_region_support(
     with pytest.raises(InferenceServerException) as error:
         client.register_cuda_shared_memory("gpu0", b"\0" * 64, 0, 1024)
     assert error.value.status() == "400"
-    assert "Hint: use system shared memory" in error.value.message()
+    assert "Hint: use system shared memory (/v2/systemsharedmemory)" in error.value.message()
 
 
 def test_processes_sharing_a_store_share_registrations(

@@ -13,6 +13,7 @@ from edgeserve.dataplane import raw
 from edgeserve.dataplane.requests import OutputTensor, RequestedOutput
 from edgeserve.errors import Forbidden, PayloadTooLarge
 from edgeserve.sharedmemory import Regions, Slice
+from edgeserve.transport import HTTP, Transport
 
 ReadSlice = Callable[[str, Slice], memoryview]
 """Reads an input's bytes from a registered shared-memory region (`ClientRegions.read`)."""
@@ -26,17 +27,19 @@ class ClientRegions:
     regions: Regions
     client: str
     limit: int
+    transport: Transport = HTTP
     taken: int = 0
 
     def read(self, where: str, place: Slice) -> memoryview:
         """An input's bytes (v2.ReadSlice)."""
-        check_local(self.client)
+        check_local(self.client, self.transport)
         self.taken += place.byte_size
         if self.taken > self.limit:
             raise PayloadTooLarge(
                 f"{where}: the request's inputs in shared memory add up to {self.taken} bytes, "
                 f"over the limit of {self.limit} bytes that a request's inputs may hold (in its "
-                "body or in shared memory). Hint: raise [resources] max_body_mb in function.toml"
+                f"{self.transport.payload} or in shared memory). Hint: raise [resources] "
+                "max_body_mb in function.toml"
             )
         return self.regions.read(where, place)
 
@@ -44,7 +47,7 @@ class ClientRegions:
         """Refuse, before running, outputs asked into a region that cannot take them."""
         for output in wanted:
             if output.place is not None:
-                check_local(self.client)
+                check_local(self.client, self.transport)
                 self.regions.check(f"output `{output.name}`", output.place)
 
     def write_outputs(self, outputs: Iterable[OutputTensor]) -> None:
@@ -54,7 +57,7 @@ class ClientRegions:
                 self.regions.write(f"output `{output.name}`", output.place, data)
 
 
-def check_local(host: str) -> None:
+def check_local(host: str, transport: Transport = HTTP) -> None:
     """Refuse (403) shared memory to a client that is not on a loopback address."""
     try:
         local = ipaddress.ip_address(host).is_loopback
@@ -63,5 +66,6 @@ def check_local(host: str) -> None:
     if not local:
         raise Forbidden(
             f"system shared memory is for clients on this machine; {host or 'a client'} is not "
-            "on a loopback address. Hint: send the tensors in the request body instead"
+            f"on a loopback address. Hint: send the tensors in the request {transport.payload} "
+            "instead"
         )

@@ -33,6 +33,7 @@ from edgeserve.http.auth import Credentials
 from edgeserve.http.drain import Drain
 from edgeserve.http.inference import off_loop
 from edgeserve.sharedmemory import Regions
+from edgeserve.transport import GRPC
 
 Context = Any  # grpc.aio.ServicerContext (grpcio ships no type hints)
 OPEN_AS = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
@@ -164,7 +165,7 @@ class InferenceService:
         request = await off_loop(raw, _parse, "ModelInferRequest", raw)
         plane.check_model(request.model_name, request.model_version or None, infer=True)
         await function.admit(arrived)
-        shared = ClientRegions(self.regions, _peer_host(context), self.limit)
+        shared = ClientRegions(self.regions, _peer_host(context), self.limit, GRPC)
         decoded = await off_loop(raw, tensors.decode_request, request, shared.read)
         shared.check_outputs(decoded.outputs or ())
         outputs = await plane.infer(decoded, arrived=arrived)
@@ -238,17 +239,17 @@ class InferenceService:
 
     async def system_shm_register(self, request: bytes, context: Context) -> Any:
         region = _parse("SystemSharedMemoryRegisterRequest", request)
-        check_local(_peer_host(context))
+        check_local(_peer_host(context), GRPC)
         body = {"key": region.key, "offset": region.offset, "byte_size": region.byte_size}
-        self.regions.register("system", region.name, body)
+        self.regions.register("system", region.name, body, GRPC)
         return message("SystemSharedMemoryRegisterResponse")()
 
     async def cuda_shm_register(self, request: bytes, context: Context) -> Any:
         region = _parse("CudaSharedMemoryRegisterRequest", request)
-        check_local(_peer_host(context))
+        check_local(_peer_host(context), GRPC)
         handle = {"b64": base64.b64encode(region.raw_handle).decode("ascii")}
         body = {"raw_handle": handle, "device_id": region.device_id, "byte_size": region.byte_size}
-        self.regions.register("cuda", region.name, body)
+        self.regions.register("cuda", region.name, body, GRPC)
         return message("CudaSharedMemoryRegisterResponse")()
 
     def _shm_status(self, kind: str) -> Callable[[bytes, Context], Awaitable[Any]]:
@@ -256,7 +257,7 @@ class InferenceService:
 
         async def status(request: bytes, context: Context) -> Any:
             name = _parse(f"{prefix}SharedMemoryStatusRequest", request).name
-            check_local(_peer_host(context))
+            check_local(_peer_host(context), GRPC)
             found = self.regions.status(kind, name or None)
             regions = {region["name"]: region for region in found}
             return _from_json(f"{prefix}SharedMemoryStatusResponse", {"regions": regions})
@@ -268,7 +269,7 @@ class InferenceService:
 
         async def unregister(request: bytes, context: Context) -> Any:
             name = _parse(f"{prefix}SharedMemoryUnregisterRequest", request).name
-            check_local(_peer_host(context))
+            check_local(_peer_host(context), GRPC)
             self.regions.unregister(kind, name or None)
             return message(f"{prefix}SharedMemoryUnregisterResponse")()
 
