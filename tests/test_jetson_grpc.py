@@ -18,21 +18,16 @@ from tritonclient.utils import InferenceServerException
 from edgeserve.builder import build
 from edgeserve.scaffold import init_function
 from edgeserve.targets.jetson import JetsonDriver
+from tests import test_jetson_deploy as deploy_tests
 from tests.sshd import sshd_missing
-from tests.test_jetson_deploy import (  # noqa: F401 - fixtures
-    POLL_LIMIT_S,
-    driver,
-    fleet,
-    free_port,
-    make_profile,
-    served_version,
-    url,
-)
+from tests.test_jetson_deploy import POLL_LIMIT_S, free_port, served_version, url
 
 pytestmark = [
     pytest.mark.skipif(sshd_missing() is not None, reason=str(sshd_missing())),
     pytest.mark.slow,
 ]
+
+fleet, driver, make_profile = deploy_tests.fleet, deploy_tests.driver, deploy_tests.make_profile
 
 
 def grpc_version(address: str) -> str:
@@ -68,9 +63,7 @@ class GrpcPoller(threading.Thread):
 
 
 def test_the_function_grpc_port_is_served_and_switched_with_the_release(
-    driver: JetsonDriver,  # noqa: F811
-    make_profile: Any,  # noqa: F811
-    tmp_path: Path,
+    driver: JetsonDriver, make_profile: Any, tmp_path: Path
 ) -> None:
     grpc_port = free_port()
     source = init_function(tmp_path / "src", name="mlp")
