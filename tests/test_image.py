@@ -1,7 +1,8 @@
 """One real image, built by `edgeserve build --target knative` with podman on a local base
 (tests/base_image.py), then run on 127.0.0.1: v2 numbers, readiness, SIGTERM drain; pushed
 to a real local registry and pulled back by digest; its plain Kubernetes manifests run by
-`podman kube play`. The one slow build of the suite (about a minute; the base is cached)."""
+`podman kube play`, HTTP and gRPC (the function asks for it). The one slow build of the suite
+(about a minute; the base is cached)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
+import tritonclient.grpc as triton
 import yaml
 
 from edgeserve.bundle import Bundle
@@ -58,6 +61,8 @@ max_queue_delay_ms = 5
 prefer = ["onnxruntime"]
 [handler]
 module = "handler"
+[resources]
+grpc_port = 8001
 """
 # /invoke takes half a second in postprocess: requests are in flight when SIGTERM comes
 SLOW_HANDLER = (
@@ -85,8 +90,8 @@ def built(tmp_path_factory: pytest.TempPathFactory, registry_host: str) -> Itera
     source = write_function(root / "mlp", mlp_model, FUNCTION, SLOW_HANDLER)
     (source / "knative.toml").write_text(
         f'driver = "knative"\n[settings]\nregistry = "{registry_host}/edgeserve-test"\n'
-        f'base_image = "{base}"\nregistry_tls_verify = false\n'
-    )
+        f'base_image = "{base}"\nregistry_tls_verify = false\nprotocol = "grpc"\n'
+    )  # the function serves gRPC too: Knative's one port carries it, HTTP stays in the pod
     out = root / "build" / "mlp"
     report = root / "build" / "dist" / "mlp-knative" / "image.txt"
     assert main(["build", str(source), "--out", str(out), "--target", "knative"]) == 0
@@ -218,11 +223,12 @@ def test_podman_kube_play_runs_the_plain_kubernetes_manifests(
     from tests.containers import free_port
 
     docs = plain_kubernetes(workload(built.bundle, KubernetesSettings(min_scale=1), pulled))
-    port = free_port()
-    # podman has no Service object: publish the container port as a Service would expose it
-    docs[0]["spec"]["template"]["spec"]["containers"][0]["ports"][0].update(
-        hostPort=port, hostIP="127.0.0.1"
-    )
+    port, grpc_port = free_port(), free_port()
+    # podman has no Service object: publish the container ports as a Service would expose them
+    http, grpc = docs[0]["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert (grpc["name"], grpc["containerPort"]) == ("grpc", 8001)
+    http.update(hostPort=port, hostIP="127.0.0.1")
+    grpc.update(hostPort=grpc_port, hostIP="127.0.0.1")
     play = tmp_path / "kube.yaml"
     play.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     played = subprocess.run(
@@ -237,6 +243,8 @@ def test_podman_kube_play_runs_the_plain_kubernetes_manifests(
         wait_http(f"{url}/v2/health/ready", 120)
         x = np.ones((2, 16), np.float32)
         assert infer(url, x).shape == (2, 4)
+        with closing(triton.InferenceServerClient(f"127.0.0.1:{grpc_port}")) as client:
+            assert client.get_model_metadata("mlp").versions == ["2"]  # the image's --grpc-port
         # the pod requests one core and sets no limit: it plans for that core, not the host's
         container = played.stdout.split("Container:")[1].split()[0]
         logs = subprocess.run(
