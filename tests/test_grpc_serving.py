@@ -84,6 +84,7 @@ def test_missing_grpcio_is_named() -> None:
         "try:\n    check_installed()\nexcept Exception as exc:\n    print(exc)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "gRPC (--grpc-port, or [resources] grpc_port) needs the grpcio" in done.stdout
     assert "pip install 'edgeserve[grpc]'" in done.stdout, done.stderr
 
 

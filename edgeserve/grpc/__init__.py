@@ -21,7 +21,8 @@ def check_installed() -> None:
         import grpc  # noqa: F401 - only whether it imports
     except ImportError:
         raise ConfigError(
-            "--grpc-port: gRPC needs the grpcio package, which is not installed. "
+            "gRPC (--grpc-port, or [resources] grpc_port) needs the grpcio package, which is "
+            "not installed. "
             "Hint: pip install 'edgeserve[grpc]'"
         ) from None
 
