@@ -298,6 +298,8 @@ def test_the_profile_grpc_port_wins_and_protocol_http_turns_grpc_off(grpc_bundle
     assert [p["name"] for p in plain_kubernetes(work)[1]["spec"]["ports"]] == ["http"]
     plan = image_plan(grpc_bundle, "kubernetes", settings(protocol="http"))
     assert "--grpc-port" not in plan.containerfile()
+    with pytest.raises(ConfigError, match="plain Kubernetes serves HTTP and gRPC on two ports"):
+        plain_kubernetes(workload(grpc_bundle, settings(min_scale=1, protocol="grpc"), IMAGE))
     # a function that does not ask for gRPC gets grpcio in its image when the profile asks
     assert any(r.startswith("grpcio") for r in image_requirements([], settings(), grpc=True))
 
