@@ -9,7 +9,6 @@ evaluation and samples (their families have no metric clone among the training f
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import string
@@ -113,13 +112,6 @@ NAME_TEXT = "John Mary James Linda Robert Susan Michael Anna David Laura Peter E
 FIRST = NAME_TEXT.split()
 SURNAME_TEXT = "Smith Johnson Brown Miller Davis Garcia Wilson Moore Taylor Clark Lewis Young"
 LAST = SURNAME_TEXT.split()
-SMALL_SHARE = 0.35  # lines of 10-15 px: screenshots and scans at 96-150 dpi
-RESAMPLING = [
-    Image.Resampling.BOX,
-    Image.Resampling.BILINEAR,
-    Image.Resampling.BICUBIC,
-    Image.Resampling.LANCZOS,
-]
 MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 
 
@@ -305,16 +297,9 @@ def _crop_box(bbox: tuple[int, int, int, int], rng: random.Random) -> tuple[int,
 def render_line(
     rng: random.Random, fonts: list[Path], text: str | None = None
 ) -> tuple[np.ndarray, str]:
-    """One augmented training line: a grey uint8 crop (any polarity) and its label.
-
-    SMALL_SHARE of the lines are 10-15 px: half drawn at that size (Pillow's hinting and
-    antialiasing there), half drawn 1.5-3x larger and scaled down (a screenshot scaled, a scan
-    at low dpi), and 30 % of them JPEG-compressed."""
+    """One augmented training line: a grey uint8 crop (any polarity) and its label."""
     text = text or random_text(rng)
-    small = rng.random() < SMALL_SHARE
-    size = rng.randint(10, 15) if small else rng.randint(16, 52)
-    scale = rng.uniform(1.5, 3.0) if small and rng.random() < 0.5 else 1.0
-    font = load_font(rng.choice(fonts), round(size * scale))
+    font = load_font(rng.choice(fonts), rng.randint(16, 52))
     stroke = 1 if font.size >= 28 and rng.random() < 0.1 else 0
     mask, bbox = draw_mask(text, font, stroke)
     if rng.random() < 0.3:
@@ -322,21 +307,8 @@ def render_line(
     if rng.random() < 0.5:
         mask, bbox = _rotate(mask, bbox, rng.uniform(-2.0, 2.0))
     crop = mask.crop(_crop_box(bbox, rng))
-    if scale > 1:
-        shrunk = (max(1, round(crop.width / scale)), max(1, round(crop.height / scale)))
-        crop = crop.resize(shrunk, rng.choice(RESAMPLING))
     style = Style.sample(rng)
-    if small:  # a blur past 0.6 px leaves 10 px text unreadable to anyone
-        style.blur = min(style.blur, 0.6)
-    gray = apply_style(crop, style, np.random.default_rng(rng.getrandbits(32)))
-    return (jpeg(gray, rng.randint(30, 90)) if small and rng.random() < 0.3 else gray), text
-
-
-def jpeg(gray: np.ndarray, quality: int) -> np.ndarray:
-    """GRAY through a JPEG of QUALITY: the ringing and blocks of a compressed screenshot."""
-    buffer = io.BytesIO()
-    Image.fromarray(gray).save(buffer, format="JPEG", quality=quality)
-    return np.asarray(Image.open(buffer).convert("L"))
+    return apply_style(crop, style, np.random.default_rng(rng.getrandbits(32))), text
 
 
 @dataclass
