@@ -381,6 +381,7 @@ def test_a_base_image_that_cannot_be_pulled_says_to_set_base_image(
     missing = f"127.0.0.1:{free_port()}/edgeserve-missing:1"
     profile.write_text(
         f'driver = "knative"\n[settings]\nregistry = "127.0.0.1:5000/x"\nbase_image = "{missing}"\n'
+        'protocol = "http"\n'  # the function also serves gRPC: Knative routes one port
     )
     capsys.readouterr()
     code = main(
