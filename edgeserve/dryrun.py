@@ -80,20 +80,38 @@ class SkippedCheck:
 
 
 def check_batch_axis(source: Path, manifest: Manifest, signature: Signature) -> SkippedCheck | None:
-    """Refuse a batched model whose first axis is not a batch axis, though every first dim is
-    dynamic as a batch's is: an output such as NonZero's [K, 2] or a sum over axis 0 loses it
-    (every request then failed with a 500: its rows cannot be handed back), and a model whose
-    rows compute together (a point cloud centered on its mean, a graph's nodes) keeps it but
-    answered each request of a shared batch wrong, with a 200. Run on random inputs of
-    BATCH_CHECK_ROWS rows, then on each row alone (ONNX Runtime, fp32), ids within each
-    input's `index_range`; a model that does not load or run on them is a SkippedCheck (the
-    rest of the build may still serve it on another backend)."""
+    """Refuse a batched function whose model's first axis is not a batch axis (see
+    `batch_axis_verdict`), saying what showed it and what to do."""
     if not signature.batched or manifest.batching.max_batch_size == 0:
         return None
+    model = source / manifest.model.path
+    verdict = batch_axis_verdict(model, signature)
+    if isinstance(verdict, NotABatchAxis):
+        raise ConfigError(f"{model}: {verdict.finding}. {NOT_A_BATCH_AXIS_HINT}")
+    return verdict
+
+
+@dataclass(frozen=True)
+class NotABatchAxis:
+    """What a run showed of a model whose first dims are all dynamic: its first axis is not a
+    batch axis. Build refuses batching it; init writes max_batch_size = 0 and says why."""
+
+    finding: str  # "outputs {'y': [1, 4]} for a batch of 3 rows: their first axis is not ..."
+
+
+def batch_axis_verdict(model: Path, signature: Signature) -> NotABatchAxis | SkippedCheck | None:
+    """Whether the first axis of a model whose first dims are all dynamic (`signature.batched`)
+    is a batch axis: an output such as NonZero's [K, 2] or a sum over axis 0 loses it (every
+    request then failed with a 500: its rows cannot be handed back), and a model whose rows
+    compute together (a point cloud centered on its mean, a graph's nodes) keeps it but
+    answered each request of a shared batch wrong, with a 200. Run on random inputs of
+    BATCH_CHECK_ROWS rows, then on each row alone (ONNX Runtime, fp32), ids within each
+    input's `index_range`; None: it is one. A model that does not load or run on them is a
+    SkippedCheck (the rest of the build may still serve it on another backend)."""
     from edgeserve.backends import load_backend
     from edgeserve.samples import example_inputs
 
-    rows, model = BATCH_CHECK_ROWS, source / manifest.model.path
+    rows = BATCH_CHECK_ROWS
     inputs = example_inputs(signature, rows, np.random.default_rng(0))
     try:
         engine = load_backend("onnxruntime", model, signature=signature)
@@ -109,16 +127,19 @@ def check_batch_axis(source: Path, manifest: Manifest, signature: Signature) -> 
     finally:
         engine.close()
     batched, again = (as_numbers(outputs, signature) for outputs in runs)
-    _check_rows_kept(batched, rows, model, signature)
+    lost = _rows_lost(batched, rows, signature)
+    if lost:
+        return NotABatchAxis(lost)
     if not all(_close(again[name], array) for name, array in batched.items()):
         return SkippedCheck(
             "answered the same rows differently twice (a random op?), so each row alone "
             "could not be compared with its row in a batch"
         )
     noise = QUANTIZED_NOISE if op_types(model) & DYNAMIC_QUANTIZATION else FLOAT_NOISE
-    for row, outputs in enumerate(alone):
-        _check_row_alone(batched, as_numbers(outputs, signature), row, model, noise)
-    return None
+    apart = (
+        _row_apart(batched, as_numbers(out, signature), row, noise) for row, out in enumerate(alone)
+    )
+    return next((NotABatchAxis(found) for found in apart if found), None)
 
 
 FLOAT_NOISE = 1e-4
@@ -134,36 +155,32 @@ DYNAMIC_QUANTIZATION = frozenset({"DynamicQuantizeLinear", "DynamicQuantizeMatMu
 NOT_A_BATCH_AXIS_HINT = "Hint: serve it one request a run, [batching] max_batch_size = 0"
 
 
-def _check_rows_kept(outputs: TensorDict, rows: int, model: Path, signature: Signature) -> None:
+def _rows_lost(outputs: TensorDict, rows: int, signature: Signature) -> str:
     """Every output must hold the batch's rows on its first axis: one of dynamic first dim may
     not (NonZero's [K, 2]), nor one the model declares no shape for (its rank shows here)."""
     wrong = {n: list(array.shape) for n, array in outputs.items() if array.shape[:1] != (rows,)}
-    if wrong:
-        unranked = [
-            spec.name for spec in signature.outputs if not spec.ranked and spec.name in wrong
-        ]
-        said = f" ({', '.join(unranked)}: no shape declared in the model)" if unranked else ""
-        raise ConfigError(
-            f"{model}: outputs {wrong}{said} for a batch of {rows} rows: their first axis is not "
-            f"the batch axis, so batches cannot be split back into requests. "
-            f"{NOT_A_BATCH_AXIS_HINT}"
-        )
+    if not wrong:
+        return ""
+    unranked = [spec.name for spec in signature.outputs if not spec.ranked and spec.name in wrong]
+    said = f" ({', '.join(unranked)}: no shape declared in the model)" if unranked else ""
+    return (
+        f"outputs {wrong}{said} for a batch of {rows} rows: their first axis is not the batch "
+        "axis, so batches cannot be split back into requests"
+    )
 
 
-def _check_row_alone(
-    batched: TensorDict, alone: TensorDict, row: int, model: Path, noise: float
-) -> None:
+def _row_apart(batched: TensorDict, alone: TensorDict, row: int, noise: float) -> str:
     """Row `row` run alone must answer what it answered in the batch, within `noise`."""
     for name, together in batched.items():
         own, mine = alone[name], together[row : row + 1]
-        if _close(own, mine, noise):
-            continue
-        raise ConfigError(
-            f"{model}: output `{name}` of row {row} alone differs from its row in a batch of "
-            f"{len(together)} ({_difference(own, mine)}): its first axis is not a batch axis: "
-            "the rows of a batch compute together, so a request batched with others would be "
-            f"answered wrong. {NOT_A_BATCH_AXIS_HINT}"
-        )
+        if not _close(own, mine, noise):
+            return (
+                f"output `{name}` of row {row} alone differs from its row in a batch of "
+                f"{len(together)} ({_difference(own, mine)}): its first axis is not a batch "
+                "axis: the rows of a batch compute together, so a request batched with others "
+                "would be answered wrong"
+            )
+    return ""
 
 
 def _close(own: np.ndarray, mine: np.ndarray, noise: float = FLOAT_NOISE) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import textwrap
 from collections.abc import Mapping
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -22,6 +23,7 @@ from string import Template
 from pydantic import ValidationError
 
 from edgeserve.backends.sessions import dim_names
+from edgeserve.dryrun import NotABatchAxis, batch_axis_verdict
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelgen import mlp_model
@@ -90,23 +92,39 @@ def init_function(dest: Path, name: str | None = None, model: Path | None = None
             (dest / file).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(model.parent / file, dest / file)
     dims = dim_names(adopted, outputs=True)
-    _write(dest, adopted_files(function_name(dest, name), adopted.name, signature, dims))
+    found = _not_a_batch_axis(adopted, signature)
+    _write(dest, adopted_files(function_name(dest, name), adopted.name, signature, dims, found))
     return dest
 
 
+def _not_a_batch_axis(model: Path, signature: Signature) -> str:
+    """What build's batch-axis check finds where every first dim is dynamic but is no batch
+    axis ("": none found, or the check could not run, which build then says), so that init
+    writes batching off and build takes the manifest as written."""
+    verdict = batch_axis_verdict(model, signature) if signature.batched else None
+    return verdict.finding if isinstance(verdict, NotABatchAxis) else ""
+
+
 def adopted_files(
-    name: str, model_file: str, signature: Signature, dims: DimNames | None = None
+    name: str,
+    model_file: str,
+    signature: Signature,
+    dims: DimNames | None = None,
+    not_a_batch: str = "",
 ) -> dict[PurePosixPath, str]:
     """The manifest and sample request for a model of the user's (pure: no writes); `dims`:
     the model's named dims ({tensor: {axis: name}}), which tie an output's length to an
-    input's."""
+    input's; `not_a_batch`: what showed that its first axis, dynamic, is no batch axis."""
+    manifest = adopted_manifest(name, model_file, signature, dims or {}, not_a_batch)
     return {
-        PurePosixPath(MANIFEST_NAME): adopted_manifest(name, model_file, signature, dims or {}),
+        PurePosixPath(MANIFEST_NAME): manifest,
         PurePosixPath("samples/request.json"): json.dumps(sample_request(signature)) + "\n",
     }
 
 
-def adopted_manifest(name: str, model_file: str, signature: Signature, dims: DimNames) -> str:
+def adopted_manifest(
+    name: str, model_file: str, signature: Signature, dims: DimNames, not_a_batch: str = ""
+) -> str:
     """function.toml for a model: its tensors listed, batching as the model allows."""
     tensors = [*signature.inputs, *signature.outputs]
     width = max(len(spec.name) for spec in tensors)
@@ -126,9 +144,9 @@ def adopted_manifest(name: str, model_file: str, signature: Signature, dims: Dim
         "# samples/request.json is such a request.",
         *(f"#   input   {s.name:<{width}}  {s.datatype} {_dims(s)}" for s in signature.inputs),
         *(f"#   output  {s.name:<{width}}  {s.datatype} {_dims(s)}" for s in signature.outputs),
-        *_padding_hint(signature, dims),
+        *([] if not_a_batch else _padding_hint(signature, dims)),
         "",
-        *_batching_lines(signature),
+        *_batching_lines(signature, not_a_batch),
     ]
     return "\n".join(lines) + "\n"
 
@@ -181,7 +199,16 @@ def toml_key(name: str) -> str:
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def _batching_lines(signature: Signature) -> list[str]:
+def _batching_lines(signature: Signature, not_a_batch: str) -> list[str]:
+    if not_a_batch:
+        said = (
+            "No batching: every first dim of the model is dynamic, as a batch axis is, but a "
+            f"run of it showed its first axis is not one: {not_a_batch}. Batching needs a "
+            "model whose rows are independent (each row answered alone as in a batch), so "
+            "every request runs alone."
+        )
+        lines = textwrap.wrap(said, 96, initial_indent="# ", subsequent_indent="# ")
+        return [*lines, "[batching]", "max_batch_size = 0"]
     if not signature.batched:
         return [
             f"# No batching: these tensors have no dynamic first dim ({unbatchable(signature)}),",

@@ -31,8 +31,10 @@ from edgeserve.scaffold import init_function, render_templates, template_root
 from edgeserve.types import Context
 from tests.models import (
     bert_like_model,
+    centered_model,
     classifier_model,
     exported_names_model,
+    nonzero_model,
     pair_model,
     sequence_model,
     shapeless_model,
@@ -333,6 +335,35 @@ def test_init_names_the_output_that_turns_batching_off(tmp_path: Path) -> None:
     manifest = " ".join((dest / "function.toml").read_text().split())
     assert "# No batching: these tensors have no dynamic first dim (total []), #" in manifest
     assert "[batching]" not in manifest
+
+
+NOT_A_BATCH = {
+    "nonzero": (nonzero_model, "outputs {'y': [", "batches cannot be split back into requests"),
+    "centered": (centered_model, "output `centered` of row 0 alone differs from its row in a",
+                 "the rows of a batch compute together"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", list(NOT_A_BATCH))
+def test_init_turns_batching_off_where_a_run_shows_the_first_axis_is_no_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Every first dim dynamic, but no batch axis (NonZero's [K, 2]; points centered on their
+    mean): init wrote max_batch_size = 32 and build refused it ("Hint: ... max_batch_size =
+    0"), so the newcomer had to edit function.toml. init now runs build's batch-axis check,
+    writes batching off and says what the run showed; build and serve take it as written."""
+    builder, shown, why = NOT_A_BATCH[kind]
+    dest = tmp_path / "fn"
+    assert main(["init", str(dest), "--model", str(builder(tmp_path / f"{kind}.onnx"))]) == 0
+    text = (dest / "function.toml").read_text()
+    said = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("#"))
+    assert shown in said and why in said and "rows are independent" in said
+    assert "[batching]\nmax_batch_size = 0\n" in text and "pad_axis" not in text
+    assert main(["build", str(dest), "--out", str(tmp_path / "out")]) == 0
+    with served(dest) as url:
+        capsys.readouterr()
+        assert main(["invoke", url, "--file", str(dest / "samples" / "request.json")]) == 0
+        assert json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
