@@ -710,18 +710,20 @@ def test_a_model_whose_rows_compute_together_is_refused_batching(
 ) -> None:
     """A point cloud [P, 3] centered on its mean looks batched (every first dim dynamic): init
     turned batching on, build passed it, and two requests stacked in one batch were centered
-    on their joint mean, each answered wrong with a 200. Build now runs each row alone too,
-    refuses, and with batching off every request gets its own answer."""
+    on their joint mean, each answered wrong with a 200. Build now runs each row alone too and
+    refuses batching asked for (init writes it off), and with it off every request gets its
+    own answer."""
     model = centered_model(tmp_path / "centered.onnx")
     folder = tmp_path / "cloud"
     assert main(["init", str(folder), "--model", str(model)]) == 0
+    manifest = folder / "function.toml"
+    manifest.write_text(manifest.read_text().replace("max_batch_size = 0", "max_batch_size = 32"))
     assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 2
     error = " ".join(capfd.readouterr().err.split())
     assert "output `centered` of row 0 alone differs from its row in a batch of 3" in error
     assert "its first axis is not a batch axis: the rows of a batch compute together" in error
     assert "Hint: serve it one request a run, [batching] max_batch_size = 0" in error
     assert not (tmp_path / "out").exists()
-    manifest = folder / "function.toml"
     manifest.write_text(manifest.read_text().replace("max_batch_size = 32", "max_batch_size = 0"))
     assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 0
     clouds = [np.arange(6, dtype=np.float32).reshape(2, 3) * scale for scale in range(1, 9)]
