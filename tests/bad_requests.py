@@ -267,6 +267,13 @@ CORPUS: list[Bad] = [
     ),
     # what is missing or null, in JSON's words: it was "got NoneType", "got None", "got dict"
     Bad("no inputs", b"{}", 400, "request `inputs`: expected a JSON list, got nothing (the key is"),
+    Bad(
+        "an /invoke body, as samples/request.json, sent to v2 infer",
+        orjson.dumps(payload()),
+        400,
+        "(the key is missing; the body holds `in_FP32`, `in_FP16`, `in_INT64`, tensors by name "
+        "as /invoke takes them). Hint: POST this body to /invoke, or send KServe v2's",
+    ),
     Bad("inputs an object", b'{"inputs": {}}', 400, "expected a JSON list, got an object"),
     Bad(
         "shape missing",

@@ -54,7 +54,7 @@ def decode_request(
     inputs: TensorDict = {}
     bf16 = []  # raw bits in uint16, as UINT16 numbers are: the data plane tells them apart
     offset = 0
-    for index, entry in enumerate(_tensors(header.get("inputs", MISSING), "request `inputs`")):
+    for index, entry in enumerate(_inputs(header)):
         entry, name = _named(entry, "inputs", index)
         array, offset = _decode_input(name, entry, binary, offset, read_slice)
         if name in inputs:
@@ -126,6 +126,24 @@ def _list(value: Any, what: str) -> list[Any]:
     if not isinstance(value, list):
         raise InvalidInput(f"{what}: expected a JSON list, got {echo_json(value)}")
     return value
+
+
+_V2_KEYS = frozenset({"id", "parameters", "inputs", "outputs"})
+
+
+def _inputs(header: Mapping[str, Any]) -> list[Any]:
+    """The request's `inputs`. A body of tensors by name (`{"x": [[...]]}`, the sample `init`
+    writes) is an /invoke request: it was answered "got nothing (the key is missing)" alone,
+    which left the newcomer who posted the sample here to guess what to send."""
+    if header and not _V2_KEYS & header.keys():
+        keys = ", ".join(f"`{echo(str(key))}`" for key in list(header)[:3])
+        raise InvalidInput(
+            f"request `inputs`: expected a JSON list of tensors, got nothing (the key is "
+            f"missing; the body holds {keys}, tensors by name as /invoke takes them). Hint: POST "
+            "this body to /invoke, or send KServe v2's "
+            '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}'
+        )
+    return _tensors(header.get("inputs", MISSING), "request `inputs`")
 
 
 def _tensors(value: Any, what: str) -> list[Any]:
