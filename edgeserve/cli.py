@@ -40,6 +40,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from edgeserve.builder import build
+    from edgeserve.signature import unbatchable
     from edgeserve.targets import package_targets
 
     source = Path(args.source)
@@ -57,10 +58,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
         console.print(f"handler: {handler}", markup=False, soft_wrap=True)
     _say("built", "green", f"{name} -> {bundle.root}  hash {digest}")
     if not bundle.signature.batched:
-        fixed = [spec.name for spec in bundle.signature.fixed_first_dims()]
         _say(
-            "batching off:", "yellow", f"{', '.join(fixed)} has no dynamic first dim, so every "
-            "request runs alone (export the model with a dynamic batch axis to batch)",
+            "batching off:", "yellow", f"no batch axis ({unbatchable(bundle.signature)}), so "
+            "every request runs alone (export the model with a dynamic batch axis to batch)",
         )  # fmt: skip
     with live_log(err_console, "packaging"):  # pip's downloads, live on a terminal
         packaged = package_targets(bundle, args.target, out.parent / "dist", source)
@@ -284,8 +284,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if fixed:
         _say(
-            "no batching:", "yellow", f"{fixed} has no dynamic first dim, so the model cannot "
-            "batch; tune sweeps instances alone and writes no batch size",
+            "no batching:", "yellow", f"no batch axis ({fixed}), so the model cannot batch; "
+            "tune sweeps instances alone and writes no batch size",
         )  # fmt: skip
     with progress_display(err_console) as progress:
         task = progress.add_task("tune", total=len(grid))

@@ -20,6 +20,7 @@ from edgeserve.errors import EdgeserveError
 from edgeserve.hardware import describe
 from edgeserve.image.tools import describe_tools
 from edgeserve.manifest import Manifest
+from edgeserve.signature import unbatchable
 from edgeserve.types import Signature, TensorSpec
 
 Verdict = Literal["ok", "note", "fail", "skipped"]
@@ -88,8 +89,7 @@ def model_finding(signature: Signature, manifest: Manifest) -> Finding:
     tensors = f"inputs {inputs}; outputs {outputs}"
     max_batch = manifest.batching.max_batch_size
     if not signature.batched:
-        fixed = ", ".join(spec.name for spec in signature.fixed_first_dims())
-        said = f"{tensors}; no batch axis ({fixed}: no dynamic first dim): requests run alone"
+        said = f"{tensors}; no batch axis ({unbatchable(signature)}): requests run alone"
         return Finding("model", "note", said, "export the model with a dynamic batch axis")
     if max_batch == 0:
         return Finding("model", "ok", f"{tensors}; batching off ([batching] max_batch_size = 0)")

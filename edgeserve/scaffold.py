@@ -207,14 +207,17 @@ def _batching_lines(signature: Signature, not_a_batch: str) -> list[str]:
             "model whose rows are independent (each row answered alone as in a batch), so "
             "every request runs alone."
         )
-        lines = textwrap.wrap(said, 96, initial_indent="# ", subsequent_indent="# ")
-        return [*lines, "[batching]", "max_batch_size = 0"]
+        return [*_comment(said), "[batching]", "max_batch_size = 0"]
     if not signature.batched:
-        return [
-            f"# No batching: these tensors have no dynamic first dim ({unbatchable(signature)}),",
-            "# so every request runs alone. Export the model with a dynamic batch axis to batch.",
-        ]
+        return _comment(
+            f"No batching: the model has no batch axis ({unbatchable(signature)}), so every "
+            "request runs alone. Export the model with a dynamic batch axis to batch."
+        )
     return ["[batching]", "max_batch_size = 32", "max_queue_delay_ms = 2.0"]
+
+
+def _comment(text: str) -> list[str]:
+    return textwrap.wrap(text, 96, initial_indent="# ", subsequent_indent="# ")
 
 
 def _folder_model(dest: Path) -> Path | None:

@@ -184,13 +184,20 @@ def _optional(spec: TensorSpec, where: Path) -> TensorSpec:
 
 
 def unbatchable(signature: Signature) -> str:
-    """The tensors that keep the model from batching, as "x [1, 16], y [1, 4]" ("": none), and
-    "a [-1, -1] (N sizes a later axis too)" for a first dim named on a later axis."""
+    """Why the model has no batch axis, tensor by tensor ("": it has one): "x [1, 16], y [1, 4]:
+    no dynamic first dim", and "a [-1, -1]: its first dim N sizes a later axis too" for a
+    first dim named on a later axis (said as "no dynamic first dim" of a dynamic one, it
+    contradicted the dims shown beside it)."""
     tied = signature.tied_first
-    return ", ".join(
-        f"{spec.name} {spec.shown}"
-        + (f" ({tied[spec.name]} sizes a later axis too)" if spec.name in tied else "")
-        for spec in signature.fixed_first_dims()
+    specs = signature.fixed_first_dims()
+    fixed = ", ".join(f"{spec.name} {spec.shown}" for spec in specs if spec.name not in tied)
+    return "; ".join(
+        ([f"{fixed}: no dynamic first dim"] if fixed else [])
+        + [
+            f"{spec.name} {spec.shown}: its first dim {tied[spec.name]} sizes a later axis too"
+            for spec in specs
+            if spec.name in tied
+        ]
     )
 
 
@@ -203,7 +210,7 @@ def check_max_batch_size(signature: Signature, batching: BatchingSection, manife
         return
     raise ConfigError(
         f"{manifest}: field `batching.max_batch_size`: found {batching.max_batch_size}, but the "
-        f"model cannot batch ({unbatchable(signature)}: no dynamic first dim); expected 0. "
+        f"model cannot batch ({unbatchable(signature)}); expected 0. "
         "Hint: set [batching] max_batch_size = 0 (every request runs alone), or export the "
         "model with a dynamic first dim to batch"
     )

@@ -31,7 +31,9 @@ def function(tmp_path: Path) -> Path:
     assert main(["init", str(dest), "--model", str(any_rank_model(tmp_path / "m.onnx"))]) == 0
     text = (dest / "function.toml").read_text()
     assert "#   input   x  FP32 [-1] (no shape in the model)\n" in text
-    assert "# No batching: these tensors have no dynamic first dim (x any shape)," in text
+    assert (
+        "# No batching: the model has no batch axis (x any shape: no dynamic first dim), so" in text
+    )
     return dest
 
 

@@ -279,7 +279,10 @@ def test_a_model_with_a_fixed_batch_dim_is_served_unbatched(
         '[function]\nname = "fixed"\n[backend]\nprecision = "fp32"\n',  # exact vs numpy
     )
     assert main(["build", str(folder), "--out", str(tmp_path / "build")]) == 0
-    assert "batching off: x, y has no dynamic first dim" in capsys.readouterr().out
+    assert (
+        "batching off: no batch axis (x [1, 16], y [1, 4]: no dynamic first dim), so every"
+        in capsys.readouterr().out
+    )
     with served(tmp_path / "build") as url:
         x = np.ones((1, 16), np.float32)
         answer = httpx.post(f"{url}/v2/models/fixed/infer", json=v2_request(x)).json()

@@ -292,11 +292,14 @@ async def send_together(url: str, bodies: list[dict[str, Any]]) -> list[httpx.Re
 def test_a_first_dim_named_on_a_later_axis_is_no_batch_axis(tmp_path: Path) -> None:
     """x [N, N] read as batching (every first dim dynamic): two requests batched together were
     stacked into [4, 2] and both failed in the model with a 422, and one of [1, 3] did too.
-    The model now runs each request alone, and the door holds x's axes to one size."""
+    The model now runs each request alone, and the door holds x's axes to one size. init said
+    x [-1, -1] had "no dynamic first dim"; it says what keeps it from batching."""
     source = init(tmp_path / "fn", square_model(tmp_path / "m.onnx"))
-    manifest = (source / "function.toml").read_text()
-    assert "# No batching: these tensors have no dynamic first dim (x [-1, -1] (N sizes a " in (
-        manifest
+    manifest = " ".join((source / "function.toml").read_text().split())
+    assert (
+        "No batching: the model has no batch axis (x [-1, -1]: its first dim N sizes a "
+        in (manifest)
+        and "no dynamic first dim" not in manifest
     )
     rng = np.random.default_rng(0)
     squares = [rng.normal(0, 1, (n, n)).astype(np.float32) for n in (2, 2, 3)]

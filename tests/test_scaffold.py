@@ -333,7 +333,10 @@ def test_init_names_the_output_that_turns_batching_off(tmp_path: Path) -> None:
     dest = tmp_path / "fn"
     assert main(["init", str(dest), "--model", str(total_model(tmp_path / "total.onnx"))]) == 0
     manifest = " ".join((dest / "function.toml").read_text().split())
-    assert "# No batching: these tensors have no dynamic first dim (total []), #" in manifest
+    assert (
+        "# No batching: the model has no batch axis (total []: no dynamic first dim), so every"
+        in manifest
+    )
     assert "[batching]" not in manifest
 
 

@@ -287,7 +287,10 @@ def test_tune_sweeps_instances_alone_for_a_model_that_cannot_batch(
     rows = [line.split()[:4] for line in lines if line.split()[:1] == ["-"]]
     assert rows == [["-", "-", "-", "1"], ["-", "-", "-", "2"]]  # two candidates, not eight
     out = " ".join(" ".join(lines).split())
-    assert "no batching: x [1, 16], y [1, 4] has no dynamic first dim" in out
+    assert (
+        "no batching: no batch axis (x [1, 16], y [1, 4]: no dynamic first dim), so the model"
+        in out
+    )
     assert "writes no batch size" in out
     written = tomllib.loads((source / "function.toml").read_text())["batching"]
     assert set(written) == {"instances"}  # no max_batch_size, preferred sizes nor delay
