@@ -99,6 +99,15 @@ class NotABatchAxis:
     finding: str  # "outputs {'y': [1, 4]} for a batch of 3 rows: their first axis is not ..."
 
 
+def not_a_batch_axis(model: Path, signature: Signature) -> str:
+    """What a run shows of a model whose first dims are all dynamic but no batch axis ("": they
+    are one, the model has none to check, or the check could not run, which build then says):
+    init writes batching off for it and tune sweeps no batch sizes, where build would refuse
+    them."""
+    verdict = batch_axis_verdict(model, signature) if signature.batched else None
+    return verdict.finding if isinstance(verdict, NotABatchAxis) else ""
+
+
 def batch_axis_verdict(model: Path, signature: Signature) -> NotABatchAxis | SkippedCheck | None:
     """Whether the first axis of a model whose first dims are all dynamic (`signature.batched`)
     is a batch axis: an output such as NonZero's [K, 2] or a sum over axis 0 loses it (every

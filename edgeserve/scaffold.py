@@ -23,7 +23,7 @@ from string import Template
 from pydantic import ValidationError
 
 from edgeserve.backends.sessions import dim_names
-from edgeserve.dryrun import NotABatchAxis, batch_axis_verdict
+from edgeserve.dryrun import not_a_batch_axis
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelgen import mlp_model
@@ -92,17 +92,9 @@ def init_function(dest: Path, name: str | None = None, model: Path | None = None
             (dest / file).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(model.parent / file, dest / file)
     dims = dim_names(adopted, outputs=True)
-    found = _not_a_batch_axis(adopted, signature)
+    found = not_a_batch_axis(adopted, signature)
     _write(dest, adopted_files(function_name(dest, name), adopted.name, signature, dims, found))
     return dest
-
-
-def _not_a_batch_axis(model: Path, signature: Signature) -> str:
-    """What build's batch-axis check finds where every first dim is dynamic but is no batch
-    axis ("": none found, or the check could not run, which build then says), so that init
-    writes batching off and build takes the manifest as written."""
-    verdict = batch_axis_verdict(model, signature) if signature.batched else None
-    return verdict.finding if isinstance(verdict, NotABatchAxis) else ""
 
 
 def adopted_files(

@@ -25,6 +25,7 @@ import tomlkit
 from tomlkit.items import Array, Item, Table
 
 from edgeserve.builder import plan_build, write_bundle
+from edgeserve.dryrun import not_a_batch_axis
 from edgeserve.errors import ConfigError, EdgeserveError
 from edgeserve.manifest import MANIFEST_NAME, PerDeviceKind, load_manifest
 from edgeserve.server import plan_layout
@@ -143,8 +144,13 @@ def candidates(
 
 
 def unbatchable_model(source: Path) -> str:
-    """The tensors that keep the function's model from batching ("x [1, 16]"), or ""."""
-    return unbatchable(plan_build(source).signature)
+    """What keeps the function's model from batching ("x [1, 16]: no dynamic first dim", or
+    what a run showed of first dims all dynamic but no batch axis), or "". Without the run,
+    tune measured such a model batched (each answer wrong, or failed) and wrote a
+    max_batch_size that build then refused."""
+    signature = plan_build(source).signature
+    model = source / load_manifest(source).model.path
+    return unbatchable(signature) or not_a_batch_axis(model, signature)
 
 
 def choose(trials: Sequence[Trial], budget_ms: float) -> Trial | None:

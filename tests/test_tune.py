@@ -22,7 +22,7 @@ from edgeserve.tune import (
     render_table,
     update_sections,
 )
-from tests.models import mlp_model
+from tests.models import centered_model, mlp_model
 from tests.terminal import in_terminal, plain
 
 
@@ -295,4 +295,25 @@ def test_tune_sweeps_instances_alone_for_a_model_that_cannot_batch(
     written = tomllib.loads((source / "function.toml").read_text())["batching"]
     assert set(written) == {"instances"}  # no max_batch_size, preferred sizes nor delay
     assert f"best: instances={written['instances']} written to" in out
+    assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
+
+
+def test_tune_sweeps_no_batch_sizes_for_a_first_axis_that_is_no_batch_axis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Points centered on their mean, [P, 3]: every first dim dynamic, so tune measured batches
+    (each request answered wrong, with a 200) and wrote `max_batch_size = 8` over init's 0,
+    which build then refused. Tune now runs build's batch-axis check and sweeps instances
+    alone; the manifest builds as tuned."""
+    source = tmp_path / "cloud"
+    assert main(["init", str(source), "--model", str(centered_model(tmp_path / "c.onnx"))]) == 0
+    assert main([*tune_argv(source, "0"), "--instances", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:4] for line in lines if line.split()[:1] == ["-"]] == [
+        ["-", "-", "-", "1"]
+    ]
+    out = " ".join(" ".join(lines).split())
+    assert "no batching: no batch axis (output `centered` of row 0 alone differs" in out
+    written = tomllib.loads((source / "function.toml").read_text())["batching"]
+    assert written.get("max_batch_size", 0) == 0
     assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
