@@ -184,10 +184,8 @@ def _optional(spec: TensorSpec, where: Path) -> TensorSpec:
 
 
 def unbatchable(signature: Signature) -> str:
-    """Why the model has no batch axis, tensor by tensor ("": it has one): "x [1, 16], y [1, 4]:
-    no dynamic first dim", and "a [-1, -1]: its first dim N sizes a later axis too" for a
-    first dim named on a later axis (said as "no dynamic first dim" of a dynamic one, it
-    contradicted the dims shown beside it)."""
+    """Why the model has no batch axis ("": it has one): "x [1, 16], y [1, 4]: no dynamic first
+    dim"; "a [-1, -1]: its first dim N sizes a later axis too" for a first dim named later."""
     tied = signature.tied_first
     specs = signature.fixed_first_dims()
     fixed = ", ".join(f"{spec.name} {spec.shown}" for spec in specs if spec.name not in tied)
