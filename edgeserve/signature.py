@@ -1,8 +1,6 @@
-"""Tensor specs read from the model file, with the manifest's overrides applied.
-
-Batching follows Triton's auto-complete rule: it applies only when every input and output has a
-dynamic first dimension; otherwise the function serves one request per run, unbatched.
-"""
+"""Tensor specs read from the model file, with the manifest's overrides applied. Batching
+follows Triton's auto-complete rule: it applies only when every input and output has a dynamic
+first dimension; otherwise the function serves one request per run, unbatched."""
 
 from __future__ import annotations
 
