@@ -47,6 +47,8 @@ from edgeserve.sharedmemory import Regions
 class FunctionApp:
     """The ASGI app: inference routes go straight to their handlers, the rest to Starlette."""
 
+    cors: Cors | None = None  # CrossOriginApp's; the server's own error answers add its headers
+
     def __init__(
         self,
         inference: InferenceRoutes,
@@ -104,6 +106,8 @@ class FunctionApp:
 class CrossOriginApp(FunctionApp):
     """The app behind `Cors` (http/cors.py): a class of its own, made only where origins are
     configured, so that a server without them runs FunctionApp's own call, no layer before it."""
+
+    cors: Cors
 
     def __init__(self, policy: CorsPolicy, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

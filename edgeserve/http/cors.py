@@ -100,11 +100,17 @@ class Cors:
             await self.app(scope, receive, send)
         elif scope["method"] == "OPTIONS" and b"access-control-request-method" in asked:
             await self._answer_preflight(origin, asked, scope, receive, send)
-        elif self._allows(origin):
-            added = [*self._allowed(origin), *self._actual]
+        elif added := self.answer_headers(origin):
             await self.app(scope, receive, self._adding(added, send))
         else:
             await self.app(scope, receive, send)
+
+    def answer_headers(self, origin: str) -> list[tuple[bytes, bytes]]:
+        """The headers an answer to a (non-preflight) request from `origin` carries: none for
+        an origin not allowed. The protocol layer's own errors (a 408, 431) add them too."""
+        if not self._allows(origin):
+            return []
+        return [*self._allowed(origin), *self._actual]
 
     def _allows(self, origin: str) -> bool:
         return self.policy.any_origin or origin in self.policy.origins

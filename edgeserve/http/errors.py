@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
 
 import orjson
@@ -56,16 +56,17 @@ def error_response(exc: Exception, where: str = "", routes: str = "") -> Respons
     return JSONResponse({"error": INTERNAL_ERROR}, status_code=500)
 
 
-def raw_response(error: EdgeserveError) -> bytes:
-    """`error` as HTTP/1.1 bytes that close the connection: for the protocol layer, which answers
-    (a slow client's 408) where no ASGI response can be sent."""
+def raw_response(error: EdgeserveError, headers: Sequence[tuple[bytes, bytes]] = ()) -> bytes:
+    """`error` as HTTP/1.1 bytes that close the connection, with `headers` added (CORS): for
+    the protocol layer, which answers (a slow client's 408) where no ASGI response can be sent."""
     body = orjson.dumps({"error": error.message})
     head = (
         f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}\r\n"
         f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
-        "connection: close\r\n\r\n"
+        "connection: close\r\n"
     )
-    return head.encode("ascii") + body
+    added = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+    return head.encode("ascii") + added + b"\r\n" + body
 
 
 def _routing_message(exc: HTTPException, where: str, routes: str) -> str:

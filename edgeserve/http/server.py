@@ -30,7 +30,7 @@ def uvicorn_config(app: FunctionApp, http: str = "auto", **settings: Any) -> uvi
     timeouts = app.timeouts
     return uvicorn.Config(
         app,
-        http=protocol_class(timeouts, http),
+        http=protocol_class(timeouts, http, app.cors),
         ws="none",
         timeout_keep_alive=max(1, math.ceil(timeouts.idle_s)),
         timeout_graceful_shutdown=math.ceil(timeouts.drain_s + BACKSTOP_S),

@@ -11,6 +11,8 @@
 Headers are also capped in size (MAX_HEADER_BYTES: 431), and bytes uvicorn cannot parse as HTTP
 get a JSON 400 rather than its plain-text one. A client that closes its sending side (FIN) part
 way through a request's headers or body gets a JSON 400 saying so: nothing more of it can come.
+With CORS on, these answers carry the headers the CORS layer adds (cors.py) when the request's
+Origin is known and allowed: a browser otherwise shows the page an opaque CORS failure.
 
 uvicorn bounds only the idle time; a connection that sends nothing, or half its headers or half
 its body, would hold a slot for ever. The bounds live in the protocol rather than the app so that
@@ -20,12 +22,14 @@ the inference path pays nothing for them: a request that arrives whole never arm
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from edgeserve.errors import EdgeserveError, HeadersTooLarge, InvalidInput, RequestTimeout, echo
 from edgeserve.http.connection import HalfClosed, IgnoredUpgrade, without_upgrade
+from edgeserve.http.cors import Cors
 from edgeserve.http.errors import raw_response
 from edgeserve.manifest import ResourcesSection
 
@@ -55,15 +59,21 @@ class Timeouts:
         return cls(**chosen)
 
 
-def protocol_class(timeouts: Timeouts, http: str = "auto") -> type[asyncio.Protocol]:
+def protocol_class(
+    timeouts: Timeouts, http: str = "auto", cors: Cors | None = None
+) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol `http` ("auto": httptools, else h11) keeping the header and body
     bounds, with connection.py's ways with a connection (pipelined requests, a half-close, an
-    Upgrade)."""
+    Upgrade); its own error answers carry `cors`'s headers."""
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
 
     base = import_from_string(HTTP_PROTOCOLS[http])
-    attributes = {"header_timeout_s": timeouts.header_s, "body_timeout_s": timeouts.body_s}
+    attributes = {
+        "header_timeout_s": timeouts.header_s,
+        "body_timeout_s": timeouts.body_s,
+        "cors": cors,
+    }
     bases = (_Bounded, HalfClosed, IgnoredUpgrade, base)  # HalfClosed is also Pipelined
     return type(f"Bounded{base.__name__}", bases, attributes)
 
@@ -80,6 +90,7 @@ class _Bounded:
 
     header_timeout_s: float
     body_timeout_s: float
+    cors: Cors | None
     cycle: Any
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
@@ -90,6 +101,8 @@ class _Bounded:
     _watched: Any = None  # the cycle before the awaited headers, or the one whose body is awaited
     _header_bytes = 0  # bytes of the awaited headers received so far
     _header_tail = b""  # their last 3 bytes: a blank line may span two reads
+    _header_seen: bytearray | None = None  # their bytes, when they came in several reads
+    _reading = b""  # the read being parsed in the header phase (its Origin, for a 400)
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)  # type: ignore[misc]
@@ -102,7 +115,9 @@ class _Bounded:
                 if not self.transport.is_closing():
                     self._refuse(HeadersTooLarge(f"request headers: over {MAX_HEADER_BYTES} bytes"))
                 return  # never parsed: no request cycle starts
+            self._reading = data
             super().data_received(without_upgrade(data))  # type: ignore[misc]
+            self._reading = b""
             cycle = self.cycle
             if cycle is not self._watched:  # the headers are complete
                 if cycle.more_body:
@@ -127,6 +142,9 @@ class _Bounded:
         end = seen.find(b"\r\n\r\n")
         counted = len(data) if end < 0 else end + 4 - len(self._header_tail)
         past = self._header_bytes + counted > MAX_HEADER_BYTES
+        if self._header_seen is None:
+            self._header_seen = bytearray()
+        self._header_seen += data[:counted]  # for their Origin, should they be refused
         self._header_bytes += len(data)
         self._header_tail = seen[-3:]
         return past
@@ -164,6 +182,7 @@ class _Bounded:
 
     def _await_headers(self) -> None:
         self._watched, self._header_bytes, self._header_tail = self.cycle, 0, b""
+        self._header_seen = None
         self._arm("header", self.header_timeout_s)
 
     def _arm(self, phase: str | None, delay_s: float = 0.0) -> None:
@@ -202,8 +221,32 @@ class _Bounded:
 
     def _refuse(self, error: EdgeserveError) -> None:
         """Answer `error` and close: the request can't be read any further."""
-        self.transport.write(raw_response(error))
+        origin = self._origin() if self.cors is not None else None
+        added = self.cors.answer_headers(origin) if self.cors and origin is not None else []
+        self.transport.write(raw_response(error, added))
         self.transport.close()
+
+    def _origin(self) -> str | None:
+        """The Origin of the request being refused, where it is known: from its headers once
+        they are parsed, else from a whole Origin line among its bytes received so far. Not
+        known (None, no CORS header) when that line has not arrived whole: the request line
+        never finished, or the headers stopped before the Origin line; the browser then shows
+        the page a CORS failure, as it would for a connection that was simply closed."""
+        if self._phase == "body":
+            for name, value in self._watched.scope["headers"]:
+                if name == b"origin":
+                    return str(value.decode("latin-1"))
+            return None
+        if self._phase != "header":
+            return None  # a request that follows an answered one on its connection: unknown
+        seen = self._reading if self._header_seen is None else bytes(self._header_seen)
+        blank = seen.find(b"\r\n\r\n")
+        found = _ORIGIN_LINE.search(seen, 0, len(seen) if blank < 0 else blank + 2)
+        return None if found is None else found[1].decode("latin-1")
+
+
+_ORIGIN_LINE = re.compile(rb"(?i)\r\norigin[ \t]*:[ \t]*([^\r\n]*?)[ \t]*\r\n")
+"""A whole Origin header line (not the request line: it follows a line's end)."""
 
 
 def _parser_says(msg: str) -> str:

@@ -1,0 +1,93 @@
+"""CORS on the answers the protocol layer writes itself (http/timeouts.py): a slow client's 408,
+headers over the cap (431), bytes that are not HTTP (400), a request cut by a FIN (400). Each
+carries the CORS headers when the request's Origin arrived whole and is allowed, so a page reads
+the error rather than an opaque CORS failure; none when the Origin never arrived or is not
+allowed. Raw sockets against a real server."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from tests import rawhttp
+from tests.models import mlp_model, write_function
+from tests.server import running
+
+PAGE = "http://page.test:8000"
+MANIFEST = f"""
+[function]
+name = "mlp"
+[backend]
+prefer = ["onnxruntime"]
+[cors]
+origins = ["{PAGE}"]
+"""
+BODY = orjson.dumps(
+    {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}]}
+)
+PLAIN = rawhttp.head("/v2/models/mlp/infer", len(BODY))
+FROM_PAGE = PLAIN.replace(b"host: t\r\n", f"host: t\r\norigin: {PAGE}\r\n".encode())
+FROM_OTHER = PLAIN.replace(b"host: t\r\n", b"host: t\r\norigin: http://elsewhere.test\r\n")
+ORIGIN_END = FROM_PAGE.index(PAGE.encode()) + len(PAGE) + 2  # the Origin line, whole
+PAD = b"x-pad: " + b"a" * 80_000
+ALLOWED = {
+    "access-control-allow-origin": PAGE,
+    "access-control-expose-headers": "Inference-Header-Content-Length, Retry-After, "
+    "WWW-Authenticate",
+    "vary": "Origin",
+}
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    source = write_function(tmp_path_factory.mktemp("cors") / "mlp", mlp_model, MANIFEST)
+    with running(source, "--header-timeout", "0.5", "--body-timeout", "0.5") as (base, _):
+        yield base
+
+
+def answer(url: str, sent: bytes, half_close: bool = False) -> tuple[int, dict[str, str]]:
+    """The status and CORS headers (with Vary) of the server's answer to `sent`."""
+    with rawhttp.connect(url) as sock:
+        sock.sendall(sent)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        status, headers, body = rawhttp.parse(rawhttp.read_all(sock))
+    assert "error" in orjson.loads(body)
+    cors = {k: v for k, v in headers.items() if k.startswith("access-control-") or k == "vary"}
+    return status, cors
+
+
+@pytest.mark.parametrize(
+    ("what", "sent", "half_close", "status"),
+    [
+        ("half the body", FROM_PAGE + BODY[:20], False, 408),
+        ("headers stopped after the Origin line", FROM_PAGE[: ORIGIN_END + 5], False, 408),
+        ("headers over the cap after the Origin line", FROM_PAGE[:ORIGIN_END] + PAD, False, 431),
+        ("not HTTP/1.1", FROM_PAGE.replace(b"HTTP/1.1", b"HTTP/1.2"), False, 400),
+        ("a FIN within the body", FROM_PAGE + BODY[:20], True, 400),
+        ("a FIN within the headers", FROM_PAGE[: ORIGIN_END + 5], True, 400),
+    ],
+)
+def test_an_allowed_origin_reads_the_protocol_s_errors(
+    url: str, what: str, sent: bytes, half_close: bool, status: int
+) -> None:
+    assert answer(url, sent, half_close) == (status, ALLOWED), what
+
+
+@pytest.mark.parametrize(
+    ("what", "sent", "status"),
+    [
+        ("the Origin line cut short", FROM_PAGE[: ORIGIN_END - 4], 408),
+        ("the request line unfinished", FROM_PAGE[:20], 408),
+        ("another origin's half body", FROM_OTHER + BODY[:20], 408),
+        ("another origin's HTTP/1.2", FROM_OTHER.replace(b"HTTP/1.1", b"HTTP/1.2"), 400),
+        ("no Origin at all", PLAIN + BODY[:20], 408),
+    ],
+)
+def test_an_origin_unknown_or_not_allowed_gets_no_cors_header(
+    url: str, what: str, sent: bytes, status: int
+) -> None:
+    assert answer(url, sent) == (status, {}), what
