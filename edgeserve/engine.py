@@ -162,7 +162,8 @@ class LocalEngine:
         of its threads first: what a backend keeps per thread is made before any request."""
         preferred = self.batcher.policy.preferred_batch_sizes
         sizes = _warmup_sizes((*preferred, *self.backend.buckets), self.batcher.policy)
-        batches = warmup_batches(self.signature, sizes, self.samples, self.backend.profile)
+        backend = self.backend
+        batches = warmup_batches(self.signature, sizes, self.samples, backend.profile, backend.name)
         warmup = Warmup(batches)
         each_thread = getattr(self.backend, "warm_thread", None)
 

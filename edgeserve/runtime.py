@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from edgeserve.backends import BY_NAME
 from edgeserve.batching import EWMA_WEIGHT, ONE_REQUEST, REQUEST_NUMBERS
 from edgeserve.dataplane.checks import InputChecks, check_names
 from edgeserve.datatypes import as_numbers
@@ -215,10 +214,7 @@ class Runtime:
         """The checks every request passes, against the shapes the engine's backend takes."""
         batching = self.signature.batched and self.manifest.batching.max_batch_size > 0
         name = self.engine.backend_name  # "?" in a front until its inference process says
-        backend = BY_NAME.get(name)
-        int_range = (name, backend.int_range if backend else None)
-        optional = backend.optional_inputs if backend else True
-        return InputChecks(self.signature, self.engine.profile, batching, int_range, optional)
+        return InputChecks.for_backend(self.signature, self.engine.profile, batching, name)
 
     def _requests_seen(self) -> int:
         counters = self.stats.snapshot()

@@ -4,7 +4,10 @@ warm-up means.
 Every batch size the batcher will run (and every backend bucket) runs once at start, so that no
 request pays for a first run. Its inputs are the function's own samples where one holds the
 model's inputs (values its author knows the model takes; its rows repeated to each size), else
-made-up ones (`samples.plain_array`: zeros, ones for integers).
+made-up ones (`samples.plain_array`: zeros, ones for integers). A sample is held to the door
+every request meets (dataplane/checks.py): one it refuses (ids past an embedding table, which
+ONNX Runtime fails on and OpenVINO answers with zeros; a shape the backend was not loaded for)
+is skipped with a warning saying why, as a request holding it would be refused.
 
 A model may still fail on them: a Reshape to a shape an input gives, a TopK of an input's k
 past its axis. Such a failure of the values (ModelRefused, a 422 for a request) is no reason to
@@ -22,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeserve.errors import ModelRefused
+from edgeserve.dataplane import InputChecks
+from edgeserve.errors import InvalidInput, ModelRefused
 from edgeserve.samples import example_inputs, plain_values
 from edgeserve.shapes import ShapeProfile
 from edgeserve.types import Signature, TensorDict
@@ -48,9 +52,12 @@ def warmup_batches(
     sizes: Sequence[int],
     samples: Sequence[Sample],
     profile: ShapeProfile | None,
+    backend: str,
 ) -> list[WarmupBatch]:
-    """A batch per size, from the first sample the backend takes, else made up."""
-    sample = next((s for s in samples if _admitted(s[1], signature, profile or {})), None)
+    """A batch per size, from the first sample the door of a model on `backend` (its name)
+    lets in, else made up."""
+    door = InputChecks.for_backend(signature, profile, signature.batched, backend)
+    sample = next((s for s in samples if _admitted(s, signature, door)), None)
     if sample is None:
         given = (
             "made-up values ("
@@ -62,27 +69,38 @@ def warmup_batches(
     return [WarmupBatch(n, _rows_of(tensors, signature, n), name) for n in sizes]
 
 
-def _admitted(tensors: TensorDict, signature: Signature, profile: ShapeProfile) -> bool:
-    """Whether a sample's required inputs fit the shapes the backend was loaded for (one row
-    of them, on a batch axis), with rows to repeat."""
-    for spec in signature.required:
-        array = tensors[spec.name]
-        shape = array.shape
-        if signature.batched:
-            if not shape or not shape[0]:
-                return False
-            shape = (1, *shape[1:])
-        if spec.name in profile and not profile[spec.name].admits(shape):
-            return False
-    return True
+def _admitted(sample: Sample, signature: Signature, door: InputChecks) -> bool:
+    """Whether the door lets in a sample's required inputs, every row the warm-up repeats,
+    with rows to repeat; a warning says why not."""
+    name, tensors = sample
+    shapes = [tensors[spec.name].shape for spec in signature.required]
+    if signature.batched and any(not shape or not shape[0] for shape in shapes):
+        reason = "an input holds no rows"
+    else:
+        try:
+            door(_required(tensors, signature))
+            return True
+        except InvalidInput as exc:
+            reason = exc.message
+    log.warning(
+        "warm-up: skipped %s: %s. Hint: the warm-up runs the first sample that passes the "
+        "checks every request meets; fix this one or remove it",
+        name,
+        reason,
+    )
+    return False
 
 
 def _rows_of(tensors: TensorDict, signature: Signature, rows: int) -> TensorDict:
     """The sample's required inputs; on a batch axis, its rows repeated to `rows`."""
-    picked = {spec.name: tensors[spec.name] for spec in signature.required}
+    picked = _required(tensors, signature)
     if not signature.batched:
         return picked
     return {name: np.take(a, np.arange(rows) % len(a), axis=0) for name, a in picked.items()}
+
+
+def _required(tensors: TensorDict, signature: Signature) -> TensorDict:
+    return {spec.name: tensors[spec.name] for spec in signature.required}
 
 
 @dataclass

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeserve import datatypes
+from edgeserve.backends import BY_NAME
 from edgeserve.errors import InvalidInput, echo, echo_json
 from edgeserve.shapes import UNBOUNDED, ShapeProfile, ShapeRange
 from edgeserve.types import Signature, TensorDict, TensorSpec, TiedDim
@@ -64,6 +65,17 @@ class InputChecks:
         # older export may list hundreds of weights as optional inputs)
         self._required = frozenset(spec.name for spec in signature.required)
         self._required_fits = [fits for fits in self._fits if fits.name in self._required]
+
+    @classmethod
+    def for_backend(
+        cls, signature: Signature, profile: ShapeProfile | None, batching: bool, backend: str
+    ) -> InputChecks:
+        """The door of a model loaded on `backend` (its name; "?": not known yet), holding
+        inputs to what that backend computes exactly and takes."""
+        table = BY_NAME.get(backend)
+        int_range = (backend, table.int_range if table else None)
+        optional = table.optional_inputs if table else True
+        return cls(signature, profile, batching, int_range, optional)
 
     def _first(self, name: str) -> int:
         """The first axis the shape profile bounds: 1 past a batch axis, else 0."""
