@@ -250,6 +250,24 @@ def echo_repr(value: object) -> str:
     return _cut(_REPR.repr(value), value, type(value).__name__)
 
 
+def echo_header(value: str | list[str]) -> str:
+    """A request header's value (or values) as an error repeats it, quoted and cut as
+    `echo_repr` does. ASGI hands a header's bytes over read as latin-1, so a client's UTF-8
+    (`é`) came back garbled (`Ã©`): the bytes are read back as UTF-8, one that is not
+    shown as U+FFFD. A value that is already text beyond latin-1 is shown as it is."""
+    if isinstance(value, list):
+        return echo_repr([_as_sent(item) for item in value])
+    return echo_repr(_as_sent(value))
+
+
+def _as_sent(value: str) -> str:
+    try:
+        raw = value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value
+    return value if raw.isascii() else raw.decode("utf-8", "replace")
+
+
 def echo_json_text(value: object) -> str:
     """A client's JSON value written out as JSON (`[1, {"a": null}]`, where `echo_json` says
     "a list"), cut as `echo_repr` cuts: where the value itself is what was wrong."""

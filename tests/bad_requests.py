@@ -739,7 +739,7 @@ CORPUS: list[Bad] = [
         "unknown encoding",
         v2_body(),
         400,
-        "Content-Encoding `br` is not supported",
+        "Content-Encoding 'br' is not supported",
         headers={"content-encoding": "br"},
     ),
     Bad("too long", b" " * (LIMIT + 1), 413, "over the limit of 65536 bytes"),
@@ -1140,7 +1140,7 @@ LONG_STRINGS: list[Bad] = [
         "Content-Encoding",
         v2_body(),
         400,
-        f"Content-Encoding `{CUT}` is not supported",
+        f"Content-Encoding {CUT_REPR} is not supported",
         headers={"content-encoding": LONG},
     ),
     Bad(

@@ -265,7 +265,7 @@ def test_a_transfer_coding_before_chunked_is_undone_or_named(
             out.reshape(2, 4), reference(mlp_bundle, x), rtol=1e-5, atol=1e-6
         )
     else:
-        assert "Transfer-Encoding `br` is not supported" in orjson.loads(payload)["error"]
+        assert "Transfer-Encoding 'br' is not supported" in orjson.loads(payload)["error"]
     assert client.post("/v2/models/mlp/infer", json=json_request(rows(1))).status_code == 200
 
 

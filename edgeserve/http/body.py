@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive
 
-from edgeserve.errors import InvalidInput, PayloadTooLarge, echo, echo_json, echo_repr
+from edgeserve.errors import InvalidInput, PayloadTooLarge, echo, echo_header, echo_json
 from edgeserve.values import from_json
 
 # Content-Encoding -> zlib wbits: gzip framing, or a zlib stream (HTTP's "deflate")
@@ -35,7 +35,7 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> by
     raises ClientDisconnect.
     """
     declared = headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit, f"Content-Length is {echo(declared)}")
     chunks: list[bytes] = []
     size, more = 0, True
@@ -51,32 +51,33 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> by
         more = message.get("more_body", False)
     body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     for header, (_, unchanged) in _CODINGS.items():
-        codings = [c.strip().lower() for c in headers.get(header, "").split(",")]
+        codings = [c.strip() for c in headers.get(header, "").split(",")]
         for coding in reversed(codings):  # the last one applied is undone first
-            if coding not in unchanged:
+            if coding.lower() not in unchanged:
                 body = decompress(body, coding, limit, header)
     return body
 
 
 def decompress(body: bytes, encoding: str, limit: int, header: str = "content-encoding") -> bytes:
-    wbits = _WBITS.get(encoding)
+    coding = encoding.lower()  # `encoding` as sent, for the echo (lowered, its UTF-8 broke)
+    wbits = _WBITS.get(coding)
     if wbits is None:
         raise InvalidInput(
-            f"{_CODINGS[header][0]} `{echo(encoding)}` is not supported; expected gzip, deflate or "
-            "identity"
+            f"{_CODINGS[header][0]} {echo_header(encoding)} is not supported; expected gzip, "
+            "deflate or identity"
         )
     decoder = zlib.decompressobj(wbits)
     try:
         data = decoder.decompress(body, limit + 1)
     except zlib.error as exc:
-        raise InvalidInput(f"request body: not valid {encoding} data: {exc}") from None
+        raise InvalidInput(f"request body: not valid {coding} data: {exc}") from None
     if len(data) > limit:
-        raise _too_large(limit, f"the body decompresses past it ({encoding})")
+        raise _too_large(limit, f"the body decompresses past it ({coding})")
     if not decoder.eof:
-        raise InvalidInput(f"request body: truncated {encoding} data")
+        raise InvalidInput(f"request body: truncated {coding} data")
     if decoder.unused_data:
         raise InvalidInput(
-            f"request body: {len(decoder.unused_data)} bytes follow the end of the {encoding} "
+            f"request body: {len(decoder.unused_data)} bytes follow the end of the {coding} "
             "data (a gzip file of several members is not supported: send one)"
         )
     return data
@@ -99,7 +100,7 @@ def request_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
     for single in SINGLE:
         if len(given := joined.get(single, [])) > 1:
             raise InvalidInput(
-                f"header {single}: given {len(given)} times {echo_repr(given)}; expected once"
+                f"header {single}: given {len(given)} times {echo_header(given)}; expected once"
             )
     return {key: ", ".join(values) for key, values in joined.items()}
 

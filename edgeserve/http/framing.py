@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeserve import values
-from edgeserve.errors import InvalidInput, echo_repr
+from edgeserve.errors import InvalidInput, echo_header
 
 
 def json_length(body: bytes, header_length: str | None) -> int:
@@ -24,7 +24,7 @@ def json_length(body: bytes, header_length: str | None) -> int:
     if not 0 < length <= len(body):
         raise InvalidInput(
             f"Inference-Header-Content-Length: expected a byte count in 1..{len(body)} "
-            f"(the body's length), got {echo_repr(header_length)}"
+            f"(the body's length), got {echo_header(header_length)}"
         )
     return length
 
