@@ -389,3 +389,54 @@ def test_the_preflight_runs_with_the_profiles_environment(
         "1",
         {"EDGESERVE_BACKEND": "onnxruntime", "MODEL_KEY": "k-123"},
     )
+
+
+HAND_CORS = {"AllowOrigins": ["*"], "AllowMethods": ["POST"]}
+PAGE_ORIGINS = 'environment = { EDGESERVE_CORS_ORIGINS = "http://page.test" }\n'
+
+
+@pytest.fixture
+def clearing_cors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto (5.x) keeps a URL's Cors when an update sends an empty one; AWS clears it (an update
+    without Cors keeps it): moto is taught AWS's rule, so the deploy is seen doing what works."""
+    from moto.awslambda.models import FunctionUrlConfig
+
+    keep = FunctionUrlConfig.update
+
+    def update(self: FunctionUrlConfig, new_config: dict[str, Any]) -> None:
+        if new_config.get("Cors") == {}:
+            self.config.pop("Cors", None)
+        keep(self, new_config)
+
+    monkeypatch.setattr(FunctionUrlConfig, "update", update)
+
+
+@pytest.mark.usefixtures("clearing_cors")
+def test_a_cors_put_on_the_url_by_hand_goes_where_the_app_answers_cors(
+    tmp_path: Path,
+    aws: Any,
+    role: str,
+    bundle: Bundle,
+    driver: AwsLambda,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Cors set on the function URL in the console answered beside the app's own CORS
+    headers, two Access-Control-Allow-Origin values that every browser refuses, and deploys
+    kept it: now a function with CORS origins has it removed, saying so; a failed deploy puts
+    it back; a function without origins keeps it (the URL's is then the only answer)."""
+    url = {"FunctionName": "tiny", "Qualifier": "live"}
+    driver.deploy(bundle, profile(tmp_path, role))
+    aws.update_function_url_config(**url, AuthType="NONE", Cors=HAND_CORS)
+    driver.deploy(bundle, profile(tmp_path, role))
+    assert aws.get_function_url_config(**url)["Cors"] == HAND_CORS  # no origins: kept
+
+    with pytest.raises(DeployError, match="step 'provisioned concurrency'"):
+        failing = PAGE_ORIGINS + "provisioned_concurrency = 1\n"
+        driver.deploy(bundle, profile(tmp_path, role, failing))
+    assert aws.get_function_url_config(**url)["Cors"] == HAND_CORS  # put back
+
+    caplog.clear()
+    driver.deploy(bundle, profile(tmp_path, role, PAGE_ORIGINS))
+    assert not aws.get_function_url_config(**url).get("Cors")
+    assert "removed the function URL's Cors setting" in caplog.text
+    assert '"AllowOrigins": ["*"]' in caplog.text

@@ -3,8 +3,9 @@
 Deploy, in order: a local preflight (preflight.py: the bundle answers its readiness check as
 Lambda runs it; nothing reaches AWS when it fails), create or update the function (and wait,
 with the v2 waiters), publish a version guarded by the CodeSha256 just uploaded, move the
-alias, then the function URL, reserved and provisioned concurrency, and last the removal of
-a URL `url_auth_type = "off"` no longer wants. Until the alias moves,
+alias, then the function URL (url.py: a `Cors` on it removed where the app answers CORS),
+reserved and provisioned concurrency, and last the removal of a URL `url_auth_type = "off"` no
+longer wants. Until the alias moves,
 traffic stays on the old version; a later step that fails moves the alias back and puts the
 function URL, its permissions and the reserved concurrency back as they were. The alias
 description records the version it replaced, which is where `rollback` returns to.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import re
 import tempfile
 from dataclasses import dataclass
@@ -28,7 +28,9 @@ from edgeserve.aws_lambda.s3 import upload_to_s3
 from edgeserve.aws_lambda.sam import sam_template
 from edgeserve.aws_lambda.settings import LambdaSettings
 from edgeserve.aws_lambda.translate import translated
+from edgeserve.aws_lambda.url import FunctionUrl, found
 from edgeserve.errors import ConfigError, DeployError
+from edgeserve.http.cors import load_cors
 from edgeserve.targets import DeployResult
 
 if TYPE_CHECKING:
@@ -36,11 +38,6 @@ if TYPE_CHECKING:
     from edgeserve.profiles import TargetProfile
 
 PREVIOUS = re.compile(r"previous=(\d+)")
-URL_STATEMENTS = (
-    ("edgeserve-url", {"Action": "lambda:InvokeFunctionUrl", "FunctionUrlAuthType": "NONE"}),
-    ("edgeserve-url-invoke", {"Action": "lambda:InvokeFunction", "InvokedViaFunctionUrl": True}),
-)
-"""A public URL (AuthType NONE) needs both statements (functions with URLs since Oct 2025)."""
 
 
 class AwsLambda:
@@ -60,7 +57,8 @@ class AwsLambda:
     def deploy(self, bundle: Bundle, profile: TargetProfile) -> DeployResult:
         settings = profile.settings_as(LambdaSettings)
         name = settings.name_for(bundle.name)
-        deployment = Deployment(settings, name)  # checks boto3 first
+        own_cors = load_cors(bundle.manifest.cors, settings.environment) is not None
+        deployment = Deployment(settings, name, own_cors)  # checks boto3 first
         limits = Limits(settings.memory_mb, settings.timeout_s)
         preflight(bundle.root, name, limits, settings.environment)
         with tempfile.TemporaryDirectory(prefix="edgeserve-deploy-") as scratch:
@@ -96,7 +94,8 @@ class AwsLambda:
 class Deployment:
     """One function's deploy, status and rollback against the Lambda API."""
 
-    def __init__(self, settings: LambdaSettings, name: str) -> None:
+    def __init__(self, settings: LambdaSettings, name: str, own_cors: bool = False) -> None:
+        """`own_cors`: the app answers CORS itself, so its URL must not (url.py)."""
         try:
             import boto3
         except ModuleNotFoundError:
@@ -109,6 +108,8 @@ class Deployment:
         self.client = boto3.client(
             "lambda", region_name=settings.region, endpoint_url=settings.resolved_endpoint()
         )
+        self.own_cors = own_cors
+        self.function_url = FunctionUrl(self.client, name, settings.alias)
 
     def run(self, code: dict[str, Any], content_hash: str) -> DeployResult:
         with translated(self.name, self.settings, "create or update"):
@@ -150,7 +151,7 @@ class Deployment:
                 "live_version": alias["FunctionVersion"] if alias else None,
                 "previous_version": _previous(alias),
                 "versions": [v["Version"] for v in versions if v["Version"] != "$LATEST"],
-                "url": self._url(),
+                "url": self.function_url.url(),
                 "reserved_concurrency": self._reserved(),
                 "memory_mb": config.get("MemorySize"),
                 "timeout_s": config.get("Timeout"),
@@ -168,7 +169,7 @@ class Deployment:
             )
         current = alias["FunctionVersion"]
         self._move_alias(previous, current)
-        return DeployResult("aws-lambda", self.name, previous, self._url(), current)
+        return DeployResult("aws-lambda", self.name, previous, self.function_url.url(), current)
 
     def _upload(self, code: dict[str, Any]) -> str:
         if self._exists():  # the code is built for the profile's architecture and Python
@@ -227,7 +228,8 @@ class Deployment:
     def _after_alias(self) -> str | None:
         settings, alias = self.settings, self.settings.alias
         with translated(self.name, settings, "function URL"):
-            url = self._ensure_url()
+            auth = settings.url_auth_type  # "off": removed last, below
+            url = None if auth == "off" else self.function_url.ensure(auth, self.own_cors)
         with translated(self.name, settings, "reserved concurrency"):
             if settings.reserved_concurrency is None:
                 self.client.delete_function_concurrency(FunctionName=self.name)
@@ -245,52 +247,19 @@ class Deployment:
                 )
         if settings.url_auth_type == "off":  # last: a URL deleted may not come back the same
             with translated(self.name, settings, "remove function URL"):
-                self._revoke_public()
-                if self._url() is not None:
-                    self.client.delete_function_url_config(**self._target())
+                self.function_url.remove()
         return url
-
-    def _ensure_url(self) -> str | None:
-        """The URL as url_auth_type asks, everyone's permissions only for NONE ("off" is
-        removed later, in `_after_alias`)."""
-        auth = self.settings.url_auth_type
-        if auth == "off":
-            return None
-        target = self._target()
-        if self._url() is None:
-            url: str = self.client.create_function_url_config(**target, AuthType=auth)[
-                "FunctionUrl"
-            ]
-        else:
-            url = self.client.update_function_url_config(**target, AuthType=auth)["FunctionUrl"]
-        if auth == "NONE":
-            self._allow_public(URL_STATEMENTS)
-        else:
-            self._revoke_public()
-        return url
-
-    def _allow_public(self, statements: tuple[tuple[str, dict[str, Any]], ...]) -> None:
-        granted = self._granted()
-        for statement_id, statement in statements:
-            if statement_id not in granted:
-                self.client.add_permission(
-                    **self._target(), StatementId=statement_id, Principal="*", **statement
-                )
-
-    def _revoke_public(self) -> None:
-        """Take back the statements a public URL added (a URL no longer public, or none)."""
-        for statement_id in self._granted() & {statement_id for statement_id, _ in URL_STATEMENTS}:
-            self.client.remove_permission(**self._target(), StatementId=statement_id)
 
     def _settings(self) -> FunctionSettings:
-        return FunctionSettings(self._url_auth(), self._reserved(), self._granted())
+        url = self.function_url
+        return FunctionSettings(url.config(), self._reserved(), url.granted())
 
     def _restore(self, before: FunctionSettings, cause: DeployError) -> None:
         """Put the URL, its permissions and the reserved concurrency back as `before` had them:
         a failed deploy leaves the function as it found it."""
         try:
             with translated(self.name, self.settings, "restore settings after the failure"):
-                self._restore_url(before)
+                self.function_url.restore(before.url, before.granted)
                 if before.reserved is None:
                     self.client.delete_function_concurrency(FunctionName=self.name)
                 else:
@@ -299,24 +268,6 @@ class Deployment:
                     )
         except DeployError as failed:
             raise DeployError(f"{cause.message}; and then {failed.message}") from None
-
-    def _restore_url(self, before: FunctionSettings) -> None:
-        target, auth = self._target(), self._url_auth()
-        if before.url_auth is None and auth is not None:
-            self.client.delete_function_url_config(**target)
-        elif before.url_auth is not None and auth is None:
-            self.client.create_function_url_config(**target, AuthType=before.url_auth)
-        elif before.url_auth is not None and auth != before.url_auth:
-            self.client.update_function_url_config(**target, AuthType=before.url_auth)
-        granted = self._granted()
-        for statement_id in granted - before.granted:
-            self.client.remove_permission(**target, StatementId=statement_id)
-        taken = before.granted - granted
-        self._allow_public(tuple(entry for entry in URL_STATEMENTS if entry[0] in taken))
-
-    def _target(self) -> dict[str, str]:
-        """The alias: the URL and its permissions live on it."""
-        return {"FunctionName": self.name, "Qualifier": self.settings.alias}
 
     def _move_alias(self, version: str, previous: str | None) -> None:
         description = f"edgeserve previous={previous}" if previous else "edgeserve"
@@ -330,42 +281,15 @@ class Deployment:
     def _alias(self) -> dict[str, Any] | None:
         return self._get(self.client.get_alias, FunctionName=self.name, Name=self.settings.alias)
 
-    def _url(self) -> str | None:
-        config = self._url_config()
-        return config["FunctionUrl"] if config else None
-
-    def _url_auth(self) -> str | None:
-        config = self._url_config()
-        return config["AuthType"] if config else None
-
-    def _url_config(self) -> dict[str, Any] | None:
-        return self._get(
-            self.client.get_function_url_config,
-            FunctionName=self.name,
-            Qualifier=self.settings.alias,
-        )
-
-    def _granted(self) -> frozenset[str]:
-        """The statement ids of the alias's resource policy."""
-        policy = self._get(
-            self.client.get_policy, FunctionName=self.name, Qualifier=self.settings.alias
-        )
-        statements = json.loads(policy["Policy"])["Statement"] if policy else []
-        return frozenset(statement.get("Sid", "") for statement in statements)
-
     def _reserved(self) -> int | None:
-        found = self._get(self.client.get_function_concurrency, FunctionName=self.name)
-        return found.get("ReservedConcurrentExecutions") if found else None
+        reserved = self._get(self.client.get_function_concurrency, FunctionName=self.name)
+        return reserved.get("ReservedConcurrentExecutions") if reserved else None
 
     def _exists(self) -> bool:
         return self._get(self.client.get_function, FunctionName=self.name) is not None
 
     def _get(self, call: Any, **kwargs: Any) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = call(**kwargs)
-        except self.client.exceptions.ResourceNotFoundException:
-            return None
-        return found
+        return found(self.client, call, **kwargs)
 
     def _wait(self, waiter: str) -> None:
         self.client.get_waiter(waiter).wait(FunctionName=self.name, WaiterConfig={"Delay": 1})
@@ -375,7 +299,7 @@ class Deployment:
 class FunctionSettings:
     """What a deploy changes beyond the alias, as it was before the deploy."""
 
-    url_auth: str | None  # None: no function URL on the alias
+    url: dict[str, Any] | None  # the alias's function URL config (None: no URL)
     reserved: int | None
     granted: frozenset[str]  # statement ids on the alias's policy
 
