@@ -107,8 +107,8 @@ def test_a_preflight_asking_for_headers_the_app_does_not_read_is_allowed(guarded
 @pytest.mark.parametrize(
     ("origin", "method", "headers", "says"),
     [
-        (OTHER, "POST", "", f"origin {OTHER} may not call this function from a browser"),
-        (PAGE, "DELETE", "", "method DELETE is not served; this function takes GET, POST"),
+        (OTHER, "POST", "", f"origin '{OTHER}' may not call this function from a browser"),
+        (PAGE, "DELETE", "", "method 'DELETE' is not served; this function takes GET, POST"),
     ],
 )
 def test_a_preflight_refused_is_403_saying_why_with_no_cors_header(

@@ -118,3 +118,16 @@ def test_h11_answers_carry_them_too(tmp_path: Path) -> None:
         for what, sent, half_close, status in ALLOWED_CASES:
             assert answer(base, sent, half_close) == (status, ALLOWED), what
         assert answer(base, FROM_PAGE[:20]) == (408, {})
+
+
+def test_a_preflight_refused_shows_its_utf8_origin_as_sent(url: str) -> None:
+    """The Origin header is read as latin-1, which showed `päge` as `pÃ¤ge` in the 403."""
+    asked = "OPTIONS /invoke HTTP/1.1\r\nhost: t\r\norigin: http://päge.test\r\n"
+    asked += "access-control-request-method: POST\r\nconnection: close\r\n\r\n"
+    with rawhttp.connect(url) as sock:
+        sock.sendall(asked.encode())
+        status, _, body = rawhttp.parse(rawhttp.read_all(sock))
+    assert status == 403
+    assert orjson.loads(body)["error"].startswith(
+        "CORS: origin 'http://päge.test' may not call this function from a browser"
+    )

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from edgeserve.errors import ConfigError, Forbidden, echo
+from edgeserve.errors import ConfigError, Forbidden, echo_header
 from edgeserve.http.errors import error_response
 from edgeserve.manifest import CorsSection
 
@@ -139,14 +139,14 @@ class Cors:
         """Why a preflight is refused, or None."""
         if not self._allows(origin):
             return (
-                f"CORS: origin {echo(origin)} may not call this function from a browser: it is "
-                f"not among the function's origins. Hint: add it to [cors] origins in "
+                f"CORS: origin {echo_header(origin)} may not call this function from a browser: "
+                f"it is not among the function's origins. Hint: add it to [cors] origins in "
                 f"function.toml, {ORIGINS_ENV} or `edgeserve serve --cors-origin`"
             )
         method = asked[b"access-control-request-method"]
         if method not in METHODS:
             served = ", ".join(METHODS)
-            return f"CORS: method {echo(method)} is not served; this function takes {served}"
+            return f"CORS: method {echo_header(method)} is not served; this function takes {served}"
         return None
 
     @staticmethod
