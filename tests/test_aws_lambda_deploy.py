@@ -412,7 +412,7 @@ def clearing_cors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("clearing_cors")
-def test_a_cors_put_on_the_url_by_hand_goes_where_the_app_answers_cors(
+def test_a_cors_put_on_the_url_by_hand_goes_where_the_app_answers_cors_on_moto_taught_awss_rule(
     tmp_path: Path,
     aws: Any,
     role: str,
