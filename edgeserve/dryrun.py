@@ -53,7 +53,7 @@ def dry_run(source: Path, manifest: Manifest, signature: Signature) -> DryRun | 
 
     engine = load_backend("onnxruntime", source / manifest.model.path)
     batching = signature.batched and manifest.batching.max_batch_size > 0
-    door = InputChecks(signature, engine.profile, batching)  # as serve's (runtime.py)
+    door = InputChecks.for_backend(signature, engine.profile, batching, "onnxruntime")
     try:
         for sample in samples:
             _Trial(handler, shown, sample, manifest, signature).run(engine, door)

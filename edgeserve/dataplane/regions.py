@@ -9,8 +9,11 @@ import ipaddress
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from edgeserve.dataplane import raw
 from edgeserve.dataplane.requests import OutputTensor, RequestedOutput
+from edgeserve.datatypes import Datatype
 from edgeserve.errors import Forbidden, PayloadTooLarge
 from edgeserve.sharedmemory import Regions, Slice
 from edgeserve.transport import HTTP, Transport
@@ -55,6 +58,16 @@ class ClientRegions:
             if output.place is not None:
                 data = raw.tensor_bytes(output.data, output.datatype)
                 self.regions.write(f"output `{output.name}`", output.place, data)
+
+
+def region_tensor(
+    read_slice: ReadSlice, where: str, datatype: Datatype, shape: tuple[int, ...], place: Slice
+) -> np.ndarray:
+    """An input read from the region its parameters name, its size checked against its shape
+    before its bytes are read (a copy); BYTES elements are unframed, their count checked."""
+    if datatype.name != "BYTES":
+        raw.check_size(where, datatype, shape, place.byte_size)
+    return raw.from_raw(where, datatype, shape, read_slice(where, place))
 
 
 def check_local(host: str, transport: Transport = HTTP) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from edgeserve import values
 from edgeserve.dataplane import InferRequest, OutputTensor, RequestedOutput, raw
-from edgeserve.dataplane.regions import ReadSlice
+from edgeserve.dataplane.regions import ReadSlice, region_tensor
 from edgeserve.dataplane.requests import MAX_TENSORS, classification, shared_memory_slice
 from edgeserve.datatypes import Datatype
 from edgeserve.errors import MISSING, InvalidInput, echo
@@ -77,9 +77,7 @@ def decode_request(request: Any, read_slice: ReadSlice) -> InferRequest:
         if place is not None:
             if typed:
                 raise InvalidInput(f"{where}: names a shared memory region and also has `contents`")
-            if datatype.name != "BYTES":  # before reading (a copy) what the shape cannot take
-                raw.check_size(where, datatype, shape, place.byte_size)
-            array = raw.from_raw(where, datatype, shape, read_slice(where, place))
+            array = region_tensor(read_slice, where, datatype, shape, place)
         elif typed:
             array = _from_contents(where, datatype, shape, entry.contents)
         elif taken < len(raws):

@@ -101,7 +101,7 @@ class _Bounded:
     _watched: Any = None  # the cycle before the awaited headers, or the one whose body is awaited
     _header_bytes = 0  # bytes of the awaited headers received so far
     _header_tail = b""  # their last 3 bytes: a blank line may span two reads
-    _header_seen: bytearray | None = None  # their bytes, when they came in several reads
+    _header_seen: bytearray | None = None  # their bytes, in several reads, with CORS on
     _reading = b""  # the read being parsed in the header phase (its Origin, for a 400)
 
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -142,9 +142,10 @@ class _Bounded:
         end = seen.find(b"\r\n\r\n")
         counted = len(data) if end < 0 else end + 4 - len(self._header_tail)
         past = self._header_bytes + counted > MAX_HEADER_BYTES
-        if self._header_seen is None:
-            self._header_seen = bytearray()
-        self._header_seen += data[:counted]  # for their Origin, should they be refused
+        if self.cors is not None:  # their Origin, should they be refused
+            if self._header_seen is None:
+                self._header_seen = bytearray()
+            self._header_seen += data[:counted]
         self._header_bytes += len(data)
         self._header_tail = seen[-3:]
         return past

@@ -22,7 +22,7 @@ import numpy as np
 
 from edgeserve import values
 from edgeserve.dataplane import raw
-from edgeserve.dataplane.regions import ReadSlice
+from edgeserve.dataplane.regions import ReadSlice, region_tensor
 from edgeserve.dataplane.requests import (
     MAX_TENSORS,
     InferRequest,
@@ -168,9 +168,7 @@ def _decode_input(
             raise InvalidInput(f"{where}: names a shared memory region and also carries data")
         if read_slice is None:
             raise InvalidInput(f"{where}: shared memory is not served on this route")
-        if datatype.name != "BYTES":  # before reading (a copy) what the shape cannot take
-            raw.check_size(where, datatype, shape, place.byte_size)
-        return raw.from_raw(where, datatype, shape, read_slice(where, place)), offset
+        return region_tensor(read_slice, where, datatype, shape, place), offset
     size = parameters.get("binary_data_size")
     if size is None:
         if "data" not in entry:
