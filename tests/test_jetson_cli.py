@@ -43,6 +43,13 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def succeeds(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """Run `edgeserve ARGV`, which must exit 0 (else its stderr says why): its stdout."""
+    code, out, err = cli(capsys, *argv)
+    assert code == 0, err
+    return out
+
+
 def profile_file(profile: Any, path: Path, **changes: Any) -> str:
     path.write_text(_profile_toml({**profile.settings, **changes}))
     return str(path)
@@ -54,14 +61,14 @@ def test_rollback_only_ever_goes_to_releases_that_went_live(
     """The issue's sequence, on a two-host fleet: 1, 2, broken (fails), rollback, 2, rollback."""
     target = profile_file(make_profile(["dev1", "dev2"]), tmp_path / "jetson.toml")
     deploy = ("deploy", "--target", target)
-    assert cli(capsys, deploy[0], str(bundles["1"].root), *deploy[1:])[0] == 0
+    succeeds(capsys, deploy[0], str(bundles["1"].root), *deploy[1:])
     with Poller(f"http://127.0.0.1:{_port(target, 'dev1')}") as poller:
-        assert cli(capsys, deploy[0], str(bundles["2"].root), *deploy[1:])[0] == 0
+        succeeds(capsys, deploy[0], str(bundles["2"].root), *deploy[1:])
         code, _, err = cli(capsys, deploy[0], str(bundles["broken"].root), *deploy[1:])
         assert code == 3 and "broken on purpose [/etc/model.conf]" in err  # printed as is
         assert "canary dev1 failed, rollout stopped; not touched: ['dev2']" in err
-        assert cli(capsys, "rollback", "mlp", "--target", target)[0] == 0
-        assert cli(capsys, deploy[0], str(bundles["2"].root), *deploy[1:])[0] == 0
+        succeeds(capsys, "rollback", "mlp", "--target", target)
+        succeeds(capsys, deploy[0], str(bundles["2"].root), *deploy[1:])
         code, out, err = cli(capsys, "rollback", "mlp", "--target", target)
         assert code == 0, err
         assert "rolled back mlp on jetson to" in out
@@ -87,7 +94,7 @@ def test_a_killed_supervisor_leaves_no_orphan_and_the_next_deploy_recovers(
     make_profile: Any, bundles: dict[str, Bundle], tmp_path: Path, capsys: Any
 ) -> None:
     target = profile_file(make_profile(["dev1"]), tmp_path / "jetson.toml")
-    assert cli(capsys, "deploy", str(bundles["1"].root), "--target", target)[0] == 0
+    succeeds(capsys, "deploy", str(bundles["1"].root), "--target", target)
     run = tmp_path / "dev1" / "mlp" / "run"
     supervisor = int((run / "supervisor.pid").read_text())
     child = json.loads((run / "state.json").read_text())["child"]
@@ -186,7 +193,7 @@ def test_concurrent_deploys_to_one_device_run_one_at_a_time(
 ) -> None:
     """Two users deploy 2 and 3 at once: one waits for the other, both really run, in order."""
     target = profile_file(make_profile(["dev1"]), tmp_path / "jetson.toml")
-    assert cli(capsys, "deploy", str(bundles["1"].root), "--target", target)[0] == 0
+    succeeds(capsys, "deploy", str(bundles["1"].root), "--target", target)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     base = f"http://127.0.0.1:{_port(target, 'dev1')}"
     with Poller(base) as poller:
@@ -266,7 +273,7 @@ def test_ctrl_c_during_the_switch_goes_back_to_the_previous_release(
     """SIGINT once `current` points at a release still starting: the CLI puts release 1 back
     and exits 130 saying so (it used to exit 130 silently, `current` left on the new one)."""
     target = profile_file(make_profile(["dev1"]), tmp_path / "jetson.toml")
-    assert cli(capsys, "deploy", str(bundles["1"].root), "--target", target)[0] == 0
+    succeeds(capsys, "deploy", str(bundles["1"].root), "--target", target)
     source = init_function(tmp_path / "src", name="mlp")
     (source / "handler.py").write_text(SLOW_HANDLER)
     slow = deploy_tests._build(source, tmp_path / "slow", "9")
