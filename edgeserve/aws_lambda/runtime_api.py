@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES
+from edgeserve.aws_lambda.settings import RESPONSE_LIMIT_BYTES
 
 PREFIX = "/2018-06-01/runtime"
 RESPONSE_TOO_LARGE = "Function.ResponseSizeTooLarge"
@@ -124,11 +124,11 @@ class RuntimeApi:
         invocation = self.inflight.pop(request_id, None)
         if invocation is None or invocation.outcome.done():
             return 400, {}, b'{"errorType":"InvalidRequestID","errorMessage":"unknown request id"}'
-        if kind == "response" and len(body) > PAYLOAD_LIMIT_BYTES:
+        if kind == "response" and len(body) > RESPONSE_LIMIT_BYTES:
             error = {
                 "errorType": RESPONSE_TOO_LARGE,
                 "errorMessage": f"Response payload size ({len(body)} bytes) exceeded maximum "
-                f"allowed payload size ({PAYLOAD_LIMIT_BYTES} bytes).",
+                f"allowed payload size ({RESPONSE_LIMIT_BYTES} bytes).",
             }
             invocation.outcome.set_result(("error", json.dumps(error).encode()))
             return (

@@ -12,7 +12,12 @@ ZIP_LIMIT_BYTES = 50 * 1024 * 1024
 UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
 """Zip package limit, unzipped (layers included)."""
 PAYLOAD_LIMIT_BYTES = 6 * 1024 * 1024
-"""Synchronous invocation limit, request and response each (6,291,456 bytes)."""
+"""A synchronous invocation's request limit (6,291,456 bytes: "Request must be smaller than
+6291456 bytes for the InvokeFunction operation")."""
+RESPONSE_LIMIT_BYTES = PAYLOAD_LIMIT_BYTES + 100
+"""A synchronous invocation's response limit, 100 bytes above the request's: Lambda fails an
+answer past it with "Response payload size exceeded maximum allowed payload size (6291556
+bytes)"."""
 ALB_RESPONSE_LIMIT_BYTES = 1024 * 1024
 """An ALB takes at most 1 MB of response JSON from a Lambda target (AWS docs, ALB
 lambda-functions, Limits); past it the client gets a 502."""
