@@ -129,10 +129,12 @@ def environ_without_aws() -> dict[str, str]:
 HANDLER = '''\
 """Test handler: PNG (4x4 gray) -> one row; msgpack/JSON {"rows": [...]} -> one row each.
 
-`sleep_s` stalls (timeout tests), `allocate_mb` grows the process (memory tests) and
-`pad_bytes` pads the response (response-size tests)."""
+`sleep_s` stalls (timeout tests), `hold_s` stalls holding the GIL, so that the event loop
+cannot run either (as a C call that keeps the GIL does), `allocate_mb` grows the process
+(memory tests) and `pad_bytes` pads the response (response-size tests)."""
 import io
 import os
+import sys
 import time
 
 import numpy as np
@@ -145,6 +147,11 @@ def preprocess(payload, ctx):
         pixels = np.asarray(Image.open(io.BytesIO(payload)).convert("L"), dtype=np.float32)
         return [{"x": pixels.reshape(16) / 255.0}]
     time.sleep(payload.get("sleep_s", 0))
+    if held := payload.get("hold_s", 0):
+        sys.setswitchinterval(held + 1)  # no other thread runs before this one is done
+        end = time.monotonic() + held
+        while time.monotonic() < end:
+            pass
     ctx.state["ballast"] = b"\\x01" * (payload.get("allocate_mb", 0) << 20)
     ctx.state["pad"] = payload.get("pad_bytes", 0)
     return [{"x": np.asarray(row, np.float32)} for row in payload["rows"]]

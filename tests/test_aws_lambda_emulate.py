@@ -154,11 +154,31 @@ def test_model_loads_once_per_instance_across_many_invocations(bundle: Bundle) -
     assert all(re.search(r"Memory Size: 2048 MB\tMax Memory Used: \d+ MB", line) for line in lines)
 
 
+def test_a_request_running_into_the_timeout_gets_the_functions_504_and_the_next_runs_warm(
+    bundle: Bundle, tmp_path: Path
+) -> None:
+    """It was Lambda's own timeout: a 502 (Sandbox.Timedout) saying nothing of what ran out, and
+    a cold start for the next request, the environment replaced."""
+    with emulated(bundle.root, "--target", profile(tmp_path, timeout_s=2)) as (url, server):
+        slow = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist(), "sleep_s": 5}, timeout=30)
+        after = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist()}, timeout=30)
+        lines = reports(server, at_least=3)
+        output = "".join(server.output)
+
+    assert slow.status_code == 504
+    assert "the invocation's time ran out" in slow.json()["error"]
+    assert "Task timed out" not in output
+    assert after.status_code == 200
+    assert sum("Init Duration:" in line for line in lines) == 1  # the probe's cold start alone
+
+
 def test_timeout_answers_502_reports_it_and_the_next_call_starts_cold(
     bundle: Bundle, tmp_path: Path
 ) -> None:
+    """Code that keeps the event loop from running (here a preprocess holding the GIL) cannot
+    be cut off before the timeout: Lambda's own stands."""
     with emulated(bundle.root, "--target", profile(tmp_path, timeout_s=1)) as (url, server):
-        slow = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist(), "sleep_s": 5}, timeout=30)
+        slow = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist(), "hold_s": 3}, timeout=30)
         after = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist()}, timeout=30)
         lines = reports(server, containing="Init Duration", at_least=2)
         output = "".join(server.output)

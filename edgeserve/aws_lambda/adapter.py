@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeserve.aws_lambda import direct
 from edgeserve.aws_lambda import incoming as events
+from edgeserve.aws_lambda.remaining import Bounded
 from edgeserve.dataplane.lifecycle import serving
 
 if TYPE_CHECKING:
@@ -67,10 +68,11 @@ def wrap(
 ) -> LambdaHandler:
     """The Lambda handler for an ASGI app: REST v1, HTTP v2, Function URL and ALB events, and
     direct invocations carrying a v2 infer request for `model`; every invocation runs on
-    `loop` (a new one when not given)."""
+    `loop` (a new one when not given), answered 504 before Lambda's timeout (remaining.py)."""
     from mangum import Mangum
 
-    return LambdaHandler(Mangum(app, lifespan="off"), model, loop or asyncio.new_event_loop())
+    bounded = Bounded(app)  # each request within its invocation's remaining time
+    return LambdaHandler(Mangum(bounded, lifespan="off"), model, loop or asyncio.new_event_loop())
 
 
 class LambdaHandler:
