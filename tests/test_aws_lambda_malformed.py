@@ -118,6 +118,13 @@ MALFORMED_HTTP = [
         "HTTP API (1.0) event: httpMethod must be a string",
     ),
     ({"Records": [{"cf": {}}]}, "malformed Lambda@Edge event: missing field 'request'"),
+    # was "httpMethod must be a string (missing)", as if it were a 1.0 event
+    (changed(URL, ("version",), "3.0"), 'version must be "1.0" or "2.0" (got \'3.0\')'),
+    (changed(URL, ("version",), 2.0), 'version must be "1.0" or "2.0" (got 2.0)'),
+    # these were no HTTP events at all: an error payload, which the caller took for the answer
+    (changed(URL, ("requestContext",), DELETE), "requestContext must be an object (missing)"),
+    (changed(REST, ("requestContext",), DELETE), "requestContext must be an object (missing)"),
+    ({"httpMethod": "GET", "path": "/"}, "requestContext must be an object (missing)"),
 ]
 
 
@@ -187,6 +194,14 @@ def test_an_alb_event_without_headers_is_served(handler: LambdaHandler, headers:
     """Mangum read an ALB event's `headers` unconditionally: a 400 "missing field 'headers'"."""
     event = changed(ALB, ("headers",), headers)
     event.update(path="/v2/health/live", multiValueHeaders=None)
+
+    assert handler(event, None)["statusCode"] == 200
+
+
+def test_a_hand_written_rest_event_without_a_resource_is_served(handler: LambdaHandler) -> None:
+    """It was an error payload (Mangum infers a REST event from its `resource`): AWS always
+    sends it, a test event written by hand may leave it out."""
+    event = {"httpMethod": "GET", "path": "/v2/health/ready", "requestContext": {}}
 
     assert handler(event, None)["statusCode"] == 200
 

@@ -40,13 +40,14 @@ _PARAMETER = re.compile(r"\{([^{}+]+)\+?\}")
 
 
 def kind_of(event: Mapping[str, Any]) -> str | None:
-    """Which HTTP event this is, by the keys Mangum infers from; None when it is none of them."""
+    """Which HTTP event this is, by the keys Mangum infers from, or by the request's own keys
+    where one of those is missing (`problem_in` then says which); None when it is none."""
     context = event.get("requestContext")
     if isinstance(context, Mapping) and "elb" in context:
         return "alb"
-    if "version" in event and "requestContext" in event:
+    if "version" in event and any(key in event for key in ("requestContext", "rawPath")):
         return "http-v2" if event["version"] == "2.0" else "http-v1"
-    if "resource" in event and "requestContext" in event:
+    if ("requestContext" in event and "resource" in event) or ("httpMethod" in event):
         return "rest"
     records = event.get("Records")
     if isinstance(records, list) and records and isinstance(records[0], Mapping):
@@ -59,12 +60,14 @@ def without_nulls(event: Mapping[str, Any], kind: str) -> dict[str, Any]:
     so a null header, query parameter or requestContext field, such as identity). What
     AWS always sends but an event written by hand (a test event, `sam local`) may leave out is
     filled in, where Mangum read it unconditionally (each was a 400 "missing field"): an ALB
-    event's headers; a 2.0 event's requestContext.http.sourceIp (no client address) and its
+    event's headers; a REST event's resource (Mangum infers the event from it); a 2.0 event's requestContext.http.sourceIp (no client address) and its
     path, given either as rawPath or as requestContext.http.path."""
     present = _present(event)
     for name in (*_TEXT_MAPS, *_LIST_MAPS, "requestContext"):  # a header of null: no header
         if isinstance(present.get(name), Mapping):
             present[name] = _present(present[name])
+    if kind == "rest" and "resource" not in present:  # the resource is the path itself
+        present["resource"] = present.get("path")
     if kind == "alb" and "headers" not in present and "multiValueHeaders" not in present:
         present["headers"] = {}
     context = present.get("requestContext")
@@ -90,6 +93,8 @@ def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
     """What is wrong with an HTTP event of `kind` (nulls already dropped), or None."""
     if kind != "edge" and not isinstance(event.get("requestContext"), Mapping):
         return f"requestContext must be an object ({_found(event.get('requestContext'))})"
+    if kind.startswith("http-") and event.get("version") not in ("1.0", "2.0"):
+        return f'version must be "1.0" or "2.0" (got {echo_repr(event.get("version"))})'
     required: tuple[tuple[str, ...], ...] = {
         "http-v2": (("requestContext", "http", "method"), ("requestContext", "http", "path")),
         "edge": (),
