@@ -25,6 +25,7 @@ from starlette.routing import Route
 from edgeserve.aws_lambda.adapter import create_handler, wrap
 from edgeserve.aws_lambda.events import (
     EVENT_KINDS,
+    TARGET_GROUP,
     UNSUPPORTED,
     HttpRequest,
     HttpResponse,
@@ -273,6 +274,39 @@ NOT_BASE64 = {"body": "not base64!", "isBase64Encoded": True}
 REFUSED = json.dumps(
     {"error": "malformed ALB event: body is flagged isBase64Encoded but is not valid base64"}
 )
+
+
+ALB_HEALTH_CHECK = {  # as an ALB sends it to a Lambda target: its user agent, no Host
+    "requestContext": {"elb": {"targetGroupArn": TARGET_GROUP}},
+    "httpMethod": "GET",
+    "path": "/",
+    "queryStringParameters": {},
+    "headers": {"user-agent": "ELB-HealthChecker/2.0"},
+    "body": "",
+    "isBase64Encoded": False,
+}
+MULTI_VALUE_HEALTH_CHECK = {
+    **{key: value for key, value in ALB_HEALTH_CHECK.items() if key != "headers"},
+    "multiValueQueryStringParameters": {},
+    "multiValueHeaders": {"user-agent": ["ELB-HealthChecker/2.0"]},
+}
+
+
+@pytest.mark.parametrize("check", [ALB_HEALTH_CHECK, MULTI_VALUE_HEALTH_CHECK])
+def test_an_albs_health_check_at_its_default_path_asks_the_readiness_route(
+    tmp_path: Path, check: dict[str, Any]
+) -> None:
+    """A target group's health check asks GET / unless told otherwise, and the function served
+    no `/`: a 404, and the target was reported unhealthy."""
+    handler = create_handler(small_bundle(tmp_path).root)
+    browser = {**ALB_HEALTH_CHECK, "headers": {"user-agent": "Mozilla/5.0"}}
+
+    answer = handler(check, None)
+
+    assert (answer["statusCode"], answer["statusDescription"]) == (200, "200 OK")
+    assert ("multiValueHeaders" in answer) == ("multiValueHeaders" in check)
+    assert handler({**check, "path": "/v2/health/ready"}, None)["statusCode"] == 200
+    assert handler(browser, None)["statusCode"] == 404
 
 
 @pytest.mark.parametrize(

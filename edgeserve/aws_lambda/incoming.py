@@ -35,6 +35,9 @@ _TYPED = {"body": str, "isBase64Encoded": bool, "rawQueryString": str, "cookies"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 """Any surrogate left in a str is a lone one (JSON's escaped pairs decode to one code point)."""
 _CODING = "content-encoding"
+HEALTH_CHECKER = "ELB-HealthChecker/"
+"""The user agent of an ALB's health checks."""
+READY_PATH = "/v2/health/ready"
 _PARAMETER = re.compile(r"\{([^{}+]+)\+?\}")
 """A path parameter in a REST API resource: `{name}`, or greedy `{proxy+}`."""
 
@@ -60,8 +63,9 @@ def without_nulls(event: Mapping[str, Any], kind: str) -> dict[str, Any]:
     so a null header, query parameter or requestContext field, such as identity). What
     AWS always sends but an event written by hand (a test event, `sam local`) may leave out is
     filled in, where Mangum read it unconditionally (each was a 400 "missing field"): an ALB
-    event's headers; a REST event's resource (Mangum infers the event from it); a 2.0 event's requestContext.http.sourceIp (no client address) and its
-    path, given either as rawPath or as requestContext.http.path."""
+    event's headers; a REST event's resource (Mangum infers the event from it); a 2.0
+    event's requestContext.http.sourceIp (no client address) and its path, given either as
+    rawPath or as requestContext.http.path."""
     present = _present(event)
     for name in (*_TEXT_MAPS, *_LIST_MAPS, "requestContext"):  # a header of null: no header
         if isinstance(present.get(name), Mapping):
@@ -119,8 +123,12 @@ def routed(event: dict[str, Any], kind: str) -> dict[str, Any]:
       rawPath and requestContext.http.path (payload 2.0) or path (1.0);
     - a REST API's base path mapping on a custom domain (`/ml/v2/health/ready` for resource
       `/{proxy+}`), found by filling the resource's path parameters in; else its stage, where
-      the path carries it as requestContext.path does (`/prod/v2/models/m/infer` was a 404).
+      the path carries it as requestContext.path does (`/prod/v2/models/m/infer` was a 404);
+    - an ALB's health check at its default path `/`, which the function does not serve (the
+      target was reported unhealthy): it asks the readiness route.
     """
+    if kind == "alb":
+        return _health_checked(event)
     if kind not in ("http-v2", "http-v1", "rest"):
         return event
     context = event["requestContext"]
@@ -254,10 +262,7 @@ def _server_problem(event: Mapping[str, Any]) -> str | None:
     """Mangum reads the server from Host as `name[:port]` and X-Forwarded-Port as a number,
     and raised on anything else (an IPv6 literal, a port that is not a number): every value
     it might read, single or multi-value, is checked."""
-    values = [(key, value) for key, value in event.get("headers", {}).items()]
-    for key, listed in event.get("multiValueHeaders", {}).items():
-        values += [(key, value) for value in listed]
-    for key, value in values:
+    for key, value in _header_values(event):
         name = key.lower()
         host, colon, port = value.partition(":")
         if name == "host" and colon and (":" in port or not port.isdigit() or not host):
@@ -268,6 +273,25 @@ def _server_problem(event: Mapping[str, Any]) -> str | None:
         if name == "x-forwarded-port" and not value.isdigit():
             return f"headers.x-forwarded-port {echo_repr(value)}: expected a port number"
     return None
+
+
+def _header_values(event: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(name, value) of every header value an event carries, single or multi-value."""
+    values = list(event.get("headers", {}).items())
+    for key, listed in event.get("multiValueHeaders", {}).items():
+        values += [(key, value) for value in listed]
+    return values
+
+
+def _health_checked(event: dict[str, Any]) -> dict[str, Any]:
+    """An ALB health check (user agent ELB-HealthChecker) of `GET /`, its default path, as a
+    check of the readiness route; any other request as it is."""
+    if event["path"] != "/" or event["httpMethod"] != "GET":
+        return event
+    agents = [value for key, value in _header_values(event) if key.lower() == "user-agent"]
+    if not any(agent.startswith(HEALTH_CHECKER) for agent in agents):
+        return event
+    return {**event, "path": READY_PATH}
 
 
 def _body_problem(event: Mapping[str, Any]) -> str | None:
