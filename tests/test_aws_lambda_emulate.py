@@ -67,7 +67,10 @@ def test_png_msgpack_and_json_bodies_through_each_event_source(bundle: Bundle, e
             content=gzip.compress(json.dumps({"rows": ROWS[:1].tolist()}).encode()),
             headers={"content-type": "application/json", "content-encoding": "gzip"},
         )
+        health_check = httpx.get(url, headers={"user-agent": "ELB-HealthChecker/2.0"})
 
+    # an ALB's health check at its default path asks the readiness route; others have no `/`
+    assert health_check.status_code == (200 if event == "alb" else 404)
     assert as_png.status_code == 200, as_png.text
     np.testing.assert_allclose(
         as_png.json()["y"], expected(bundle, image_rows), rtol=1e-5, atol=1e-5
@@ -253,6 +256,34 @@ def test_a_client_that_leaves_mid_body_is_no_invocation_and_no_error(bundle: Bun
         after = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist()})
     assert after.status_code == 200
     assert not [line for line in server.output if "Exception in ASGI" in line]
+
+
+def files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under `root`: its modification time and size."""
+    return {str(path): (path.stat().st_mtime_ns, path.stat().st_size) for path in root.rglob("*")}
+
+
+def test_the_function_writes_nothing_outside_tmp(
+    bundle: Bundle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Lambda only /tmp is writable: the task root (the bundle inside it) and the home
+    folder are not. Init, inference, the handler, metrics and statistics leave both as they
+    were (checked by what they hold, since this test runs as a user that may write them)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    before = files(bundle.root)
+    with emulated(bundle.root) as (url, _):
+        answers = [
+            httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist()}),
+            httpx.get(f"{url}/metrics"),
+            httpx.get(f"{url}/v2/models/stats"),
+        ]
+
+    assert [answer.status_code for answer in answers] == [200] * 3
+    assert files(bundle.root) == before
+    assert list(home.iterdir()) == []
 
 
 def test_a_raw_event_on_the_invoke_api_path_is_a_direct_invocation(bundle: Bundle) -> None:

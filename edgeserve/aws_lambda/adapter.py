@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from mangum.types import ASGI
 
 TARGET = "aws-lambda"
+QUIET_LIBRARIES = {"ORT_DISABLE_TELEMETRY": "1"}
+"""ONNX Runtime's telemetry writes a device id under ~/.cache, which Lambda mounts read-only:
+it warned "Failed to persist telemetry device ID" at every cold start. Read when onnxruntime
+is imported, so set before the runtime loads; the function's environment may set it back."""
 BUNDLE_ENV = "EDGESERVE_BUNDLE"
 BUNDLE_DIR = "bundle"
 """Where packaging puts the bundle, relative to the task root (LAMBDA_TASK_ROOT)."""
@@ -39,6 +43,8 @@ def bundle_path() -> Path:
 
 def create_handler(path: Path | None = None) -> LambdaHandler:
     """Load the bundle, start its runtime in Lambda mode, and wrap its app for Lambda events."""
+    for name, value in QUIET_LIBRARIES.items():
+        os.environ.setdefault(name, value)
     from edgeserve.bundle import Bundle
     from edgeserve.http.app import create_app
     from edgeserve.kinds import KINDS
