@@ -331,6 +331,89 @@ def test_a_raw_event_on_the_invoke_api_path_is_a_direct_invocation(bundle: Bundl
     assert unstrict == [400, 400, 400]  # the runtime could not unmarshal them (nor json, deep)
 
 
+INVOCATIONS = "/2015-03-31/functions/function/invocations"
+ROW_BODY = json.dumps({"rows": ROWS[:1].tolist()})
+AS_AWS_SENDS = {  # events as each source sends them, through the runtime interface client
+    "ALB, multi-value headers on": {
+        "requestContext": {"elb": {"targetGroupArn": "arn:aws:elasticloadbalancing:tg"}},
+        "httpMethod": "POST",
+        "path": "/invoke",
+        "multiValueQueryStringParameters": {"a": ["1", "2"]},
+        "multiValueHeaders": {"content-type": ["application/json"], "x-forwarded-port": ["80"]},
+        "body": ROW_BODY,
+        "isBase64Encoded": False,
+    },
+    "REST, stage in the path, nulls for absent maps": {
+        "resource": "/{proxy+}",
+        "path": "/prod/invoke",
+        "httpMethod": "POST",
+        "headers": None,
+        "multiValueHeaders": {"Content-Type": ["application/json"]},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": {"proxy": "invoke"},
+        "stageVariables": None,
+        "requestContext": {"stage": "prod", "path": "/prod/invoke", "identity": {"sourceIp": None}},
+        "body": ROW_BODY,
+        "isBase64Encoded": False,
+    },
+    "HTTP API, named stage, cookies": {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": "/prod/invoke",
+        "rawQueryString": "q=%E2%9C%93",
+        "cookies": ["a=1", "b=2"],
+        "headers": {"content-type": "application/json", "accept": "text/html,application/json"},
+        "requestContext": {
+            "domainName": "abc123.execute-api.us-east-1.amazonaws.com",
+            "http": {"method": "POST", "path": "/prod/invoke", "sourceIp": "192.0.2.1"},
+            "stage": "prod",
+        },
+        "body": ROW_BODY,
+        "isBase64Encoded": False,
+    },
+}
+
+
+def test_events_as_aws_sends_them_through_the_runtime_interface_client(bundle: Bundle) -> None:
+    """Each source's event on the Invoke API's path: the answer each gateway turns into HTTP,
+    a 400 for a malformed HTTP event, an error payload (no function error, so no retry) for an
+    event that is no HTTP request."""
+    wrong_version = {**AS_AWS_SENDS["HTTP API, named stage, cookies"], "version": "3.0"}
+    no_context = {"httpMethod": "GET", "path": "/v2/health/ready"}
+    others = [
+        {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}},
+        {"source": "serverless-plugin-warmup"},
+        {"Records": [{"eventSource": "aws:sqs", "messageId": "1", "body": "x"}]},
+    ]
+    with emulated(bundle.root) as (url, _):
+        http = {
+            name: httpx.post(f"{url}{INVOCATIONS}", json=event, timeout=60)
+            for name, event in AS_AWS_SENDS.items()
+        }
+        malformed = [
+            httpx.post(f"{url}{INVOCATIONS}", json=event, timeout=60).json()
+            for event in (wrong_version, no_context)
+        ]
+        not_http = [httpx.post(f"{url}{INVOCATIONS}", json=event, timeout=60) for event in others]
+
+    for name, answer in http.items():
+        result = answer.json()
+        assert result["statusCode"] == 200, (name, result)
+        np.testing.assert_allclose(
+            json.loads(result["body"])["y"], expected(bundle, ROWS[:1]), rtol=1e-5, atol=1e-5
+        )
+    alb = http["ALB, multi-value headers on"].json()
+    assert (alb["statusDescription"], "headers" in alb) == ("200 OK", False)
+    assert [result["statusCode"] for result in malformed] == [400, 400]
+    errors = [json.loads(result["body"])["error"] for result in malformed]
+    assert 'version must be "1.0" or "2.0"' in errors[0]
+    assert "requestContext must be an object (missing)" in errors[1]
+    for answer in not_http:
+        assert answer.status_code == 200 and "x-amz-function-error" not in answer.headers
+        assert answer.json()["error"].startswith("this function answers HTTP events")
+
+
 def test_stopping_the_emulator_prints_no_traceback(bundle: Bundle) -> None:
     """The runtime's open long poll on the emulated Runtime API was cancelled at shutdown, and
     asyncio printed that as a traceback at every Ctrl-C."""
