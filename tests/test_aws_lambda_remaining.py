@@ -70,13 +70,15 @@ def test_a_request_running_into_lambdas_timeout_gets_a_504_before_it(
     assert handler(posted(name, {"rows": ROW}), invocation(1.5))["statusCode"] == 200
 
 
-def test_a_request_within_its_time_is_answered_and_a_directly_called_handler_is_unbounded(
+def test_a_request_within_its_time_is_answered_and_one_without_a_deadline_is_unbounded(
     handler: LambdaHandler,
 ) -> None:
     event = posted("apigw-request.json", {"rows": ROW, "sleep_s": 0.3})
 
     assert handler(event, invocation(1.0))["statusCode"] == 200
     assert handler(event, None)["statusCode"] == 200
+    # a context with no deadline in it (none left, as Lambda never invokes): unbounded
+    assert handler(event, LambdaContext("request-2", None, None, 0))["statusCode"] == 200
 
 
 def test_the_504_carries_the_cors_headers_of_the_functions_answers(

@@ -14,7 +14,6 @@ enough to run on it) cannot be cut off, and then Lambda's own timeout stands.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -28,17 +27,19 @@ room for an event loop that wakes late."""
 
 class Bounded:
     """The ASGI app, each request bounded by its invocation's remaining time (where Lambda's
-    context says it; no context: unbounded, as in tests that call the handler directly)."""
+    context says it; no context, or none left: unbounded, as when a test calls the handler)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         remaining = getattr(scope.get("aws.context"), "get_remaining_time_in_millis", None)
-        if scope["type"] != "http" or remaining is None:
+        left_ms = remaining() if remaining is not None else None
+        if scope["type"] != "http" or not isinstance(left_ms, int | float) or left_ms <= 0:
+            # none left is no deadline Lambda gave (it ends invocations itself): a context
+            # made without one (a runtime client that got no deadline, a test harness's)
             await self.app(scope, receive, send)
             return
-        left_ms = remaining()
         try:
             async with asyncio.timeout(max(0.0, left_ms / 1000 - RESERVE_S)) as timer:
 
@@ -51,7 +52,7 @@ class Bounded:
         except TimeoutError:
             await self._too_late(left_ms, scope, receive, send)
 
-    async def _too_late(self, left_ms: Any, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _too_late(self, left_ms: float, scope: Scope, receive: Receive, send: Send) -> None:
         response = error_response(
             DeadlineExceeded(
                 f"the invocation's time ran out: Lambda stops the function at its timeout, and "
