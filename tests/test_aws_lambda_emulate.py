@@ -242,6 +242,19 @@ def test_payload_limits_request_413_and_response_too_large(bundle: Bundle) -> No
     assert fine.status_code == 200 and len(fine.json()["pad"]) == 1_000_000
 
 
+def test_an_alb_refuses_a_body_over_1_mb_itself(bundle: Bundle) -> None:
+    """An ALB sends a Lambda target bodies of 1 MB at most and answers 413 itself; the emulator
+    passed 1 to 6 MB bodies to the function, which answered them."""
+    rows = {"rows": ROWS.tolist(), "pad": "x" * 2**20}
+    with emulated(bundle.root, "--event", "alb") as (url, _):
+        over = httpx.post(f"{url}/invoke", json=rows)
+        within = httpx.post(f"{url}/invoke", json={"rows": ROWS.tolist()})
+
+    assert (over.status_code, over.headers["content-type"]) == (413, "text/html")
+    assert b"413 Request Entity Too Large" in over.content
+    assert within.status_code == 200
+
+
 def test_a_client_that_leaves_mid_body_is_no_invocation_and_no_error(bundle: Bundle) -> None:
     """It was logged as an "Exception in ASGI application" (ClientDisconnect)."""
     with emulated(bundle.root) as (url, server):

@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from edgeserve.aws_lambda.adapter import create_handler, wrap
 from edgeserve.aws_lambda.events import (
+    ALB_TOO_LARGE,
     EVENT_KINDS,
     TARGET_GROUP,
     UNSUPPORTED,
@@ -351,11 +352,15 @@ GATEWAYS = [
     ("rest", coded("gzip", ROWS_JSON), UNSUPPORTED),  # says gzip, is not
     ("url", coded("gzip", gzip.compress(ROWS_JSON)), coded("gzip", gzip.compress(ROWS_JSON))),
     ("alb", coded("br", b"\x0b\x02\x80"), coded("br", b"\x0b\x02\x80")),
+    # an ALB sends a Lambda target bodies of 1 MB at most (it passed them on)
+    ("alb", coded("identity", b"x" * 2**20), coded("identity", b"x" * 2**20)),
+    ("alb", coded("identity", b"x" * (2**20 + 1)), ALB_TOO_LARGE),
+    ("url", coded("identity", b"x" * (2**20 + 1)), coded("identity", b"x" * (2**20 + 1))),
 ]
 
 
 @pytest.mark.parametrize(("kind", "request_", "passed"), GATEWAYS)
-def test_api_gateway_rest_decompresses_bodies_before_the_function(
+def test_the_gateway_decompresses_or_refuses_a_body_before_the_function(
     kind: Any, request_: HttpRequest, passed: HttpRequest | HttpResponse
 ) -> None:
     assert through_gateway(request_, kind) == passed

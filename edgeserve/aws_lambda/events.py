@@ -4,7 +4,8 @@ Four event sources, as API Gateway, Function URLs and ALB send them: `url` (Func
 payload 2.0), `http` (HTTP API, payload 2.0), `rest` (REST API v1 proxy) and `alb`. Bodies
 that are not text travel base64-encoded (`isBase64Encoded`); the REST API is assumed to
 list `*/*` in its binaryMediaTypes, as a function taking images needs. Before the event is
-built, the gateway may answer itself (`through_gateway`: REST's request decompression).
+built, the gateway may answer itself (`through_gateway`: REST's request decompression, an
+ALB's request limit).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import parse_qsl
 
-from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES
+from edgeserve.aws_lambda.settings import ALB_REQUEST_LIMIT_BYTES, PAYLOAD_LIMIT_BYTES
 
 EventKind = Literal["url", "http", "rest", "alb"]
 EVENT_KINDS: tuple[EventKind, ...] = ("url", "http", "rest", "alb")
@@ -57,6 +58,12 @@ UNSUPPORTED = HttpResponse(
     [("content-type", "application/json"), ("x-amzn-errortype", "UnsupportedMediaTypeException")],
     b'{"message":"Unsupported Media Type"}',
 )
+ALB_TOO_LARGE = HttpResponse(
+    413,
+    [("content-type", "text/html")],
+    b"<html><head><title>413 Request Entity Too Large</title></head><body>"
+    b"<center><h1>413 Request Entity Too Large</h1></center></body></html>",
+)
 
 
 def through_gateway(request: HttpRequest, kind: EventKind) -> HttpRequest | HttpResponse:
@@ -64,8 +71,11 @@ def through_gateway(request: HttpRequest, kind: EventKind) -> HttpRequest | Http
 
     API Gateway REST decompresses a body its Content-Encoding names (gzip, deflate) before the
     integration, leaving the header in, and answers 415 itself for any other coding or a body
-    that does not decompress (AWS docs, api-gateway-make-request-with-compressed-payload).
+    that does not decompress (AWS docs, api-gateway-make-request-with-compressed-payload). An
+    ALB answers 413 itself for a body over 1 MB, which it does not send a Lambda target.
     """
+    if kind == "alb" and len(request.body) > ALB_REQUEST_LIMIT_BYTES:
+        return ALB_TOO_LARGE
     coding = (_header(request.headers, "content-encoding") or "identity").strip().lower()
     if kind != "rest" or coding == "identity":
         return request

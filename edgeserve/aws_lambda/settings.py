@@ -21,6 +21,9 @@ bytes)"."""
 ALB_RESPONSE_LIMIT_BYTES = 1024 * 1024
 """An ALB takes at most 1 MB of response JSON from a Lambda target (AWS docs, ALB
 lambda-functions, Limits); past it the client gets a 502."""
+ALB_REQUEST_LIMIT_BYTES = 1024 * 1024
+"""An ALB sends a Lambda target request bodies of at most 1 MB (same page); past it the client
+gets the ALB's own 413."""
 
 GLIBC_MINOR = 34
 """The python3.12 to 3.14 runtimes run on Amazon Linux 2023, glibc 2.34. (3.10 and 3.11, on
