@@ -8,7 +8,7 @@ under the time the invocation has left (`context.get_remaining_time_in_millis()`
 Mangum puts in the scope as `aws.context`), less RESERVE_S to send the answer back. Work that
 was cut off (a handler hook on its worker thread, a batch on the device) finishes in the
 background and is dropped; only code that holds the event loop (a hook learned to be cheap
-enough to run on it) cannot be cut off, and then Lambda's own timeout stands.
+enough to run on it) or the GIL cannot be cut off, and then Lambda's own timeout stands.
 """
 
 from __future__ import annotations
@@ -40,16 +40,19 @@ class Bounded:
             # made without one (a runtime client that got no deadline, a test harness's)
             await self.app(scope, receive, send)
             return
+        timer = asyncio.timeout(max(0.0, left_ms / 1000 - RESERVE_S))
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":  # answered: no cut-off now
+                timer.reschedule(None)
+            await send(message)
+
         try:
-            async with asyncio.timeout(max(0.0, left_ms / 1000 - RESERVE_S)) as timer:
-
-                async def sending(message: Message) -> None:
-                    if message["type"] == "http.response.start":  # answered: no cut-off now
-                        timer.reschedule(None)
-                    await send(message)
-
+            async with timer:
                 await self.app(scope, receive, sending)
         except TimeoutError:
+            if not timer.expired():  # the app's own, not the invocation's time running out
+                raise
             await self._too_late(left_ms, scope, receive, send)
 
     async def _too_late(self, left_ms: float, scope: Scope, receive: Receive, send: Send) -> None:
