@@ -663,3 +663,22 @@ def determinant_model(path: Path) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
     )
     return _save(graph, path)
+
+
+def quantized_model(path: Path, quant_format: str = "QDQ") -> Path:
+    """`conv_model` quantized to int8 as ONNX Runtime's `quantize_static` does it, calibrated on
+    8 seeded random images: QDQ (QuantizeLinear/DequantizeLinear pairs around the float Conv and
+    Gemm) or QOperator (QLinearConv, com.microsoft's QGemm)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    class Images(CalibrationDataReader):
+        def __init__(self) -> None:
+            rngs = (np.random.default_rng(seed) for seed in range(8))
+            self.batches = iter({"image": r.random((2, 3, 16, 16), np.float32)} for r in rngs)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.batches, None)
+
+    source = conv_model(path.with_suffix(".float.onnx"))
+    quantize_static(str(source), str(path), Images(), quant_format=QuantFormat[quant_format])
+    return path

@@ -213,7 +213,7 @@ class OpenVINO:
             model = read(core)
             if self.profile:
                 model.reshape({n: _bounded(r.min, r.max) for n, r in self.profile.items()})
-            compiled = core.compile_model(model, "CPU", compile_config(self._options))
+            compiled = _compile_on_cpu(core, model, compile_config(self._options))
         except Exception as exc:  # openvino raises RuntimeError (and subclasses) for everything
             raise BackendError(f"openvino: cannot load {source}: {_message(exc)}") from None
         return _Compiled(compiled, self.signature)
@@ -309,6 +309,24 @@ def compile_config(options: LoadOptions) -> dict[str, Any]:
     if precision is not None:
         config[hints.inference_precision()] = precision
     return config
+
+
+def _compile_on_cpu(core: Any, model: Any, config: dict[str, Any]) -> Any:
+    """Compile at `config`; where it leaves the precision to OpenVINO ("auto", "int8") and
+    OpenVINO's own choice has no kernel, at f32: ONNX Runtime's quantize_static Q/DQ Conv did
+    not compile in bf16 ("No suitable implementations", 2026.4 on an AMX CPU), and build
+    refused a model OpenVINO serves at f32."""
+    import openvino as ov
+    import openvino.properties.hint as hints
+
+    try:
+        return core.compile_model(model, "CPU", config)
+    except Exception as exc:
+        if hints.inference_precision() in config:
+            raise
+        log.warning("openvino: compiling at f32, as its own precision failed: %s", _message(exc))
+        pinned = {**config, hints.inference_precision(): ov.Type.f32}
+        return core.compile_model(model, "CPU", pinned)
 
 
 def export_ir(onnx_path: Path, xml_path: Path, converted: Any = None) -> None:
