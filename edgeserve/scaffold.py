@@ -119,7 +119,7 @@ def adopted_manifest(
 ) -> str:
     """function.toml for a model: its tensors listed, batching as the model allows."""
     tensors = [*signature.inputs, *signature.outputs]
-    width = max(len(spec.name) for spec in tensors)
+    width = min(max(len(_shown(spec.name)) for spec in tensors), NAME_COLUMN)
     lines = [
         f"# edgeserve function manifest, written by `edgeserve init` for {model_file}.",
         "# Every key, explained: `edgeserve help manifest` (the reference ships with edgeserve).",
@@ -127,20 +127,32 @@ def adopted_manifest(
         "[function]",
         f'name = "{name}"',
         'version = "1"',
-        f'description = "{model_file}, served as read from the model"',
+        f"description = {toml_string(f'{model_file}, served as read from the model')}",
         "",
         "[model]",
-        f'path = "{model_file}"',
+        f"path = {toml_string(model_file)}",
         "# The model's tensors (-1: a dynamic dim). Without a handler, POST /invoke takes",
         '# {"<input>": nested list, ...} with the batch axis and answers the outputs the same way;',
         "# samples/request.json is such a request.",
-        *(f"#   input   {s.name:<{width}}  {s.datatype} {_dims(s)}" for s in signature.inputs),
-        *(f"#   output  {s.name:<{width}}  {s.datatype} {_dims(s)}" for s in signature.outputs),
+        *(
+            f"#   input   {_shown(s.name):<{width}}  {s.datatype} {_dims(s)}"
+            for s in signature.inputs
+        ),
+        *(
+            f"#   output  {_shown(s.name):<{width}}  {s.datatype} {_dims(s)}"
+            for s in signature.outputs
+        ),
         *([] if not_a_batch else _padding_hint(signature, dims)),
         "",
         *_batching_lines(signature, not_a_batch),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _shown(name: str) -> str:
+    """A tensor name as a comment lists it: quoted where it holds a line break or another
+    control character, which would end the comment and leave the rest as invalid TOML."""
+    return name if name.isprintable() else toml_string(name)
 
 
 def _dims(spec: TensorSpec) -> str:
@@ -160,9 +172,9 @@ def _padding_hint(signature: Signature, dims: DimNames) -> list[str]:
     for spec in variable:
         axis = spec.dims.index(-1, 1)
         hints += [
-            f"# `{spec.name}` varies in length along axis {axis}. If padding it does not change",
-            "# the answer (a mask, or a model that ignores pad tokens), let requests of different",
-            "# lengths batch together:",
+            f"# `{_shown(spec.name)}` varies in length along axis {axis}. If padding it does not",
+            "# change the answer (a mask, or a model that ignores pad tokens), let requests of",
+            "# different lengths batch together:",
             f"# [model.inputs.{toml_key(spec.name)}]",
             f"# pad_axis = {axis}",
             "# pad_value = 0",
@@ -174,10 +186,11 @@ def _padding_hint(signature: Signature, dims: DimNames) -> list[str]:
                 continue
             followed.add(output.name)
             hints += [
-                f"# and `{output.name}`, whose axis {same[0]} is `{length}` too, follows it:",
+                f"# and `{_shown(output.name)}`, whose axis {same[0]} is `{length}` too, follows",
+                "# it:",
                 f"# [model.outputs.{toml_key(output.name)}]",
                 f"# pad_axis = {same[0]}",
-                f"# follows = {json.dumps(spec.name)}",
+                f"# follows = {toml_string(spec.name)}",
             ]
     return hints
 
@@ -185,10 +198,21 @@ def _padding_hint(signature: Signature, dims: DimNames) -> list[str]:
 def toml_key(name: str) -> str:
     """A tensor name as a TOML key: bare when TOML allows it, else quoted (`"input.1"`: a dot
     would make a table of `input`)."""
-    return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
+    return name if _BARE_KEY.fullmatch(name) else toml_string(name)
+
+
+def toml_string(text: str) -> str:
+    """`text` as a TOML basic string: a model file named `my "best".onnx` made function.toml
+    invalid TOML, and `a\\b.onnx` a path to `a` + backspace. JSON's escapes are TOML's,
+    except that JSON writes a character past U+FFFF as a surrogate pair TOML refuses, so those
+    are written as themselves (ensure_ascii off), and DEL, which TOML refuses raw, escaped."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+NAME_COLUMN = 32
+"""The widest the tensor list aligns names to: a 300-character exporter name padded every
+line of it to 300 columns."""
 
 
 def _batching_lines(signature: Signature, not_a_batch: str) -> list[str]:

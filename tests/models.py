@@ -682,3 +682,14 @@ def quantized_model(path: Path, quant_format: str = "QDQ") -> Path:
     source = conv_model(path.with_suffix(".float.onnx"))
     quantize_static(str(source), str(path), Images(), quant_format=QuantFormat[quant_format])
     return path
+
+
+def oddly_named_model(path: Path) -> Path:
+    """`first\\nline` FP32 [N, 2] (a name holding a line break) -> 300 `o`s, its negation."""
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["first\nline"], ["o" * 300])],
+        "oddly_named",
+        [helper.make_tensor_value_info("first\nline", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_tensor_value_info("o" * 300, TensorProto.FLOAT, ["N", 2])],
+    )
+    return _save(graph, path)

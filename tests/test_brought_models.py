@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.http as triton
 
 from edgeserve.cli import main
-from tests.models import quantized_model
+from tests.models import oddly_named_model, quantized_model
 from tests.server import running
 
 
@@ -40,3 +41,26 @@ def test_an_onnxruntime_quantized_conv_net_is_served_on_openvino(tmp_path: Path)
         got = client.infer("fn", [sent]).as_numpy("logits")
     assert "loaded fn on openvino" in "".join(server.output)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_quotes_backslashes_and_line_breaks_in_names_make_a_manifest_that_builds(
+    tmp_path: Path,
+) -> None:
+    """A model file named `my "best" a\\b.onnx` made a function.toml that was not TOML (build:
+    "not valid TOML"), and `a\\b.onnx` one whose path read `a` + backspace + `.onnx`; a tensor
+    name holding a line break ended the comment that lists it, the rest of it a TOML error;
+    a 300-character name padded every line of that list to 300 columns."""
+    model = oddly_named_model(tmp_path / 'my "best" a\\b.onnx')
+    source = tmp_path / "fn"
+    assert main(["init", str(source), "--model", str(model)]) == 0
+    lines = (source / "function.toml").read_text().splitlines()
+    assert 'path = "my \\"best\\" a\\\\b.onnx"' in lines
+    assert '#   input   "first\\nline"' + " " * 21 + "FP32 [-1, 2]" in lines  # aligned at 32
+    assert f"#   output  {'o' * 300}  FP32 [-1, 2]" in lines
+    assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
+    x = {"name": "first\nline", "datatype": "FP32", "shape": [1, 2], "data": [1.5, -2]}
+    with running(tmp_path / "out", "--workers", "1") as (url, _):
+        answer = httpx.post(f"{url}/v2/models/fn/infer", json={"inputs": [x]}, timeout=30)
+    assert answer.json()["outputs"] == [
+        {"name": "o" * 300, "datatype": "FP32", "shape": [1, 2], "data": [-1.5, 2.0]}
+    ]
