@@ -21,7 +21,14 @@ from edgeserve.errors import ConfigError, EdgeserveError, HandlerError, InvalidI
 from edgeserve.handler import check_items, import_handler, item_place, one_row, where
 from edgeserve.http.invoke import decode_payload, encode_result
 from edgeserve.manifest import Manifest
-from edgeserve.samples import IMAGE_TYPES, content_type, is_v2_request, sample_files
+from edgeserve.samples import (
+    IMAGE_TYPES,
+    content_type,
+    is_v2_request,
+    random_sample,
+    sample_files,
+    with_plain_integers,
+)
 from edgeserve.signature import op_types
 from edgeserve.types import Backend, Context, Signature, TensorDict
 
@@ -60,6 +67,30 @@ def dry_run(source: Path, manifest: Manifest, signature: Signature) -> DryRun | 
     finally:
         engine.close()
     return DryRun(tuple(path.relative_to(source).as_posix() for path in samples))
+
+
+def runnable_sample(model: Path, signature: Signature) -> TensorDict:
+    """init's sample request: `random_sample`'s values, or, where ONNX Runtime fails on them,
+    the same with integers at ones, where it runs on those (a TopK's k drawn as 12 for an axis
+    of 6 answered every `edgeserve invoke` of the sample with a 422). The random ones where
+    neither runs, or the model does not load: build then says why."""
+    from edgeserve.backends import load_backend
+
+    drawn = random_sample(signature)
+    try:
+        engine = load_backend("onnxruntime", model, signature=signature)
+    except EdgeserveError:
+        return drawn
+    try:
+        for sample in (drawn, with_plain_integers(signature, drawn)):
+            try:
+                engine.infer(sample)
+                return sample
+            except EdgeserveError:
+                continue
+    finally:
+        engine.close()
+    return drawn
 
 
 BATCH_CHECK_ROWS = 3

@@ -89,6 +89,22 @@ def example_inputs(
     return tensors
 
 
+def random_sample(signature: Signature) -> TensorDict:
+    """One row of small random values, dynamic dims at EXAMPLE_DYNAMIC_DIM (always the same)."""
+    return example_inputs(signature, 1, np.random.default_rng(0))
+
+
+def with_plain_integers(signature: Signature, tensors: TensorDict) -> TensorDict:
+    """`tensors` with each integer input at `plain_array`'s values (ones): what a model reads
+    a count or a size from (a TopK's k) takes those where it may refuse random ones."""
+    specs = {spec.name: spec for spec in signature.inputs}
+    integers = {name for name, spec in specs.items() if spec.datatype.startswith(("INT", "UINT"))}
+    return {
+        name: plain_array(specs[name], array.shape) if name in integers else array
+        for name, array in tensors.items()
+    }
+
+
 def plain_array(spec: TensorSpec, shape: tuple[int, ...]) -> np.ndarray:
     """Values any model should take: zeros, but ones for integers (within the input's
     `index_range`), since models read a count, a size or a divisor from an integer input
@@ -197,11 +213,11 @@ def fits_signature(batch: TensorDict, signature: Signature) -> bool:
     )
 
 
-def sample_request(signature: Signature) -> dict[str, Any]:
-    """An /invoke request of the model's own tensors (for a function without a handler): one
-    row (batch axis included when batched), dynamic dims at EXAMPLE_DYNAMIC_DIM, small values
-    (BF16 as numbers, as /invoke takes them, not as their raw bits)."""
-    tensors = example_inputs(signature, 1, np.random.default_rng(0))
+def sample_request(signature: Signature, tensors: TensorDict | None = None) -> dict[str, Any]:
+    """An /invoke request of the model's own tensors (for a function without a handler):
+    `tensors`, else one row (batch axis included when batched) of `random_sample`'s (BF16 as
+    numbers, as /invoke takes them, not as their raw bits)."""
+    tensors = random_sample(signature) if tensors is None else tensors
     bf16 = {spec.name for spec in signature.inputs if spec.datatype == "BF16"}
     return {
         name: json_values(bf16_values(array) if name in bf16 else array)

@@ -23,13 +23,13 @@ from string import Template
 from pydantic import ValidationError
 
 from edgeserve.backends.sessions import dim_names
-from edgeserve.dryrun import not_a_batch_axis
+from edgeserve.dryrun import not_a_batch_axis, runnable_sample
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelgen import mlp_model
 from edgeserve.samples import sample_request
 from edgeserve.signature import external_data, read_signature, unbatchable
-from edgeserve.types import Signature, TensorSpec
+from edgeserve.types import Signature, TensorDict, TensorSpec
 
 DimNames = Mapping[str, Mapping[int, str]]
 """A model's named dims: {tensor: {axis: name}} (backends.sessions.dim_names)."""
@@ -93,7 +93,9 @@ def init_function(dest: Path, name: str | None = None, model: Path | None = None
             shutil.copyfile(model.parent / file, dest / file)
     dims = dim_names(adopted, outputs=True)
     found = not_a_batch_axis(adopted, signature)
-    _write(dest, adopted_files(function_name(dest, name), adopted.name, signature, dims, found))
+    sample = runnable_sample(adopted, signature)
+    named = function_name(dest, name)
+    _write(dest, adopted_files(named, adopted.name, signature, dims, found, sample))
     return dest
 
 
@@ -103,14 +105,17 @@ def adopted_files(
     signature: Signature,
     dims: DimNames | None = None,
     not_a_batch: str = "",
+    sample: TensorDict | None = None,
 ) -> dict[PurePosixPath, str]:
     """The manifest and sample request for a model of the user's (pure: no writes); `dims`:
     the model's named dims ({tensor: {axis: name}}), which tie an output's length to an
-    input's; `not_a_batch`: what showed that its first axis, dynamic, is no batch axis."""
+    input's; `not_a_batch`: what showed that its first axis, dynamic, is no batch axis;
+    `sample`: the request's tensors (`dryrun.runnable_sample`), else random ones."""
     manifest = adopted_manifest(name, model_file, signature, dims or {}, not_a_batch)
+    request = sample_request(signature, sample)
     return {
         PurePosixPath(MANIFEST_NAME): manifest,
-        PurePosixPath("samples/request.json"): json.dumps(sample_request(signature)) + "\n",
+        PurePosixPath("samples/request.json"): json.dumps(request) + "\n",
     }
 
 

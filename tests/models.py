@@ -693,3 +693,21 @@ def oddly_named_model(path: Path) -> Path:
         [helper.make_tensor_value_info("o" * 300, TensorProto.FLOAT, ["N", 2])],
     )
     return _save(graph, path)
+
+
+def top_k_model(path: Path) -> Path:
+    """x FP32 [N, 6], k INT64 [1] -> values FP32 [N, K] and indices INT64 [N, K]: TopK with
+    the k a request sends (past 6, ONNX Runtime fails the run)."""
+    graph = helper.make_graph(
+        [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=1)],
+        "top_k",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("values", TensorProto.FLOAT, ["N", "K"]),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, ["N", "K"]),
+        ],
+    )
+    return _save(graph, path)

@@ -1,10 +1,11 @@
 """Models as users bring them from their own tools, driven as a user drives them (`edgeserve
 init`, `build`, `serve`, requests), answers compared with ONNX Runtime's on the same inputs:
-ONNX Runtime's own int8 quantization, and files and tensors named as exporters and people name
-them."""
+ONNX Runtime's own int8 quantization, files and tensors named as exporters and people name
+them, and init's sample for a model that reads a count from an integer input."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -14,7 +15,7 @@ import pytest
 import tritonclient.http as triton
 
 from edgeserve.cli import main
-from tests.models import oddly_named_model, quantized_model
+from tests.models import oddly_named_model, quantized_model, top_k_model
 from tests.server import running
 
 
@@ -64,3 +65,25 @@ def test_quotes_backslashes_and_line_breaks_in_names_make_a_manifest_that_builds
     assert answer.json()["outputs"] == [
         {"name": "o" * 300, "datatype": "FP32", "shape": [1, 2], "data": [-1.5, 2.0]}
     ]
+
+
+def test_init_samples_a_top_k_with_a_k_the_model_takes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """init drew k = 12 for a TopK over 6 values, so `edgeserve invoke` of its own sample was
+    answered with a 422 ("k argument [12] should not be greater than specified axis dim value
+    [6]"). A sample ONNX Runtime fails on is drawn again with its integers at ones."""
+    source = tmp_path / "fn"
+    assert main(["init", str(source), "--model", str(top_k_model(tmp_path / "m.onnx"))]) == 0
+    request = source / "samples" / "request.json"
+    sample = json.loads(request.read_text())
+    assert sample["k"] == [1]
+    capsys.readouterr()
+    with running(source, "--workers", "1") as (url, _):
+        assert main(["invoke", url, "--file", str(request)]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    x = np.array(sample["x"], np.float32)
+    values, indices = ort.InferenceSession(str(source / "m.onnx")).run(
+        None, {"x": x, "k": np.array([1])}
+    )
+    assert answer == {"values": values.tolist(), "indices": indices.tolist()}
