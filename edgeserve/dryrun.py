@@ -21,6 +21,7 @@ from edgeserve.errors import ConfigError, EdgeserveError, HandlerError, InvalidI
 from edgeserve.handler import check_items, import_handler, item_place, one_row, where
 from edgeserve.http.invoke import decode_payload, encode_result
 from edgeserve.manifest import Manifest
+from edgeserve.modelfile import op_types
 from edgeserve.samples import (
     IMAGE_TYPES,
     content_type,
@@ -29,7 +30,6 @@ from edgeserve.samples import (
     sample_files,
     with_plain_integers,
 )
-from edgeserve.signature import op_types
 from edgeserve.types import Backend, Context, Signature, TensorDict
 
 T = TypeVar("T")

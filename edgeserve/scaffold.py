@@ -26,9 +26,10 @@ from edgeserve.backends.sessions import dim_names
 from edgeserve.dryrun import not_a_batch_axis, runnable_sample
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
+from edgeserve.modelfile import external_data
 from edgeserve.modelgen import mlp_model
 from edgeserve.samples import sample_request
-from edgeserve.signature import external_data, read_signature, unbatchable
+from edgeserve.signature import read_signature, unbatchable
 from edgeserve.types import Signature, TensorDict, TensorSpec
 
 DimNames = Mapping[str, Mapping[int, str]]

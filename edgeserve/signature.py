@@ -5,7 +5,6 @@ first dimension; otherwise the function serves one request per run, unbatched.""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -14,69 +13,8 @@ from edgeserve import datatypes
 from edgeserve.errors import ConfigError, did_you_mean
 from edgeserve.lookups import with_index_ranges
 from edgeserve.manifest import BatchingSection, ModelSection, TensorOverride
+from edgeserve.modelfile import load_proto
 from edgeserve.types import Signature, TensorSpec, TiedDim
-
-
-def external_data(model: Path) -> list[str]:
-    """The side files an ONNX model keeps its weights in (models over 2 GB must), relative to
-    its folder; ConfigError for one outside that folder or missing."""
-    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
-
-    proto = _load(model)
-    locations = sorted(
-        {
-            ExternalDataInfo(tensor).location
-            for tensor in proto.graph.initializer
-            if uses_external_data(tensor)
-        }
-    )
-    for location in locations:
-        if Path(location).is_absolute() or ".." in Path(location).parts:
-            raise ConfigError(
-                f"{model}: external data {location!r} lies outside the model's folder"
-            )
-        if not (model.parent / location).is_file():
-            raise ConfigError(f"{model}: external data file {model.parent / location} is missing")
-    return locations
-
-
-ONNX_DOMAINS = frozenset({"", "ai.onnx"})
-"""The default domain's two spellings: the ops every ONNX runtime has."""
-
-
-def foreign_ops(model: Path) -> list[str]:
-    """`domain.op` of each op outside ONNX's default domain (ai.onnx.ml's LinearClassifier,
-    a vendor's), subgraphs included; the model's own functions are not foreign."""
-    proto = _load(model)
-    local = {function.domain for function in proto.functions}
-    found = (
-        f"{n.domain}.{n.op_type}" for n in _nodes(proto) if n.domain not in ONNX_DOMAINS | local
-    )
-    return list(dict.fromkeys(found))
-
-
-def op_types(model: Path) -> set[str]:
-    """The op types the model uses, subgraphs included, whatever their domain."""
-    return {node.op_type for node in _nodes(_load(model))}
-
-
-def _nodes(proto: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
-    graphs = [proto.graph]
-    while graphs:
-        for node in graphs.pop().node:
-            yield node
-            for attribute in node.attribute:
-                graphs.extend([attribute.g] if attribute.HasField("g") else attribute.graphs)
-
-
-def _load(model_path: Path) -> onnx.ModelProto:
-    """The model's graph without its weights; ConfigError for a file that is not ONNX."""
-    try:
-        return onnx.load(str(model_path), load_external_data=False)
-    except FileNotFoundError:
-        raise ConfigError(f"{model_path}: model file not found ([model] path)") from None
-    except Exception as exc:  # onnx raises DecodeError, ValueError, ...: all mean "not ONNX"
-        raise ConfigError(f"{model_path}: not a readable ONNX model: {exc}") from None
 
 
 def read_signature(
@@ -88,7 +26,7 @@ def read_signature(
     `batching`: whether the function batches where the model can (`[batching] max_batch_size`
     above 0), which the dims shown for an output of no declared shape follow.
     """
-    graph = _load(model_path).graph
+    graph = load_proto(model_path).graph
     initializers = {init.name for init in graph.initializer}
     where = manifest or model_path
     graph_inputs = list(graph.input)  # those with an initializer too: optional, it their default

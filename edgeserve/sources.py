@@ -9,7 +9,7 @@ from pathlib import Path
 from edgeserve.errors import ConfigError, did_you_mean
 from edgeserve.imports import hidden, own_data, own_modules
 from edgeserve.manifest import MANIFEST_NAME, Manifest
-from edgeserve.signature import external_data
+from edgeserve.modelfile import external_data
 
 
 def model_file(source: Path, manifest: Manifest) -> Path:

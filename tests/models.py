@@ -711,3 +711,28 @@ def top_k_model(path: Path) -> Path:
         ],
     )
     return _save(graph, path)
+
+
+W_CONSTANT = np.arange(16 * 4, dtype=np.float32).reshape(16, 4) / 64
+
+
+def constant_weights_model(path: Path, location: str = "m.onnx.data") -> Path:
+    """x FP32 [N, 16] -> y = x @ W_CONSTANT [N, 4], the weight a Constant's value kept in the
+    side file `location` (relative to the model's folder), as onnx's
+    `convert_model_to_external_data(convert_attribute=True)` writes it."""
+    weight = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=W_CONSTANT.shape)
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", W_CONSTANT.nbytes)):
+        weight.external_data.add(key=key, value=str(value))
+    (path.parent / location).parent.mkdir(parents=True, exist_ok=True)
+    (path.parent / location).write_bytes(W_CONSTANT.tobytes())
+    graph = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["w"], value=weight),
+            helper.make_node("MatMul", ["x", "w"], ["y"]),
+        ],
+        "constant_weights",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    return _save(graph, path, check=False)

@@ -15,7 +15,13 @@ import pytest
 import tritonclient.http as triton
 
 from edgeserve.cli import main
-from tests.models import oddly_named_model, quantized_model, top_k_model
+from tests.models import (
+    W_CONSTANT,
+    constant_weights_model,
+    oddly_named_model,
+    quantized_model,
+    top_k_model,
+)
 from tests.server import running
 
 
@@ -87,3 +93,30 @@ def test_init_samples_a_top_k_with_a_k_the_model_takes(
         None, {"x": x, "k": np.array([1])}
     )
     assert answer == {"values": values.tolist(), "indices": indices.tolist()}
+
+
+def test_a_constant_kept_in_external_data_goes_with_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """onnx's convert_attribute=True keeps Constants' values in the side file too: init copied
+    the model without it, and build failed ("External data path does not exist"). init
+    copies it now, and the function answers x @ w; one whose location climbs out of the
+    model's folder is refused, as an initializer's is."""
+    model = constant_weights_model(tmp_path / "given" / "m.onnx")
+    source = tmp_path / "fn"
+    assert main(["init", str(source), "--model", str(model)]) == 0
+    assert (source / "m.onnx.data").read_bytes() == W_CONSTANT.tobytes()
+    x = np.random.default_rng(0).random((2, 16), np.float32)
+    body = {
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 16], "data": x.ravel().tolist()}]
+    }
+    with running(source, "--workers", "1") as (url, _):
+        answer = httpx.post(f"{url}/v2/models/fn/infer", json=body, timeout=30).json()
+    y = answer["outputs"][0]
+    np.testing.assert_allclose(np.reshape(y["data"], y["shape"]), x @ W_CONSTANT, rtol=1e-2)
+
+    outside = constant_weights_model(tmp_path / "given" / "inner" / "m.onnx", "../w.bin")
+    assert main(["init", str(tmp_path / "out"), "--model", str(outside)]) == 2
+    said = capsys.readouterr().err
+    assert f"error: {outside}: external data '../w.bin' lies outside the model's folder" in said
+    assert not (tmp_path / "out").exists()

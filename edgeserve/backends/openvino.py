@@ -280,7 +280,7 @@ def _foreign_op(model: Path) -> str | None:
     """Why OpenVINO is not used for a model with ops outside ONNX's default domain, or None:
     it converts few of them (ai.onnx.ml's Normalizer, but not LinearClassifier nor the tree
     ensembles), and a model it cannot convert failed `build` with its raw conversion report."""
-    from edgeserve.signature import foreign_ops
+    from edgeserve.modelfile import foreign_ops
 
     found = foreign_ops(model)
     if not found:

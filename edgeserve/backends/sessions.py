@@ -54,7 +54,7 @@ ORT_DOMAINS = ("ai.onnx.ml.", "com.microsoft.")
 
 def _custom_ops_hint(model_path: Path) -> str:
     """What to do where the model holds ops of a domain ONNX Runtime has no kernels for."""
-    from edgeserve.signature import foreign_ops
+    from edgeserve.modelfile import foreign_ops
 
     custom = [op for op in foreign_ops(model_path) if not op.startswith(ORT_DOMAINS)]
     if not custom:
