@@ -20,6 +20,7 @@ canonically; since that JSON lists every other file with its sha256, it covers t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -35,7 +36,7 @@ from edgeserve.archive import Limits, SafeArchive, is_archive
 from edgeserve.cache import bundles_dir, prune, touch
 from edgeserve.errors import BundleError
 from edgeserve.manifest import MANIFEST_NAME, Manifest, parse_manifest
-from edgeserve.types import Signature, TensorSpec, TiedDim
+from edgeserve.types import Signature, SummedDim, TensorSpec, TiedDim
 
 BUNDLE_FILE = "edgeserve.json"
 FORMAT = 1
@@ -101,6 +102,7 @@ def signature_to_json(signature: Signature) -> dict[str, Any]:
         "inputs": [spec(tensor) for tensor in signature.inputs],
         "outputs": [spec(tensor) for tensor in signature.outputs],
         "tied": [{"name": tie.name, "axes": [list(a) for a in tie.axes]} for tie in signature.tied],
+        "summed": [dataclasses.asdict(summed) for summed in signature.summed],
     }
 
 
@@ -131,7 +133,14 @@ def signature_from_json(data: Mapping[str, Any]) -> Signature:
             TiedDim(tie["name"], tuple((name, axis) for name, axis in tie["axes"]))
             for tie in data.get("tied", ())
         ),
+        summed=tuple(_summed(summed) for summed in data.get("summed", ())),  # nor sums
     )
+
+
+def _summed(data: Mapping[str, Any]) -> SummedDim:
+    name, axis = data["place"]
+    terms = tuple((term, at) for term, at in data["terms"])
+    return SummedDim(data["name"], (name, axis), terms, data["constant"])
 
 
 def _dims(value: list[int] | None) -> tuple[int, ...] | None:

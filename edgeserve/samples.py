@@ -77,16 +77,28 @@ def example_inputs(
 ) -> TensorDict:
     """Inputs of the signature's shapes, `rows` rows when batched: `plain_array`'s values, or
     random with `rng` (the required ones: optional inputs keep the model's defaults)."""
+    shapes = _example_shapes(signature, rows)
     tensors = {}
     for spec in signature.required:
-        dims = [_example_dim(spec, axis) if dim < 0 else dim for axis, dim in enumerate(spec.dims)]
-        if signature.batched:
-            dims[0] = rows
         if rng is None:
-            tensors[spec.name] = plain_array(spec, tuple(dims))
+            tensors[spec.name] = plain_array(spec, shapes[spec.name])
         else:
-            tensors[spec.name] = random_input(rng, spec, tuple(dims))
+            tensors[spec.name] = random_input(rng, spec, shapes[spec.name])
     return tensors
+
+
+def _example_shapes(signature: Signature, rows: int) -> dict[str, tuple[int, ...]]:
+    """Each required input's shape: `rows` on the batch axis, `_example_dim` on the others
+    dynamic, an axis the model names as a sum of others' (`SummedDim`) their sizes added up."""
+    shapes = {}
+    for spec in signature.required:
+        dims = [_example_dim(spec, axis) if dim < 0 else dim for axis, dim in enumerate(spec.dims)]
+        shapes[spec.name] = [rows, *dims[1:]] if signature.batched else dims
+    for summed in signature.summed:
+        (name, axis), terms = summed.place, summed.terms
+        if name in shapes and all(term in shapes for term, _ in terms):
+            shapes[name][axis] = summed.constant + sum(shapes[term][at] for term, at in terms)
+    return {name: tuple(dims) for name, dims in shapes.items()}
 
 
 def random_sample(signature: Signature) -> TensorDict:

@@ -14,7 +14,7 @@ from edgeserve.errors import ConfigError, did_you_mean
 from edgeserve.lookups import with_index_ranges
 from edgeserve.manifest import BatchingSection, ModelSection, TensorOverride
 from edgeserve.modelfile import load_proto
-from edgeserve.types import Signature, TensorSpec, TiedDim
+from edgeserve.types import Signature, SummedDim, TensorSpec, TiedDim
 
 
 def read_signature(
@@ -58,8 +58,8 @@ def read_signature(
                 f"{where}: field `model.inputs.{spec.name}`: axis 0 is the batch axis, which "
                 "[batching] max_batch_size bounds: give -1 there in min_dims and max_dims"
             )
-    tied = _tied_dims(graph_inputs, batched)
-    return Signature(inputs=tuple(inputs), outputs=tuple(outputs), batched=batched, tied=tied)
+    tied, summed = _tied_dims(graph_inputs, batched), _summed_dims(graph_inputs)
+    return Signature(tuple(inputs), tuple(outputs), batched, tied, summed)
 
 
 _NOT_TENSORS = {
@@ -105,6 +105,27 @@ def _tied_dims(values: list[onnx.ValueInfoProto], batched: bool) -> tuple[TiedDi
             if dim.dim_param and not (batched and axis == 0):
                 axes.setdefault(dim.dim_param, []).append((value.name, axis))
     return tuple(TiedDim(name, tuple(places)) for name, places in axes.items() if len(places) > 1)
+
+
+def _summed_dims(values: list[onnx.ValueInfoProto]) -> tuple[SummedDim, ...]:
+    """Input axes named as a sum of dims other input axes name, and integers: every made-up
+    input (init's sample, build's checks, the warm-up) sized each dynamic axis alike, so an
+    optimum decoder's attention_mask [batch, "past_sequence_length + sequence_length"] was
+    32 long beside 32 past and 32 new tokens, and the model failed on each of them."""
+    named: dict[str, tuple[str, int]] = {}
+    params = []
+    for value in values:
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.dim_param:
+                named.setdefault(dim.dim_param, (value.name, axis))
+                params.append(((value.name, axis), [p.strip() for p in dim.dim_param.split("+")]))
+    found = []
+    for place, parts in params:
+        terms = [named.get(part) for part in parts if not part.isdigit()]
+        if len(parts) > 1 and terms and all(terms) and place not in terms:
+            constant = sum(int(part) for part in parts if part.isdigit())
+            found.append(SummedDim(" + ".join(parts), place, tuple(filter(None, terms)), constant))
+    return tuple(found)
 
 
 def _optional(spec: TensorSpec, where: Path) -> TensorSpec:

@@ -72,14 +72,27 @@ class TiedDim:
 
 
 @dataclass(frozen=True)
+class SummedDim:
+    """An input axis the model names as a sum (ONNX `dim_param` "past_sequence_length +
+    sequence_length", as optimum exports a decoder's attention_mask): its size is that of the
+    input axes its terms name, added up, plus `constant` ("past_sequence_length + 1")."""
+
+    name: str
+    place: tuple[str, int]  # (input, axis)
+    terms: tuple[tuple[str, int], ...]  # (input, axis) where each term names a dim first
+    constant: int = 0
+
+
+@dataclass(frozen=True)
 class Signature:
     """A model's inputs and outputs, whether its first axis is a batch axis, and the dims its
-    inputs share (the batch axis aside)."""
+    inputs share (the batch axis aside) or add up."""
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     batched: bool
     tied: tuple[TiedDim, ...] = ()
+    summed: tuple[SummedDim, ...] = ()
 
     def input(self, name: str) -> TensorSpec | None:
         return next((spec for spec in self.inputs if spec.name == name), None)

@@ -736,3 +736,70 @@ def constant_weights_model(path: Path, location: str = "m.onnx.data") -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
     )
     return _save(graph, path, check=False)
+
+
+def decoder_step_model(path: Path, width: int = 4, vocab: int = 10) -> Path:
+    """One attention layer of one head, named as optimum exports a decoder with its past:
+    input_ids INT64 [batch_size, sequence_length], attention_mask INT64 [batch_size,
+    "past_sequence_length + sequence_length"], past_key_values.0.key/value FP32 [batch_size,
+    1, past_sequence_length, width] -> logits FP32 [batch_size, sequence_length, vocab] and
+    present.0.key/value (the past and the new tokens' embeddings). The mask is added to the
+    scores, so its length must be the past's and the new tokens' together."""
+    rng = np.random.default_rng(0)
+    total = "past_sequence_length + sequence_length"
+    past = ["batch_size", 1, "past_sequence_length", width]
+    nodes = [
+        helper.make_node("Gather", ["embedding", "input_ids"], ["embedded"]),
+        helper.make_node("Unsqueeze", ["embedded", "one"], ["new"]),  # [b, 1, seq, width]
+        *(
+            helper.make_node(
+                "Concat", [f"past_key_values.0.{kv}", "new"], [f"present.0.{kv}"], axis=2
+            )
+            for kv in ("key", "value")
+        ),
+        helper.make_node("Transpose", ["present.0.key"], ["keys"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["new", "keys"], ["scores"]),  # [b, 1, seq, total]
+        helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mask", "middle"], ["mask_4d"]),  # [b, 1, 1, total]
+        helper.make_node("Add", ["scores", "mask_4d"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["weights"], axis=-1),
+        helper.make_node("MatMul", ["weights", "present.0.value"], ["context"]),
+        helper.make_node("Squeeze", ["context", "one"], ["context_3d"]),
+        helper.make_node("MatMul", ["context_3d", "unembedding"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "decoder_step",
+        [
+            helper.make_tensor_value_info(
+                "input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]
+            ),
+            helper.make_tensor_value_info(
+                "attention_mask", TensorProto.INT64, ["batch_size", total]
+            ),
+            helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT, past),
+            helper.make_tensor_value_info("past_key_values.0.value", TensorProto.FLOAT, past),
+        ],
+        [
+            helper.make_tensor_value_info(
+                "logits", TensorProto.FLOAT, ["batch_size", "sequence_length", vocab]
+            ),
+            *(
+                helper.make_tensor_value_info(
+                    f"present.0.{kv}", TensorProto.FLOAT, ["batch_size", 1, total, width]
+                )
+                for kv in ("key", "value")
+            ),
+        ],
+        [
+            numpy_helper.from_array(
+                rng.normal(0, 1, (vocab, width)).astype(np.float32), "embedding"
+            ),
+            numpy_helper.from_array(
+                rng.normal(0, 1, (width, vocab)).astype(np.float32), "unembedding"
+            ),
+            numpy_helper.from_array(np.array([1], np.int64), "one"),
+            numpy_helper.from_array(np.array([1, 2], np.int64), "middle"),
+        ],
+    )
+    return _save(graph, path)

@@ -18,6 +18,7 @@ from edgeserve.cli import main
 from tests.models import (
     W_CONSTANT,
     constant_weights_model,
+    decoder_step_model,
     oddly_named_model,
     quantized_model,
     top_k_model,
@@ -120,3 +121,57 @@ def test_a_constant_kept_in_external_data_goes_with_the_model(
     said = capsys.readouterr().err
     assert f"error: {outside}: external data '../w.bin' lies outside the model's folder" in said
     assert not (tmp_path / "out").exists()
+
+
+def test_a_decoder_step_gets_a_mask_as_long_as_its_past_and_new_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """optimum names a decoder's attention_mask axis "past_sequence_length + sequence_length":
+    init's sample, build's checks and the warm-up gave it 32, as every dynamic axis, beside 32
+    past and 32 new tokens; the model failed on all of them (build: "the batch-axis check did
+    not run", "the precision check did not run"; `edgeserve invoke` of init's sample: a 422).
+    They give it 64 now, and the door refuses a request whose mask is not that long."""
+    model = decoder_step_model(tmp_path / "decoder.onnx")
+    source = tmp_path / "fn"
+    assert main(["init", str(source), "--model", str(model)]) == 0
+    request = source / "samples" / "request.json"
+    sample = {name: np.array(value) for name, value in json.loads(request.read_text()).items()}
+    assert sample["attention_mask"].shape == (1, 64)
+    assert (sample["input_ids"].shape, sample["past_key_values.0.key"].shape) == (
+        (1, 32),
+        (1, 1, 32, 4),
+    )
+    assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
+    assert "did not run" not in capsys.readouterr().out
+    feeds = {
+        name: value.astype(np.int64 if name in ("input_ids", "attention_mask") else np.float32)
+        for name, value in sample.items()
+    }
+    want = ort.InferenceSession(str(model)).run(None, feeds)
+    short = {**feeds, "attention_mask": feeds["attention_mask"][:, :40]}
+    with running(tmp_path / "out", "--workers", "1") as (url, _):
+        assert main(["invoke", url, "--file", str(request)]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        refused = httpx.post(f"{url}/v2/models/fn/infer", json=v2_body(short), timeout=30)
+    for name, value in zip(("logits", "present.0.key", "present.0.value"), want, strict=True):
+        np.testing.assert_allclose(answer[name], value, rtol=2e-2, atol=2e-2)
+    assert (refused.status_code, refused.json()) == (400, {
+        "error": "input `attention_mask` axis 1: 40: the model names it `past_sequence_length "
+        "+ sequence_length`: expected 64, `past_key_values.0.key` axis 2 (32) + `input_ids` "
+        "axis 1 (32)"
+    })  # fmt: skip
+
+
+def v2_body(tensors: dict[str, np.ndarray]) -> dict[str, object]:
+    datatypes = {"int64": "INT64", "float32": "FP32"}
+    return {
+        "inputs": [
+            {
+                "name": name,
+                "datatype": datatypes[value.dtype.name],
+                "shape": list(value.shape),
+                "data": value.ravel().tolist(),
+            }
+            for name, value in tensors.items()
+        ]
+    }

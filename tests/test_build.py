@@ -158,6 +158,7 @@ def test_the_bundle_holds_the_layout_and_edgeserve_json_records_it(
             }
         ],
         "tied": [],
+        "summed": [],
     }
     assert meta["targets"] == {
         "local": {"platform": "cpu", "backends": ["openvino", "onnxruntime"]},

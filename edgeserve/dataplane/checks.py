@@ -22,7 +22,7 @@ from edgeserve import datatypes
 from edgeserve.backends import BY_NAME
 from edgeserve.errors import InvalidInput, echo, echo_json
 from edgeserve.shapes import UNBOUNDED, ShapeProfile, ShapeRange
-from edgeserve.types import Signature, TensorDict, TensorSpec, TiedDim
+from edgeserve.types import Signature, SummedDim, TensorDict, TensorSpec, TiedDim
 
 
 class InputChecks:
@@ -99,9 +99,14 @@ class InputChecks:
             checked[fits.name] = array
         self._check_values(checked)
         self._check_rows(checked)
-        for tie in self.signature.tied:
-            _check_tied(tie, checked)
+        self._check_named_dims(checked)
         return checked
+
+    def _check_named_dims(self, inputs: TensorDict) -> None:
+        for tie in self.signature.tied:
+            _check_tied(tie, inputs)
+        for summed in self.signature.summed:
+            _check_summed(summed, inputs)
 
     def _check_sendable(self, inputs: TensorDict) -> None:
         sent = sorted(self._fixed.intersection(inputs))
@@ -142,8 +147,7 @@ class InputChecks:
         }
         self._check_values(checked)
         self._check_rows(checked)
-        for tie in self.signature.tied:
-            _check_tied(tie, checked)
+        self._check_named_dims(checked)
         for name, allowed in self._ranged:
             self._check_range(name, checked[name].shape, allowed)
         return checked
@@ -239,6 +243,24 @@ def _check_tied(tie: TiedDim, inputs: TensorDict) -> None:
         raise InvalidInput(
             f"inputs {found}: the model names these axes `{tie.name}`, one size: expected "
             "the same size on each"
+        )
+
+
+def _check_summed(summed: SummedDim, inputs: TensorDict) -> None:
+    """A decoder's attention_mask as long as its past and new tokens together: otherwise the
+    model failed with a 422 in its kernels' words ("Attempting to broadcast an axis by a
+    dimension other than 1. 32 by 64")."""
+    (name, axis), places = summed.place, (*summed.terms, summed.place)
+    if not all(place in inputs for place, _ in places):
+        return
+    sizes = [inputs[term].shape[at] for term, at in summed.terms]
+    expected, size = summed.constant + sum(sizes), inputs[name].shape[axis]
+    if size != expected:
+        added = [f"`{t}` axis {at} ({n})" for (t, at), n in zip(summed.terms, sizes, strict=True)]
+        added += [str(summed.constant)] if summed.constant else []
+        raise InvalidInput(
+            f"input `{name}` axis {axis}: {size}: the model names it `{summed.name}`: expected "
+            f"{expected}, {' + '.join(added)}"
         )
 
 
