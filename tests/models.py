@@ -803,3 +803,57 @@ def decoder_step_model(path: Path, width: int = 4, vocab: int = 10) -> Path:
         ],
     )
     return _save(graph, path)
+
+
+def half_model(path: Path, inside_only: bool = False, softmax_11: bool = False) -> Path:
+    """x [N, 16] -> y [N, 8]: MatMul and Add of float16 weights, then Relu (or, `softmax_11`,
+    opset 11's Softmax at axis 1 of y seen as [N, 2, 4], which OpenVINO 2026.4 computes over
+    axis 1 alone). FP16 in and out, or (`inside_only`) FP32 ones cast to float16 and back,
+    as a model exported in half precision behind float32 inputs is."""
+    rng = np.random.default_rng(0)
+    outside = TensorProto.FLOAT if inside_only else TensorProto.FLOAT16
+    x, y = ("x_half", "y_half") if inside_only else ("x", "y")
+    last = [helper.make_node("Relu", ["a"], [y])]
+    if softmax_11:
+        last = [
+            helper.make_node("Reshape", ["a", "grouped"], ["g"]),
+            helper.make_node("Softmax", ["g"], ["s"], axis=1),
+            helper.make_node("Reshape", ["s", "flat"], [y]),
+        ]
+    nodes = [
+        helper.make_node("MatMul", [x, "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["a"]),
+        *last,
+    ]
+    if inside_only:
+        nodes.insert(0, helper.make_node("Cast", ["x"], [x], to=TensorProto.FLOAT16))
+        nodes.append(helper.make_node("Cast", [y], ["y"], to=TensorProto.FLOAT))
+    graph = helper.make_graph(
+        nodes,
+        "half",
+        [helper.make_tensor_value_info("x", outside, ["N", 16])],
+        [helper.make_tensor_value_info("y", outside, ["N", 8])],
+        [
+            numpy_helper.from_array(rng.normal(0, 0.5, (16, 8)).astype(np.float16), "w"),
+            numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float16), "b"),
+            numpy_helper.from_array(np.array([0, 2, 4], np.int64), "grouped"),
+            numpy_helper.from_array(np.array([0, 8], np.int64), "flat"),
+        ],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 11 if softmax_11 else 17)], ir_version=8
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def dynamic_quantized_model(path: Path) -> Path:
+    """edgeserve's demo MLP quantized as ONNX Runtime's `quantize_dynamic` does it:
+    DynamicQuantizeLinear, MatMulInteger, int8 weights."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    from edgeserve.modelgen import mlp_model as demo_mlp
+
+    quantize_dynamic(str(demo_mlp(path.with_suffix(".float.onnx"))), str(path))
+    return path

@@ -19,6 +19,8 @@ from tests.models import (
     W_CONSTANT,
     constant_weights_model,
     decoder_step_model,
+    dynamic_quantized_model,
+    half_model,
     oddly_named_model,
     quantized_model,
     top_k_model,
@@ -175,3 +177,45 @@ def v2_body(tensors: dict[str, np.ndarray]) -> dict[str, object]:
             for name, value in tensors.items()
         ]
     }
+
+
+def init_at_fp32(source: Path, model: Path) -> Path:
+    """`edgeserve init`, the manifest then asking for fp32 (no bf16 drift to measure)."""
+    assert main(["init", str(source), "--model", str(model)]) == 0
+    with (source / "function.toml").open("a") as manifest:
+        manifest.write('\n[backend]\nprecision = "fp32"\n')
+    return source
+
+
+KEPT = {
+    "fp16 in and out": half_model,
+    "fp32 in and out, fp16 inside": lambda path: half_model(path, inside_only=True),
+    "quantize_dynamic's int8": dynamic_quantized_model,
+    "quantize_static's Q/DQ int8": quantized_model,
+}
+
+
+@pytest.mark.parametrize("kind", KEPT)
+def test_openvino_answering_fp16_and_int8_models_as_onnx_runtime_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Build's agreement check (backends/agreement.py) compares OpenVINO with ONNX Runtime at
+    fp32 within 1e-4 of an output's largest value (1e-2 for FP16 outputs): these models differ
+    by 0 to 3e-5 of it, measured with OpenVINO 2026.4, so OpenVINO stays planned."""
+    source = init_at_fp32(tmp_path / "fn", KEPT[kind](tmp_path / "m.onnx"))
+    assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
+    assert "openvino refuses" not in capsys.readouterr().out
+    plan = json.loads((tmp_path / "out" / "edgeserve.json").read_text())
+    assert plan["targets"]["local"]["backends"] == ["openvino", "onnxruntime"]
+
+
+def test_openvino_answering_an_fp16_model_wrong_is_planned_past(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FP16's wider tolerance still catches a wrong answer: opset 11's Softmax, which OpenVINO
+    computes over one axis where ONNX flattens two (probabilities off by up to 0.5)."""
+    source = init_at_fp32(tmp_path / "fn", half_model(tmp_path / "m.onnx", softmax_11=True))
+    assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "openvino refuses the model, so the bundle plans onnxruntime only: openvino " in said
+    assert "answers output `y` up to" in said
