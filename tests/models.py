@@ -665,23 +665,56 @@ def determinant_model(path: Path) -> Path:
     return _save(graph, path)
 
 
-def quantized_model(path: Path, quant_format: str = "QDQ") -> Path:
-    """`conv_model` quantized to int8 as ONNX Runtime's `quantize_static` does it, calibrated on
-    8 seeded random images: QDQ (QuantizeLinear/DequantizeLinear pairs around the float Conv and
-    Gemm) or QOperator (QLinearConv, com.microsoft's QGemm)."""
+def quantized_model(path: Path, quant_format: str = "QDQ", per_pixel: bool = False) -> Path:
+    """`conv_model` (or, `per_pixel`, `pixels_model`) quantized to int8 as ONNX Runtime's
+    `quantize_static` does it, calibrated on 8 seeded random images: QDQ (QuantizeLinear/
+    DequantizeLinear pairs around the float ops) or QOperator (QLinearConv, com.microsoft's
+    QGemm)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    size = 32 if per_pixel else 16
 
     class Images(CalibrationDataReader):
         def __init__(self) -> None:
             rngs = (np.random.default_rng(seed) for seed in range(8))
-            self.batches = iter({"image": r.random((2, 3, 16, 16), np.float32)} for r in rngs)
+            self.batches = iter({"image": r.random((2, 3, size, size), np.float32)} for r in rngs)
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.batches, None)
 
-    source = conv_model(path.with_suffix(".float.onnx"))
+    floats = path.with_suffix(".float.onnx")
+    source = pixels_model(floats) if per_pixel else conv_model(floats)
     quantize_static(str(source), str(path), Images(), quant_format=QuantFormat[quant_format])
     return path
+
+
+def pixels_model(path: Path, channels: int = 8, seed: int = 6) -> Path:
+    """image FP32 [N, 3, 32, 32] -> features FP32 [N, channels, 32, 32]: three Conv + Relu, an
+    answer per pixel (as a segmentation model's). Seed 6: quantized, OpenVINO 2026.4 answers
+    a few of its pixels one int8 step away from ONNX Runtime (seeds 0 to 5 and 7: none)."""
+    rng = np.random.default_rng(seed)
+    nodes, weights, x = [], [], "image"
+    for layer, given in enumerate((3, channels, channels)):
+        k = rng.normal(0, 1 / np.sqrt(given * 9), (channels, given, 3, 3)).astype(np.float32)
+        b = rng.normal(0, 0.1, channels).astype(np.float32)
+        weights += [
+            numpy_helper.from_array(k, f"k{layer}"),
+            numpy_helper.from_array(b, f"b{layer}"),
+        ]
+        nodes += [
+            helper.make_node("Conv", [x, f"k{layer}", f"b{layer}"], [f"c{layer}"], pads=[1] * 4),
+            helper.make_node("Relu", [f"c{layer}"], [f"r{layer}"]),
+        ]
+        x = f"r{layer}"
+    nodes.append(helper.make_node("Identity", [x], ["features"]))
+    graph = helper.make_graph(
+        nodes,
+        "pixels",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, 32, 32])],
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", channels, 32, 32])],
+        weights,
+    )
+    return _save(graph, path)
 
 
 def oddly_named_model(path: Path) -> Path:

@@ -192,6 +192,12 @@ KEPT = {
     "fp32 in and out, fp16 inside": lambda path: half_model(path, inside_only=True),
     "quantize_dynamic's int8": dynamic_quantized_model,
     "quantize_static's Q/DQ int8": quantized_model,
+    "quantize_static's QOperator int8, an answer per pixel": lambda path: quantized_model(
+        path, "QOperator", per_pixel=True
+    ),
+    "quantize_static's Q/DQ int8, an answer per pixel": lambda path: quantized_model(
+        path, per_pixel=True
+    ),
 }
 
 
@@ -200,8 +206,11 @@ def test_openvino_answering_fp16_and_int8_models_as_onnx_runtime_is_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
 ) -> None:
     """Build's agreement check (backends/agreement.py) compares OpenVINO with ONNX Runtime at
-    fp32 within 1e-4 of an output's largest value (1e-2 for FP16 outputs): these models differ
-    by 0 to 3e-5 of it, measured with OpenVINO 2026.4, so OpenVINO stays planned."""
+    fp32 within 1e-4 of an output's largest value (1e-2 for FP16 outputs, and for a model that
+    quantizes its activations): these models differ by 0 to 3e-5 of it, measured with
+    OpenVINO 2026.4, but for the conv nets answering per pixel, where OpenVINO lands one int8
+    step away (0.4%) on a few pixels: build planned past OpenVINO for them ("openvino answers
+    output `features` up to 0.0036 other than ONNX Runtime"). OpenVINO stays planned."""
     source = init_at_fp32(tmp_path / "fn", KEPT[kind](tmp_path / "m.onnx"))
     assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
     assert "openvino refuses" not in capsys.readouterr().out

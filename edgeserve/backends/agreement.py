@@ -25,12 +25,23 @@ from edgeserve.backends.onnxruntime import OnnxRuntime
 from edgeserve.backends.options import LoadOptions
 from edgeserve.datatypes import DATATYPES, as_numbers
 from edgeserve.errors import EdgeserveError
+from edgeserve.modelfile import op_types
 from edgeserve.samples import MASK_WORD, example_inputs
 from edgeserve.types import Backend, Signature, TensorDict, TensorSpec
 
 ROWS = 3
 TOLERANCE = {"FP16": 1e-2, "BF16": 1e-2}
 """Relative to the largest value of the output; 1e-4 for the other floats, integers exact."""
+QUANTIZED_TOLERANCE = 1e-2
+"""The same for the float outputs of a model that quantizes its activations to 8 bits: its
+values lie on steps, and OpenVINO (a float op between dequantizing and quantizing again, where
+ONNX Runtime computes in integers) lands one step away now and then. ONNX Runtime's
+quantize_static made 3- and 6-layer conv nets whose per-pixel outputs OpenVINO 2026.4 answered
+one step off (0.0036, 0.4% of the largest value) on a few pixels, and build planned past it."""
+QUANTIZING_OPS = frozenset(
+    {"QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
+     "ConvInteger"}
+)  # fmt: skip
 
 
 def disagreement(
@@ -44,13 +55,14 @@ def disagreement(
     except EdgeserveError:  # nothing to compare with: build says so of ONNX Runtime itself
         return None
     other = load(model, options)
+    floor = QUANTIZED_TOLERANCE if op_types(model) & QUANTIZING_OPS else 0.0
     try:
         for wide in (False, True):
             batch = _random(signature, wide)
             want, again, got = (_answer(e, batch, signature) for e in (reference, reference, other))
             if want is None or again is None or got is None or not _same(want, again):
                 continue
-            if found := _first_difference(want, got, signature):
+            if found := _first_difference(want, got, signature, floor):
                 return f"{name} answers {found} than ONNX Runtime on random inputs"
     finally:
         reference.close()
@@ -69,8 +81,11 @@ def _same(one: TensorDict, two: TensorDict) -> bool:
     return all(np.array_equal(one[n], two[n], equal_nan=one[n].dtype.kind == "f") for n in one)
 
 
-def _first_difference(want: TensorDict, got: TensorDict, signature: Signature) -> str | None:
-    """`output y`'s difference, as "0.557 further from", or None where every output agrees."""
+def _first_difference(
+    want: TensorDict, got: TensorDict, signature: Signature, floor: float = 0.0
+) -> str | None:
+    """`output y`'s difference, as "0.557 further from", or None where every output agrees
+    (floats within their datatype's tolerance, or `floor` where that is wider)."""
     for spec in signature.outputs:
         a, b = want[spec.name], got[spec.name]
         if a.shape != b.shape:
@@ -80,7 +95,7 @@ def _first_difference(want: TensorDict, got: TensorDict, signature: Signature) -
                 return f"output `{spec.name}` with other values ({_count(a != b)})"
             continue
         scale = float(np.nanmax(np.abs(a[np.isfinite(a)]), initial=1.0))
-        allowed = TOLERANCE.get(spec.datatype, 1e-4) * max(scale, 1.0)
+        allowed = max(TOLERANCE.get(spec.datatype, 1e-4), floor) * max(scale, 1.0)
         if not np.allclose(a, b, rtol=0, atol=allowed, equal_nan=True):
             diff = float(np.nanmax(np.abs(a.astype(np.float64) - b)))
             return f"output `{spec.name}` up to {diff:.3g} other"
