@@ -58,7 +58,10 @@ def shape_profile(
     opt_batch = max(preferred_batch_sizes, default=max_batch_size)
     profile = {}
     for spec in (spec for spec in signature.required if spec.ranked):  # else: any shape
-        ranges = [_dim_range(dim, dynamic_dim) for dim in spec.dims]
+        ranges = [
+            _dim_range(dim, dynamic_dim, (spec.name, axis) in signature.may_be_empty)
+            for axis, dim in enumerate(spec.dims)
+        ]
         ranges = [_bounded(r, axis, spec.min_dims, spec.max_dims) for axis, r in enumerate(ranges)]
         if signature.batched and spec.dims and max_batch_size > 0:
             ranges[0] = (1, opt_batch, max_batch_size)
@@ -83,9 +86,10 @@ def _bounded(
     return lo, opt, hi
 
 
-def _dim_range(dim: int, dynamic: tuple[int, int, int]) -> tuple[int, int, int]:
+def _dim_range(dim: int, dynamic: tuple[int, int, int], empty: bool) -> tuple[int, int, int]:
+    """`empty`: a dynamic dim that may be 0 (`Signature.may_be_empty`)."""
     if dim == -1:
-        return dynamic
+        return (0, *dynamic[1:]) if empty else dynamic
     if dim < 0:
         raise ConfigError(f"dimension {dim} is neither fixed nor -1 (dynamic)")
     return (dim, dim, dim)

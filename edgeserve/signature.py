@@ -233,8 +233,11 @@ def _spec(
             "a request may send)"
         )
     low, high = (
-        _size_bounds(f"{field}.{key}", dims, bound, where)
-        for key, bound in (("min_dims", override.min_dims), ("max_dims", override.max_dims))
+        _size_bounds(f"{field}.{key}", dims, bound, where, least)
+        for key, bound, least in (
+            ("min_dims", override.min_dims, 0),  # 0: an empty axis (a decoder's first past)
+            ("max_dims", override.max_dims, 1),
+        )
     )
     if low and high and any(lo > hi >= 0 for lo, hi in zip(low, high, strict=True)):
         raise ConfigError(
@@ -282,17 +285,18 @@ def _labels(field: str, name: str | None, where: Path) -> tuple[str, ...]:
 
 
 def _size_bounds(
-    field: str, dims: tuple[int, ...], bound: tuple[int, ...] | None, where: Path
+    field: str, dims: tuple[int, ...], bound: tuple[int, ...] | None, where: Path, least: int
 ) -> tuple[int, ...] | None:
     """A size per axis for the dynamic dims (-1: none), the fixed ones left as they are."""
     if bound is None:
         return None
     fits = len(bound) == len(dims) and all(
-        b == -1 or (b >= 1 and d in (-1, b)) for d, b in zip(dims, bound, strict=False)
+        b == -1 or (b >= least and d in (-1, b)) for d, b in zip(dims, bound, strict=False)
     )
     if not fits:
         raise ConfigError(
-            f"{where}: field `{field}`: found {list(bound)}, expected one size >= 1 per axis of "
+            f"{where}: field `{field}`: found {list(bound)}, expected one size >= {least} per "
+            "axis of "
             f"the dims {list(dims)}, or -1 for none (a fixed dim keeps its size)"
         )
     return bound

@@ -127,6 +127,15 @@ class Signature:
         )
 
     @functools.cached_property
+    def may_be_empty(self) -> frozenset[tuple[str, int]]:
+        """Input axes a sum's terms name (`SummedDim`), where the model names them alike too:
+        an optimum decoder's first step sends its past_key_values with a past of 0 tokens,
+        which the shape profile (from 1) refused with a 400 on every backend."""
+        terms = {place for summed in self.summed for place in summed.terms}
+        tied = (tie.axes for tie in self.tied if terms.intersection(tie.axes))
+        return frozenset(terms.union(*tied))
+
+    @functools.cached_property
     def tied_first(self) -> dict[str, str]:
         """Inputs whose first dim is named on a later axis too (`x` [N, N]), with that name:
         they have no batch axis (ties hold first axes only where the model does not batch)."""

@@ -170,11 +170,19 @@ class InputChecks:
             low, high = allowed.min[axis], allowed.max[axis]
             if shape[axis] < low or (high != UNBOUNDED and shape[axis] > high):
                 top = "any" if high == UNBOUNDED else str(high)
+                empty = shape[axis] == 0
                 raise InvalidInput(
                     f"tensor `{name}`: shape {list(shape)} is outside the range this model was "
                     f"loaded for: axis {axis} is {shape[axis]}, allowed {low}..{top} "
                     f"(shapes {list(allowed.min)} .. {list(allowed.max)})"
+                    + (f". {EMPTY_AXIS_HINT.format(name=name, axis=axis)}" if empty else "")
                 )
+
+
+EMPTY_AXIS_HINT = (
+    "Hint: to serve an empty axis, set `min_dims` of input `{name}` in the manifest ([model."
+    "inputs]): 0 on axis {axis}, -1 on the others"
+)
 
 
 @dataclass(frozen=True)
