@@ -792,6 +792,8 @@ def decoder_step_model(path: Path, width: int = 4, vocab: int = 10) -> Path:
         ),
         helper.make_node("Transpose", ["present.0.key"], ["keys"], perm=[0, 1, 3, 2]),
         helper.make_node("MatMul", ["new", "keys"], ["scores"]),  # [b, 1, seq, total]
+    ]
+    masked = [
         helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
         helper.make_node("Unsqueeze", ["mask", "middle"], ["mask_4d"]),  # [b, 1, 1, total]
         helper.make_node("Add", ["scores", "mask_4d"], ["masked"]),
@@ -801,7 +803,7 @@ def decoder_step_model(path: Path, width: int = 4, vocab: int = 10) -> Path:
         helper.make_node("MatMul", ["context_3d", "unembedding"], ["logits"]),
     ]
     graph = helper.make_graph(
-        nodes,
+        [*nodes, *masked],
         "decoder_step",
         [
             helper.make_tensor_value_info(
