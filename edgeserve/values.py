@@ -252,18 +252,16 @@ def _past_64_bits(value: Any) -> Any:
     return [int(v) if v in whole else v for v in value] if whole else value
 
 
-def check_bools(data: bytes | memoryview, where: str) -> None:
-    """BOOL data that arrives as bytes (binary tensors, shared memory, msgpack arrays) holds 0 or
-    1 in each: numpy takes any other byte as a bool that is neither (2 prints True but sums as
-    2), and a backend reads it as C++ does, where such a bool has no defined meaning. One pass
-    over the bytes (numpy's max), another only to find the first bad one."""
+def read_bools(data: bytes | memoryview) -> np.ndarray:
+    """BOOL data that arrives as bytes (binary tensors, shared memory, msgpack arrays) as a bool
+    array, any byte but 0 read as true, as C++ and Triton's backends read a bool: numpy views a
+    byte of 2 as a bool that prints True but sums as 2, and perf_analyzer's random data (its
+    default) fills BOOL tensors with random bytes. Zero-copy when every byte is 0 or 1 (one
+    pass: numpy's max); else one copy, made of 0s and 1s."""
     raw = np.frombuffer(data, np.uint8)
     if raw.size and raw.max() > 1:
-        at = int(np.argmax(raw > 1))
-        raise InvalidInput(
-            f"{where}: BOOL data: byte {at} is {raw[at]}; expected 0 (false) or 1 (true) in each "
-            "byte"
-        )
+        return raw != 0
+    return raw.view(np.bool_)
 
 
 def is_count(value: Any) -> bool:

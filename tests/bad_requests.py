@@ -129,23 +129,6 @@ def binary_fp32(size: Any, tail: bytes, header_length: str | None = None) -> Bad
     )
 
 
-BOOL_WORDS = "tensor `in_BOOL`: BOOL data: byte {} is {}; expected 0 (false) or 1 (true) in each"
-
-
-def binary_bools(data: bytes) -> Bad:
-    """A request whose in_BOOL travels as binary data, `data` its bytes: numpy read a byte of 2
-    as a bool that prints True and sums as 2, and the model got it."""
-    header = v2_body(input="BOOL", data=None, parameters={"binary_data_size": len(data)})
-    bad = next(at for at, byte in enumerate(data) if byte > 1)
-    return Bad(
-        f"binary BOOL {data!r}",
-        header + data,
-        400,
-        BOOL_WORDS.format(bad, data[bad]),
-        headers={"Inference-Header-Content-Length": str(len(header))},
-    )
-
-
 def binary_twice() -> Bad:
     """A binary request whose input gives binary_data_size twice: 4 bytes, then 12."""
     good = binary_fp32(12, b"\0" * 12)
@@ -711,8 +694,6 @@ CORPUS: list[Bad] = [
     replace(binary_fp32(12.0, b"\0" * 12), words="binary_data_size: expected a non-negative"),
     binary_fp32(2**63, b"\0" * 12),
     respelled(lambda length: f"+{length}"),
-    binary_bools(b"\x01\x02\x00"),
-    binary_bools(b"\x00\x01\xff"),
     respelled(lambda length: f"{length // 10}_{length % 10}"),
     # encodings and sizes: bombs and lies
     Bad("gzip bomb", gzip.compress(b"\0" * (LIMIT * 64)), 413, "over the limit", headers=GZIP),
@@ -948,12 +929,6 @@ CORPUS: list[Bad] = [
         MSGPACK,
     ),
     to_invoke("msgpack ext complex", payload(FP32=array_ext(">c8")), "dtype '>c8' has no", MSGPACK),
-    to_invoke(
-        "msgpack ext BOOL holding 7",
-        payload(BOOL=ext(_msgpack(["|b1", [1, 3], b"\x01\x07\x00"]))),
-        f"tensor `in_BOOL`: {EXT}: BOOL data: byte 1 is 7; expected 0 (false) or 1 (true)",
-        MSGPACK,
-    ),
     *(  # numpy took them, then failed making them str: a 422 blaming the model, or a 500
         # (SystemError: "invalid maximum character passed to PyUnicode_New")
         to_invoke(
@@ -1167,8 +1142,8 @@ LONG_STRINGS: list[Bad] = [
     to_invoke("invoke input name", payload() | {LONG: 1}, f"unknown ['{CUT}']"),
     to_invoke(
         "input name of a msgpack array",
-        payload() | {LONG: ext(_msgpack(["|b1", [1], b"\x07"]))},
-        f"tensor `{CUT}`: {EXT}: BOOL data: byte 0 is 7",
+        payload() | {LONG: ext(_msgpack(["|b1", [1], b"\x01\x00"]))},
+        f"tensor `{CUT}`: {EXT}: |b1 [1] needs 1 bytes, its data has 2",
         MSGPACK,
     ),
 ]

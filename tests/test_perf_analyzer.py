@@ -57,21 +57,21 @@ def perf_analyzer_env() -> dict[str, str]:
     return {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(paths)}
 
 
-def perf_analyzer(url: str, *args: str) -> tuple[int, str]:
-    """Run perf_analyzer against the `varlen` model at `url`: its exit code and output."""
+def perf_analyzer(url: str, *args: str, model: str = "varlen") -> tuple[int, str]:
+    """Run perf_analyzer against `model` at `url`: its exit code and output."""
     beside = Path(sys.executable).parent / "perf_analyzer"  # the venv's bin, on PATH or not
     binary = str(beside) if beside.exists() else shutil.which("perf_analyzer")
     assert binary, "perf_analyzer is missing: it ships in tritonclient==2.41.0 (the dev extra)"
-    command = [binary, "-m", "varlen", "-u", url.removeprefix("http://"), *SHORT, *args]
+    command = [binary, "-m", model, "-u", url.removeprefix("http://"), *SHORT, *args]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=120, env=perf_analyzer_env()
     )
     return done.returncode, done.stdout + done.stderr
 
 
-def run_perf_analyzer(url: str, *args: str) -> str:
+def run_perf_analyzer(url: str, *args: str, model: str = "varlen") -> str:
     """perf_analyzer's output, failing the test on a non-zero exit."""
-    code, output = perf_analyzer(url, *args)
+    code, output = perf_analyzer(url, *args, model=model)
     assert code == 0, f"perf_analyzer {' '.join(args)} failed:\n{output}"
     return output
 

@@ -38,7 +38,7 @@ def from_raw(
         return _unframe_bytes(where, chunk, count).reshape(shape)
     check_size(where, datatype, shape, len(chunk))
     if datatype.name == "BOOL":
-        values.check_bools(chunk, where)
+        return values.read_bools(chunk).reshape(shape)
     return np.frombuffer(chunk, dtype=datatype.numpy.newbyteorder("<")).reshape(shape)
 
 

@@ -151,7 +151,7 @@ def _unpack_ext(code: int, data: bytes) -> Any:
             f"{where}: {dtype.str} {list(dims)} needs {needed} bytes, its data has {len(raw)}"
         )
     if dtype.kind == "b":
-        values.check_bools(raw, where)
+        return values.read_bools(raw).reshape(dims)
     if dtype.kind == "U":
         _check_code_points(raw, dtype, where)
     array = np.frombuffer(raw, dtype=dtype).reshape(dims)
