@@ -1,21 +1,28 @@
 """Clients as users run them, on what they send that the other tests do not: perf_analyzer's
-default random data on a model with a BOOL input.
+default random data on a model with a BOOL input, and tritonclient's sequence parameters.
 One `edgeserve serve --grpc-port 0` of the Identity model of every datatype serves them all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 
 import httpx
 import orjson
 import pytest
+import tritonclient.grpc as triton_grpc
+import tritonclient.http as triton_http
+from tritonclient.utils import InferenceServerException
 
 from tests.server import running
-from tests.test_grpc import grpc_url, identity_function
+from tests.test_grpc import every_input, grpc_url, identity_function
 from tests.test_perf_analyzer import run_perf_analyzer
 from tests.test_tritonclient import RUN_BY_ORT
+from tests.test_tritonclient import every_input as http_inputs
 from tests.test_v2_codec import SAMPLES
+
+STATELESS = "this function serves stateless requests"
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +71,24 @@ def _json_input(datatype: str) -> dict[str, object]:
         "shape": list(data.shape),
         "data": values,
     }
+
+
+@pytest.mark.parametrize(
+    "sequence", [{"sequence_id": 7}, {"sequence_id": "s", "sequence_end": True}]
+)
+def test_a_sequence_is_refused_as_stateless(
+    urls: tuple[str, str], sequence: dict[str, object]
+) -> None:
+    """tritonclient's sequence_id (with its start and end flags) asks for state kept between
+    requests, which only a sequence batcher keeps: the requests ran as unrelated ones and
+    answered 200, so a client streaming audio or tokens never learnt that nothing was kept."""
+    with closing(triton_http.InferenceServerClient(urls[0].removeprefix("http://"))) as http:
+        with pytest.raises(InferenceServerException) as over_http:
+            http.infer("identity", http_inputs(True), **sequence)  # type: ignore[arg-type]
+        assert over_http.value.status() == "400" and STATELESS in str(over_http.value)
+        http.infer("identity", http_inputs(True), sequence_id=0)  # 0: no sequence
+    with closing(triton_grpc.InferenceServerClient(urls[1])) as grpc:
+        with pytest.raises(InferenceServerException) as over_grpc:
+            grpc.infer("identity", every_input(), **sequence)  # type: ignore[arg-type]
+        assert over_grpc.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert STATELESS in str(over_grpc.value)
