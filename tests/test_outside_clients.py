@@ -1,10 +1,16 @@
 """Clients as users run them, on what they send that the other tests do not: perf_analyzer's
-default random data on a model with a BOOL input, and tritonclient's sequence parameters.
-One `edgeserve serve --grpc-port 0` of the Identity model of every datatype serves them all.
+default random data on a model with a BOOL input, tritonclient's sequence parameters, and a
+burst of connections while the fronts are busy. One `edgeserve serve --grpc-port 0 --workers 2`
+of the Identity model of every datatype serves them all.
 """
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import closing
 
@@ -15,21 +21,31 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
-from tests.server import running
+from tests.server import Server, running
 from tests.test_grpc import every_input, grpc_url, identity_function
 from tests.test_perf_analyzer import run_perf_analyzer
 from tests.test_tritonclient import RUN_BY_ORT
 from tests.test_tritonclient import every_input as http_inputs
 from tests.test_v2_codec import SAMPLES
+from tests.test_workers import children
 
 STATELESS = "this function serves stateless requests"
+BURST = 1000
+"""Connections in the burst: more than the channels of two fronts held here (their kernel
+buffers; 888 of a burst of 3,000 were closed while the fronts served pipelined requests)."""
 
 
 @pytest.fixture(scope="module")
-def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """(HTTP base URL, gRPC address) of one server."""
-    with running(identity_function(tmp_path_factory), "--grpc-port", "0") as (url, server):
-        yield url, grpc_url(server)
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Server]]:
+    source = identity_function(tmp_path_factory)
+    with running(source, "--grpc-port", "0", "--workers", "2") as (url, server):
+        yield url, server
+
+
+@pytest.fixture(scope="module")
+def urls(served: tuple[str, Server]) -> tuple[str, str]:
+    """(HTTP base URL, gRPC address) of the server."""
+    return served[0], grpc_url(served[1])
 
 
 @pytest.mark.parametrize("protocol", [("-i", "http"), ("-i", "grpc", "--streaming")])
@@ -92,3 +108,33 @@ def test_a_sequence_is_refused_as_stateless(
             grpc.infer("identity", every_input(), **sequence)  # type: ignore[arg-type]
         assert over_grpc.value.status() == "StatusCode.INVALID_ARGUMENT"
         assert STATELESS in str(over_grpc.value)
+
+
+def test_a_burst_of_connections_while_the_fronts_are_busy_is_answered(
+    served: tuple[str, Server],
+) -> None:
+    """The supervisor hands each connection to a front over a channel that holds a few
+    (net.unix.max_dgram_qlen: 10 by default): while both fronts' event loops were busy, a burst
+    of connections past that was closed unanswered ("no front could take a connection"). Both
+    fronts are stopped here for the burst, then go on; every connection gets its answer."""
+    url, server = served
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2 * BURST:  # 1024 by default on many systems
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * BURST), hard))
+    host, port = url.removeprefix("http://").split(":")
+    fronts = children(server)["front"]
+    for pid in fronts:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        clients = [socket.create_connection((host, int(port)), timeout=30) for _ in range(BURST)]
+        for client in clients:
+            client.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: burst\r\n\r\n")
+        time.sleep(0.5)  # the supervisor accepts them meanwhile
+    finally:
+        for pid in fronts:
+            os.kill(pid, signal.SIGCONT)
+    answers = []
+    for client in clients:
+        with client:
+            answers.append(client.recv(64).split(b"\r\n")[0])
+    assert answers == [b"HTTP/1.1 200 OK"] * BURST

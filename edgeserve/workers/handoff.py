@@ -24,6 +24,7 @@ import selectors
 import socket
 import ssl
 import time
+from collections import deque
 from functools import partial
 from typing import Any
 
@@ -37,6 +38,12 @@ ACCEPT_BURST = 256
 """Connections accepted in one turn of the supervisor before it looks at its children again."""
 TAKE_BURST = 64
 """Connections a front takes from its channel in one turn of its event loop."""
+HELD_RETRY_S = 0.005
+"""How often connections no front could take yet are offered again."""
+MAX_HELD = 8192
+"""The most connections the supervisor holds while every front's channel is full (beyond, they
+wait in the listening socket's backlog). A channel takes a few hundred; while the fronts are busy,
+a burst of connections overflowed the backlog (2048) and the kernel reset them."""
 
 
 class Dispatcher:
@@ -50,6 +57,7 @@ class Dispatcher:
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ)
         self._random = np.random.default_rng()
+        self._held: deque[socket.socket] = deque()  # accepted; no channel had room for them yet
 
     def channel(self, front: int) -> socket.socket:
         """A new channel to front `front`, whose end the front's process inherits (the
@@ -71,16 +79,28 @@ class Dispatcher:
         if not self.board.slots()[:, ACCEPTING].any():
             time.sleep(timeout_s)
             return
-        if self._selector.select(timeout_s):
+        if self._held:  # every channel was full: offer them again shortly
+            time.sleep(min(timeout_s, HELD_RETRY_S))
+            self._hand_over()
+        elif self._selector.select(timeout_s):
             self._hand_over()
 
     def close(self) -> None:
         """No new connections (SIGTERM): the fronts drain those they hold."""
         self._selector.close()
         self.listener.close()
+        while self._held:
+            self._held.popleft().close()
 
     def _hand_over(self) -> None:
+        """Connections held back first, in order, then new ones, held behind them while no
+        channel has room (up to MAX_HELD; the rest wait in the backlog)."""
+        held = self._held
+        while held and self._send(held[0]):
+            held.popleft().close()  # the front holds its own copy once sent
         for _ in range(ACCEPT_BURST):
+            if len(held) >= MAX_HELD:
+                return
             try:
                 conn, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -88,12 +108,16 @@ class Dispatcher:
             except OSError as exc:  # out of file descriptors, or the client gave up first
                 log.warning("accepting a connection failed: %s", exc)
                 return
-            with conn:  # the front holds its own copy once sent
-                self._send(conn)
+            if held or not self._send(conn):
+                held.append(conn)
+            else:
+                conn.close()
 
-    def _send(self, conn: socket.socket) -> None:
+    def _send(self, conn: socket.socket) -> bool:
         """To the accepting front with the fewest open connections; ties at random (a fixed
-        turn would pin to one front a client whose connections alternate between two kinds)."""
+        turn would pin to one front a client whose connections alternate between two kinds).
+        False when none could take it now: every channel full, as when the fronts' event loops
+        are busy under a burst of connections (it was closed unanswered; now it is held)."""
         slots, fronts = self.board.slots(), self.board.fronts
         held = slots[:, HANDED] - slots[:, CLOSED]
         for front in np.argsort(held * fronts + self._random.permutation(fronts)):
@@ -107,8 +131,8 @@ class Dispatcher:
             except OSError:  # its channel is full (the front is stuck) or it has just died
                 slot[HANDED] -= 1
                 continue
-            return
-        log.warning("no front could take a connection: closed")
+            return True
+        return False
 
 
 class Receiver:
