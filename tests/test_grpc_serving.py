@@ -30,6 +30,8 @@ from tests.test_tritonclient import MANIFEST, RUN_BY_ORT
 from tests.test_v2_codec import SAMPLES
 from tests.test_workers import fronts
 
+DEADLINE_S = 0.3
+
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -178,3 +180,33 @@ def test_a_manifest_grpc_port_equal_to_its_port_is_refused(tmp_path: Path) -> No
     done = _run("serve", str(folder))
     assert done.returncode == 2
     assert "field `resources`: grpc_port 8500 is the HTTP port too (`port`)" in done.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_client_deadline_bounds_its_call_and_drops_its_item(tmp_path: Path, workers: str) -> None:
+    """tritonclient's `client_timeout` (a gRPC deadline) on a call queued behind a slow model:
+    DEADLINE_EXCEEDED once it passes, and its item dropped before it runs (gRPC cancels the
+    call, which withdraws it from the batcher, in the inference process too), as Triton drops
+    a request whose timeout passed in its queue."""
+    slow = write_function(tmp_path / "fn", slow_model, DRAIN_MANIFEST)
+    with running(slow, "--grpc-port", "0", "--workers", workers) as (_, server):
+        client = triton.InferenceServerClient(grpc_url(server))
+        x = triton.InferInput("x", [1, 1, 1024], "FP32")
+        x.set_data_from_numpy(np.full((1, 1, 1024), 0.1, np.float32))
+        started = time.monotonic()
+        client.infer("slow", [x])
+        batch_s = time.monotonic() - started
+        answers: queue.Queue[object] = queue.Queue()
+        count = min(100, math.ceil(3 * DEADLINE_S / batch_s) + 2)
+        for _ in range(count):
+            client.async_infer("slow", [x], lambda result, error: answers.put(error))
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException) as late:
+            client.infer("slow", [x], client_timeout=DEADLINE_S)
+        assert late.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        assert time.monotonic() - started < DEADLINE_S + 0.5
+        assert [answers.get(timeout=60) for _ in range(count)] == [None] * count
+        stats = client.get_inference_statistics("slow", as_json=True)["model_stats"][0]
+        client.close()
+    assert int(stats["execution_count"]) == 1 + count  # the late call's item never ran
+    assert int(stats["inference_stats"]["fail"]["count"]) == 1
