@@ -23,6 +23,7 @@ class Queue:
         await self.door.enter(time.monotonic() + deadline_s)
         order.append(name)
         self.rows += 1
+        self.door.queued()
 
     def free(self, rows: int) -> None:
         self.rows -= rows
@@ -127,3 +128,26 @@ def test_a_cancelled_waiter_leaves_the_line() -> None:
         return order
 
     assert asyncio.run(main()) == ["stays"]
+
+
+def test_a_request_let_in_holds_its_row_until_it_queues_or_ends() -> None:
+    """A burst at an empty queue: a queue's worth walk in, the next waits in line, bodies
+    unread, though no row is queued yet; one that ends without queueing (a bad body) frees its
+    row for whoever comes next."""
+
+    async def main() -> None:
+        door, done_reading = Door(lambda: 1, 1, wait_s=0.05), asyncio.Event()
+
+        async def let_in_then_fails() -> None:
+            await door.enter(time.monotonic() + 5)
+            await done_reading.wait()  # reading its body, which turns out bad: never queued
+
+        first = asyncio.create_task(let_in_then_fails())
+        await _settle()
+        with pytest.raises(Unavailable, match="no room within"):
+            await door.enter(time.monotonic() + 5)
+        done_reading.set()
+        await first
+        await door.enter(time.monotonic() + 5)
+
+    asyncio.run(main())

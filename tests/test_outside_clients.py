@@ -1,18 +1,22 @@
 """Clients as users run them, on what they send that the other tests do not: perf_analyzer's
 default random data on a model with a BOOL input, tritonclient's sequence parameters, and a
 burst of connections while the fronts are busy. One `edgeserve serve --grpc-port 0 --workers 2`
-of the Identity model of every datatype serves them all.
+of the Identity model of every datatype serves them, and a slow model with a short queue the
+burst of requests far over it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import resource
 import signal
 import socket
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing
+from pathlib import Path
 
 import httpx
 import orjson
@@ -21,6 +25,7 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
+from tests.models import slow_model, write_function
 from tests.server import Server, running
 from tests.test_grpc import every_input, grpc_url, identity_function
 from tests.test_perf_analyzer import run_perf_analyzer
@@ -30,6 +35,8 @@ from tests.test_v2_codec import SAMPLES
 from tests.test_workers import children
 
 STATELESS = "this function serves stateless requests"
+QUEUE_ROWS = 8
+OVER_THE_QUEUE = 100
 BURST = 1000
 """Connections in the burst: more than the channels of two fronts held here (their kernel
 buffers; 888 of a burst of 3,000 were closed while the fronts served pipelined requests)."""
@@ -138,3 +145,45 @@ def test_a_burst_of_connections_while_the_fronts_are_busy_is_answered(
         with client:
             answers.append(client.recv(64).split(b"\r\n")[0])
     assert answers == [b"HTTP/1.1 200 OK"] * BURST
+
+
+QUEUED = f"""
+[function]
+name = "slow"
+[batching]
+max_batch_size = 4
+max_queue_size = {QUEUE_ROWS}
+[backend]
+prefer = ["onnxruntime"]
+threads = 1
+"""
+
+
+def test_a_burst_far_over_the_queue_is_refused_at_the_door_bodies_unread(
+    tmp_path: Path,
+) -> None:
+    """Requests arriving together at an empty queue all walked through the door (it counted
+    only rows already queued), read and decoded their bodies, and all but a queue's worth were
+    refused then: 503s that cost the work the door is there to save, counted as failed requests
+    (192 of a burst of 200). Now each one let in holds its row until it queues; the others wait
+    in line, bodies unread, and are let in or refused there."""
+    source = write_function(tmp_path / "fn", lambda path: slow_model(path, depth=4), QUEUED)
+    body = orjson.dumps(
+        {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1, 1024], "data": [0.1] * 1024}]}
+    )
+
+    async def burst(url: str) -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=OVER_THE_QUEUE)
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+            send = [
+                client.post("/v2/models/slow/infer", content=body) for _ in range(OVER_THE_QUEUE)
+            ]
+            return await asyncio.gather(*send)
+
+    with running(source) as (url, _):
+        answers = asyncio.run(burst(url))
+        stats = httpx.get(f"{url}/v2/models/slow/stats").json()["model_stats"][0]
+    statuses = Counter(answer.status_code for answer in answers)
+    assert set(statuses) == {200, 503} and statuses[200] >= QUEUE_ROWS, statuses
+    assert all(answer.headers["Retry-After"] for answer in answers if answer.status_code == 503)
+    assert stats["inference_stats"]["fail"]["count"] == 0  # no request refused once read

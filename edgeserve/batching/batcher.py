@@ -207,7 +207,9 @@ class Batcher:
         return True
 
     def check_room(self, rows: int) -> None:
-        """Refuse `rows` now if the queue could never hold them (413) or cannot now (503)."""
+        """Refuse `rows` now if the queue could never hold them (413) or cannot now (503).
+        The request reached the queue: the row it held at the door is released either way."""
+        self.door.queued()
         limit = self._policy.max_queue_size
         if rows > limit:
             raise PayloadTooLarge(

@@ -2,7 +2,10 @@
 
 A request enters at once while the queue has room and nobody waits before it. Otherwise it
 waits in line (first come, first in) until rows are freed, for at most `DOOR_WAIT_S` and never
-past its deadline; then it is refused with 503 and Retry-After, its body still unread.
+past its deadline; then it is refused with 503 and Retry-After, its body still unread. A request
+let in holds a row of the room until it queues (`queued()`) or its task ends: a burst that
+reached an empty queue all at once walked in together, read and decoded every body, and all
+but a queue's worth were refused then (192 of 200 at max_queue_size 8).
 
 Why wait at all instead of refusing at once: a client that re-sends the moment it is refused
 (a closed loop, perf_analyzer, most retry loops) turns instant refusals into a spin that eats
@@ -33,7 +36,8 @@ class Door:
         self._limit = limit
         self._wait_s = wait_s
         self._line: deque[asyncio.Future[None]] = deque()
-        self._entering = 0  # let in, not yet queued (they read their body first)
+        self._entering = 0  # let in from the line, their tasks not yet resumed
+        self._entered: set[asyncio.Task[object]] = set()  # let in, not yet queued
         self._closed: str | None = None
 
     @property
@@ -44,7 +48,8 @@ class Door:
         """Return once the request may read its body and queue; else raise Unavailable."""
         if self._closed is not None:
             raise Unavailable(self._closed)
-        if not self._line and self._room() - self._entering > 0:
+        if not self._line and self._free() > 0:
+            self._hold()
             return
         waiter = asyncio.get_running_loop().create_future()
         self._line.append(waiter)
@@ -52,6 +57,7 @@ class Door:
         try:
             await asyncio.wait_for(asyncio.shield(waiter), max(wait_s, 0.0))
         except TimeoutError:
+            self.open()  # rows held by requests that ended without queueing are free again
             if not waiter.done():  # nobody let it in meanwhile
                 raise Unavailable(
                     f"queue full: {self._limit - self._room()} of {self._limit} rows waiting, "
@@ -64,10 +70,33 @@ class Door:
             elif waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 self._entering -= 1
         waiter.result()  # the door closed while it waited: Unavailable
+        self._hold()
+
+    def queued(self) -> None:
+        """The current task's request has reached the queue (or been refused there): the row it
+        held at the door is the queue's to count now."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._entered.discard(task)
+
+    def _hold(self) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._entered.add(task)
+
+    def _free(self) -> int:
+        """Rows the door may still let in. A request let in that ended without queueing (a bad
+        body, a client gone) holds its row until the door runs short and looks: a set add and
+        discard a request, no callback on every task."""
+        free = self._room() - self._entering - len(self._entered)
+        if free <= 0 and self._entered:
+            self._entered = {task for task in self._entered if not task.done()}
+            free = self._room() - self._entering - len(self._entered)
+        return free
 
     def open(self) -> None:
         """Rows were freed: let in as many as now fit, first come first."""
-        while self._line and self._room() - self._entering > 0:
+        while self._line and self._free() > 0:
             self._line.popleft().set_result(None)
             self._entering += 1
 
