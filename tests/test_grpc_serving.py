@@ -11,7 +11,8 @@ import ssl
 import subprocess
 import sys
 import time
-from contextlib import closing, suppress
+from collections.abc import Iterator
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ import tritonclient.grpc as triton
 from tritonclient.utils import InferenceServerException
 
 from tests.models import identity_model, slow_model, write_function
-from tests.server import running
+from tests.server import Server, running
 from tests.test_auth_tls import Pki
 from tests.test_cli import _free_port, _run
 from tests.test_drain import DRAIN_S, EXIT_MARGIN_S
@@ -90,30 +91,40 @@ def test_missing_grpcio_is_named() -> None:
     assert "pip install 'edgeserve[grpc]'" in done.stdout, done.stderr
 
 
+@contextmanager
+def slow_served(
+    tmp_path: Path, workers: str
+) -> Iterator[tuple[Server, triton.InferenceServerClient, list[triton.InferInput], float]]:
+    """A slow model served over gRPC (one row at a time, about 0.3 s each), a client, the
+    inputs of one call, and how long one call took."""
+    slow = write_function(tmp_path / "fn", slow_model, DRAIN_MANIFEST)
+    with (
+        running(slow, "--grpc-port", "0", "--workers", workers) as (_, server),
+        closing(triton.InferenceServerClient(grpc_url(server))) as client,
+    ):
+        x = triton.InferInput("x", [1, 1, 1024], "FP32")
+        x.set_data_from_numpy(np.full((1, 1, 1024), 0.1, np.float32))
+        started = time.monotonic()
+        client.infer("slow", [x])
+        yield server, client, [x], time.monotonic() - started
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_sigterm_drains_grpc_calls_within_the_bound(tmp_path: Path, workers: str) -> None:
     """Calls queued behind a slow model (one row at a time, about 0.3 s each): those that run
     within the drain bound are answered, the rest UNAVAILABLE at the bound, saying so, and the
     process (with --workers 2, every process) exits right after, as for HTTP (test_drain.py)."""
-    slow = write_function(tmp_path / "fn", slow_model, DRAIN_MANIFEST)
-    with running(slow, "--grpc-port", "0", "--workers", workers) as (_, server):
-        client = triton.InferenceServerClient(grpc_url(server))
-        x = triton.InferInput("x", [1, 1, 1024], "FP32")
-        x.set_data_from_numpy(np.full((1, 1, 1024), 0.1, np.float32))
-        started = time.monotonic()
-        client.infer("slow", [x])
-        batch_s = time.monotonic() - started
+    with slow_served(tmp_path, workers) as (server, client, x, batch_s):
         answers: queue.Queue[tuple[object, object]] = queue.Queue()
         count = min(100, math.ceil(3 * DRAIN_S / batch_s) + 2)
         for _ in range(count):
-            client.async_infer("slow", [x], lambda result, error: answers.put((result, error)))
+            client.async_infer("slow", x, lambda result, error: answers.put((result, error)))
         time.sleep(0.3)  # every call is in and queued
         started = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
         got = [answers.get(timeout=DRAIN_S + 10) for _ in range(count)]
         server.process.wait(timeout=DRAIN_S + 10)
         exited_s = time.monotonic() - started
-        client.close()
     errors = [error for _, error in got if error is not None]
     assert 0 < len(errors) < count
     for error in errors:
@@ -188,25 +199,17 @@ def test_a_client_deadline_bounds_its_call_and_drops_its_item(tmp_path: Path, wo
     DEADLINE_EXCEEDED once it passes, and its item dropped before it runs (gRPC cancels the
     call, which withdraws it from the batcher, in the inference process too), as Triton drops
     a request whose timeout passed in its queue."""
-    slow = write_function(tmp_path / "fn", slow_model, DRAIN_MANIFEST)
-    with running(slow, "--grpc-port", "0", "--workers", workers) as (_, server):
-        client = triton.InferenceServerClient(grpc_url(server))
-        x = triton.InferInput("x", [1, 1, 1024], "FP32")
-        x.set_data_from_numpy(np.full((1, 1, 1024), 0.1, np.float32))
-        started = time.monotonic()
-        client.infer("slow", [x])
-        batch_s = time.monotonic() - started
+    with slow_served(tmp_path, workers) as (_, client, x, batch_s):
         answers: queue.Queue[object] = queue.Queue()
         count = min(100, math.ceil(3 * DEADLINE_S / batch_s) + 2)
         for _ in range(count):
-            client.async_infer("slow", [x], lambda result, error: answers.put(error))
+            client.async_infer("slow", x, lambda result, error: answers.put(error))
         started = time.monotonic()
         with pytest.raises(InferenceServerException) as late:
-            client.infer("slow", [x], client_timeout=DEADLINE_S)
+            client.infer("slow", x, client_timeout=DEADLINE_S)
         assert late.value.status() == "StatusCode.DEADLINE_EXCEEDED"
         assert time.monotonic() - started < DEADLINE_S + 0.5
         assert [answers.get(timeout=60) for _ in range(count)] == [None] * count
         stats = client.get_inference_statistics("slow", as_json=True)["model_stats"][0]
-        client.close()
     assert int(stats["execution_count"]) == 1 + count  # the late call's item never ran
     assert int(stats["inference_stats"]["fail"]["count"]) == 1
