@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import resource
 import signal
 import socket
@@ -17,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -145,6 +147,22 @@ def test_a_burst_of_connections_while_the_fronts_are_busy_is_answered(
         with client:
             answers.append(client.recv(64).split(b"\r\n")[0])
     assert answers == [b"HTTP/1.1 200 OK"] * BURST
+
+
+def test_a_stream_says_each_answer_is_its_request_s_last_when_asked(urls: tuple[str, str]) -> None:
+    """tritonclient's `enable_empty_final_response` asks every answer on a stream to say whether
+    it is its request's last (`triton_final_response`), which clients of decoupled models wait
+    for; Triton's answer to a request of a model like this one says true. It was never said."""
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    with closing(triton_grpc.InferenceServerClient(urls[1])) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for asked in (True, False):
+            client.async_stream_infer("identity", every_input(), enable_empty_final_response=asked)
+            result, error = answers.get(timeout=30)
+            assert error is None, error
+            final = result.get_response().parameters.get("triton_final_response")
+            assert (final.bool_param if final is not None else None) is (True if asked else None)
+        client.stop_stream()
 
 
 QUEUED = f"""

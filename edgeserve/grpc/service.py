@@ -38,6 +38,9 @@ from edgeserve.transport import GRPC
 Context = Any  # grpc.aio.ServicerContext (grpcio ships no type hints)
 OPEN_AS = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
 """RPCs that `[auth] open_paths` may leave open, by the HTTP path of the same operation."""
+FINAL_ASKED, FINAL = "triton_enable_empty_final_response", "triton_final_response"
+"""A stream's request parameter asking that each response say whether it is the request's
+last (tritonclient's `enable_empty_final_response`), and the response's parameter saying it."""
 
 
 class InferenceService:
@@ -156,9 +159,11 @@ class InferenceService:
         stats = {"model_stats": [self.function.stats.triton_stats()]}
         return _from_json("ModelStatisticsResponse", stats)
 
-    async def model_infer(self, raw: bytes, context: Context) -> Any:
+    async def model_infer(self, raw: bytes, context: Context, streamed: bool = False) -> Any:
         """A request's answer; a large one is parsed and decoded on a worker thread, as HTTP
-        decodes a large body (the event loop serves every other client meanwhile)."""
+        decodes a large body (the event loop serves every other client meanwhile). On a stream
+        (`streamed`) it says it is the request's last where the request asked, as Triton's does:
+        a client waiting for that flag, as clients of decoupled models do, waited forever."""
         arrived = time.monotonic()
         plane, function = self.plane, self.function
         self.drain.check_open()
@@ -170,7 +175,12 @@ class InferenceService:
         shared.check_outputs(decoded.outputs or ())
         outputs = await plane.infer(decoded, arrived=arrived)
         shared.write_outputs(outputs)
-        return tensors.encode_response(function.name, function.model_version, decoded.id, outputs)
+        response = tensors.encode_response(
+            function.name, function.model_version, decoded.id, outputs
+        )
+        if streamed and decoded.parameters.get(FINAL_ASKED) is True:
+            response.parameters[FINAL].bool_param = True  # one response a request: the last
+        return response
 
     async def model_stream_infer(
         self, requests: AsyncIterator[bytes], context: Context
@@ -186,7 +196,7 @@ class InferenceService:
 
         async def answer(raw: bytes) -> None:
             try:
-                response = await self._drained(self.model_infer(raw, context))
+                response = await self._drained(self.model_infer(raw, context, streamed=True))
                 await answers.put(message("ModelStreamInferResponse")(infer_response=response))
             except Exception as exc:
                 _, text = status_of(exc, f"{SERVICE}/ModelStreamInfer")
