@@ -63,8 +63,6 @@ class Parameters:
     @classmethod
     def of(cls, parameters: Mapping[str, Any]) -> Parameters:
         """The parameters of a request; a bad value is the client's error (400)."""
-        if parameters.keys() & SEQUENCE:
-            _check_no_sequence(parameters)
         timeout, priority = parameters.get("timeout"), parameters.get("priority")
         if timeout is None and priority is None:  # most requests: no object made for them
             return _DEFAULTS
@@ -72,24 +70,6 @@ class Parameters:
 
 
 _DEFAULTS = Parameters()
-
-SEQUENCE = frozenset({"sequence_id", "sequence_start", "sequence_end"})
-"""Triton's parameters of a stateful sequence (tritonclient's `sequence_id`, `sequence_start`,
-`sequence_end`), which only its sequence batcher acts on."""
-
-
-def _check_no_sequence(parameters: Mapping[str, Any]) -> None:
-    """Refuse a request that belongs to a sequence: with no sequence batcher its requests would
-    run as unrelated ones, in any order and batch, and the client would never know (a 0 or
-    empty id and false flags say "no sequence", and pass)."""
-    for key in sorted(SEQUENCE & parameters.keys()):
-        if parameters[key]:
-            raise InvalidInput(
-                f"parameters.{key} = {echo_json(parameters[key])}: this function serves "
-                "stateless requests, each on its own (no sequence batcher holds state between "
-                "them). Hint: leave out sequence_id, sequence_start and sequence_end, and send "
-                "each request all of its inputs"
-            )
 
 
 def _timeout_s(value: Any) -> float | None:
