@@ -7,6 +7,8 @@ numbers, prices, dates, invoice fields), never fonts used in training.
     python functions/ocr/training/evaluate.py --inprocess
     python functions/ocr/training/evaluate.py --url http://127.0.0.1:8080
     python functions/ocr/training/evaluate.py --inprocess --fonts /usr/share/fonts/a/B.ttf ...
+    python functions/ocr/training/evaluate.py --inprocess --each --sizes 14 48 \
+        --lines 100 --pages 10 --fonts /usr/share/fonts/opentype/inter/Inter-Regular.otf ...
 """
 
 from __future__ import annotations
@@ -56,12 +58,16 @@ def _texts(rng: random.Random, n: int) -> list[str]:
 
 
 def score_lines(
-    recognize: Recognize, rng: random.Random, fonts: list[Path], n_lines: int
+    recognize: Recognize,
+    rng: random.Random,
+    fonts: list[Path],
+    n_lines: int,
+    sizes: tuple[int, int] = (20, 40),
 ) -> dict[str, float]:
     """Each image holds one line; the whole response text is compared with the truth."""
     cer_sum = exact = 0.0
     for _ in range(n_lines):
-        page = synth.render_page(rng, fonts, _texts(rng, 1))
+        page = synth.render_page(rng, fonts, _texts(rng, 1), sizes=sizes)
         got, truth = synth.clean_text(recognize(png_bytes(page))["text"]), page.texts[0]
         cer_sum += edit_distance(got, truth) / len(truth)
         exact += got == truth
@@ -81,13 +87,17 @@ def match_page(response: dict[str, Any], page: synth.Page) -> list[str | None]:
 
 
 def score_pages(
-    recognize: Recognize, rng: random.Random, fonts: list[Path], n_pages: int
+    recognize: Recognize,
+    rng: random.Random,
+    fonts: list[Path],
+    n_pages: int,
+    sizes: tuple[int, int] = (20, 40),
 ) -> dict[str, float]:
     """Share of true lines found (one predicted line each), and the CER over found lines."""
     total = found = extra = 0
     errors = chars = 0
     for _ in range(n_pages):
-        page = synth.render_page(rng, fonts, _texts(rng, rng.randint(2, 10)))
+        page = synth.render_page(rng, fonts, _texts(rng, rng.randint(2, 10)), sizes=sizes)
         response = recognize(png_bytes(page))
         matches = match_page(response, page)
         total += len(matches)
@@ -111,14 +121,16 @@ def evaluate(
     n_pages: int = 40,
     seed: int = 7,
     fonts: list[Path] | None = None,
+    sizes: tuple[int, int] = (20, 40),
 ) -> dict[str, float]:
     """All figures for one deterministic test set from the held-out fonts (or FONTS: any
-    font files, e.g. families neither split has, to see how the model does off both)."""
+    font files, e.g. families neither split has, to see how the model does off both), text
+    heights (font px sizes) drawn from SIZES."""
     fonts = fonts or synth.font_paths(synth.HELD_OUT_FONTS)
     start = time.monotonic()
     figures: dict[str, float] = {"lines": n_lines, "pages": n_pages}
-    figures |= score_lines(recognize, random.Random(seed), fonts, n_lines)
-    figures |= score_pages(recognize, random.Random(seed + 1), fonts, n_pages)
+    figures |= score_lines(recognize, random.Random(seed), fonts, n_lines, sizes)
+    figures |= score_pages(recognize, random.Random(seed + 1), fonts, n_pages, sizes)
     figures["seconds"] = round(time.monotonic() - start, 1)
     return figures
 
@@ -165,6 +177,19 @@ def url_recognizer(url: str) -> Recognize:
     return recognize
 
 
+def font_files(paths: list[Path]) -> list[Path]:
+    """PATHS, each a font file or a folder of them (every .ttf and .otf under it, sorted)."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.suffix.lower() in {".ttf", ".otf"})
+        elif path.exists():
+            files.append(path)
+        else:
+            raise SystemExit(f"--fonts: {path} is neither a font file nor a folder")
+    return files
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -175,13 +200,30 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=40)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
-        "--fonts", type=Path, nargs="+", help="font files to test on instead of the held-out ones"
+        "--fonts",
+        type=Path,
+        nargs="+",
+        help="font files or folders of them to test on instead of the held-out fonts",
+    )
+    parser.add_argument("--each", action="store_true", help="one row per font file")
+    parser.add_argument(
+        "--sizes", type=int, nargs=2, default=(20, 40), help="text heights (px), low and high"
     )
     args = parser.parse_args()
     recognize = url_recognizer(args.url) if args.url else inprocess_recognizer(args.model)
-    figures = evaluate(
-        recognize, n_lines=args.lines, n_pages=args.pages, seed=args.seed, fonts=args.fonts
-    )
+    fonts = font_files(args.fonts) if args.fonts else synth.font_paths(synth.HELD_OUT_FONTS)
+    sizes = (args.sizes[0], args.sizes[1])
+    if args.each:
+        print("font | line CER | line exact | page lines found | page CER")
+        for font in fonts:
+            f = evaluate(recognize, args.lines, args.pages, args.seed, [font], sizes)
+            print(
+                f"{font.stem} | {100 * f['line_cer']:.2f} % | {100 * f['line_exact']:.1f} % | "
+                f"{100 * f['page_found']:.1f} % | {100 * f['page_cer']:.2f} %",
+                flush=True,
+            )
+        return
+    figures = evaluate(recognize, args.lines, args.pages, args.seed, fonts, sizes)
     for key, value in figures.items():
         print(f"{key:>18}: {value:.4f}" if isinstance(value, float) else f"{key:>18}: {value}")
 

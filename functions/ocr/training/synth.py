@@ -326,10 +326,11 @@ def render_page(
     texts: list[str],
     size: int | None = None,
     style: Style | None = None,
+    sizes: tuple[int, int] = (20, 40),
 ) -> Page:
-    """Lines in one font at a text height (font px size) of 20-40, with uneven margins and
-    indents and line spacing of 1.3-2.0 x the text height."""
-    font = load_font(rng.choice(fonts), size or rng.randint(20, 40))
+    """Lines in one font at a text height (font px size) of SIZES (20-40), with uneven
+    margins and indents and line spacing of 1.3-2.0 x the text height."""
+    font = load_font(rng.choice(fonts), size or rng.randint(*sizes))
     spacing = int(font.size * rng.uniform(1.3, 2.0))
     left, top = rng.randint(4, 6 * font.size), rng.randint(4, 4 * font.size)
     indents = [rng.randint(0, 4 * font.size) if rng.random() < 0.4 else 0 for _ in texts]
