@@ -65,3 +65,20 @@ def test_a_lone_bold_word_is_read_with_its_dots(
     """The dot of a lone word's i, at 48 px in a bold face, was a line of its own, read 'o' over
     'ln' (the typical line height was the mean of the dot and the word)."""
     assert read(ocr_url, [[(word, 2 * px)]], font, px) == word
+
+
+INVOICE = [
+    [("Invoice #20417", 0), ("Date: 2024-03-15", 420)],
+    [("Description", 0), ("Qty", 300), ("Amount", 420)],
+    [("Paper A4, 500 sheets", 0), ("2", 300), ("12.50", 420)],
+    [("Toner cartridge", 0), ("1", 300), ("64.99", 420)],
+    [("Stapler", 0), ("3", 300), ("27.00", 420)],
+    [("Total due", 190), ("104.49", 420)],
+]
+
+
+def test_an_invoice_table_is_read_row_by_row(ocr_url: str) -> None:
+    """Its description, quantity and amount cells share gaps like two columns of text do, and
+    were read a column at a time (descriptions, then quantities and amounts)."""
+    expected = "\n".join(" ".join(text for text, _ in row) for row in INVOICE)
+    assert read(ocr_url, INVOICE, "Caladea", 22) == expected
