@@ -1,5 +1,6 @@
-"""From the model's CTC logits back to text: greedy decoding over CHARSET, and letters read
-for old-style digits inside numbers turned back into digits.
+"""From the model's CTC logits back to text: greedy decoding over CHARSET, then letters read
+for old-style digits inside numbers turned back into digits, zeros inside words into O and
+a price's cents joined back to its full stop.
 
 The model's alphabet and its decoding belong together (training decodes with `ctc_greedy` to
 measure itself); the handler's postprocess only joins what these give per line.
@@ -17,6 +18,27 @@ CHARSET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;-/
 LOOKALIKES = str.maketrans("oOIlgz", "001192")
 NUMBER = re.compile(r"[0-9oOIlgz.,:/\-%$#()+=]*[0-9][0-9oOIlgz.,:/\-%$#()+=]*")
 UNIT = re.compile(r"[0-9.,]+(oz|[glz])\W*")  # 500g, 1l, 16oz: the letters are letters
+
+
+# The space the model reads after a monospaced font's full stop, before a price's cents.
+SPACED_DECIMALS = re.compile(r"(?<=\d\.) (?=\d\d(?:\D|$))")  # '174. 40'
+ZERO_IN_WORD = re.compile(r"[A-Za-z0]*[A-Za-z][A-Za-z0]*")
+
+
+def corrected(text: str) -> str:
+    """A line's text after the rules that put back what a font's design made the model read
+    otherwise: digits in numbers, letters in words, the cents of a price."""
+    text = digits_in_numbers(SPACED_DECIMALS.sub("", text))
+    return " ".join(letters_in_words(word) for word in text.split(" "))
+
+
+def letters_in_words(word: str) -> str:
+    """A slashed or dotted zero read inside a word of letters turned back into an O ('o' among
+    lower case): monospaced fonts draw the O as narrow as their zero ('J0HNSON MARKET',
+    'SUBT0TAL', 'G0' on documents.py's receipts). Words with other digits keep them ('A10')."""
+    if "0" not in word or not ZERO_IN_WORD.fullmatch(word):
+        return word
+    return word.replace("0", "o" if word.replace("0", "").islower() else "O")
 
 
 def digits_in_numbers(text: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 from columns import read_order
-from decoding import ctc_greedy, digits_in_numbers
+from decoding import corrected, ctc_greedy
 from grey import to_gray
 from light import even_light
 from noise import denoise
@@ -78,7 +78,7 @@ def postprocess(items: list[dict[str, np.ndarray]], ctx: Any) -> dict[str, Any]:
         pieces[line].append(ctc_greedy(logits.reshape(-1, logits.shape[-1])))
     lines = []
     for box, parts in zip(boxes, pieces, strict=True):
-        text = digits_in_numbers(" ".join(t for t, _ in parts if t))
+        text = corrected(" ".join(t for t, _ in parts if t))
         probs = [p for _, ps in parts for p in ps]
         confidence = round(float(np.mean(probs)), 4) if probs else 0.0
         if text and confidence >= floor:
