@@ -22,7 +22,7 @@ UNIT = re.compile(r"[0-9.,]+(oz|[glz])\W*")  # 500g, 1l, 16oz: the letters are l
 
 # The space the model reads after a monospaced font's full stop, before a price's cents.
 SPACED_DECIMALS = re.compile(r"(?<=\d\.) (?=\d\d(?:\D|$))")  # '174. 40'
-ZERO_IN_WORD = re.compile(r"[A-Za-z0]*[A-Za-z][A-Za-z0]*")
+ZERO_IN_WORD = re.compile(r"[\W_]*[A-Za-z0]*[A-Za-z][A-Za-z0]*[\W_]*")  # '(J0HNSON', 'BR0WN:'
 
 
 def corrected(text: str) -> str:
@@ -35,7 +35,7 @@ def corrected(text: str) -> str:
 def letters_in_words(word: str) -> str:
     """A slashed or dotted zero read inside a word of letters turned back into an O ('o' among
     lower case): monospaced fonts draw the O as narrow as their zero ('J0HNSON MARKET',
-    'SUBT0TAL', 'G0' on documents.py's receipts). Words with other digits keep them ('A10')."""
+    'SUBT0TAL', 'BR0WN:' on documents.py's receipts). Words with other digits keep them ('A10')."""
     if "0" not in word or not ZERO_IN_WORD.fullmatch(word):
         return word
     return word.replace("0", "o" if word.replace("0", "").islower() else "O")
