@@ -43,15 +43,16 @@ assert CHARSET == synth.CHARSET, "the handler (decoding.py) and synth disagree o
 class SynthLines(IterableDataset):
     """Endless stream of (strip [1, 32, W], label indices) rendered from the training fonts."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, more_fonts: bool = False) -> None:
         self.seed = seed
-        self.fonts = synth.font_paths(synth.TRAIN_FONTS)
+        self.fonts = synth.train_fonts(more_fonts)
+        self.old_style = synth.OLD_STYLE if more_fonts else 0.0
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, list[int]]]:
         info = torch.utils.data.get_worker_info()
         rng = random.Random(self.seed * 1000 + (info.id if info else 0))
         while True:
-            gray, text = synth.render_line(rng, self.fonts)
+            gray, text = synth.render_line(rng, self.fonts, old_style=self.old_style)
             strip = normalize_line(gray)
             if strip.shape[2] // DOWNSAMPLE >= 2 * len(text) + 1:
                 yield strip, [CHAR_INDEX[c] for c in text]
@@ -60,8 +61,8 @@ class SynthLines(IterableDataset):
 class WidthBuckets(IterableDataset):
     """Batches of lines of similar width: padding a batch to its widest line wastes compute."""
 
-    def __init__(self, seed: int, batch: int, pool: int = 16) -> None:
-        self.lines, self.batch, self.pool = SynthLines(seed), batch, pool
+    def __init__(self, seed: int, batch: int, more_fonts: bool, pool: int = 16) -> None:
+        self.lines, self.batch, self.pool = SynthLines(seed, more_fonts), batch, pool
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         lines = iter(self.lines)
@@ -166,7 +167,7 @@ def train(args: argparse.Namespace) -> CRNN:
     random.seed(SEED)
     model = CRNN().to(args.device)
     loader = DataLoader(
-        WidthBuckets(SEED, args.batch), batch_size=None, num_workers=args.workers,
+        WidthBuckets(SEED, args.batch, args.more_fonts), batch_size=None, num_workers=args.workers,
         worker_init_fn=_worker_init, prefetch_factor=8 if args.workers else None,
     )  # fmt: skip
     val = [_to(collate(b), args.device) for b in _val_batches()]
@@ -225,6 +226,11 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=Path, default=Path("/tmp/ocr_ckpt.pt"))
     parser.add_argument("--output", type=Path, default=OCR_DIR / "model.onnx")
     parser.add_argument("--export-only", action="store_true", help="export the checkpoint")
+    parser.add_argument(
+        "--more-fonts",
+        action="store_true",
+        help="also synth.MORE_TRAIN_FONTS (those installed) and old-style figures (README.md)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(2)
     if args.export_only:
