@@ -86,6 +86,7 @@ def test_an_invoice_table_is_read_row_by_row(ocr_url: str) -> None:
 
 RECEIPT = [
     [("JOHNSON MARKET", 60)],
+    [("TEL (206) 278-9415", 0)],
     [("BOX OF 10 TOOLS", 0), ("20.05", 300)],
     [("COFFEE TO GO", 0), ("3.50", 300)],
     [("SUBTOTAL", 0), ("174.40", 300)],
@@ -96,6 +97,6 @@ RECEIPT = [
 @pytest.mark.parametrize(("font", "px"), [("DejaVuSansMono", 16), ("GoMono", 14), ("B612Mono", 18)])
 def test_a_receipt_in_a_monospaced_font_reads_as_drawn(ocr_url: str, font: str, px: int) -> None:
     """Monospaced O's, as narrow as the zero, were read as zeros ('J0HNSON', 'T0TAL:', 'G0'),
-    and B612 Mono's full stop as a full stop and a space ('$162. 29')."""
+    and B612 Mono's full stop and brackets with a space ('$162. 29', '( 206)')."""
     expected = "\n".join(" ".join(text for text, _ in row) for row in RECEIPT)
     assert read(ocr_url, RECEIPT, font, px) == expected

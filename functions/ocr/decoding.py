@@ -1,6 +1,6 @@
 """From the model's CTC logits back to text: greedy decoding over CHARSET, then letters read
 for old-style digits inside numbers turned back into digits, zeros inside words into O and
-a price's cents joined back to its full stop.
+the spaces a monospaced font's wide cells were read as taken out of prices and brackets.
 
 The model's alphabet and its decoding belong together (training decodes with `ctc_greedy` to
 measure itself); the handler's postprocess only joins what these give per line.
@@ -20,15 +20,16 @@ NUMBER = re.compile(r"[0-9oOIlgz.,:/\-%$#()+=]*[0-9][0-9oOIlgz.,:/\-%$#()+=]*")
 UNIT = re.compile(r"[0-9.,]+(oz|[glz])\W*")  # 500g, 1l, 16oz: the letters are letters
 
 
-# The space the model reads after a monospaced font's full stop, before a price's cents.
-SPACED_DECIMALS = re.compile(r"(?<=\d\.) (?=\d\d(?:\D|$))")  # '174. 40'
+# The space the model reads in a monospaced font's wide cells: after a price's full stop,
+# inside brackets ('174. 40', '( 206)'). Not after a colon: 'Item 3: 25.00' has its own.
+SPACES_IN_NUMBERS = re.compile(r"(?<=\d\.) (?=\d\d(?:\D|$))|(?<=\() | (?=\))")
 ZERO_IN_WORD = re.compile(r"[\W_]*[A-Za-z0]*[A-Za-z][A-Za-z0]*[\W_]*")  # '(J0HNSON', 'BR0WN:'
 
 
 def corrected(text: str) -> str:
     """A line's text after the rules that put back what a font's design made the model read
-    otherwise: digits in numbers, letters in words, the cents of a price."""
-    text = digits_in_numbers(SPACED_DECIMALS.sub("", text))
+    otherwise: digits in numbers, letters in words, no spaces inside a price or brackets."""
+    text = digits_in_numbers(SPACES_IN_NUMBERS.sub("", text))
     return " ".join(letters_in_words(word) for word in text.split(" "))
 
 
