@@ -65,14 +65,14 @@ def receipt(rng: random.Random) -> Rows:
     items = [[(f"{rng.randint(1, 3)} {stress.line(rng, 16)[:16]}", 0.0), (price(rng), 0.8)]]
     for _ in range(rng.randint(3, 8)):
         items.append([(stress.line(rng, 18)[:18].upper(), 0.0), (price(rng), 0.8)])
-    head = [[(f"{rng.choice(synth.LAST).upper()} MARKET", 0.25)], [(synth._number(rng), 0.0)]]
+    head = [[(f"{rng.choice(synth.LAST).upper()} MARKET", 0.25)], [(synth.number(rng), 0.0)]]
     tail = [[("SUBTOTAL", 0.0), (price(rng), 0.8)], [("TOTAL", 0.0), (price(rng), 0.8)]]
     return [*head, *items, *tail, [(f"CARD {rng.randint(1000, 9999)}", 0.0)]]
 
 
 def invoice(rng: random.Random) -> Rows:
     """An invoice: sender and number, a table of description, quantity and amount, totals."""
-    rows: Rows = [[(f"Invoice #{rng.randint(100, 99999)}", 0.0), (synth._number(rng), 0.6)]]
+    rows: Rows = [[(f"Invoice #{rng.randint(100, 99999)}", 0.0), (synth.number(rng), 0.6)]]
     rows += [[(stress.line(rng, 30), 0.0)] for _ in range(rng.randint(1, 3))]
     rows.append([("Description", 0.0), ("Qty", 0.5), ("Amount", 0.7)])
     for _ in range(rng.randint(2, 6)):

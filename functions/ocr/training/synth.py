@@ -158,7 +158,8 @@ def _word(rng: random.Random) -> str:
     return word.capitalize() if style < 0.5 else word
 
 
-def _number(rng: random.Random) -> str:
+def number(rng: random.Random) -> str:
+    """A number as documents print it: a price, an amount, a date, a time, a share, a phone."""
     kind = rng.randrange(9)
     if kind == 0:
         return f"${rng.randint(0, 9999)}.{rng.randint(0, 99):02d}"
@@ -185,14 +186,14 @@ def _invoice_line(rng: random.Random) -> str:
         lambda: f"INVOICE {rng.randint(1, 99999)}",
         lambda: f"Invoice #{rng.randint(100, 99999)}",
         lambda: f"Total: ${rng.randint(1, 9999)}.{rng.randint(0, 99):02d}",
-        lambda: f"{_word(rng)}: {_number(rng)}",
+        lambda: f"{_word(rng)}: {number(rng)}",
         lambda: f"Qty {rng.randint(1, 99)} x {rng.randint(1, 999)}.{rng.randint(0, 99):02d}",
         lambda: f"{name}, {name.split()[0].lower()}@example.com",
         lambda: f"{rng.randint(1, 9999)} {rng.choice(WORDS).capitalize()} St.",
-        lambda: f"Tel: +1 {_number(rng)}",
+        lambda: f"Tel: +1 {number(rng)}",
         lambda: f'"{_word(rng)} {_word(rng)}!" - {name}',
-        lambda: f"VAT {rng.randint(5, 25)}% = {_number(rng)}",
-        lambda: f"Date: {_number(rng)}",
+        lambda: f"VAT {rng.randint(5, 25)}% = {number(rng)}",
+        lambda: f"Date: {number(rng)}",
     ]
     return rng.choice(templates)()
 
@@ -204,11 +205,11 @@ def random_text(rng: random.Random, max_chars: int = 40, realistic: bool = False
         n = rng.randint(1, max(1, max_chars // 2))
         text = "".join(rng.choice(CHARSET) for _ in range(n))
     elif kind < 0.55:
-        parts = [_word(rng) if rng.random() < 0.8 else _number(rng) for _ in range(8)]
+        parts = [_word(rng) if rng.random() < 0.8 else number(rng) for _ in range(8)]
         text = " ".join(parts[: rng.randint(1, 8)])
         text += rng.choice(["", "", "", ".", ",", ":", "!", "?", ";"])
     elif kind < 0.7:
-        text = " ".join(_number(rng) for _ in range(rng.randint(1, 4)))
+        text = " ".join(number(rng) for _ in range(rng.randint(1, 4)))
     else:
         text = _invoice_line(rng)
     text = clean_text(text[:max_chars])
