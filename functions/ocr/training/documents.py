@@ -14,7 +14,6 @@ packages); one seed for all.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections.abc import Callable
@@ -206,18 +205,9 @@ def documents(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", help="a running function, e.g. http://127.0.0.1:8080")
-    parser.add_argument("--model", type=Path, default=OCR_DIR / "model.onnx")
-    parser.add_argument("--pages", type=int, default=12, help="pages per condition")
-    parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--only", nargs="+", choices=CONDITIONS, help="these conditions only")
-    args = parser.parse_args()
-    if args.url:
-        recognize = evaluate.url_recognizer(args.url)
-    else:
-        recognize = evaluate.inprocess_recognizer(args.model)
-    for condition, figure in documents(recognize, args.pages, args.seed, args.only).items():
+    args = stress.page_parser(__doc__, 12, 11, CONDITIONS).parse_args()
+    figures = documents(stress.recognizer(args), args.pages, args.seed, args.only)
+    for condition, figure in figures.items():
         print(f"{condition:>20}: CER {100 * figure:6.2f} %", flush=True)
 
 

@@ -339,20 +339,30 @@ def preprocess_ms(datas: list[bytes], repeat: int = 3) -> float:
     return sorted(rounds)[len(rounds) // 2]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def page_parser(doc: str, pages: int, seed: int, conditions: list[str]) -> argparse.ArgumentParser:
+    """The options this tool and documents.py share: what reads, how many pages, which."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--url", help="a running function, e.g. http://127.0.0.1:8080")
     parser.add_argument("--model", type=Path, default=OCR_DIR / "model.onnx")
-    parser.add_argument("--pages", type=int, default=16, help="pages per condition")
-    parser.add_argument("--seed", type=int, default=5)
-    parser.add_argument("--only", nargs="+", choices=CONDITIONS, help="these conditions only")
+    parser.add_argument("--pages", type=int, default=pages, help="pages per condition")
+    parser.add_argument("--seed", type=int, default=seed)
+    parser.add_argument("--only", nargs="+", choices=conditions, help="these conditions only")
+    return parser
+
+
+def recognizer(args: argparse.Namespace) -> evaluate.Recognize:
+    """The running function at --url, else the handler and --model here."""
+    if args.url:
+        return evaluate.url_recognizer(args.url)
+    return evaluate.inprocess_recognizer(args.model)
+
+
+def main() -> None:
+    parser = page_parser(__doc__, 16, 5, CONDITIONS)
     parser.add_argument("--time", action="store_true", help="also ms of preprocess per page")
     parser.add_argument("--sizes", type=int, nargs="+", help="only clean pages at these px")
     args = parser.parse_args()
-    if args.url:
-        recognize = evaluate.url_recognizer(args.url)
-    else:
-        recognize = evaluate.inprocess_recognizer(args.model)
+    recognize = recognizer(args)
     if args.sizes:
         for size, figure in sweep(recognize, args.sizes, args.pages, args.seed).items():
             print(f"{f'clean, {size} px':>26}: CER {100 * figure:6.2f} %", flush=True)
