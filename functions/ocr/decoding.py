@@ -34,12 +34,13 @@ def corrected(text: str) -> str:
 
 
 def letters_in_words(word: str) -> str:
-    """A slashed or dotted zero read inside a word of letters turned back into an O ('o' among
-    lower case): monospaced fonts draw the O as narrow as their zero ('J0HNSON MARKET',
-    'SUBT0TAL', 'BR0WN:' on documents.py's receipts). Words with other digits keep them ('A10')."""
+    """A slashed or dotted zero read inside a word of letters turned back into an O ('o' unless
+    the word is in capitals: 'J0hn' is 'John'): monospaced fonts draw the O as narrow as their
+    zero ('J0HNSON MARKET', 'SUBT0TAL', 'BR0WN:' on documents.py's receipts). Words with other
+    digits keep them ('A10')."""
     if "0" not in word or not ZERO_IN_WORD.fullmatch(word):
         return word
-    return word.replace("0", "o" if word.replace("0", "").islower() else "O")
+    return word.replace("0", "O" if word.replace("0", "").isupper() else "o")
 
 
 def digits_in_numbers(text: str) -> str:
