@@ -27,9 +27,9 @@ def read_order(mask: np.ndarray, depth: int = 0) -> list[Box]:
     text on either side and no wider than the narrower side (a receipt's prices, a form's
     short labels and values stay rows, and so do rows that mostly have two gaps of CELL x the
     line height or more: a table's cells, an invoice's description, quantity and amount, were
-    read a column at a time: 9.9 % CER on documents.py's invoices, none now); the
-    lines of each column are then found in it alone
-    (columns whose lines do not line up came out as one band), a column in two at most."""
+    read a column at a time: 9.9 % CER on documents.py's invoices, none now); the lines of
+    each column are then found in it alone (columns whose lines do not line up came out as one
+    band), a column in two at most."""
     lines = find_lines(mask)
     if depth >= 2 or len(lines) < 3:
         return lines
