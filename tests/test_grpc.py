@@ -103,18 +103,35 @@ def test_infer_every_datatype_raw(client: triton.InferenceServerClient) -> None:
         np.testing.assert_array_equal(result.as_numpy(f"out_{datatype}"), SAMPLES[datatype])
 
 
-def test_infer_typed_contents(url: str) -> None:
-    """The typed `contents` fields, which tritonclient never sends: built by hand."""
+def typed_request() -> service_pb2.ModelInferRequest:
+    """Every input but FP16 (which has no typed field) in its typed `contents`, which
+    tritonclient never sends: built by hand."""
     request = service_pb2.ModelInferRequest(model_name="identity")
     for datatype in RUN_BY_ORT:
-        if datatype == "FP16":
-            continue  # raw only
-        tensor = request.inputs.add(name=f"in_{datatype}", datatype=datatype, shape=[2, 3])
-        field = triton_contents(datatype)
-        getattr(tensor.contents, field).extend(SAMPLES[datatype].reshape(-1).tolist())
-    request.inputs.add(name="in_FP16", datatype="FP16", shape=[2, 3])
-    request.raw_input_contents.append(SAMPLES["FP16"].tobytes())
-    response = call(url, "ModelInfer", request, service_pb2.ModelInferResponse)
+        if datatype != "FP16":
+            tensor = request.inputs.add(name=f"in_{datatype}", datatype=datatype, shape=[2, 3])
+            field = triton_contents(datatype)
+            getattr(tensor.contents, field).extend(SAMPLES[datatype].reshape(-1).tolist())
+    return request
+
+
+def test_infer_typed_contents(url: str, client: triton.InferenceServerClient) -> None:
+    """FP16 beside typed inputs travels in shared memory, as Triton allows (not raw)."""
+    import tritonclient.utils.shared_memory as shm
+
+    request = typed_request()
+    fp16 = request.inputs.add(name="in_FP16", datatype="FP16", shape=[2, 3])
+    size = SAMPLES["FP16"].nbytes
+    fp16.parameters["shared_memory_region"].string_param = "typed_fp16"
+    fp16.parameters["shared_memory_byte_size"].int64_param = size
+    handle = shm.create_shared_memory_region("typed_fp16", "/edgeserve_typed_fp16", size)
+    try:
+        shm.set_shared_memory_region(handle, [SAMPLES["FP16"]])
+        client.register_system_shared_memory("typed_fp16", "/edgeserve_typed_fp16", size)
+        response = call(url, "ModelInfer", request, service_pb2.ModelInferResponse)
+    finally:
+        client.unregister_system_shared_memory("typed_fp16")
+        shm.destroy_shared_memory_region(handle)
     outputs = [output.name for output in response.outputs]
     raw = dict(zip(outputs, response.raw_output_contents, strict=True))
     for datatype in ("INT8", "UINT16", "FP64", "BOOL", "UINT64"):
@@ -175,7 +192,7 @@ def refused(url: str, request: service_pb2.ModelInferRequest) -> grpc.RpcError:
             INVALID,
             "FP32 [1, 3] needs 12 bytes, its data has 8",
         ),
-        ("raw_and_typed", INVALID, "raw_input_contents holds 1 tensors, but 0"),
+        ("raw_and_typed", INVALID, "has typed `contents` in a request that also has raw_"),
         ("datatype", INVALID, "unknown datatype 'FP33'"),
         ("model", INVALID, "unknown model `nope`"),
         ("version", NOT_FOUND, "has no version `9`"),
@@ -217,6 +234,28 @@ def test_malformed_requests(
     assert error.code() == code, error.details()
     assert words in error.details()
     assert client.is_server_live()  # and the server stays up
+
+
+def test_typed_contents_beside_raw_ones_are_refused_naming_the_typed_input(url: str) -> None:
+    """Triton's rule: once a request has raw_input_contents, no input has typed `contents`.
+    Before, an input carrying both shifted the raw entries, and the error named the next input,
+    sent right; a typed input beside raw ones was taken."""
+    both = infer_request()
+    both.inputs[0].contents.fp32_contents.extend([1, 2, 3])
+    both.inputs.add(name="in_FP16", datatype="FP16", shape=[1, 3])
+    both.raw_input_contents.append(np.zeros(3, np.float16).tobytes())
+    beside = typed_request()
+    beside.inputs.add(name="in_FP16", datatype="FP16", shape=[2, 3])
+    beside.raw_input_contents.append(SAMPLES["FP16"].tobytes())
+    for request in (both, beside):
+        error = refused(url, request)
+        assert error.code() == INVALID, error.details()
+        first_typed = next(tensor.name for tensor in request.inputs if tensor.HasField("contents"))
+        assert error.details() == (
+            f"tensor `{first_typed}`: has typed `contents` in a request that also has "
+            "raw_input_contents; expected every input's data in one of them, not both (as "
+            "Triton). Hint: FP16 and BF16 travel raw only, so send every input raw beside them"
+        )
 
 
 def test_not_protobuf_is_invalid_argument(url: str) -> None:

@@ -5,10 +5,11 @@ as Triton's gRPC front reads and writes them: pure functions, nothing checked ag
 An input's data is, in Triton's order: a shared-memory region its parameters name, else its
 typed `contents` (the field of its datatype; FP16 and BF16 have none), else the next entry of
 `raw_input_contents` (Triton's raw layout, `dataplane.raw`), which the inputs without either
-take in turn: so an input may not carry both (an entry is then left over). Triton refuses
-`contents` in any request with raw contents; here an FP16 input may travel raw beside typed
-ones. Outputs always travel raw, one `raw_output_contents` entry per output (an empty
-one for an output written to shared memory), as Triton answers.
+take in turn. As Triton, a request that has raw contents may give no input typed `contents`:
+an input carrying both shifted every later input onto its neighbour's raw entry, and the
+error then named a tensor the client had sent right. Outputs always travel raw, one
+`raw_output_contents` entry per output (an empty one for an output written to shared memory),
+as Triton answers.
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ def decode_request(request: Any, read_slice: ReadSlice) -> InferRequest:
         params = parameters(entry.parameters, f"{where}: `parameters`")
         place = shared_memory_slice(where, params)
         typed = entry.HasField("contents")
+        if typed and raws:
+            raise InvalidInput(
+                f"{where}: has typed `contents` in a request that also has raw_input_contents; "
+                "expected every input's data in one of them, not both (as Triton). Hint: FP16 "
+                "and BF16 travel raw only, so send every input raw beside them"
+            )
         if place is not None:
             if typed:
                 raise InvalidInput(f"{where}: names a shared memory region and also has `contents`")
