@@ -446,6 +446,38 @@ def test_a_json_body_with_no_image_is_named_in_json_s_words(
     assert response.json()["error"].endswith(f"an object with an 'image' field, {words}")
 
 
+NAN_ROW = b"[" + b",".join([b"NaN"] * 16) + b"]"
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "words"),
+    [
+        (b'{"image": null}', JSON, "HxWxC array of pixel values, got null"),
+        (b'{"image": 7}', JSON, "HxWxC array of pixel values, got 7"),
+        (b'{"image": {"data": []}}', JSON, "HxWxC array of pixel values, got an object"),
+        (
+            msgpack.packb({"image": msgpack.ExtType(5, b"xy")}),
+            MSGPACK,
+            "HxWxC array of pixel values, got a msgpack ext of type 5",
+        ),
+        (
+            b'{"image": [' + b",".join([NAN_ROW] * 16) + b"]}",
+            JSON,
+            "'image' pixel values must be numbers from 0 to 255 (uint8)",
+        ),
+    ],
+    ids=["null", "a number", "an object", "a msgpack ext", "NaN pixels"],
+)
+def test_an_image_that_is_neither_a_file_nor_pixels_is_a_400_naming_it(
+    ocr: httpx.Client, body: bytes, headers: dict[str, str], words: str
+) -> None:
+    """They read "'image' has shape (): expected HxW..." (a msgpack ext: shape (2,)), and
+    NaN pixels were cast to whatever uint8 NaN became, and read as a page."""
+    response = ocr.post("/invoke", content=body, headers=headers)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"].endswith(words)
+
+
 def test_a_decompression_bomb_names_one_limit_the_handler_s(ocr: httpx.Client) -> None:
     """30000x30000 one-bit pixels compress to a small PNG; Pillow refuses its header with its own
     limit, which must not appear beside the handler's as a second, contradicting one."""

@@ -90,7 +90,13 @@ def _decode(data: bytes, max_pixels: int) -> Image.Image:
 
 
 def _from_pixels(value: Any, max_pixels: int) -> Image.Image:
-    """An HxW or HxWxC (C = 1, 3 or 4) array of 0..255 pixel values."""
+    """An HxW or HxWxC (C = 1, 3 or 4) array of 0..255 pixel values (a NaN is none: it
+    compares false with both bounds)."""
+    if not isinstance(value, list | np.ndarray):
+        raise InvalidInput(
+            "'image' must be an image file (base64 text in JSON, bytes in msgpack) or an HxW "
+            f"or HxWxC array of pixel values, got {echo_json(value)}"
+        )
     if isinstance(value, list) and value and isinstance(value[0], list):
         _check_size(len(value[0]), len(value), max_pixels)  # before building a huge array
     try:
@@ -102,7 +108,7 @@ def _from_pixels(value: Any, max_pixels: int) -> Image.Image:
     if not (pixels.ndim == 2 or (pixels.ndim == 3 and pixels.shape[2] in (3, 4))):
         raise InvalidInput(f"'image' has shape {pixels.shape}: expected HxW or HxWxC, C in 1, 3, 4")
     _check_size(pixels.shape[1], pixels.shape[0], max_pixels)
-    if pixels.dtype.kind not in "uif" or pixels.min() < 0 or pixels.max() > 255:
+    if pixels.dtype.kind not in "uif" or not (pixels.min() >= 0 and pixels.max() <= 255):
         raise InvalidInput("'image' pixel values must be numbers from 0 to 255 (uint8)")
     return Image.fromarray(pixels.astype(np.uint8))
 
