@@ -191,6 +191,24 @@ def test_a_header_given_twice_is_joined_or_refused(client: httpx.Client) -> None
     assert response.status_code == 200, response.text
 
 
+@pytest.mark.parametrize("boundary", ["é".encode(), b"\xe9", b"a\x80"])
+def test_a_form_whose_boundary_is_not_ascii_is_refused_as_such(
+    client: httpx.Client, boundary: bytes
+) -> None:
+    """It read "its boundary is not in the body", of a body that held it as sent."""
+    body = (
+        b"--" + boundary + b'\r\nContent-Disposition: form-data; name="f"; filename="a.json"\r\n'
+        b"Content-Type: application/json\r\n\r\n{}\r\n--" + boundary + b"--\r\n"
+    )
+    content_type = b"multipart/form-data; boundary=" + boundary
+    response = client.post("/invoke", content=body, headers={"content-type": content_type})
+    assert response.status_code == 400
+    assert response.json()["error"] == (
+        "request body: multipart/form-data: its boundary holds bytes that are not ASCII; "
+        "expected 1 to 70 ASCII characters (RFC 2046)"
+    )
+
+
 def test_a_form_part_in_base64_is_read_with_its_line_breaks(client: httpx.Client) -> None:
     """RFC 2045 wraps base64 at 76 characters: line breaks are not a bad character."""
     text = base64.encodebytes(orjson.dumps(payload()))  # lines of 76 and a newline each

@@ -38,6 +38,11 @@ def form_file(body: bytes, content_type: str) -> tuple[bytes, str]:
     delimiter = header.get_param("boundary")
     if not isinstance(delimiter, str) or not delimiter:
         raise _refused("no boundary in its Content-Type")
+    if not delimiter.isascii():  # read back from the header, its bytes are no longer as sent
+        raise _refused(
+            "its boundary holds bytes that are not ASCII; expected 1 to 70 ASCII characters "
+            "(RFC 2046)"
+        )
     parts = [
         _part(raw, n)
         for n, raw in enumerate(_split(body, b"--" + delimiter.encode("latin-1", "replace")), 1)
