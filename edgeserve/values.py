@@ -187,7 +187,7 @@ def to_array(data: Any, datatype: Datatype, where: str, max_depth: int) -> np.nd
     shaped by its nesting; InvalidInput, prefixed with `where`, names what does not fit."""
     if datatype.name == "BF16":
         raise InvalidInput(f"{where}: BF16 travels only as binary data (binary_data_size)")
-    flat, dims = _flatten(data, max(max_depth, 1), where)
+    flat, dims = _flatten(data, max_depth, where)
     accepted, wanted = _ACCEPTED[datatype.numpy.kind]
     found = set(map(type, flat))
     if float in found and datatype.numpy.kind in "iu":
@@ -281,15 +281,14 @@ _INT = {int}
 
 
 def _flatten(data: Any, max_depth: int, where: str) -> tuple[list[Any], tuple[int, ...]]:
-    """The leaves in row-major order and the dims of a rectangular nesting, level by level."""
+    """The leaves in row-major order and the dims of a rectangular nesting, level by level (a
+    rank-0 tensor's one value may come in a list of one, as v2 sends it)."""
     if not isinstance(data, list):
         return [data], ()
     flat, dims = data, [len(data)]
     while flat and isinstance(flat[0], list):
-        if len(dims) >= max_depth:
-            raise InvalidInput(
-                f"{where}: `data` is nested deeper than the tensor's {max_depth} dims"
-            )
+        if len(dims) >= max(max_depth, 1):
+            raise InvalidInput(f"{where}: `data` is nested deeper than {_deepest(max_depth)}")
         width = len(flat[0])
         if any(not isinstance(row, list) or len(row) != width for row in flat):
             raise InvalidInput(
@@ -299,6 +298,16 @@ def _flatten(data: Any, max_depth: int, where: str) -> tuple[list[Any], tuple[in
         flat = list(itertools.chain.from_iterable(flat))
         dims.append(width)
     return flat, tuple(dims)
+
+
+def _deepest(max_depth: int) -> str:
+    """How deep a tensor's data may nest, in words: those of its rank, or of the limit on
+    ranks where it has none declared (a count of dims it does not have misled)."""
+    if max_depth == 0:
+        return "a rank-0 tensor's data (one value, or a list of one)"
+    if max_depth >= MAX_RANK:
+        return f"{MAX_RANK} lists, the most dims a tensor may have"
+    return f"the tensor's {max_depth} dims"
 
 
 def _check_integral_range(flat: list[Any], datatype: Datatype, where: str) -> None:

@@ -55,6 +55,7 @@ def test_an_input_of_no_declared_shape_takes_requests_of_any_shape(
         ]
         invoked = httpx.post(f"{url}/invoke", json={"x": [[1, 2], [3, 4]]}, timeout=30)
         scalar = httpx.post(f"{url}/invoke", json={"x": 5}, timeout=30)
+        deep = httpx.post(f"{url}/invoke", json={"x": nested(33)}, timeout=30)
         wrong = httpx.post(f"{url}{INFER}", json={"inputs": [
             {"name": "x", "datatype": "INT32", "shape": [2], "data": [1, 2]}
         ]})  # fmt: skip
@@ -70,6 +71,20 @@ def test_an_input_of_no_declared_shape_takes_requests_of_any_shape(
         400,
         {"error": "tensor `x`: expected any shape FP32, got [2] INT32"},
     )
+    assert (deep.status_code, deep.json()) == (  # it said "deeper than the tensor's 32 dims"
+        400,
+        {
+            "error": "tensor `x`: FP32 any shape: `data` is nested deeper than 32 lists, the "
+            "most dims a tensor may have"
+        },
+    )
+
+
+def nested(levels: int) -> Any:
+    value: Any = 1.0
+    for _ in range(levels):
+        value = [value]
+    return value
 
 
 def test_openvino_which_cannot_compile_any_rank_is_passed_over_saying_why(

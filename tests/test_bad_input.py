@@ -51,6 +51,7 @@ from tests.bad_requests import (
 from tests.models import (
     identity_model,
     reshaping_model,
+    scalar_model,
     sequence_model,
     slow_model,
     top_model,
@@ -189,6 +190,27 @@ def test_a_header_given_twice_is_joined_or_refused(client: httpx.Client) -> None
     gzipped = [("content-encoding", "gzip"), ("content-encoding", "gzip")]
     response = client.post(INFER, content=gzip.compress(gzip.compress(body)), headers=gzipped)
     assert response.status_code == 200, response.text
+
+
+def test_a_rank_0_input_nested_too_deep_is_named_as_rank_0(tmp_path: Path) -> None:
+    """Its one value may come bare or in a list of one; two lists read "nested deeper than
+    the tensor's 1 dims", of a tensor that has none."""
+    source = write_function(tmp_path / "src", scalar_model, '[function]\nname = "scalar"\n')
+    app = create_app(Runtime.load(build(source, tmp_path / "bundle")))
+    tensor = {"name": "x", "datatype": "FP32", "shape": []}
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as scalar:
+        bare, listed, deep = (
+            scalar.post("/v2/models/scalar/infer", json={"inputs": [tensor | {"data": data}]})
+            for data in (3.0, [3.0], [[3.0]])
+        )
+        invoked = scalar.post("/invoke", json={"x": [[3.0]]})
+    assert [bare.json()["outputs"][0]["data"], listed.json()["outputs"][0]["data"]] == [[9.0]] * 2
+    words = "`data` is nested deeper than a rank-0 tensor's data (one value, or a list of one)"
+    assert (deep.status_code, deep.json()) == (400, {"error": f"tensor `x`: FP32 []: {words}"})
+    assert (invoked.status_code, invoked.json()) == (
+        400,
+        {"error": f"tensor `x`: FP32 []: {words}"},
+    )
 
 
 @pytest.mark.parametrize("boundary", ["é".encode(), b"\xe9", b"a\x80"])
