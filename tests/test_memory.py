@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import httpx
 import pytest
+
+from tests.models import identity_model, write_function
+from tests.server import running
+from tests.test_tritonclient import MANIFEST
 
 BURST = """
 import asyncio, sys
@@ -111,3 +119,40 @@ def test_a_started_server_leaves_what_it_loaded_out_of_the_collector_s_sight() -
     assert status == 200
     assert frozen > 1000  # the lifespan's objects among them
     assert collected >= 100
+
+
+def peak_rss_mb(pid: int) -> int:
+    """The process's high-water mark of resident memory (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError(f"no VmHWM in /proc/{pid}/status")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/<pid>/status")
+def test_large_json_bodies_sent_at_once_are_decoded_one_after_the_other(tmp_path: Path) -> None:
+    """An 8 MB JSON body of rows of numbers peaks at ~120 MB of Python objects while it is
+    decoded. Five sent at once, refused only once decoded (an unknown input beside the
+    real one: a flood of bad requests), peaked at 3.5 times one's, as decoding them together
+    (the GIL lets one run at a time anyway) held all their objects at once. One at a time,
+    the peak stays near one's (the bodies themselves, read meanwhile, add a little)."""
+    rows = (8 << 20) // 8
+    body = b'{"inputs":[{"name":"zz","datatype":"FP32","shape":[1],"data":[0]},'
+    body += b'{"name":"in_FP32","datatype":"FP32","shape":[%d,3],"data":[' % rows
+    body += b"[0,0,0]," * (rows - 1) + b"[0,0,0]]}]}"
+    model = functools.partial(identity_model, datatypes=("FP32",))
+    source = write_function(tmp_path / "src", model, MANIFEST)
+    with running(source, "--workers", "1") as (url, server):
+        infer = f"{url}/v2/models/identity/infer"
+        before = peak_rss_mb(server.process.pid)
+        assert httpx.post(infer, content=body, timeout=120).status_code == 400
+        one = peak_rss_mb(server.process.pid) - before
+        with ThreadPoolExecutor(5) as pool:
+            sent = [pool.submit(httpx.post, infer, content=body, timeout=300) for _ in range(5)]
+            answers = [answer.result() for answer in sent]
+        five = peak_rss_mb(server.process.pid) - before
+    assert [answer.json()["error"] for answer in answers] == [
+        "inputs: expected ['in_FP32']; unknown ['zz']"
+    ] * 5
+    assert one > 60, one  # the decoding's objects, which the bound is about
+    assert five < 2 * one, (one, five)
