@@ -209,7 +209,7 @@ def test_shared_memory_windows_are_checked_before_running(
     client.register_system_shared_memory(name, key, 64)
     for size, offset, words in (
         (X.nbytes, 32, "runs past region"),
-        (X.nbytes - 4, 4, "needs 48 bytes, its data has 44"),
+        (X.nbytes - 4, 4, "needs 48 bytes, but shared_memory_byte_size is 44"),
     ):
         with pytest.raises(InferenceServerException) as error:
             client.infer("identity", x_from_region(name, offset, size))

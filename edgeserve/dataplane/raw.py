@@ -42,12 +42,15 @@ def from_raw(
     return np.frombuffer(chunk, dtype=datatype.numpy.newbyteorder("<")).reshape(shape)
 
 
-def check_size(where: str, datatype: Datatype, shape: tuple[int, ...], size: int) -> None:
+def check_size(
+    where: str, datatype: Datatype, shape: tuple[int, ...], size: int, sized_by: str = ""
+) -> None:
+    """`size` bytes hold the shape's elements; `sized_by` names who said `size`, where it is
+    not the data itself (a shared-memory slice)."""
     needed = math.prod(shape) * datatype.size
     if size != needed:
-        raise InvalidInput(
-            f"{where}: {datatype.name} {list(shape)} needs {needed} bytes, its data has {size}"
-        )
+        found = f"but {sized_by} is {size}" if sized_by else f"its data has {size}"
+        raise InvalidInput(f"{where}: {datatype.name} {list(shape)} needs {needed} bytes, {found}")
 
 
 def _unframe_bytes(where: str, chunk: memoryview, count: int) -> np.ndarray:

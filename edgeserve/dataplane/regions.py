@@ -66,7 +66,7 @@ def region_tensor(
     """An input read from the region its parameters name, its size checked against its shape
     before its bytes are read (a copy); BYTES elements are unframed, their count checked."""
     if datatype.name != "BYTES":
-        raw.check_size(where, datatype, shape, place.byte_size)
+        raw.check_size(where, datatype, shape, place.byte_size, "shared_memory_byte_size")
     return raw.from_raw(where, datatype, shape, read_slice(where, place))
 
 
