@@ -449,3 +449,24 @@ def test_a_request_cut_short_by_a_half_close_gets_a_400_at_once(
     status, error = json_error(received)
     assert (status, waited < 0.5) == (400, True)
     assert error.startswith(words), error
+
+
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [
+        ("/v2/models/nope/infer", "unknown model `nope`: this server serves `mlp`"),
+        ("/v2/models/mlp/versions/9/infer", "model `mlp` has no version `9`"),
+    ],
+)
+def test_an_infer_to_a_wrong_model_is_refused_before_its_body_is_asked_for(
+    url: str, path: str, words: str
+) -> None:
+    """It was told `100 Continue`, then refused once its body had come (the whole upload, as
+    curl sends a large one), or, sending none, held until the body bound."""
+    head = rawhttp.head(path, 50 << 20).replace(b"\r\n\r\n", b"\r\nexpect: 100-continue\r\n\r\n")
+    with rawhttp.connect(url) as sock:
+        sock.sendall(head)
+        received, waited = read_until_closed(sock)
+    status, _, body = rawhttp.parse(received)
+    assert (status, waited < BODY_S) == (404 if "version" in words else 400, True)
+    assert orjson.loads(body)["error"].startswith(words)

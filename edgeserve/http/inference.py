@@ -77,7 +77,8 @@ class InferenceRoutes:
         self.limit = limit
         self.regions = regions
         self.drain = Drain()
-        self._v2_infer, self._invoke = self._asgi(self.v2_infer), self._asgi(self.invoke)
+        self._v2_infer = self._asgi(self.v2_infer, self._check_v2_path)
+        self._invoke = self._asgi(self.invoke)
 
     def app_for(self, path: str) -> ASGIApp | None:
         """The ASGI app serving `path`, or None when it is not an inference route."""
@@ -85,10 +86,14 @@ class InferenceRoutes:
             return self._invoke
         return self._v2_infer if _V2_INFER.fullmatch(path) else None
 
-    async def v2_infer(self, call: Call) -> Reply:
-        match = _V2_INFER.fullmatch(call.path)
+    def _check_v2_path(self, path: str) -> None:
+        """The model and version in the path, checked before the body is read: a client that
+        sent `Expect: 100-continue` to a wrong URL was told to go on, and its body uploaded."""
+        match = _V2_INFER.fullmatch(path)
         assert match is not None  # app_for routes only matching paths here
         self.plane.check_model(match["model"], match["version"], infer=True)
+
+    async def v2_infer(self, call: Call) -> Reply:
         shared = ClientRegions(self.regions, call.client, self.limit)
         try:
             decoded = await off_loop(
@@ -131,7 +136,8 @@ class InferenceRoutes:
         content, media_type = invoke.encode_result(result, call.headers.get("accept"))
         return Reply(content, media_type)
 
-    def _asgi(self, handler: Handler) -> ASGIApp:
+    def _asgi(self, handler: Handler, check_path: Callable[[str], None] | None = None) -> ASGIApp:
+        """`handler` as an ASGI app; `check_path` refuses a path before the body is read."""
         drain, runtime, limit = self.drain, self.runtime, self.limit
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -145,10 +151,13 @@ class InferenceRoutes:
                 if scope["method"] != "POST":
                     raise HTTPException(405, headers={"Allow": "POST"})
                 drain.check_open()
+                path = route_path(scope)
+                if check_path is not None:
+                    check_path(path)
                 await runtime.admit(arrived)  # a full queue costs no reading nor decoding
                 body = await read_body(receive, headers, limit)
                 client = (scope.get("client") or ("",))[0]
-                call = Call(route_path(scope), headers, body, arrived, client)
+                call = Call(path, headers, body, arrived, client)
                 reply = await until_disconnected(receive, handler(call), task)
             except asyncio.CancelledError as cancelled:  # at the drain bound: the 503 saying so
                 reply = error_response(drain.answer(cancelled), _where(scope))
