@@ -436,7 +436,7 @@ CORPUS: list[Bad] = [
             "load `identity`: `parameters`: expected a JSON object, got",
             path="/v2/repository/models/identity/load",
         )
-        for parameters in (5, [1, "a"], True, "config")
+        for parameters in (5, [1, "a"], True, "config", None, [], 0, False, "")  # falsy: taken
     ),
     *(
         Bad(

@@ -48,7 +48,7 @@ class RepositoryRoutes:
     async def load(self, request: Request) -> Response:
         model = request.path_params["model"]
         body = await json_object(request, self.limit)
-        parameters = body.get("parameters") or {}
+        parameters = body.get("parameters", {})
         if not isinstance(parameters, dict):
             raise InvalidInput(
                 f"load `{echo(model)}`: `parameters`: expected a JSON object, "
