@@ -80,7 +80,7 @@ def _loads(data: bytes, where: str) -> Any:
         if _NON_FINITE.search(bytes(data)):
             return _with_non_finite(bytes(data), where)
         if "UTF-8" in str(exc):
-            raise _not_utf8(where) from None
+            raise _not_utf8(where, bytes(data)) from None
         raise InvalidInput(f"{where}: not valid JSON: {exc}") from None
 
 
@@ -91,7 +91,7 @@ def _with_non_finite(data: bytes, where: str) -> Any:
     try:
         value = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
-        raise _not_utf8(where) from None
+        raise _not_utf8(where, data) from None
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"{where}: not valid JSON: {exc}") from None
     except ValueError:  # Python's int() of over 4300 digits
@@ -101,9 +101,16 @@ def _with_non_finite(data: bytes, where: str) -> Any:
     return _as_orjson_reads(value, where)
 
 
-def _not_utf8(where: str) -> InvalidInput:
+def _not_utf8(where: str, data: bytes) -> InvalidInput:
+    """The refusal of a body that is not UTF-8, at its first byte that is not (it named none,
+    and a stray byte deep in a large body is hard to find)."""
+    try:
+        data.decode("utf-8")
+        at = ""
+    except UnicodeDecodeError as exc:
+        at = f": byte {exc.start} ({data[exc.start]:#04x}): {exc.reason}"
     return InvalidInput(
-        f"{where}: not UTF-8 text, so not JSON (another encoding, or msgpack sent with "
+        f"{where}: not UTF-8 text, so not JSON{at} (another encoding, or msgpack sent with "
         "Content-Type application/json?)"
     )
 
