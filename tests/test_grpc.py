@@ -8,11 +8,13 @@ run by ONNX Runtime on CPU.
 
 from __future__ import annotations
 
+import functools
 import queue
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -22,6 +24,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from edgeserve import cudamemory
+from edgeserve.grpc.service import STREAM_IN_FLIGHT
 from tests.models import identity_model, write_function
 from tests.server import Server, running
 from tests.test_tritonclient import MANIFEST, RUN_BY_ORT
@@ -314,6 +317,44 @@ def test_streaming_answers_each_request(client: triton.InferenceServerClient) ->
     assert ids == ["good-1", "good-2"]
     errors = [error for _, error in got if error is not None]
     assert len(errors) == 1 and "unknown ['in_nope']" in str(errors[0])
+
+
+def test_a_stream_whose_answers_are_not_read_stops_being_read(tmp_path: Path) -> None:
+    """A client that sent on and never read its answers made the server read and run every
+    request, and hold every answer (600 of 0.8 MB: 480 MB, growing as long as it sent). The
+    stream now reads no further than STREAM_IN_FLIGHT requests ahead of the answers written
+    (plus the few answers the client's receive window takes)."""
+    width = 4096  # 16 KB a request: 3,000 of them are more than any window holds
+    model = functools.partial(identity_model, datatypes=("FP32",), row=width)
+    source = write_function(tmp_path / "src", model, MANIFEST)
+    request = service_pb2.ModelInferRequest(model_name="identity")
+    request.inputs.add(name="in_FP32", datatype="FP32", shape=[1, width])
+    request.raw_input_contents.append(np.zeros(width, np.float32).tobytes())
+    with running(source, "--grpc-port", "0") as (_, server):
+        url = grpc_url(server)
+        with grpc.insecure_channel(url) as channel, triton.InferenceServerClient(url) as client:
+            stream = channel.stream_stream(
+                "/inference.GRPCInferenceService/ModelStreamInfer",
+                request_serializer=lambda message: message.SerializeToString(),
+            )
+            answers = stream(iter([request] * 3000), timeout=60)  # never read
+            ran = settled(lambda: client.get_inference_statistics("identity").model_stats[0])
+            answers.cancel()
+    assert STREAM_IN_FLIGHT <= ran.inference_count < 2 * STREAM_IN_FLIGHT
+
+
+def settled(read: Callable[[], Any], quiet_s: float = 1.5, timeout_s: float = 60) -> Any:
+    """`read()`'s statistics once their inference count has not moved for `quiet_s`."""
+    deadline = time.monotonic() + timeout_s
+    last, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = read()
+        if now.inference_count != last.inference_count:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s and now.inference_count:
+            return now
+    raise AssertionError(f"still running after {timeout_s} s: {last.inference_count}")
 
 
 def test_system_shared_memory(client: triton.InferenceServerClient) -> None:

@@ -36,6 +36,11 @@ from edgeserve.sharedmemory import Regions
 from edgeserve.transport import GRPC
 
 Context = Any  # grpc.aio.ServicerContext (grpcio ships no type hints)
+STREAM_IN_FLIGHT = 256
+"""Requests of one ModelStreamInfer read but not yet answered: past it the stream reads on as
+its answers are written. A client that sent on and never read its answers made the server
+hold every one (600 of 0.8 MB: 480 MB, and growing). A load generator keeps its concurrency
+in flight on a stream; the sweeps of DESIGN.md go to 64."""
 OPEN_AS = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
 """RPCs that `[auth] open_paths` may leave open, by the HTTP path of the same operation."""
 FINAL_ASKED, FINAL = "triton_enable_empty_final_response", "triton_final_response"
@@ -186,13 +191,15 @@ class InferenceService:
         self, requests: AsyncIterator[bytes], context: Context
     ) -> AsyncIterator[Any]:
         """One ModelStreamInferResponse per request, in the order they finish (each carries
-        its request's id); a bad request's is its error_message, and the stream goes on."""
+        its request's id); a bad request's is its error_message, and the stream goes on. At
+        most STREAM_IN_FLIGHT requests are read ahead of the answers written."""
         try:
             self._check_credentials(f"/{SERVICE}/ModelStreamInfer", context)
         except Exception as exc:
             await context.abort(*status_of(exc, f"{SERVICE}/ModelStreamInfer"))
         answers: asyncio.Queue[Any] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
+        room = asyncio.Semaphore(STREAM_IN_FLIGHT)  # taken per request, given back once written
 
         async def answer(raw: bytes) -> None:
             try:
@@ -204,6 +211,7 @@ class InferenceService:
 
         async def read() -> None:
             async for raw in requests:
+                await room.acquire()
                 task = asyncio.ensure_future(answer(raw))
                 running.add(task)
                 task.add_done_callback(running.discard)
@@ -213,7 +221,8 @@ class InferenceService:
         reader = asyncio.ensure_future(read())
         try:
             while (response := await answers.get()) is not None:
-                yield response
+                yield response  # resumed once grpc has written it: the client reads
+                room.release()
         finally:
             reader.cancel()
             for task in list(running):
