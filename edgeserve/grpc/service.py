@@ -187,12 +187,12 @@ class InferenceService:
             response.parameters[FINAL].bool_param = True  # one response a request: the last
         return response
 
-    async def model_stream_infer(
-        self, requests: AsyncIterator[bytes], context: Context
-    ) -> AsyncIterator[Any]:
+    async def model_stream_infer(self, requests: AsyncIterator[bytes], context: Context) -> None:
         """One ModelStreamInferResponse per request, in the order they finish (each carries
         its request's id); a bad request's is its error_message, and the stream goes on. At
-        most STREAM_IN_FLIGHT requests are read ahead of the answers written."""
+        most STREAM_IN_FLIGHT requests are read ahead of the answers written. Answers are
+        written here, not yielded to grpcio: a client gone while one was being written made
+        grpcio log an ERROR with its traceback; here the stream just ends."""
         try:
             self._check_credentials(f"/{SERVICE}/ModelStreamInfer", context)
         except Exception as exc:
@@ -221,7 +221,10 @@ class InferenceService:
         reader = asyncio.ensure_future(read())
         try:
             while (response := await answers.get()) is not None:
-                yield response  # resumed once grpc has written it: the client reads
+                try:
+                    await context.write(response)  # returns once written: the client reads
+                except Exception:  # grpcio's own (internal) error of a write into a call
+                    return  # its client has left, raised before the call says it has ended
                 room.release()
         finally:
             reader.cancel()
