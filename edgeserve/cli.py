@@ -31,10 +31,13 @@ err_console = Console(stderr=True)
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
-    from edgeserve.scaffold import init_function
+    from edgeserve.scaffold import init_function, next_steps
 
-    path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
-    _say("created", "green", f"{path}  (next: edgeserve build {path})")
+    with live_log(err_console, "init"):  # the batch-axis check runs the model: seconds
+        path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
+    _say("created", "green", f"{path}  (next: edgeserve build {shlex.quote(str(path))})")
+    for line in next_steps(path):
+        _say("", "", line)
     return 0
 
 

@@ -37,7 +37,7 @@ RANDOM_ROWS = 4
 class PrecisionCheck:
     precision: str
     max_abs_diff: float
-    inputs: str  # "3 samples" or "random inputs"
+    inputs: str  # "3 samples", "1 sample" or "random inputs"
     tolerance: float | None
 
     def describe(self) -> str:
@@ -128,7 +128,7 @@ def _inputs(source: Path, manifest: Manifest, signature: Signature) -> tuple[lis
     files = sample_files(samples) if samples.is_dir() else []
     batches = _sample_batches(files, manifest, signature, source)
     if batches:
-        return batches, f"{len(batches)} samples"
+        return batches, f"{len(batches)} sample{'s' if len(batches) > 1 else ''}"
     random = example_inputs(signature, RANDOM_ROWS, np.random.default_rng(0))
     why = "no file in samples/ holds the model's inputs" if files else "no samples/"
     return [random], f"random inputs ({why})"

@@ -33,7 +33,7 @@ from edgeserve.errors import (
 )
 from edgeserve.handler import check_items, import_handler, item_place, one_row
 from edgeserve.memory import trim_when_idle
-from edgeserve.samples import is_media
+from edgeserve.samples import is_media, is_v2_request
 from edgeserve.stats import ModelStats
 from edgeserve.types import Context, TensorDict
 from edgeserve.values import spec_array
@@ -295,7 +295,12 @@ class Runtime:
                 f"/invoke: expected a JSON object (or msgpack map) with the inputs {names}, "
                 f"got {found}"
             )
-        check_names(self.signature, payload)
+        try:
+            check_names(self.signature, payload)
+        except InvalidInput as exc:
+            if is_v2_request(payload):  # {"inputs": [...]}, named as no input of the model
+                raise InvalidInput(_v2_body(self.name, exc.message)) from None
+            raise
         return {
             spec.name: spec_array(spec, payload[spec.name])
             for spec in self.signature.inputs
@@ -341,6 +346,15 @@ async def _awaited(work: Awaitable[T]) -> T:
 
 def _to_lists(tensors: TensorDict) -> dict[str, Any]:
     return {name: value.tolist() for name, value in tensors.items()}
+
+
+def _v2_body(name: str, refused: str) -> str:
+    """What /invoke says of a KServe v2 infer request sent to it (init's samples/v2.json)."""
+    return (
+        f'/invoke: the body is a KServe v2 infer request ({{"inputs": [...]}}), which /invoke '
+        f"does not read ({refused}). Hint: POST it to /v2/models/{name}/infer, or send "
+        "/invoke the tensors by name, as samples/request.json does"
+    )
 
 
 def _raw_body(size: int, content_type: str) -> str:

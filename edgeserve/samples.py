@@ -237,6 +237,28 @@ def sample_request(signature: Signature, tensors: TensorDict | None = None) -> d
     }
 
 
+def sample_v2_request(
+    signature: Signature, tensors: TensorDict | None = None
+) -> dict[str, Any] | None:
+    """`sample_request`'s tensors as a KServe v2 JSON infer request; None where an input is
+    BF16, which v2 JSON has no numbers for (Triton's binary extension carries it)."""
+    if any(spec.datatype == "BF16" for spec in signature.required):
+        return None
+    return v2_request(random_sample(signature) if tensors is None else tensors, signature)
+
+
+def v2_request(tensors: TensorDict, signature: Signature) -> dict[str, Any]:
+    """A v2 JSON infer request of `tensors`, the model's inputs, in the model's order."""
+    return {
+        "inputs": [
+            {"name": spec.name, "datatype": spec.datatype, "shape": list(tensors[spec.name].shape),
+             "data": json_values(tensors[spec.name].ravel())}
+            for spec in signature.inputs
+            if spec.name in tensors
+        ]
+    }  # fmt: skip
+
+
 def json_values(array: np.ndarray) -> Any:
     """An array as nested JSON lists: floats rounded to 3 places, bytes as text."""
     if array.dtype.kind == "f":

@@ -11,7 +11,9 @@ MLP with a handler; its model is generated, not shipped, so the package holds no
 from __future__ import annotations
 
 import json
+import logging
 import re
+import shlex
 import shutil
 import textwrap
 from collections.abc import Mapping
@@ -28,14 +30,20 @@ from edgeserve.errors import ConfigError
 from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelfile import external_data
 from edgeserve.modelgen import mlp_model
-from edgeserve.samples import sample_request
+from edgeserve.samples import sample_request, sample_v2_request
 from edgeserve.signature import read_signature, unbatchable
 from edgeserve.types import Signature, TensorDict, TensorSpec
+
+log = logging.getLogger("edgeserve")
 
 DimNames = Mapping[str, Mapping[int, str]]
 """A model's named dims: {tensor: {axis: name}} (backends.sessions.dim_names)."""
 
 TEMPLATE = "function"
+INVOKE_SAMPLE = PurePosixPath("samples/request.json")
+"""init's /invoke request: the model's tensors by name (or the demo handler's payload)."""
+V2_SAMPLE = PurePosixPath("samples/v2.json")
+"""init's KServe v2 infer request of the same tensors, for /v2/models/<name>/infer."""
 
 
 def template_root(kind: str = TEMPLATE) -> Traversable:
@@ -89,10 +97,15 @@ def init_function(dest: Path, name: str | None = None, model: Path | None = None
     signature = read_signature(adopted, ModelSection())
     if model is not None and present is None:
         dest.mkdir(parents=True, exist_ok=True)
+        log.info("copying %s into %s", model.name, dest)
         for file in (model.name, *weights):
             (dest / file).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(model.parent / file, dest / file)
     dims = dim_names(adopted, outputs=True)
+    if signature.batched:  # seconds for a large model: the CLI shows this line meanwhile
+        log.info(
+            "running %s on random rows to check that its first axis is a batch axis", adopted.name
+        )
     found = not_a_batch_axis(adopted, signature)
     sample = runnable_sample(adopted, signature)
     named = function_name(dest, name)
@@ -113,11 +126,30 @@ def adopted_files(
     input's; `not_a_batch`: what showed that its first axis, dynamic, is no batch axis;
     `sample`: the request's tensors (`dryrun.runnable_sample`), else random ones."""
     manifest = adopted_manifest(name, model_file, signature, dims or {}, not_a_batch)
-    request = sample_request(signature, sample)
-    return {
+    written = {
         PurePosixPath(MANIFEST_NAME): manifest,
-        PurePosixPath("samples/request.json"): json.dumps(request) + "\n",
+        INVOKE_SAMPLE: json.dumps(sample_request(signature, sample)) + "\n",
     }
+    if (v2 := sample_v2_request(signature, sample)) is not None:
+        written[V2_SAMPLE] = json.dumps(v2) + "\n"
+    return written
+
+
+def next_steps(dest: Path, port: int = 8080) -> list[str]:
+    """What to run once init is done: serve it, then send each sample it wrote the way that
+    sample goes (`edgeserve invoke` posts to /invoke; a v2 request goes to the model's route)."""
+    folder = shlex.quote(str(dest))
+    lines = [f"try it: edgeserve serve {folder} --port {port}, then from another shell:"]
+    if (dest / INVOKE_SAMPLE).is_file():
+        sample = shlex.quote(str(dest / INVOKE_SAMPLE))
+        lines.append(f"  edgeserve invoke 127.0.0.1:{port} --file {sample}")
+    if (dest / V2_SAMPLE).is_file():
+        sample = shlex.quote(f"@{dest / V2_SAMPLE}")
+        route = f"127.0.0.1:{port}/v2/models/{function_name(dest)}/infer"
+        lines.append(
+            f"  curl -s -H 'Content-Type: application/json' --data-binary {sample} {route}"
+        )
+    return lines
 
 
 def adopted_manifest(
@@ -139,7 +171,8 @@ def adopted_manifest(
         f"path = {toml_string(model_file)}",
         "# The model's tensors (-1: a dynamic dim). Without a handler, POST /invoke takes",
         '# {"<input>": nested list, ...} with the batch axis and answers the outputs the same way;',
-        "# samples/request.json is such a request.",
+        "# samples/request.json is such a request; samples/v2.json holds the same tensors as",
+        "# a KServe v2 infer request, for POST /v2/models/<name>/infer.",
         *(
             f"#   input   {_shown(s.name):<{width}}  {s.datatype} {_dims(s)}"
             for s in signature.inputs

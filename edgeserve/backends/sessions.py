@@ -42,11 +42,19 @@ def check_loads(model_path: Path) -> None:
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = ORT_FATAL_ONLY
     try:
         open_session(model_path, options, ["CPUExecutionProvider"])
     except BackendError as exc:
         raise BackendError(exc.message + _custom_ops_hint(model_path)) from None
 
+
+ORT_FATAL_ONLY = 4
+"""ONNX Runtime's own log, fatal lines only: every failure it reports comes back as an exception
+that edgeserve says in its own words (a BackendError, a 422), and its red copy of it on stderr
+made a handled one (init's batch-axis check on a model that fails on random rows) look like a
+crash. Its warnings (nodes not placed on CUDA) go too: which providers a session got is read and
+logged by edgeserve."""
 
 ORT_DOMAINS = ("ai.onnx.ml.", "com.microsoft.")
 """The domains besides ONNX's whose ops ONNX Runtime has kernels for."""
@@ -124,6 +132,7 @@ def session_options(options: LoadOptions, fixed: Mapping[str, int] | None = None
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = ORT_FATAL_ONLY
     # No spinning between runs: on a few cores the spinning pool starves the event loop.
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so

@@ -26,8 +26,8 @@ from edgeserve.samples import (
     IMAGE_TYPES,
     example_inputs,
     is_v2_request,
-    json_values,
     sample_request,
+    v2_request,
 )
 from edgeserve.types import Signature, TensorSpec
 
@@ -125,14 +125,7 @@ def _invoke_operation(
 
 
 def _infer_operation(name: str, signature: Signature) -> dict[str, Any]:
-    tensors = example_inputs(signature, 1)
-    example = {
-        "inputs": [
-            {"name": spec.name, "datatype": spec.datatype, "shape": list(tensors[spec.name].shape),
-             "data": json_values(tensors[spec.name].ravel())}
-            for spec in signature.required
-        ]
-    }  # fmt: skip
+    example = v2_request(example_inputs(signature, 1), signature)
     ok = {
         "description": "the model's outputs",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InferResponse"}}},

@@ -1,0 +1,89 @@
+"""A newcomer's first hour, through the CLI as they run it: what init says while it works and
+what it writes, how each sample it wrote is sent, and what build says of a backend it passes
+over for a reason the model itself gives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from edgeserve.cli import main
+from tests.models import classifier_model, reshaping_model
+from tests.server import served
+from tests.terminal import in_terminal, plain
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGESERVE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def edgeserve(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "edgeserve", *argv]
+
+
+def test_init_says_what_it_runs_and_onnx_runtime_keeps_quiet(tmp_path: Path) -> None:
+    """init ran the model for its batch-axis check without a word (seconds for a large model),
+    and where the run failed, ONNX Runtime printed its own red line ("[E:onnxruntime:, ...]
+    Non-zero status code returned while running Reshape node"): init looked broken. On a
+    terminal it now says what it runs, on one transient line; in a pipe it says nothing; ONNX
+    Runtime's own line never shows."""
+    model = reshaping_model(tmp_path / "reshaping.onnx")  # fails on most random rows
+    code, output = in_terminal(edgeserve("init", str(tmp_path / "a"), "--model", str(model)))
+    shown = plain(output)
+    assert code == 0, shown
+    assert (
+        "init: running reshaping.onnx on random rows to check that its first axis is a batch axis"
+    ) in shown
+    assert "onnxruntime" not in shown and "Reshape" not in shown, shown
+    piped = subprocess.run(
+        edgeserve("init", str(tmp_path / "b"), "--model", str(model)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+    assert piped.stdout.startswith(f"created {tmp_path / 'b'}")
+
+
+def test_init_writes_a_v2_sample_and_says_how_to_send_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """init wrote samples/request.json for /invoke alone. It now writes samples/v2.json too,
+    the same tensors as a KServe v2 infer request, and says how each is sent; the v2 route
+    answers it, /invoke, sent it by mistake, says where it goes, and doctor (as bench and tune,
+    which read samples/ alike) sends each sample where it belongs."""
+    dest = tmp_path / "fn"
+    model = classifier_model(tmp_path / "classifier.onnx")
+    assert main(["init", str(dest), "--model", str(model)]) == 0
+    said = capsys.readouterr().out
+    assert f"edgeserve invoke 127.0.0.1:8080 --file {dest}/samples/request.json" in said
+    assert (
+        f"curl -s -H 'Content-Type: application/json' --data-binary @{dest}/samples/v2.json "
+        "127.0.0.1:8080/v2/models/fn/infer"
+    ) in said
+    v2 = json.loads((dest / "samples" / "v2.json").read_text())
+    invoke = json.loads((dest / "samples" / "request.json").read_text())
+    assert [(t["name"], t["datatype"], t["shape"]) for t in v2["inputs"]] == [
+        ("pixels", "FP32", [1, 3, 32, 32])
+    ]
+    assert v2["inputs"][0]["data"] == [x for plane in invoke["pixels"][0] for row in plane
+                                       for x in row]  # fmt: skip
+    with served(dest) as url:
+        answer = httpx.post(f"{url}/v2/models/fn/infer", json=v2, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"][0]["shape"] == [1, 10]
+        capsys.readouterr()
+        assert main(["invoke", url, "--file", str(dest / "samples" / "v2.json")]) == 1
+        error = " ".join(capsys.readouterr().err.split())
+    assert 'the body is a KServe v2 infer request ({"inputs": [...]}), which /invoke' in error
+    assert "Hint: POST it to /v2/models/fn/infer" in error
+    assert main(["doctor", str(dest)]) == 0  # each sample where it belongs, as bench sends it
+    found = " ".join(capsys.readouterr().out.split())
+    assert "samples/request.json │ ok │ /invoke: 200" in found, found
+    assert "samples/v2.json │ ok │ v2 infer: 200" in found, found
