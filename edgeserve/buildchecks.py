@@ -1,6 +1,6 @@
 """What build says of a source before it writes a bundle: its checks (the batch axis, the
-handler's dry run on the samples, OpenVINO's drift from fp32), a backend that refused the model,
-and an earlier build it replaced."""
+handler's dry run on the samples, OpenVINO's drift from fp32), a backend that refused the model
+or that the plan passed over, and an earlier build it replaced."""
 
 from __future__ import annotations
 
@@ -47,7 +47,21 @@ class Refused:
         )
 
 
-Check = PrecisionCheck | DryRun | SkippedCheck | SkippedPrecision | Replaced | Refused
+@dataclass(frozen=True)
+class PassedOver:
+    """A backend of the plan that would not serve the model as written, known from the model
+    alone (string tensors, INT64 outputs computed in 32 bits: `Backend.declines`): a fact about
+    the model, not a failure, so said as the plan, not warned of on every build."""
+
+    backend: str
+    reason: str
+    planned: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"plan: {', '.join(self.planned)}, not {self.backend}: {self.reason}"
+
+
+Check = PrecisionCheck | DryRun | SkippedCheck | SkippedPrecision | Replaced | Refused | PassedOver
 """What build reports (each has `describe()`): its checks before writing a bundle (the skipped
 ones warn), a backend that refused the model, and an earlier bundle it replaced."""
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from edgeserve.archive import write_archive
 from edgeserve.backends import BACKENDS, BY_NAME, forced
-from edgeserve.buildchecks import Check, Refused, Replaced, check_source, log_check
+from edgeserve.buildchecks import Check, PassedOver, Refused, Replaced, check_source, log_check
 from edgeserve.bundle import (
     BUNDLE_FILE,
     FORMAT,
@@ -297,7 +297,7 @@ def _prepare(plan: BuildPlan, root: Path, report: Callable[[Check], None]) -> Bu
     what this one lacks is said, not planned away."""
     declined = dict(pair for target in plan.targets for pair in target.declined)
     for name, why in declined.items():  # what it would serve wrong: never planned
-        report(Refused(name, why, plan.preferred))
+        report(PassedOver(name, why, plan.preferred))
     model = root / plan.manifest.model.path
     for name in plan.backends:
         backend = BY_NAME[name]

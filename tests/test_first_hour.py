@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from edgeserve.cli import main
-from tests.models import classifier_model, reshaping_model
+from tests.models import classifier_model, identity_model, reshaping_model, write_function
 from tests.server import served
 from tests.terminal import in_terminal, plain
 
@@ -87,3 +87,19 @@ def test_init_writes_a_v2_sample_and_says_how_to_send_each(
     found = " ".join(capsys.readouterr().out.split())
     assert "samples/request.json │ ok │ /invoke: 200" in found, found
     assert "samples/v2.json │ ok │ v2 infer: 200" in found, found
+
+
+def test_a_backend_passed_over_for_the_models_strings_is_the_plan_not_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model with a string input made every build warn "warning: openvino refuses the model,
+    so the bundle plans onnxruntime only", for a reason that never goes away. Build now says it
+    as its plan, with the reason; a backend that fails to prepare the model still warns."""
+    folder = write_function(
+        tmp_path / "fn", lambda path: identity_model(path, ("BYTES",)), '[function]\nname = "fn"\n'
+    )
+    for _ in range(2):
+        assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 0
+        out = capsys.readouterr().out
+        assert "plan: onnxruntime, not openvino: openvino has no BYTES tensors (`in_BYTES`)" in out
+        assert "warning" not in out, out
