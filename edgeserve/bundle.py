@@ -284,12 +284,20 @@ def _not_a_bundle(path: Path) -> str:
     if not path.exists():
         return f"{path}: no such file or folder; {expected}"
     if path.suffix.lower() == ".onnx":  # the newcomer's first try: serve the model itself
-        return (
-            f"{path} is an ONNX model, not a function; {expected}. Hint: `edgeserve init "
-            f"{path.stem} --model {path}` makes a function of it, then "
-            f"`edgeserve serve {path.stem}`"
-        )
+        return f"{path} is an ONNX model, not a function; {expected}. {model_hint(path, 'serve')}"
     return f"{path} is not a bundle: no {BUNDLE_FILE}; {expected}, or a bundle's .tar.gz"
+
+
+def model_hint(path: Path, verb: str) -> str:
+    """What to do with a model file given to `edgeserve VERB` where a function was expected:
+    the function folder it lies in, else `init` to make one around it."""
+    folder = path.parent
+    if (folder / MANIFEST_NAME).is_file():
+        return f"Hint: it belongs to the function {folder}: `edgeserve {verb} {folder}`"
+    return (
+        f"Hint: `edgeserve init {path.stem} --model {path}` makes a function of it, then "
+        f"`edgeserve {verb} {path.stem}`"
+    )
 
 
 def recorded_hash(root: Path) -> str | None:

@@ -375,3 +375,25 @@ def test_serving_a_model_file_or_a_missing_folder_says_what_serve_takes(
     assert main(["serve", "clasifier", "--port", "0"]) == 2
     said = " ".join(capsys.readouterr().err.split())
     assert "clasifier: no such file or folder; expected a function folder (holding" in said
+
+
+def test_building_a_model_file_says_what_build_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`edgeserve build model.onnx` said "expected a function folder holding function.toml",
+    with no word of how to make one (serve said it), and the same of a folder that is not
+    there. The model now gets serve's hint, or its function's folder when it lies in one."""
+    monkeypatch.chdir(tmp_path)
+    mlp_model(tmp_path / "classifier.onnx")
+    folder = write_function(tmp_path / "mine", mlp_model, MANIFEST)
+    cases = [
+        ("classifier.onnx", "classifier.onnx is an ONNX model, not a function; expected a "
+         "function folder holding function.toml. Hint: `edgeserve init classifier --model "
+         "classifier.onnx` makes a function of it, then `edgeserve build classifier`"),
+        (str(folder / "model.onnx"), f"Hint: it belongs to the function {folder}: "
+         f"`edgeserve build {folder}`"),
+        ("mien", "mien: no such folder; expected a function folder holding function.toml"),
+    ]  # fmt: skip
+    for path, words in cases:
+        assert main(["build", path]) == 2
+        assert words in " ".join(capsys.readouterr().err.split()), path
