@@ -103,3 +103,19 @@ def test_a_backend_passed_over_for_the_models_strings_is_the_plan_not_a_warning(
         out = capsys.readouterr().out
         assert "plan: onnxruntime, not openvino: openvino has no BYTES tensors (`in_BYTES`)" in out
         assert "warning" not in out, out
+
+
+def test_bench_counts_every_row_of_inits_two_samples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench sends init's samples in turn, request.json to /invoke (rows the server counts)
+    and v2.json to v2 infer (rows the client counts): it counted the v2 rows alone and showed
+    half the rows a second."""
+    dest = tmp_path / "fn"
+    assert main(["init", str(dest), "--model", str(classifier_model(tmp_path / "c.onnx"))]) == 0
+    capsys.readouterr()
+    argv = ["bench", str(dest), "--concurrency", "2", "--window-s", "0.25", "--max-windows", "4"]
+    assert main([*argv, "--json", "--plot", ""]) == 0
+    (level,) = json.loads(capsys.readouterr().out)["levels"]
+    assert level["first_failure"] is None and level["requests"] > 0
+    assert level["items_per_s"] == pytest.approx(level["throughput_rps"], rel=0.2), level

@@ -149,6 +149,7 @@ class ClientSummary:
     latency_percentiles: dict[int, float]
     late_fraction: float
     send_lag_p99: float
+    uncounted: int = 0  # ok requests whose rows only the server counts (/invoke's)
 
 
 def summarize(windows: Sequence[Window]) -> ClientSummary:
@@ -173,6 +174,7 @@ def summarize(windows: Sequence[Window]) -> ClientSummary:
         latency_percentiles={p: percentile(latencies, p) for p in PERCENTILES},
         late_fraction=sum(lag > LATE_SEND_S for lag in lags) / len(lags) if lags else 0.0,
         send_lag_p99=percentile(lags, 99) if lags else 0.0,
+        uncounted=sum(record.items == 0 for record in ok),
     )
 
 

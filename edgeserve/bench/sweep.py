@@ -55,9 +55,10 @@ class LevelResult:
 
     @property
     def items_per_s(self) -> float:
-        """Rows per second: counted by the client for v2 requests, by the server for /invoke
-        (where the function's handler decides how many items a request becomes)."""
-        if self.client.items or self.server is None or not self.client.duration_s:
+        """Rows per second: counted by the client for v2 requests, by the server where any
+        request went to /invoke (whose handler decides how many items a request becomes; a
+        mix, as init's two samples are, counted v2's rows alone: half the rate)."""
+        if not self.client.uncounted or self.server is None or not self.client.duration_s:
             return self.client.items_per_s
         return self.server.inferences / self.client.duration_s
 
