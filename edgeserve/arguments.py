@@ -241,7 +241,9 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     )
 
     p = add("bench", "measure a function's latency and throughput (perf_analyzer-style)")
-    p.add_argument("target", help="function source folder, bundle, or http:// URL")
+    p.add_argument(
+        "target", help="function source folder, bundle, or a server: http://HOST:PORT or HOST:PORT"
+    )
     p.add_argument(
         "--concurrency",
         type=_numbers(int),

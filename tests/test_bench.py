@@ -104,6 +104,14 @@ def test_cli_json_to_stdout(url: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert "edgeserve bench" in captured.err  # the table went to stderr
 
 
+def test_bench_takes_host_port_as_invoke_does(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`edgeserve invoke 127.0.0.1:8080` works; `edgeserve bench 127.0.0.1:8080` said "no such
+    file or folder, and not an http:// URL"."""
+    argv = ["bench", url.removeprefix("http://"), "--model", MODEL, "--window-s", "0.25"]
+    assert main([*argv, "--max-windows", "3", "--json", "--plot", ""]) == 0
+    assert json.loads(capsys.readouterr().out)["levels"][0]["requests"] > 0
+
+
 def test_bench_serves_a_function_folder_itself(tmp_path: Path) -> None:
     """The real `edgeserve serve` as a subprocess: samples go to /invoke, random to v2 binary."""
     function = init_function(tmp_path / "demo")
@@ -204,7 +212,7 @@ def _dead_url() -> str:
 @pytest.mark.parametrize(
     ("target", "kwargs", "error", "match"),
     [
-        ("no/such/folder", {}, ConfigError, "no such file or folder"),
+        ("no/such/folder", {}, ConfigError, "no such file or folder, and not a URL"),
         ("https://example.com", {}, ConfigError, "no TLS in the bench"),
         ("http://127.0.0.1:1", {"protocol": "grpc"}, ConfigError, "expected binary or json"),
         ("http://127.0.0.1:1", {"concurrency": (0,)}, ConfigError, "must be positive"),

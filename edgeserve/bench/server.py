@@ -8,6 +8,7 @@ The control plane (readiness, metadata, stats) uses httpx; the load never does.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import subprocess
 import sys
@@ -43,6 +44,10 @@ class Endpoint:
         return f"http://{self.host}:{self.port}"
 
 
+HOST_PORT = re.compile(r"(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d{1,5}")
+"""A server given without a scheme (`127.0.0.1:8080`, `[::1]:8080`), where no such path exists."""
+
+
 def is_url(target: str) -> bool:
     return target.startswith(("http://", "https://"))
 
@@ -55,7 +60,13 @@ def serving(target: str, ready_timeout_s: float) -> Iterator[Endpoint]:
         return
     root = Path(target)
     if not root.exists():
-        raise ConfigError(f"bench target {target}: no such file or folder, and not an http:// URL")
+        if HOST_PORT.fullmatch(target):  # as `edgeserve invoke` takes it
+            yield _parse_url(f"http://{target}")
+            return
+        raise ConfigError(
+            f"bench target {target}: no such file or folder, and not a URL; expected a "
+            "function folder, a bundle, http://HOST:PORT or HOST:PORT"
+        )
     port = _free_port()
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
