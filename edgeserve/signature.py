@@ -14,6 +14,7 @@ from edgeserve.errors import ConfigError, did_you_mean
 from edgeserve.lookups import with_index_ranges
 from edgeserve.manifest import BatchingSection, ModelSection, TensorOverride
 from edgeserve.modelfile import load_proto
+from edgeserve.overrides import check_pad_axis, class_labels, merge_dims, size_bounds
 from edgeserve.types import Signature, SummedDim, TensorSpec, TiedDim
 
 
@@ -209,14 +210,10 @@ def _spec(
         return TensorSpec(value.name, datatype, dims, ranked=ranked)
     field = f"model.{kind}.{value.name}"
     if override.dims is not None:  # an unranked output's dims may be given whole
-        dims = _merge_dims(field, dims if ranked else (), override.dims, where, any_rank=not ranked)
+        dims = merge_dims(field, dims if ranked else (), override.dims, where, any_rank=not ranked)
         ranked = True
-    if override.pad_axis is not None and not 0 < override.pad_axis < len(dims):
-        axes = f"an axis in 1..{len(dims) - 1}" if len(dims) > 1 else "no axis (nothing to pad)"
-        raise ConfigError(
-            f"{where}: field `{field}.pad_axis`: found {override.pad_axis}, expected {axes} of "
-            f"the dims {list(dims)} (axis 0 is the batch)"
-        )
+    if override.pad_axis is not None:
+        check_pad_axis(f"{field}.pad_axis", override.pad_axis, dims, where)
     if kind == "inputs" and (override.follows is not None or override.ratio != 1.0):
         raise ConfigError(
             f"{where}: field `{field}`: `follows` and `ratio` describe outputs only "
@@ -233,7 +230,7 @@ def _spec(
             "a request may send)"
         )
     low, high = (
-        _size_bounds(f"{field}.{key}", dims, bound, where, least)
+        size_bounds(f"{field}.{key}", dims, bound, where, least)
         for key, bound, least in (
             ("min_dims", override.min_dims, 0),  # 0: an empty axis (a decoder's first past)
             ("max_dims", override.max_dims, 1),
@@ -253,7 +250,7 @@ def _spec(
         override.ratio,
         min_dims=low,
         max_dims=high,
-        labels=_labels(f"{field}.labels", override.labels, where),
+        labels=class_labels(f"{field}.labels", override.labels, where),
         ranked=ranked,
     )
 
@@ -264,42 +261,6 @@ def _type_name(elem_type: int) -> str:
         return f"{onnx.TensorProto.DataType.Name(elem_type)} ({elem_type})"
     except ValueError:  # a number this onnx does not know
         return str(elem_type)
-
-
-def _labels(field: str, name: str | None, where: Path) -> tuple[str, ...]:
-    """An output's class labels, one a line of a UTF-8 file beside function.toml (Triton's
-    `label_filename`): the classification extension answers `value:index:label`, or
-    `value:index` where the line is empty."""
-    if name is None:
-        return ()
-    path = where.parent / name
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise ConfigError(
-            f"{where}: field `{field}`: cannot read {path}: {reason}; expected a text file, "
-            "one class label a line"
-        ) from None
-    return tuple(line.removesuffix("\r") for line in text.split("\n"))  # as Triton: \n only
-
-
-def _size_bounds(
-    field: str, dims: tuple[int, ...], bound: tuple[int, ...] | None, where: Path, least: int
-) -> tuple[int, ...] | None:
-    """A size per axis for the dynamic dims (-1: none), the fixed ones left as they are."""
-    if bound is None:
-        return None
-    fits = len(bound) == len(dims) and all(
-        b == -1 or (b >= least and d in (-1, b)) for d, b in zip(dims, bound, strict=False)
-    )
-    if not fits:
-        raise ConfigError(
-            f"{where}: field `{field}`: found {list(bound)}, expected one size >= {least} per "
-            "axis of "
-            f"the dims {list(dims)}, or -1 for none (a fixed dim keeps its size)"
-        )
-    return bound
 
 
 def _resolve_follows(spec: TensorSpec, inputs: list[TensorSpec], where: Path) -> TensorSpec:
@@ -319,27 +280,6 @@ def _resolve_follows(spec: TensorSpec, inputs: list[TensorSpec], where: Path) ->
             f"expected one of the inputs with a pad_axis {padded}"
         )
     return dataclasses.replace(spec, follows=follows)
-
-
-def _merge_dims(
-    field: str,
-    model: tuple[int, ...],
-    wanted: tuple[int, ...],
-    where: Path,
-    any_rank: bool = False,
-) -> tuple[int, ...]:
-    """An override may fix a dynamic dim, never contradict a fixed one; `any_rank`: the model
-    declares no shape, so the override gives the rank too."""
-    conflict = (not any_rank and len(model) != len(wanted)) or any(
-        (m != -1 and w != m) or w < -1 for m, w in zip(model, wanted, strict=False)
-    )
-    if conflict or min(wanted, default=0) < -1:
-        fit = "dims of any rank" if any_rank else f"dims that fit the model's {list(model)}"
-        raise ConfigError(
-            f"{where}: field `{field}.dims`: found {list(wanted)}, expected {fit} (a fixed dim "
-            "can't change; -1 marks a dynamic one)"
-        )
-    return wanted
 
 
 def _check_overrides_exist(

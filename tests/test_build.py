@@ -529,6 +529,13 @@ def _build_error(folder: Path, capsys: pytest.CaptureFixture[str]) -> str:
             "function.toml: field `model.inputs.tokens.pad_axis`: found 2, expected an axis in "
             "1..1 of the dims [-1, -1] (axis 0 is the batch)",
         ),
+        (  # built without a word, and padded nothing: a newcomer's classifier [N, 3, H, W]
+            mlp_model,
+            "[model.inputs.x]\npad_axis = 1",
+            "function.toml: field `model.inputs.x.pad_axis`: found 1, but that axis is fixed at "
+            "16 in the model (dims [-1, 16]), so no request is shorter: nothing to pad; expected "
+            "a dynamic axis (-1), and there is none: remove it",
+        ),
         (
             sequence_model,
             "[model.inputs.tokens]\npad_axs = 1",
@@ -559,6 +566,7 @@ def _build_error(folder: Path, capsys: pytest.CaptureFixture[str]) -> str:
         "model folder",
         "tensor name",
         "pad axis",
+        "fixed pad axis",
         "tensor key",
         "near miss",
         "far miss",
