@@ -142,8 +142,9 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument("path", help="the new function folder (empty, new, or holding only a model)")
     p.add_argument(
         "--model",
-        help="an ONNX model to adopt: copied in, with a manifest and a sample request that "
-        "fit its inputs (default: the demo MLP, or the one .onnx already in PATH)",
+        help="an ONNX model to adopt: copied in, with a manifest and sample requests (/invoke "
+        "and KServe v2) that fit its inputs (default: the demo MLP, or the one .onnx already "
+        "in PATH)",
     )
 
     p = add("build", "build a function source folder into a bundle")

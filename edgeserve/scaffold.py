@@ -82,7 +82,8 @@ def init_function(dest: Path, name: str | None = None, model: Path | None = None
     """Scaffold a working function into `dest`: around `model` (or the one .onnx `dest` holds),
     else the demo (manifest, handler, generated MLP, sample)."""
     if model is not None and not model.is_file():
-        raise ConfigError(f"--model {model}: no such file; expected an ONNX model file")
+        found = "a folder" if model.is_dir() else "no such file"
+        raise ConfigError(f"--model {model}: {found}; expected an ONNX model file")
     present = _folder_model(dest)
     if model is not None and present is not None and present.name != model.name:
         raise ConfigError(f"{dest}: already holds {present.name}; expected only {model.name}")

@@ -119,3 +119,13 @@ def test_bench_counts_every_row_of_inits_two_samples(
     (level,) = json.loads(capsys.readouterr().out)["levels"]
     assert level["first_failure"] is None and level["requests"] > 0
     assert level["items_per_s"] == pytest.approx(level["throughput_rps"], rel=0.2), level
+
+
+def test_init_given_a_folder_as_the_model_says_it_is_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`init fn --model models/` said "no such file" of a folder that is there."""
+    (tmp_path / "models").mkdir()
+    assert main(["init", str(tmp_path / "fn"), "--model", str(tmp_path / "models")]) == 2
+    error = capsys.readouterr().err
+    assert f"--model {tmp_path / 'models'}: a folder; expected an ONNX model file" in error
