@@ -171,7 +171,7 @@ def adopted_manifest(
         "[model]",
         f"path = {toml_string(model_file)}",
         "# The model's tensors (-1: a dynamic dim). Without a handler, POST /invoke takes",
-        '# {"<input>": nested list, ...} with the batch axis and answers the outputs the same way;',
+        '# {"<input>": nested list, ...} of the dims below and answers the outputs the same way;',
         "# samples/request.json is such a request; samples/v2.json holds the same tensors as",
         "# a KServe v2 infer request, for POST /v2/models/<name>/infer.",
         *(

@@ -13,7 +13,13 @@ import httpx
 import pytest
 
 from edgeserve.cli import main
-from tests.models import classifier_model, identity_model, reshaping_model, write_function
+from tests.models import (
+    classifier_model,
+    identity_model,
+    pair_model,
+    reshaping_model,
+    write_function,
+)
 from tests.server import served
 from tests.terminal import in_terminal, plain
 
@@ -129,3 +135,17 @@ def test_init_given_a_folder_as_the_model_says_it_is_one(
     assert main(["init", str(tmp_path / "fn"), "--model", str(tmp_path / "models")]) == 2
     error = capsys.readouterr().err
     assert f"--model {tmp_path / 'models'}: a folder; expected an ONNX model file" in error
+
+
+def test_a_model_without_a_batch_axis_is_not_told_to_send_one(tmp_path: Path) -> None:
+    """init's manifest and the /docs page said /invoke takes the tensors "with the batch axis"
+    of a model that has none (features [1, 4])."""
+    dest = tmp_path / "fn"
+    assert main(["init", str(dest), "--model", str(pair_model(tmp_path / "pair.onnx"))]) == 0
+    manifest = " ".join((dest / "function.toml").read_text().replace("#", "").split())
+    assert "batch axis and answers" not in manifest
+    assert '{"<input>": nested list, ...} of the dims below and answers' in manifest
+    with served(dest) as url:
+        document = httpx.get(f"{url}/openapi.json", timeout=10).json()
+    described = document["paths"]["/invoke"]["post"]["description"]
+    assert "as nested lists of the model's dims (no batch axis);" in described, described

@@ -113,8 +113,9 @@ def _invoke_operation(
         f"The function's own interface: the body goes through `{handler}.preprocess`, the "
         f"model and `{handler}.postprocess`."
         if handler
-        else "The model's tensors by input name, as nested lists with the batch axis; the "
-        "answer holds the outputs the same way."
+        else "The model's tensors by input name, as nested lists "
+        + ("with the batch axis" if signature.batched else "of the model's dims (no batch axis)")
+        + "; the answer holds the outputs the same way."
     )
     return {
         "summary": "call the function",
