@@ -63,7 +63,8 @@ class PassedOver:
 
 Check = PrecisionCheck | DryRun | SkippedCheck | SkippedPrecision | Replaced | Refused | PassedOver
 """What build reports (each has `describe()`): its checks before writing a bundle (the skipped
-ones warn), a backend that refused the model, and an earlier bundle it replaced."""
+ones warn), a backend that refused the model (a warning) or that the plan passed over (said as
+the plan), and an earlier bundle it replaced."""
 
 log = logging.getLogger("edgeserve")
 
