@@ -99,9 +99,7 @@ def init_function(dest: Path, name: str | None = None, model: Path | None = None
     if model is not None and present is None:
         dest.mkdir(parents=True, exist_ok=True)
         log.info("copying %s into %s", model.name, dest)
-        for file in (model.name, *weights):
-            (dest / file).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(model.parent / file, dest / file)
+        _copy_all([(model.parent / file, dest / file) for file in (model.name, *weights)])
     dims = dim_names(adopted, outputs=True)
     if signature.batched:  # seconds for a large model: the CLI shows this line meanwhile
         log.info(
@@ -314,6 +312,22 @@ def _refuse_unless_empty(dest: Path, allowed: tuple[str, ...]) -> None:
             "one holding only a model. Hint: choose a new path (edgeserve init never overwrites "
             "files), or `edgeserve init NEW --model path/to/model.onnx`"
         )
+
+
+def _copy_all(pairs: list[tuple[Path, Path]]) -> None:
+    """Copy the model and its weights whole or not at all: an init stopped mid-copy (Ctrl-C on
+    a large model) left a cut model, which the next init of the folder took for the one to
+    adopt. Each file goes to a `.part` beside its place, and all are moved in once copied."""
+    parts = [(source, target.with_name(f".{target.name}.part"), target) for source, target in pairs]
+    try:
+        for source, part, _ in parts:
+            part.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, part)
+        for _, part, target in parts:
+            part.replace(target)
+    finally:
+        for _, part, _ in parts:
+            part.unlink(missing_ok=True)
 
 
 def _write(dest: Path, rendered: dict[PurePosixPath, str]) -> None:

@@ -5,11 +5,14 @@ over for a reason the model itself gives."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
+import onnx
 import pytest
 
 from edgeserve.cli import main
@@ -149,3 +152,27 @@ def test_a_model_without_a_batch_axis_is_not_told_to_send_one(tmp_path: Path) ->
         document = httpx.get(f"{url}/openapi.json", timeout=10).json()
     described = document["paths"]["/invoke"]["post"]["description"]
     assert "as nested lists of the model's dims (no batch axis);" in described, described
+
+
+def test_init_stopped_mid_copy_leaves_no_cut_model(tmp_path: Path) -> None:
+    """Ctrl-C while init copied a large model left a cut copy in the folder (or the model
+    without its weights), which the next init took for the model to adopt. The copy is now
+    whole or absent."""
+    home, dest = tmp_path / "home", tmp_path / "fn"
+    model = classifier_model(home / "big.onnx")
+    onnx.save(onnx.load(str(model)), str(model), save_as_external_data=True,
+              location="big.bin", size_threshold=0)  # fmt: skip
+    with (home / "big.bin").open("r+b") as weights:
+        weights.truncate(8 * 2**30)  # sparse: seconds to copy, no disk of its own
+    process = subprocess.Popen(
+        edgeserve("init", str(dest), "--model", str(model)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 60
+    while not (dest / ".big.bin.part").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    assert not [path.name for path in dest.iterdir()]  # nothing cut: the next init starts over
