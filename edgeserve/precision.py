@@ -11,6 +11,7 @@ the bundle when it exceeds `[backend] max_abs_diff`.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,8 +138,9 @@ def _inputs(source: Path, manifest: Manifest, signature: Signature) -> tuple[lis
 def _sample_batches(
     files: list[Path], manifest: Manifest, signature: Signature, source: Path
 ) -> list[TensorDict]:
-    """JSON samples' tensors as they are; images through the handler's preprocess."""
-    batches = []
+    """JSON samples' tensors as they are; images through the handler's preprocess; each batch
+    once (init's request.json and v2.json hold the same tensors: one sample, run once)."""
+    batches: list[TensorDict] = []
     for path in files:
         if path.suffix == ".json":
             batch = json_sample(path, signature, handler=manifest.handler.module is not None)
@@ -146,9 +148,17 @@ def _sample_batches(
             batch = _preprocessed(path, manifest, signature, source)
         else:
             continue
-        if batch and fits_signature(batch, signature):
+        if batch and fits_signature(batch, signature) and not any(map(_same(batch), batches)):
             batches.append(batch)
     return batches
+
+
+def _same(batch: TensorDict) -> Callable[[TensorDict], bool]:
+    """Whether another batch holds the same tensors as `batch`."""
+    return lambda other: (
+        batch.keys() == other.keys()
+        and all(np.array_equal(batch[name], other[name]) for name in batch)
+    )
 
 
 def _preprocessed(
