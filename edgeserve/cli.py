@@ -21,7 +21,7 @@ from rich.text import Text
 
 from edgeserve.arguments import TIMEOUTS, parser
 from edgeserve.errors import ConfigError, DeployError, EdgeserveError
-from edgeserve.progress import live_log
+from edgeserve.progress import live_log, progress_display
 
 if TYPE_CHECKING:
     from edgeserve.bench import Level
@@ -35,9 +35,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
     with live_log(err_console, "init"):  # the batch-axis check runs the model: seconds
         path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
-    _say("created", "green", f"{path}  (next: edgeserve build {shlex.quote(str(path))})")
-    for line in next_steps(path):
-        _say("", "", line)
+    _say("created", "green", next_steps(path))
     return 0
 
 
@@ -152,7 +150,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from edgeserve.bench import bench, render_table, write_plot
     from edgeserve.bench.inputs import parse_shapes
-    from edgeserve.progress import progress_display
 
     levels = len(args.concurrency) + len(args.request_rate) or 1
     with progress_display(err_console) as progress:
@@ -269,7 +266,6 @@ def _cmd_engine(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from edgeserve.progress import progress_display
     from edgeserve.tune import (
         Candidate,
         candidates,

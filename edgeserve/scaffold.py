@@ -134,11 +134,15 @@ def adopted_files(
     return written
 
 
-def next_steps(dest: Path, port: int = 8080) -> list[str]:
-    """What to run once init is done: serve it, then send each sample it wrote the way that
-    sample goes (`edgeserve invoke` posts to /invoke; a v2 request goes to the model's route)."""
+def next_steps(dest: Path, port: int = 8080) -> str:
+    """The folder made and what to run next: build or serve it, then send each sample init
+    wrote the way that sample goes (`edgeserve invoke` posts to /invoke; a v2 request goes to
+    the model's route)."""
     folder = shlex.quote(str(dest))
-    lines = [f"try it: edgeserve serve {folder} --port {port}, then from another shell:"]
+    lines = [
+        f"{dest}  (next: edgeserve build {folder})",
+        f"try it: edgeserve serve {folder} --port {port}, then from another shell:",
+    ]
     if (dest / INVOKE_SAMPLE).is_file():
         sample = shlex.quote(str(dest / INVOKE_SAMPLE))
         lines.append(f"  edgeserve invoke 127.0.0.1:{port} --file {sample}")
@@ -148,7 +152,7 @@ def next_steps(dest: Path, port: int = 8080) -> list[str]:
         lines.append(
             f"  curl -s -H 'Content-Type: application/json' --data-binary {sample} {route}"
         )
-    return lines
+    return "\n".join(lines)
 
 
 def adopted_manifest(
