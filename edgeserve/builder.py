@@ -377,9 +377,11 @@ def _target_plan(
     if not backends:
         where = f"{source / MANIFEST_NAME}: field `backend.prefer`"
         why = "".join(f"; {reason}" for reason in declined.values())
+        fix = "force one of them" if backend else "add one of them to `prefer`, or leave it out"
         raise ConfigError(
             f"{'the backend override' if backend else where}: {list(wanted)} has no backend that "
-            f"runs on target {target!r} (platform {kind.platform}: {list(fits)}){why}"
+            f"runs on target {target!r} (platform {kind.platform}: {list(fits)}){why}. Hint: "
+            f"{fix}, or build for a target whose platform runs {list(wanted)}"
         )
     requirements = pinned_requirements(kind, backends, manifest)
     not_planned = tuple((name, why) for name, why in declined.items() if name in fits)

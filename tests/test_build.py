@@ -236,6 +236,12 @@ def test_a_backend_override_plans_only_that_backend_and_skips_the_ir(
             "openvino",
             "the backend override: ['openvino'] has no backend that runs on target 'jetson'",
         ),
+        (  # the hint a newcomer on a laptop needed, with prefer = ["tensorrt"]
+            ("local",),
+            "tensorrt",
+            "on target 'local' .platform cpu: ['openvino', 'onnxruntime'].. Hint: force one of "
+            "them, or build for a target whose platform runs ['tensorrt']",
+        ),
         (("local",), "tensorflow", "backend 'tensorflow': unknown"),
         (("mars",), None, "target 'mars': no mars.toml"),
     ],
