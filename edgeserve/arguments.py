@@ -357,7 +357,13 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="show the table, leave the manifest")
 
     p = add("help", "reference pages that ship with edgeserve: manifest")
-    p.add_argument("topic", choices=["manifest"], help="manifest: every key of function.toml")
+    p.add_argument(
+        "topic",
+        nargs="?",
+        default="manifest",
+        choices=["manifest"],
+        help="manifest: every key of function.toml (default manifest)",
+    )
 
     p = add(
         "cache",

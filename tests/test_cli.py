@@ -274,6 +274,7 @@ def test_help_manifest_prints_the_reference_that_ships_with_the_package(tmp_path
     manifest = (tmp_path / "demo" / "function.toml").read_text()
     assert "# Every key, explained: `edgeserve help manifest`" in manifest
     assert "docs/" not in manifest  # a pip-installed edgeserve has no docs/ folder
+    assert _run("help").stdout == text  # `edgeserve help` was a usage error: its one page now
 
 
 def test_the_manifest_reference_names_every_key_of_the_schema() -> None:
