@@ -125,7 +125,9 @@ def test_bench_counts_every_row_of_inits_two_samples(
     capsys.readouterr()
     argv = ["bench", str(dest), "--concurrency", "2", "--window-s", "0.25", "--max-windows", "4"]
     assert main([*argv, "--json", "--plot", ""]) == 0
-    (level,) = json.loads(capsys.readouterr().out)["levels"]
+    report = json.loads(capsys.readouterr().out)
+    assert report["protocol"] == "invoke+binary"  # it said "binary": half went to /invoke
+    (level,) = report["levels"]
     assert level["first_failure"] is None and level["requests"] > 0
     assert level["items_per_s"] == pytest.approx(level["throughput_rps"], rel=0.2), level
 

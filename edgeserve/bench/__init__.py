@@ -185,7 +185,8 @@ async def _bench(
                     fleet.close()
         finally:
             await control.close()
-    protocol = "invoke" if all(b.path == "/invoke" for b in bodies) else plan.protocol
+    routes = {"invoke" if b.path == "/invoke" else plan.protocol for b in bodies}
+    protocol = "+".join(sorted(routes, key=lambda route: route != "invoke"))  # invoke+binary
     return BenchReport(
         target, endpoint.url, name, protocol, source, settings.window_s, tuple(results)
     )
