@@ -242,9 +242,14 @@ def sample_v2_request(
 ) -> dict[str, Any] | None:
     """`sample_request`'s tensors as a KServe v2 JSON infer request; None where an input is
     BF16, which v2 JSON has no numbers for (Triton's binary extension carries it)."""
-    if any(spec.datatype == "BF16" for spec in signature.required):
+    if not v2_json_carries(signature):
         return None
     return v2_request(random_sample(signature) if tensors is None else tensors, signature)
+
+
+def v2_json_carries(signature: Signature) -> bool:
+    """Whether v2 JSON can carry the model's inputs: no BF16 (v2 JSON has no numbers for it)."""
+    return all(spec.datatype != "BF16" for spec in signature.required)
 
 
 def v2_request(tensors: TensorDict, signature: Signature) -> dict[str, Any]:

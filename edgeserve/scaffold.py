@@ -30,7 +30,7 @@ from edgeserve.errors import ConfigError
 from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelfile import external_data
 from edgeserve.modelgen import mlp_model
-from edgeserve.samples import sample_request, sample_v2_request
+from edgeserve.samples import sample_request, sample_v2_request, v2_json_carries
 from edgeserve.signature import read_signature, unbatchable
 from edgeserve.types import Signature, TensorDict, TensorSpec
 
@@ -174,8 +174,7 @@ def adopted_manifest(
         f"path = {toml_string(model_file)}",
         "# The model's tensors (-1: a dynamic dim). Without a handler, POST /invoke takes",
         '# {"<input>": nested list, ...} of the dims below and answers the outputs the same way;',
-        "# samples/request.json is such a request; samples/v2.json holds the same tensors as",
-        "# a KServe v2 infer request, for POST /v2/models/<name>/infer.",
+        *_samples_comment(signature),
         *(
             f"#   input   {_shown(s.name):<{width}}  {s.datatype} {_dims(s)}"
             for s in signature.inputs
@@ -195,6 +194,18 @@ def _shown(name: str) -> str:
     """A tensor name as a comment lists it: quoted where it holds a line break or another
     control character, which would end the comment and leave the rest as invalid TOML."""
     return name if name.isprintable() else toml_string(name)
+
+
+def _samples_comment(signature: Signature) -> list[str]:
+    if v2_json_carries(signature):
+        return [
+            "# samples/request.json is such a request; samples/v2.json holds the same tensors as",
+            "# a KServe v2 infer request, for POST /v2/models/<name>/infer.",
+        ]
+    return [
+        "# samples/request.json is such a request (no samples/v2.json: v2 JSON cannot carry",
+        "# BF16 inputs; send them in Triton's binary tensor extension).",
+    ]
 
 
 def _dims(spec: TensorSpec) -> str:

@@ -178,3 +178,14 @@ def test_init_stopped_mid_copy_leaves_no_cut_model(tmp_path: Path) -> None:
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 130
     assert not [path.name for path in dest.iterdir()]  # nothing cut: the next init starts over
+
+
+def test_a_bf16_model_gets_no_v2_json_sample_and_is_told_why(tmp_path: Path) -> None:
+    """v2 JSON has no numbers for BF16 (a 400 asks for binary): init writes no v2.json for
+    such a model, and its manifest says why rather than pointing at a file that is not there."""
+    dest = tmp_path / "fn"
+    model = identity_model(tmp_path / "bf16.onnx", ("BF16",))
+    assert main(["init", str(dest), "--model", str(model)]) == 0
+    assert sorted(path.name for path in (dest / "samples").iterdir()) == ["request.json"]
+    manifest = " ".join((dest / "function.toml").read_text().replace("#", "").split())
+    assert "(no samples/v2.json: v2 JSON cannot carry BF16 inputs;" in manifest
