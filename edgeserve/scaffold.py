@@ -139,10 +139,13 @@ def next_steps(dest: Path, port: int = 8080) -> str:
     wrote the way that sample goes (`edgeserve invoke` posts to /invoke; a v2 request goes to
     the model's route)."""
     folder = shlex.quote(str(dest))
-    lines = [
-        f"{dest}  (next: edgeserve build {folder})",
-        f"try it: edgeserve serve {folder} --port {port}, then from another shell:",
-    ]
+    lines = [f"{dest}  (next: edgeserve build {folder})"]
+    if (dest / "handler.py").is_file():  # the demo's: an adopted model gets none
+        lines.append(
+            "a demo: a generated MLP and its handler (no --model given). To adopt your model: "
+            "edgeserve init NEW --model path/to/model.onnx"
+        )
+    lines.append(f"try it: edgeserve serve {folder} --port {port}, then from another shell:")
     if (dest / INVOKE_SAMPLE).is_file():
         sample = shlex.quote(str(dest / INVOKE_SAMPLE))
         lines.append(f"  edgeserve invoke 127.0.0.1:{port} --file {sample}")

@@ -189,3 +189,17 @@ def test_a_bf16_model_gets_no_v2_json_sample_and_is_told_why(tmp_path: Path) -> 
     assert sorted(path.name for path in (dest / "samples").iterdir()) == ["request.json"]
     manifest = " ".join((dest / "function.toml").read_text().replace("#", "").split())
     assert "(no samples/v2.json: v2 JSON cannot carry BF16 inputs;" in manifest
+
+
+def test_init_without_a_model_says_it_made_the_demo(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`edgeserve init mine` (--model forgotten) made the demo MLP and said only "created
+    mine", as for an adopted model: the newcomer took the demo for their model."""
+    assert main(["init", str(tmp_path / "mine")]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "a demo: a generated MLP and its handler (no --model given). To adopt your " in said
+    assert "edgeserve init NEW --model path/to/model.onnx" in said
+    model = str(tmp_path / "mine" / "model.onnx")
+    assert main(["init", str(tmp_path / "fn"), "--model", model]) == 0
+    assert "a demo:" not in capsys.readouterr().out
