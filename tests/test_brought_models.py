@@ -44,7 +44,8 @@ def test_an_onnxruntime_quantized_conv_net_is_served_on_openvino(tmp_path: Path)
     assert main(["build", str(source), "--out", str(tmp_path / "out")]) == 0
     image = np.random.default_rng(0).random((2, 3, 16, 16), np.float32)
     want = ort.InferenceSession(str(model)).run(None, {"image": image})[0]
-    with running(tmp_path / "out", "--workers", "1") as (url, server):
+    forced = {"EDGESERVE_BACKEND": "openvino"}  # a GPU host would serve it on ONNX Runtime
+    with running(tmp_path / "out", "--workers", "1", env=forced) as (url, server):
         client = triton.InferenceServerClient(url.removeprefix("http://"))
         sent = triton.InferInput("image", list(image.shape), "FP32")
         sent.set_data_from_numpy(image, binary_data=True)
