@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import features
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -232,6 +233,13 @@ def main() -> None:
         help="also synth.MORE_TRAIN_FONTS (those installed) and old-style figures (README.md)",
     )
     args = parser.parse_args()
+    if args.more_fonts and synth.OLD_STYLE and not features.check("raqm"):
+        # each worker failed at its first old-style line, deep in Pillow ("not supported
+        # without libraqm"), after the run had started
+        parser.error(
+            "--more-fonts draws old-style figures, which needs Pillow with libraqm "
+            "(PIL.features.check('raqm') is False here): install libraqm0 (Debian) first"
+        )
     torch.set_num_threads(2)
     if args.export_only:
         model = CRNN()
