@@ -142,9 +142,8 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument("path", help="the new function folder (empty, new, or holding only a model)")
     p.add_argument(
         "--model",
-        help="an ONNX model to adopt: copied in, with a manifest and sample requests (/invoke "
-        "and KServe v2) that fit its inputs (default: the demo MLP, or the one .onnx already "
-        "in PATH)",
+        help="an ONNX model to adopt, with a manifest and samples (/invoke, v2) that fit its "
+        "inputs (default: the demo MLP, or the one .onnx already in PATH)",
     )
 
     p = add("build", "build a function source folder into a bundle")
@@ -242,9 +241,7 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     )
 
     p = add("bench", "measure a function's latency and throughput (perf_analyzer-style)")
-    p.add_argument(
-        "target", help="function source folder, bundle, or a server: http://HOST:PORT or HOST:PORT"
-    )
+    p.add_argument("target", help="function source folder, bundle, or server (HOST:PORT, URL)")
     p.add_argument(
         "--concurrency",
         type=_numbers(int),
@@ -358,20 +355,14 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
 
     p = add("help", "reference pages that ship with edgeserve: manifest")
     p.add_argument(
-        "topic",
-        nargs="?",
-        default="manifest",
-        choices=["manifest"],
-        help="manifest: every key of function.toml (default manifest)",
+        "topic", nargs="?", default="manifest", choices=["manifest"], help="function.toml's keys"
     )
 
     p = add(
         "cache",
         "list or prune the bundles `serve`, `bench` and `deploy` build from source folders",
     )
-    p.add_argument(
-        "action", choices=["list", "prune"], help="list the cached bundles, or prune them"
-    )
+    p.add_argument("action", choices=["list", "prune"], help="list the bundles, or prune them")
     p.add_argument(
         "--keep",
         type=int,
