@@ -11,7 +11,8 @@
     │                              failed (TopK's k past its axis): the backend's own words
     ├── Unauthorized               401, with WWW-Authenticate: missing or rejected credentials
     ├── Forbidden                  403: allowed to no one calling from where this caller is
-    ├── ModelNotFound              404 (400 on the v2 infer route, as Triton answers)
+    ├── ModelNotFound              404: a version or region not served (an unknown model is
+    │                              InvalidInput, 400, as Triton answers)
     ├── RequestTimeout             408: a client too slow to send its request
     ├── PayloadTooLarge            413
     ├── HeadersTooLarge            431

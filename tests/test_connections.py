@@ -454,8 +454,8 @@ def test_a_request_cut_short_by_a_half_close_gets_a_400_at_once(
 @pytest.mark.parametrize(
     ("path", "words"),
     [
-        ("/v2/models/nope/infer", "unknown model `nope`: this server serves `mlp`"),
-        ("/v2/models/mlp/versions/9/infer", "model `mlp` has no version `9`"),
+        ("/v2/models/nope/infer", "Request for unknown model: 'nope' is not found; this server"),
+        ("/v2/models/mlp/versions/9/infer", "Request for unknown model: 'mlp' version 9 is not"),
     ],
 )
 def test_an_infer_to_a_wrong_model_is_refused_before_its_body_is_asked_for(

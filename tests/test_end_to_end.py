@@ -163,7 +163,7 @@ def test_malformed_bodies_and_unknown_models(mlp_url) -> None:
         f"{url}/invoke", content=b"\xc1\xc1", headers={"Content-Type": "application/msgpack"}
     )
     assert bad_msgpack.status_code == 400
-    assert httpx.get(f"{url}/v2/models/other").status_code == 404
+    assert httpx.get(f"{url}/v2/models/other").status_code == 400  # as Triton
     assert httpx.post(
         f"{url}/v2/models/other/infer", json=v2_request(np.ones((1, 16), np.float32))
     ).status_code in (400, 404)

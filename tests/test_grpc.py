@@ -82,6 +82,9 @@ def test_health_metadata_and_config(client: triton.InferenceServerClient) -> Non
     assert client.is_server_ready()
     assert client.is_model_ready("identity")
     assert client.is_model_ready("identity", model_version="2")
+    # as Triton's: a model or version not served is not ready, no error (it raised NOT_FOUND)
+    assert not client.is_model_ready("nope")
+    assert not client.is_model_ready("identity", model_version="9")
     server = client.get_server_metadata(as_json=True)
     assert server["name"] == "edgeserve"
     assert "system_shared_memory" in server["extensions"]
@@ -197,8 +200,8 @@ def refused(url: str, request: service_pb2.ModelInferRequest) -> grpc.RpcError:
         ),
         ("raw_and_typed", INVALID, "has typed `contents` in a request that also has raw_"),
         ("datatype", INVALID, "unknown datatype 'FP33'"),
-        ("model", INVALID, "unknown model `nope`"),
-        ("version", NOT_FOUND, "has no version `9`"),
+        ("model", INVALID, "Request for unknown model: 'nope' is not found"),
+        ("version", NOT_FOUND, "Request for unknown model: 'identity' version 9 is not found"),
         ("unknown_input", INVALID, "unknown ['in_nope']"),
         ("negative", INVALID, "`shape` must be a list of non-negative"),
         ("extra_raw", INVALID, "raw_input_contents holds 2 tensors, but 1"),
@@ -270,8 +273,10 @@ def test_not_protobuf_is_invalid_argument(url: str) -> None:
 def test_errors_through_tritonclient(client: triton.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as missing:
         client.get_model_metadata("nope")
-    assert missing.value.status() == "StatusCode.NOT_FOUND"
-    assert "unknown model `nope`: this server serves `identity`" in missing.value.message()
+    assert missing.value.status() == "StatusCode.INVALID_ARGUMENT"  # Triton's code and words
+    assert missing.value.message() == (
+        "Request for unknown model: 'nope' is not found; this server serves `identity`"
+    )
     with pytest.raises(InferenceServerException) as unserved:
         client.get_trace_settings()
     assert unserved.value.status() == "StatusCode.UNIMPLEMENTED"

@@ -315,17 +315,21 @@ def test_body_over_the_limit_is_413_and_the_server_goes_on(
             "/v2/models/nope/infer",
             orjson.dumps(json_request(rows(1))),
             400,
-            "unknown model `nope`: this server serves `mlp`",
+            "Request for unknown model: 'nope' is not found; this server serves `mlp`",
         ),
         (
             "POST",
             "/v2/models/mlp/versions/9/infer",
             orjson.dumps(json_request(rows(1))),
             404,
-            "has no version `9`",
+            "Request for unknown model: 'mlp' version 9 is not found; it serves version `3`",
         ),
-        ("GET", "/v2/models/nope", b"", 404, "unknown model `nope`"),
-        ("GET", "/v2/models/nope/config", b"", 404, "unknown model `nope`"),
+        # Triton's words and codes: an unknown model is INVALID_ARG (400) on every route
+        ("GET", "/v2/models/nope", b"", 400, "Request for unknown model: 'nope' is not found"),
+        ("GET", "/v2/models/nope/config", b"", 400, "unknown model: 'nope' is not found"),
+        ("GET", "/v2/models/nope/stats", b"", 400, "unknown model: 'nope' is not found"),
+        ("GET", "/v2/models/nope/ready", b"", 400, "unknown model: 'nope' is not found"),
+        ("GET", "/v2/models/mlp/versions/9/ready", b"", 400, "'mlp' version 9 is not found"),
         ("GET", "/v2/models/mlp/versions/1/stats", b"", 404, "it serves version `3`"),
         # a bare "Not Found" read as a wrong model or server; now: which request, what is served
         (

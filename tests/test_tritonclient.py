@@ -138,7 +138,7 @@ def test_errors_surface_with_our_message_and_status(client: triton.InferenceServ
         client.infer("nope", inputs)
     assert (error.value.status(), error.value.message()) == (
         "400",
-        "unknown model `nope`: this server serves `identity`",
+        "Request for unknown model: 'nope' is not found; this server serves `identity`",
     )
     with pytest.raises(InferenceServerException) as error:
         client.get_model_metadata("identity", model_version="7")

@@ -94,22 +94,26 @@ class DataPlane:
         f = self.function
         return metadata.model_config(f.name, f.backend_name, f.manifest, f.signature)
 
-    def check_model(self, model: str, version: str | None, *, infer: bool = False) -> None:
-        """Unknown model: 404, but 400 on infer; unknown version: 404 everywhere.
+    def check_model(self, model: str, version: str | None) -> None:
+        """Unknown model: 400; unknown version: 404, on every route, in Triton's words.
 
-        These are Triton's answers (its infer path reports an unknown model as INVALID_ARG), kept
-        so that clients and retry policies written against Triton see the same codes. A version
+        Triton's lookup (FindModelIdentifier) answers an unknown name INVALID_ARG "Request for
+        unknown model: 'x' is not found" for infer, metadata, config and statistics alike (its
+        clients match that text), and a missing version NOT_FOUND. Edgeserve answered metadata
+        of an unknown model 404 and infer 400. A version
         is the integer model version or, beside it, the function's own ("1.2.0"); as in Triton,
         which reads the digits as a number, "01" is version 1.
         """
         f = self.function
         if model != f.name:
-            error = InvalidInput if infer else ModelNotFound
-            raise error(f"unknown model `{echo(model)}`: this server serves `{f.name}`")
+            raise InvalidInput(
+                f"Request for unknown model: '{echo(model)}' is not found; this server serves "
+                f"`{f.name}`"
+            )
         if version is not None and not {version, _number(version)} & {f.model_version, f.version}:
             raise ModelNotFound(
-                f"model `{f.name}` has no version `{echo(version)}`; it serves version "
-                f"`{f.model_version}` (function version `{f.version}`)"
+                f"Request for unknown model: '{f.name}' version {echo(version)} is not found; "
+                f"it serves version `{f.model_version}` (function version `{f.version}`)"
             )
 
 

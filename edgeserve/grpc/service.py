@@ -25,7 +25,7 @@ from edgeserve import __version__
 from edgeserve.dataplane import DataPlane, ServedFunction, repository
 from edgeserve.dataplane.metadata import server_metadata
 from edgeserve.dataplane.regions import ClientRegions, check_local
-from edgeserve.errors import InvalidInput, Unsupported
+from edgeserve.errors import InvalidInput, ModelNotFound, Unsupported
 from edgeserve.grpc import tensors
 from edgeserve.grpc.messages import SERVICE, message
 from edgeserve.grpc.status import status_of
@@ -143,7 +143,13 @@ class InferenceService:
         return message("ServerReadyResponse")(ready=self.function.ready)
 
     async def model_ready(self, request: bytes, context: Context) -> Any:
-        self._check_model(_parse("ModelReadyRequest", request))
+        """Not ready, without an error, for a model or version not served: Triton's answer
+        (tritonclient's is_model_ready returns False; it raised NOT_FOUND here)."""
+        asked = _parse("ModelReadyRequest", request)
+        try:
+            self._check_model(asked)
+        except (InvalidInput, ModelNotFound):
+            return message("ModelReadyResponse")(ready=False)
         return message("ModelReadyResponse")(ready=self.function.ready)
 
     async def server_metadata(self, request: bytes, context: Context) -> Any:
@@ -173,7 +179,7 @@ class InferenceService:
         plane, function = self.plane, self.function
         self.drain.check_open()
         request = await off_loop(raw, _parse, "ModelInferRequest", raw)
-        plane.check_model(request.model_name, request.model_version or None, infer=True)
+        plane.check_model(request.model_name, request.model_version or None)
         await function.admit(arrived)
         shared = ClientRegions(self.regions, _peer_host(context), self.limit, GRPC)
         decoded = await off_loop(raw, tensors.decode_request, request, shared.read)

@@ -32,7 +32,7 @@ from starlette.types import Receive, Scope, Send
 from edgeserve import __version__
 from edgeserve.dataplane import DataPlane, ServedFunction, serving
 from edgeserve.dataplane.metadata import server_metadata
-from edgeserve.errors import InvalidInput, Unauthorized, Unsupported, echo
+from edgeserve.errors import InvalidInput, ModelNotFound, Unauthorized, Unsupported, echo
 from edgeserve.http.auth import Credentials, load_credentials
 from edgeserve.http.cors import Cors, CorsPolicy, load_cors
 from edgeserve.http.errors import ErrorMiddleware, error_response, routing_error_handler
@@ -252,7 +252,11 @@ class _Endpoints:
         return JSONResponse(self.plane.model_metadata())
 
     async def model_ready(self, request: Request) -> Response:
-        self._check_model(request)
+        """A model or version not served is not ready: 400, as Triton answers (it was 404)."""
+        try:
+            self._check_model(request)
+        except ModelNotFound as missing:
+            raise InvalidInput(missing.message) from None
         return await self.ready(request)
 
     async def model_config(self, request: Request) -> Response:

@@ -91,7 +91,7 @@ class InferenceRoutes:
         sent `Expect: 100-continue` to a wrong URL was told to go on, and its body uploaded."""
         match = _V2_INFER.fullmatch(path)
         assert match is not None  # app_for routes only matching paths here
-        self.plane.check_model(match["model"], match["version"], infer=True)
+        self.plane.check_model(match["model"], match["version"])
 
     async def v2_infer(self, call: Call) -> Reply:
         shared = ClientRegions(self.regions, call.client, self.limit)
