@@ -16,7 +16,6 @@
     ├── RequestTimeout             408: a client too slow to send its request
     ├── PayloadTooLarge            413
     ├── HeadersTooLarge            431
-    ├── Unsupported                501: a Triton extension edgeserve does not serve
     ├── Unavailable                503, with Retry-After: queue full, not ready, draining
     ├── DeadlineExceeded           504: the item's deadline passed before it could run
     └── DeployError                a deploy step failed (exit 3)
@@ -135,12 +134,6 @@ class PayloadTooLarge(EdgeserveError):
 
 class HeadersTooLarge(EdgeserveError):
     status = 431
-
-
-class Unsupported(EdgeserveError):
-    """Triton's UNSUPPORTED (501): a route of an extension that `/v2` does not list."""
-
-    status = 501
 
 
 class Unavailable(EdgeserveError):

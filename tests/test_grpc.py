@@ -277,9 +277,6 @@ def test_errors_through_tritonclient(client: triton.InferenceServerClient) -> No
     assert missing.value.message() == (
         "Request for unknown model: 'nope' is not found; this server serves `identity`"
     )
-    with pytest.raises(InferenceServerException) as unserved:
-        client.get_trace_settings()
-    assert unserved.value.status() == "StatusCode.UNIMPLEMENTED"
     with pytest.raises(InferenceServerException) as unload:
         client.unload_model("identity")
     assert "cannot unload `identity`" in unload.value.message()

@@ -122,6 +122,7 @@ def test_health_and_server_metadata(client: httpx.Client) -> None:
     assert metadata["extensions"] == [
         "binary_tensor_data",
         "classification",
+        "logging",
         "model_configuration",
         "model_repository",
         "statistics",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import msgpack
@@ -312,32 +312,3 @@ def test_a_timeout_of_zero_means_none_as_in_triton(client: triton.InferenceServe
     assert "parameters.timeout: expected a non-negative integer of microseconds (0: none)" in str(
         error.value.message()
     )
-
-
-TRACE = "the trace extension (trace/setting) is not served by edgeserve. Hint: per-model timings"
-LOGGING = "the logging extension (/v2/logging) is not served by edgeserve. Hint: set the log level"
-
-
-@pytest.mark.parametrize(
-    ("call", "words"),
-    [
-        (lambda c: c.get_trace_settings(), TRACE),
-        (lambda c: c.get_trace_settings(model_name="identity"), TRACE),
-        (lambda c: c.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}), TRACE),
-        (lambda c: c.update_trace_settings("identity", {"trace_rate": "1"}), TRACE),
-        (lambda c: c.get_log_settings(), LOGGING),
-        (lambda c: c.update_log_settings({"log_verbose_level": 1}), LOGGING),
-    ],
-)
-def test_trace_and_logging_calls_say_the_extension_is_not_served(
-    client: triton.InferenceServerClient,
-    call: Callable[[triton.InferenceServerClient], object],
-    words: str,
-) -> None:
-    """They got a bare `[404] Not Found`, which reads as a wrong URL or model; Triton answers
-    an extension it lacks with UNSUPPORTED, 501."""
-    with pytest.raises(InferenceServerException) as error:
-        call(client)
-    assert error.value.status() == "501"
-    assert str(error.value.message()).startswith(words)
-    assert "trace" not in client.get_server_metadata()["extensions"]

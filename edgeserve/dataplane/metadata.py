@@ -16,6 +16,7 @@ from edgeserve.types import Signature, TensorSpec
 EXTENSIONS = (
     "binary_tensor_data",
     "classification",
+    "logging",
     "model_configuration",
     "model_repository",
     "statistics",

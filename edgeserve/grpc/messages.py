@@ -132,6 +132,15 @@ MESSAGES: dict[str, str] = {
         "oneof parameter_choice; bool bool_param = 1; int64 int64_param = 2; "
         "string string_param = 3; bytes bytes_param = 4"
     ),
+    "TraceSettingValue": "repeated string value = 1",
+    "TraceSettingRequest": "map<string, TraceSettingValue> settings = 1; string model_name = 2",
+    "TraceSettingResponse": "map<string, TraceSettingValue> settings = 1",
+    "LogSettingValue": (
+        "oneof parameter_choice; bool bool_param = 1; uint32 uint32_param = 2; "
+        "string string_param = 3"
+    ),
+    "LogSettingsRequest": "map<string, LogSettingValue> settings = 1",
+    "LogSettingsResponse": "map<string, LogSettingValue> settings = 1",
     "RepositoryModelLoadRequest": (
         "string repository_name = 1; string model_name = 2; "
         "map<string, ModelRepositoryParameter> parameters = 3"

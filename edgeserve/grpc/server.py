@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 
 from edgeserve.dataplane import ServedFunction, serving
+from edgeserve.dataplane.settings import LogSettings
 from edgeserve.errors import ConfigError
 from edgeserve.grpc.service import InferenceService
 from edgeserve.http.app import FunctionApp
@@ -43,9 +44,10 @@ class GrpcServer:
         drain_s: float,
         credentials: Credentials | None = None,
         tls: TlsFiles | None = None,
+        logs: LogSettings | None = None,
     ) -> None:
         self.drain = Drain()
-        self.service = InferenceService(function, regions, limit, credentials, self.drain)
+        self.service = InferenceService(function, regions, limit, credentials, self.drain, logs)
         self.function = function
         self.address, self.limit, self.drain_s, self.tls = address, limit, drain_s, tls
         self.port: int | None = None
@@ -102,8 +104,8 @@ class GrpcServer:
 
 
 def beside(app: FunctionApp, address: str, tls: TlsFiles | None = None) -> GrpcServer:
-    """The gRPC front serving what `app` serves, with its registry, limit, credentials and
-    drain bound."""
+    """The gRPC front serving what `app` serves, with its registry, limit, credentials, drain
+    bound and log settings."""
     routes = app.inference
     return GrpcServer(
         routes.runtime,
@@ -113,4 +115,5 @@ def beside(app: FunctionApp, address: str, tls: TlsFiles | None = None) -> GrpcS
         drain_s=app.timeouts.drain_s,
         credentials=app.credentials,
         tls=tls,
+        logs=app.log_settings,
     )

@@ -25,7 +25,8 @@ from edgeserve import __version__
 from edgeserve.dataplane import DataPlane, ServedFunction, repository
 from edgeserve.dataplane.metadata import server_metadata
 from edgeserve.dataplane.regions import ClientRegions, check_local
-from edgeserve.errors import InvalidInput, ModelNotFound, Unsupported
+from edgeserve.dataplane.settings import LogSettings, trace_settings
+from edgeserve.errors import InvalidInput, ModelNotFound
 from edgeserve.grpc import tensors
 from edgeserve.grpc.messages import SERVICE, message
 from edgeserve.grpc.status import status_of
@@ -58,8 +59,10 @@ class InferenceService:
         limit: int,
         credentials: Credentials | None = None,
         drain: Drain | None = None,
+        logs: LogSettings | None = None,
     ) -> None:
         self.function = function
+        self.logs = logs or LogSettings()
         self.drain = drain or Drain()
         self.plane = DataPlane(function)
         self.regions = regions
@@ -304,16 +307,24 @@ class InferenceService:
         return unregister
 
     async def trace_setting(self, request: bytes, context: Context) -> Any:
-        raise Unsupported(
-            "the trace extension (TraceSetting) is not served by edgeserve. Hint: per-model "
-            "timings are in the statistics extension (ModelStatistics) and /metrics"
+        asked = _parse("TraceSettingRequest", request)
+        if asked.model_name:
+            self.plane.check_model(asked.model_name, None)
+        settings = {key: list(value.value) for key, value in asked.settings.items()}
+        answer = trace_settings(settings, f"{SERVICE}/TraceSetting")
+        return _from_json(
+            "TraceSettingResponse",
+            {"settings": {key: {"value": value} for key, value in answer.items()}},
         )
 
     async def log_settings(self, request: bytes, context: Context) -> Any:
-        raise Unsupported(
-            "the logging extension (LogSettings) is not served by edgeserve. Hint: set the "
-            "log level with `edgeserve serve --log-level`"
-        )
+        asked = _parse("LogSettingsRequest", request).settings
+        settings = {key: _log_value(value) for key, value in asked.items()}
+        answer = self.logs.update(settings) if settings else self.logs.current()
+        response = message("LogSettingsResponse")()
+        for key, value in answer.items():
+            setattr(response.settings[key], _LOG_FIELDS[type(value)], value)
+        return response
 
     def _check_model(self, request: Any) -> None:
         self.plane.check_model(request.name, request.version or None)
@@ -331,6 +342,15 @@ def _parse(name: str, data: bytes) -> Any:
 def _from_json(name: str, value: dict[str, Any]) -> Any:
     """A response from the JSON the HTTP side answers; what the schema leaves out is left out."""
     return json_format.ParseDict(value, message(name)(), ignore_unknown_fields=True)
+
+
+_LOG_FIELDS = {bool: "bool_param", int: "uint32_param", str: "string_param"}
+
+
+def _log_value(value: Any) -> Any:
+    """A LogSettings value as the HTTP side's JSON has it (none set: null, left as it is)."""
+    kind = value.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(value, kind)
 
 
 def _bytes(value: str | bytes) -> bytes:

@@ -26,7 +26,6 @@ CODES = {
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
     422: grpc.StatusCode.INVALID_ARGUMENT,  # ModelRefused: the same request fails again
     431: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    501: grpc.StatusCode.UNIMPLEMENTED,
     503: grpc.StatusCode.UNAVAILABLE,
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }

@@ -6,8 +6,9 @@ errors) is a Starlette app. Status codes
 follow Triton except where noted at the route.
 
 Not served (Triton has them): response compression by Accept-Encoding (request bodies may be
-gzip or deflate), raw binary requests (Inference-Header-Content-Length: 0), trace and logging
-extensions (their routes answer 501, Triton's UNSUPPORTED, saying so: not a bare 404). The
+gzip or deflate), raw binary requests (Inference-Header-Content-Length: 0). The trace and
+logging extensions answer for what edgeserve does (`settings.py`): logging follows the
+`edgeserve` loggers, tracing is off and cannot be turned on. The
 classification extension is `dataplane.requests`'. System shared memory is served
 (`sharedmemory.py`); the repository extension lists the one function and answers model control
 as `repository.py` explains.
@@ -32,13 +33,15 @@ from starlette.types import Receive, Scope, Send
 from edgeserve import __version__
 from edgeserve.dataplane import DataPlane, ServedFunction, serving
 from edgeserve.dataplane.metadata import server_metadata
-from edgeserve.errors import InvalidInput, ModelNotFound, Unauthorized, Unsupported, echo
+from edgeserve.dataplane.settings import LogSettings
+from edgeserve.errors import InvalidInput, ModelNotFound, Unauthorized, echo
 from edgeserve.http.auth import Credentials, load_credentials
 from edgeserve.http.cors import Cors, CorsPolicy, load_cors
 from edgeserve.http.errors import ErrorMiddleware, error_response, routing_error_handler
 from edgeserve.http.inference import InferenceRoutes, route_path
 from edgeserve.http.openapi import DocsRoutes, openapi_document
 from edgeserve.http.repository import RepositoryRoutes
+from edgeserve.http.settings import SettingsRoutes
 from edgeserve.http.sharedmemory import SharedMemoryRoutes
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.sharedmemory import Regions
@@ -55,11 +58,13 @@ class FunctionApp:
         rest: Starlette,
         timeouts: Timeouts,
         credentials: Credentials | None = None,
+        log_settings: LogSettings | None = None,
     ) -> None:
         self.inference = inference
         self.rest = rest
         self.timeouts = timeouts
         self.credentials = credentials
+        self.log_settings = log_settings or LogSettings()  # the gRPC front beside shares it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):  # the lifespan
@@ -150,16 +155,19 @@ def create_app(
     max_body_bytes: int | None = None,
     timeouts: Timeouts | None = None,
     regions: Regions | None = None,
+    log_settings: LogSettings | None = None,
 ) -> FunctionApp:
     """The app serving `runtime`; its lifespan starts the runtime and stops it (draining).
 
     Defaults: the manifest's [resources] max_body_mb and timeouts; shared-memory regions of
-    this process alone (processes serving one socket share `Regions(store=folder)`)."""
+    this process alone (processes serving one socket share `Regions(store=folder)`); log
+    settings that this process's `edgeserve` loggers follow (a front of several refuses)."""
     resources = runtime.manifest.resources
     limit = max_body_bytes or int(resources.max_body_mb * 2**20)
     timeouts = timeouts or Timeouts.from_resources(resources)
     regions = regions or Regions()
-    endpoints = _Endpoints(runtime, regions, limit)
+    log_settings = log_settings or LogSettings()
+    endpoints = _Endpoints(runtime, regions, limit, log_settings)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -176,15 +184,20 @@ def create_app(
     credentials = load_credentials(runtime.manifest.auth, os.environ)
     parts = (InferenceRoutes(runtime, limit, regions), rest, timeouts, credentials)
     policy = load_cors(runtime.manifest.cors, os.environ)
-    return FunctionApp(*parts) if policy is None else CrossOriginApp(policy, *parts)
+    if policy is None:
+        return FunctionApp(*parts, log_settings=log_settings)
+    return CrossOriginApp(policy, *parts, log_settings=log_settings)
 
 
 class _Endpoints:
-    def __init__(self, runtime: ServedFunction, regions: Regions, limit: int) -> None:
+    def __init__(
+        self, runtime: ServedFunction, regions: Regions, limit: int, logs: LogSettings
+    ) -> None:
         self.runtime = runtime
         self.plane = DataPlane(runtime)
         self.regions = regions
         self.limit = limit  # the body limit, which the control routes hold to as well
+        self.logs = logs
 
     def routes(self) -> list[Route]:
         model = "/v2/models/{model}"
@@ -198,9 +211,8 @@ class _Endpoints:
             *SharedMemoryRoutes(self.regions, "system", self.limit).routes(),
             *SharedMemoryRoutes(self.regions, "cuda", self.limit).routes(),
             *DocsRoutes(self._document()).routes(),
+            *SettingsRoutes(self.plane, self.logs, self.limit).routes(model),
         ]
-        unserved = ("/v2/trace/setting", model + "/trace/setting", "/v2/logging")
-        routes += [Route(path, self.unserved, methods=["GET", "POST"]) for path in unserved]
         for base in (model, model + "/versions/{version}"):
             routes += [
                 Route(base, self.model_metadata),
@@ -219,19 +231,6 @@ class _Endpoints:
             runtime.signature,
             runtime.manifest,
             samples if samples.is_dir() else None,
-        )
-
-    async def unserved(self, request: Request) -> Response:
-        """tritonclient's trace and log settings calls: named, with what to use instead."""
-        if request.url.path.endswith("/logging"):
-            raise Unsupported(
-                "the logging extension (/v2/logging) is not served by edgeserve. Hint: set the "
-                "log level with `edgeserve serve --log-level`"
-            )
-        raise Unsupported(
-            "the trace extension (trace/setting) is not served by edgeserve. Hint: per-model "
-            f"timings are in the statistics extension (/v2/models/{self.runtime.name}/stats) "
-            "and /metrics"
         )
 
     async def live(self, request: Request) -> Response:

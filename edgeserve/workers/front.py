@@ -30,6 +30,7 @@ import uvicorn
 
 from edgeserve.batching import ONE_REQUEST, BatchPolicy
 from edgeserve.batching.rows import rows_of
+from edgeserve.dataplane.settings import LogSettings
 from edgeserve.errors import PayloadTooLarge, Unavailable
 from edgeserve.http.app import FunctionApp, create_app
 from edgeserve.http.server import Companion, DrainingServer, uvicorn_config
@@ -236,7 +237,13 @@ def run_front(config: ChildConfig) -> None:
     stats = SharedStats(name, version, board, config.devices, front=config.front)
     limits = Timeouts.from_resources(bundle.manifest.resources, **config.timeouts)
     regions = Regions(store=Path(config.regions_dir))  # one registry for every front
-    app = create_app(Runtime(bundle, engine, stats), timeouts=limits, regions=regions)
+    logs = LogSettings(
+        f"with --workers, each of this server's {config.fronts} front processes and its "
+        "inference processes logs on its own, and a change would reach this front alone. "
+        "Hint: restart the server with `edgeserve serve --log-level`"
+    )
+    runtime = Runtime(bundle, engine, stats)
+    app = create_app(runtime, timeouts=limits, regions=regions, log_settings=logs)
     receiver = Receiver(socket.socket(fileno=config.channel_fd), board.slot(config.front))
     tls = {} if config.tls is None else TlsFiles(**config.tls).uvicorn_options()
     settings = uvicorn_config(app, log_level=config.log_level, **tls)

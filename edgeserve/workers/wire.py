@@ -66,7 +66,6 @@ _ERROR_FIELDS: dict[type[errors.EdgeserveError], dict[str, tuple[type, ...]]] = 
     errors.RequestTimeout: {},
     errors.PayloadTooLarge: {},
     errors.HeadersTooLarge: {},
-    errors.Unsupported: {},
     errors.Unavailable: {"retry_after_s": (float, int)},
     errors.DeadlineExceeded: {},
     errors.DeployError: {},

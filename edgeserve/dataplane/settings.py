@@ -1,0 +1,130 @@
+"""Triton's logging and trace extensions, answered for what edgeserve really does.
+
+Logging: Triton's settings map onto the level of the `edgeserve` loggers (uvicorn's and
+grpcio's own are left alone). A level is a threshold, so the settings it can say are those
+where every kind above an enabled one is enabled too: turning a kind on turns on the less
+detailed ones a request leaves out (log_verbose_level 1 alone: DEBUG, info and warnings too),
+turning one off turns off the more detailed ones, and a request that asks for both ways at
+once (log_info on, log_warning off) is refused. log_verbose_level 1 is DEBUG; there is no
+level above it. Log lines keep edgeserve's
+format ("default") and go where the server's stderr goes (log_file ""). What cannot be
+honoured is refused (400) saying why, never accepted and ignored. With `--workers N` every
+process has its own loggers, and a change reaching one front only would be a lie: there the
+settings are read, and changing them is refused.
+
+Trace: edgeserve has no tracing. Its settings read trace_level ["OFF"]; asking for any trace
+is refused, with where the timings are instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from edgeserve.errors import InvalidInput, echo, echo_json_text
+
+LOGGER = "edgeserve"
+SILENT = logging.CRITICAL + 10
+_ON_FROM = {  # each setting's flag, on where the level is at most this
+    "log_verbose_level": logging.DEBUG,
+    "log_info": logging.INFO,
+    "log_warning": logging.WARNING,
+    "log_error": logging.ERROR,
+}
+_FIXED = {"log_file": "", "log_format": "default"}
+LOG_KEYS = (*_FIXED, *_ON_FROM)
+
+
+class LogSettings:
+    """The logging extension of one process; `refusal` says why changes are refused, if so."""
+
+    def __init__(self, refusal: str | None = None) -> None:
+        self.refusal = refusal
+        self.logger = logging.getLogger(LOGGER)
+
+    def current(self) -> dict[str, Any]:
+        """Triton's six settings, as the `edgeserve` loggers stand now."""
+        level = self.logger.getEffectiveLevel()
+        flags = {key: level <= at for key, at in _ON_FROM.items()}
+        return {**_FIXED, **flags, "log_verbose_level": int(flags["log_verbose_level"])}
+
+    def update(self, asked: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply `asked` (null: leave a setting as it is, as Triton does); the settings now."""
+        level = _level(_implied(self.current(), _checked(asked)))
+        if level != self.logger.getEffectiveLevel():
+            if self.refusal is not None:
+                raise InvalidInput(f"log settings: {self.refusal}")
+            self.logger.setLevel(level)
+        return self.current()
+
+
+def _checked(asked: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings asked for, each checked for its type and for what edgeserve can do."""
+    checked: dict[str, Any] = {}
+    for key, value in asked.items():
+        if value is None:
+            continue
+        where = f"log settings: `{echo(key)}`"
+        if key not in LOG_KEYS:
+            raise InvalidInput(f"{where} is not a log setting; expected {', '.join(LOG_KEYS)}")
+        if key in _FIXED and value != _FIXED[key]:
+            raise InvalidInput(
+                f"{where}: {echo_json_text(value)} cannot be honoured: edgeserve logs in its own "
+                f"format to the server's stderr; only {echo_json_text(_FIXED[key])} is accepted"
+            )
+        if key == "log_verbose_level":
+            if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1):
+                raise InvalidInput(
+                    f"{where}: expected 0 or 1 (edgeserve has one verbose level: DEBUG), "
+                    f"got {echo_json_text(value)}"
+                )
+        elif key in _ON_FROM and not isinstance(value, bool):
+            raise InvalidInput(f"{where}: expected true or false, got {echo_json_text(value)}")
+        checked[key] = value
+    return checked
+
+
+def _implied(current: Mapping[str, Any], asked: Mapping[str, Any]) -> dict[str, Any]:
+    """`current` changed by `asked`, with each kind it leaves out moved along with those it
+    sets: on where a more detailed kind is asked on, off where a less detailed one is off."""
+    wanted = {**current, **asked}
+    rising = list(reversed(_ON_FROM))  # error, warning, info, verbose: rising detail
+    for at, key in enumerate(rising):
+        if key not in asked:
+            if any(asked.get(more) for more in rising[at + 1 :]):
+                wanted[key] = True
+            elif any(less in asked and not asked[less] for less in rising[:at]):
+                wanted[key] = False
+    return wanted
+
+
+def _level(wanted: Mapping[str, Any]) -> int:
+    """The level that says `wanted`; 400 where no level does (info on, warnings off)."""
+    rising = list(reversed(_ON_FROM))  # error, warning, info, verbose: rising detail
+    flags = [bool(wanted[key]) for key in rising]
+    if flags != sorted(flags, reverse=True):
+        raise InvalidInput(
+            "log settings: a kind asked on below one asked off cannot be honoured: edgeserve's "
+            "log level is a threshold (verbose > info > warning > error). Hint: leave out or "
+            "turn on every kind above the most detailed one wanted"
+        )
+    on = sum(flags)
+    return _ON_FROM[rising[on - 1]] if on else SILENT
+
+
+TRACE_OFF = {"trace_level": ["OFF"]}
+
+
+def trace_settings(asked: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The trace settings (always off) once `asked` is checked: turning tracing on, or setting
+    what only a trace would use, is refused (400) with what to use instead."""
+    for key, value in asked.items():
+        if value is None or value == [] or (key == "trace_level" and value == ["OFF"]):
+            continue
+        raise InvalidInput(
+            f"{where}: `{echo(key)}` = {echo_json_text(value)}: edgeserve has no tracing, so "
+            'only trace_level ["OFF"] is accepted. Hint: per-model timings are in the '
+            "statistics extension (/v2/models/stats, gRPC ModelStatistics) and /metrics"
+        )
+    return dict(TRACE_OFF)
