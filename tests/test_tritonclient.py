@@ -312,3 +312,16 @@ def test_a_timeout_of_zero_means_none_as_in_triton(client: triton.InferenceServe
     assert "parameters.timeout: expected a non-negative integer of microseconds (0: none)" in str(
         error.value.message()
     )
+
+
+@pytest.mark.parametrize("parameter", ["timeout", "priority"])
+def test_an_integer_past_64_bits_is_named_as_such(
+    client: triton.InferenceServerClient, parameter: str
+) -> None:
+    """It was echoed back as the float JSON parsing made of it (1.8446744073709552e+19)."""
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("identity", every_input(binary=True), **{parameter: 2**64})
+    assert error.value.status() == "400"
+    message = str(error.value.message())
+    assert f"parameters.{parameter}: expected a non-negative integer" in message
+    assert message.endswith("got a number past 64 bits")

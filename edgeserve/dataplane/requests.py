@@ -80,7 +80,7 @@ def _timeout_s(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(
             f"parameters.timeout: expected a non-negative integer of microseconds (0: none), "
-            f"got {echo_json(value)}"
+            f"got {_integer_as_sent(value)}"
         )
     return value / 1e6 if value else None
 
@@ -91,9 +91,18 @@ def _priority(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(
             "parameters.priority: expected a non-negative integer (0: the default), "
-            f"got {echo_json(value)}"
+            f"got {_integer_as_sent(value)}"
         )
     return value
+
+
+def _integer_as_sent(value: Any) -> str:
+    """A value refused where an integer belongs, as the client would recognise it: orjson
+    reads an integer past 64 bits as a float, so 18446744073709551616 was echoed back as
+    1.8446744073709552e+19."""
+    if isinstance(value, float) and value.is_integer() and not -(2**63) <= value < 2**64:
+        return "a number past 64 bits"
+    return echo_json(value)
 
 
 def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | None:
@@ -112,7 +121,7 @@ def shared_memory_slice(where: str, parameters: Mapping[str, Any]) -> Slice | No
         value = parameters.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidInput(
-                f"{where}: {key} must be a non-negative integer, got {echo_json(value)}"
+                f"{where}: {key} must be a non-negative integer, got {_integer_as_sent(value)}"
             )
         counts.append(value)
     return Slice(region, counts[0], counts[1])
@@ -126,7 +135,7 @@ def classification(where: str, parameters: Mapping[str, Any]) -> int | None:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidInput(
             f"{where}: parameters.classification: expected a count of classes >= 1, "
-            f"got {echo_json(count)}"
+            f"got {_integer_as_sent(count)}"
         )
     return count
 
