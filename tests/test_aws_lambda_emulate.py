@@ -10,6 +10,7 @@ import re
 import socket
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -17,7 +18,9 @@ import msgpack
 import numpy as np
 import onnxruntime as ort
 import pytest
+import tritonclient.http as triton
 from PIL import Image
+from tritonclient.utils import InferenceServerException
 
 from edgeserve.bundle import Bundle
 from edgeserve.cli import main
@@ -466,3 +469,20 @@ def test_a_bad_origin_is_refused_before_any_environment_starts(
     args = ["serve", str(bundle.root), "--emulate", "aws-lambda", "--cors-origin", "demo.example"]
     assert main(args) == ConfigError.exit_code
     assert "'demo.example' is not an origin" in capsys.readouterr().err
+
+
+def test_log_settings_are_read_and_a_change_is_refused_as_reaching_one_instance(
+    bundle: Bundle,
+) -> None:
+    """Each instance of the function has its own loggers: a change through the function's URL
+    would reach whichever instance answered it, so it is refused, saying so."""
+    with emulated(bundle.root) as (url, _):
+        client = triton.InferenceServerClient(url.removeprefix("http://"))
+        with closing(client):
+            assert client.get_log_settings()["log_verbose_level"] == 0
+            with pytest.raises(InferenceServerException) as error:
+                client.update_log_settings({"log_verbose_level": 1})
+    assert error.value.status() == "400"
+    assert "on AWS Lambda each instance of the function logs on its own" in str(
+        error.value.message()
+    )

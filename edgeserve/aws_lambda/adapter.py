@@ -46,6 +46,7 @@ def create_handler(path: Path | None = None) -> LambdaHandler:
     for name, value in QUIET_LIBRARIES.items():
         os.environ.setdefault(name, value)
     from edgeserve.bundle import Bundle
+    from edgeserve.dataplane.settings import LogSettings
     from edgeserve.http.app import create_app
     from edgeserve.kinds import KINDS
     from edgeserve.runtime import Runtime
@@ -64,7 +65,11 @@ def create_handler(path: Path | None = None) -> LambdaHandler:
     asyncio.set_event_loop(loop)
     lifetime = AsyncExitStack()  # held by the handler: never left while the container lives
     loop.run_until_complete(lifetime.enter_async_context(serving(runtime)))
-    handler = wrap(create_app(runtime), model=runtime.name, loop=loop)
+    logs = LogSettings(
+        "on AWS Lambda each instance of the function logs on its own, and a change would "
+        "reach only the instance that answered it, for as long as that instance lives"
+    )
+    handler = wrap(create_app(runtime, log_settings=logs), model=runtime.name, loop=loop)
     handler.lifetime = lifetime
     return handler
 

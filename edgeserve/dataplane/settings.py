@@ -9,8 +9,8 @@ once (log_info on, log_warning off) is refused. log_verbose_level 1 is DEBUG; th
 level above it. Log lines keep edgeserve's
 format ("default") and go where the server's stderr goes (log_file ""). What cannot be
 honoured is refused (400) saying why, never accepted and ignored. With `--workers N` every
-process has its own loggers, and a change reaching one front only would be a lie: there the
-settings are read, and changing them is refused.
+process has its own loggers, and so has every instance of a Lambda function: a change reaching
+one of them only would be a lie, so there the settings are read, and changing them is refused.
 
 Trace: edgeserve has no tracing. Its settings read trace_level ["OFF"]; asking for any trace
 is refused, with where the timings are instead.
