@@ -16,6 +16,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from edgeserve.errors import ConfigError, did_you_mean
 
@@ -29,8 +30,18 @@ _VERSION = re.compile(r"v?(?P<major>\d{1,9})(\.\d+){0,2}([-+][0-9A-Za-z.+-]+)?")
 
 class _Strict(BaseModel):
     # no inf nor nan: `max_queue_delay_ms = inf` built, then every request waited for company
-    # until its deadline
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # until its deadline. Strict: `max_batch_size = "32"` was read as 32, so a typo of a type
+    # passed unseen; an integer where a number is asked (`max_queue_delay_ms = 2`) still is one.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arrays_are_tuples(cls, data: Any) -> Any:
+        """TOML (and a bundle's JSON) has arrays where the schema, frozen, has tuples, which
+        strict mode takes only as tuples: each array of this table's keys becomes one."""
+        if not isinstance(data, dict):
+            return data
+        return {key: tuple(v) if isinstance(v, list) else v for key, v in data.items()}
 
 
 class FunctionInfo(_Strict):
@@ -260,6 +271,9 @@ class Manifest(_Strict):
         return model
 
 
+_SECTION_NAMES = {schema.__name__ for schema in _Strict.__subclasses__()}  # a union's tags
+
+
 def load_manifest(path: Path) -> Manifest:
     """Read and validate a function.toml (or the folder holding one)."""
     if path.is_dir():
@@ -292,6 +306,7 @@ def describe_validation_error(
     """One line per problem: file, dotted field, what was expected, what was found; `schema`:
     the model validated (the manifest's by default), whose keys "did you mean" offers."""
     lines: dict[tuple[str, str], list[str]] = {}  # (field, found) -> what each type wanted
+    kinds: dict[tuple[str, str], str] = {}  # a type error's: the type found, in TOML's words
     for error in exc.errors():
         loc = tuple(part for part in error["loc"] if not _is_type_tag(part))
         where = ".".join(str(part) for part in loc) or "(top level)"
@@ -303,14 +318,59 @@ def describe_validation_error(
         elif error["type"] == "missing":
             lines[(f"{where}`: required but missing", "")] = []
         else:
-            wanted = str(error["msg"]).removeprefix("Value error, ")
-            lines.setdefault((where, f"{found!r}"), []).append(wanted)
+            lines.setdefault((where, repr(found)), []).extend(_wanted(error))
+            if error["type"] in _TYPES and type(found) in _TOML_TYPES:
+                kinds[(where, repr(found))] = f", {_TOML_TYPES[type(found)]}"
     return "\n".join(
-        f"{source}: field `{field}`: {' or '.join(wanted)} (found {found})"
+        f"{source}: field `{field}`: {_either(wanted)} (found {found}{kinds.get(key, '')})"
         if wanted
         else f"{source}: field `{field}"
-        for (field, found), wanted in lines.items()
+        for key, wanted in lines.items()
+        for field, found in [key]
     )
+
+
+def _either(wanted: list[str]) -> str:
+    """A union's expectations as one: "expected an integer or 'auto'; did you mean ...","""
+    words = " or ".join(text for text in wanted if text and not text.startswith(";"))
+    return words.replace(" or expected ", " or ") + "".join(t for t in wanted if t.startswith(";"))
+
+
+_TYPES = {  # pydantic's type errors, in TOML's words
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "tuple_type": "an array",
+    "dict_type": "a table",
+    "model_type": "a table",
+}
+_TOML_TYPES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+_TOML_TYPES |= {tuple: "an array", list: "an array", dict: "a table"}
+_QUOTED = {"int_type": int, "float_type": float, "bool_type": {"true", "false"}.__contains__}
+
+
+def _wanted(error: ErrorDetails) -> list[str]:
+    """What the field expected, and a hint starting with ";": a type in TOML's words (quotes
+    around a value of that type), one of a set of names (the closest to what was found), else
+    pydantic's own words."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    found = error.get("input")
+    if error["type"] == "literal_error":
+        names = re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected", "")))
+        close = did_you_mean(found, names) if isinstance(found, str) else ""
+        return [f"expected {' or '.join(map(repr, names))}", close]
+    if (wanted := _TYPES.get(error["type"])) is None:
+        return [message]
+    quoted = isinstance(found, str) and _parses(found, _QUOTED.get(error["type"]))
+    return [f"expected {wanted}", f"; write it without quotes: {found}" if quoted else ""]
+
+
+def _parses(text: str, reader: Any) -> bool:
+    try:
+        return reader is not None and reader(text) is not False
+    except ValueError:
+        return False
 
 
 _TYPE_TAG = re.compile(r"\w*\[.*|(constrained|function)-.+|int|str|float|bool")
@@ -319,7 +379,9 @@ _TYPE_TAG = re.compile(r"\w*\[.*|(constrained|function)-.+|int|str|float|bool")
 def _is_type_tag(part: int | str) -> bool:
     """A location part naming one type of a union ("literal['auto']", "constrained-int"), not
     a field: what each type wanted becomes one "or" of the field's one line."""
-    return isinstance(part, str) and _TYPE_TAG.fullmatch(part) is not None
+    return isinstance(part, str) and (
+        _TYPE_TAG.fullmatch(part) is not None or part in _SECTION_NAMES
+    )
 
 
 def _known_keys(loc: tuple[int | str, ...], root: type[BaseModel]) -> list[str]:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from edgeserve.cli import main
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import parse_manifest
+from tests.models import mlp_model, write_function
 
 
 @pytest.mark.parametrize(
@@ -47,8 +51,7 @@ def test_a_field_of_several_types_gets_one_line_naming_them() -> None:
     with pytest.raises(ConfigError) as error:
         parse_manifest({"function": {"name": "f"}, "resources": {"workers": "many"}}, "f.toml")
     assert error.value.message == (
-        "f.toml: field `resources.workers`: Input should be a valid integer, unable to parse "
-        "string as an integer or Input should be 'auto' (found 'many')"
+        "f.toml: field `resources.workers`: expected an integer or 'auto' (found 'many', a string)"
     )
 
 
@@ -58,3 +61,81 @@ def test_an_open_path_is_a_path_as_requested() -> None:
     assert "f.toml: field `auth.open_paths.0`: String should match pattern '^/'" in (
         error.value.message
     )
+
+
+@pytest.mark.parametrize(
+    ("section", "line", "said"),
+    [
+        (
+            "batching",
+            'max_batch_size = "32"',
+            "field `batching.max_batch_size`: expected an integer; write it without quotes: 32 "
+            "(found '32', a string)",
+        ),
+        (
+            "backend",
+            'cuda_graphs = "true"',
+            "field `backend.cuda_graphs`: expected true or false; write it without quotes: true "
+            "(found 'true', a string)",
+        ),
+        (
+            "resources",
+            'workers = "4"',
+            "field `resources.workers`: expected an integer or 'auto'; write it without quotes: "
+            "4 (found '4', a string)",
+        ),
+        (
+            "resources",
+            "processes_per_device = { gpu = 2.5 }",
+            "field `resources.processes_per_device.gpu`: expected an integer or 'auto' (found "
+            "2.5, a number)",
+        ),
+        (
+            "backend",
+            'prefer = ["openvno"]',
+            "field `backend.prefer.0`: expected 'tensorrt' or 'openvino' or 'onnxruntime'; did "
+            "you mean `openvino`? (found 'openvno')",
+        ),
+        (
+            "backend",
+            'precision = "fp61"',
+            "field `backend.precision`: expected 'fp32' or 'fp16' or 'int8' or 'auto'; did you "
+            "mean `fp16`? (found 'fp61')",
+        ),
+        (
+            "resources",
+            'devices = "gpu"',
+            "field `resources.devices`: expected 'auto' or 'cpu' or an array; did you mean "
+            "`cpu`? (found 'gpu', a string)",
+        ),
+    ],
+)
+def test_a_typo_of_a_type_or_a_name_is_an_error_naming_file_key_and_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, line: str, said: str
+) -> None:
+    """`max_batch_size = "32"` was read as 32 (pydantic's lax mode), `prefer = ["openvno"]`
+    listed the names without the one meant."""
+    folder = write_function(
+        tmp_path / "f", mlp_model, f'[function]\nname = "f"\n[{section}]\n{line}'
+    )
+    assert main(["build", str(folder), "--out", str(tmp_path / "out")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{folder / 'function.toml'}: {said}" in err
+
+
+def test_the_forms_the_reference_allows_still_load() -> None:
+    """Strict types, yet arrays stay arrays, an integer is a number, "auto" or a count."""
+    manifest = parse_manifest(
+        {
+            "function": {"name": "f"},
+            "batching": {"max_queue_delay_ms": 2, "preferred_batch_sizes": [4, 8]},
+            "backend": {"prefer": ["openvino", "onnxruntime"]},
+            "model": {"inputs": {"x": {"dims": [-1, 16], "pad_value": 0}}},
+            "resources": {"workers": 2, "devices": [0, 1], "processes_per_device": {"gpu": 2}},
+        },
+        "function.toml",
+    )
+    assert manifest.batching.max_queue_delay_ms == 2.0
+    assert manifest.backend.prefer == ("openvino", "onnxruntime")
+    assert manifest.model.inputs["x"].dims == (-1, 16)
+    assert manifest.resources.devices == (0, 1)
