@@ -231,11 +231,11 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument(
         "url", help="where the function runs: http://HOST:PORT, or HOST:PORT (http is assumed)"
     )
-    # a payload given where the URL ends: refused with a hint (argparse said only "unrecognized
-    # arguments", under the top-level usage)
+    # a payload where the URL ends: refused with a hint (argparse said "unrecognized arguments")
     p.add_argument("payload", nargs="?", help=argparse.SUPPRESS)
     p.add_argument("--json", help="a JSON payload, as text")
     p.add_argument("--file", help="a file to send (PNG/JPEG/JSON by extension, else raw bytes)")
+    p.add_argument("--full", action="store_true", help="the whole answer, as JSON (rows uncut)")
     p.add_argument(
         "--timeout", type=_seconds, default=60.0, help="seconds to wait for the answer (default 60)"
     )

@@ -115,6 +115,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_invoke(args: argparse.Namespace) -> int:
+    from edgeserve.answers import show
     from edgeserve.client import invoke, request_body
 
     if args.payload is not None:
@@ -125,7 +126,7 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
         )
     body, content_type = request_body(args.json, args.file)
     result = invoke(args.url, body, content_type, timeout_s=args.timeout)
-    console.print_json(json.dumps(result)) if not isinstance(result, str) else _say("", "", result)
+    show(result, console, whole=args.full)
     return 0
 
 

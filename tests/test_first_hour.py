@@ -4,7 +4,9 @@ over for a reason the model itself gives."""
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from edgeserve.cli import main
 from tests.models import (
     classifier_model,
     identity_model,
+    mlp_model,
     pair_model,
     reshaping_model,
     write_function,
@@ -203,3 +206,28 @@ def test_init_without_a_model_says_it_made_the_demo(
     model = str(tmp_path / "mine" / "model.onnx")
     assert main(["init", str(tmp_path / "fn"), "--model", model]) == 0
     assert "a demo:" not in capsys.readouterr().out
+
+
+def test_invoke_prints_a_classifier_answer_a_row_per_line(tmp_path: Path) -> None:
+    """`invoke` pretty-printed every number on its own line: 1000 logits, 1000+ lines. On a
+    terminal a row is now one line, cut to its width with a count of what was left out;
+    piped, and with --full, the answer is the whole JSON it was."""
+    wide = functools.partial(mlp_model, n_out=1000)
+    folder = write_function(tmp_path / "wide", wide, '[function]\nname = "wide"\n')
+    request = json.dumps({"x": [[0.5] * 16] * 3})
+    with served(folder) as url:
+        code, output = in_terminal(edgeserve("invoke", url, "--json", request))
+        whole_code, whole = in_terminal(edgeserve("invoke", url, "--json", request, "--full"))
+        piped = subprocess.run(
+            edgeserve("invoke", url, "--json", request), capture_output=True, text=True, timeout=60
+        )
+    lines = plain(output).strip().splitlines()
+    assert (code, lines[:2], lines[-2:]) == (0, ["{", '  "y": ['], ["  ]", "}"])
+    rows = lines[2:-2]
+    assert len(rows) == 3 and all(len(row) <= 120 for row in rows)
+    assert all(re.fullmatch(r"    \[(-?\d[\d.e-]*, )+… \(\d+ more\)\],?", row) for row in rows)
+    assert piped.returncode == whole_code == 0
+    answer = json.loads(piped.stdout)
+    assert [len(row) for row in answer["y"]] == [1000] * 3
+    assert json.loads(plain(whole)) == answer
+    assert len(piped.stdout.splitlines()) == 7  # a row per line, not one per number
