@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from edgeserve.errors import ConfigError
+from edgeserve.errors import ConfigError, did_you_mean
 
 UVICORN = ("uvicorn", "uvloop", "httptools")
 """The server of every kind that runs an HTTP process: uvloop and httptools are uvicorn's fast
@@ -102,4 +102,5 @@ def kind_named(name: str, where: str) -> TargetKind:
     except KeyError:
         raise ConfigError(
             f"{where}: unknown driver {name!r}; expected one of {sorted(KINDS)}"
+            f"{did_you_mean(name, KINDS)}"
         ) from None

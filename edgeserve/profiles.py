@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from edgeserve.errors import ConfigError
+from edgeserve.errors import ConfigError, did_you_mean
 from edgeserve.kinds import kind_named
 from edgeserve.manifest import describe_validation_error
 
@@ -92,7 +92,8 @@ def find_target(name_or_path: str, function_dir: Path | None = None) -> Path:
         if candidate.is_file():
             return candidate
     shipped = sorted(path.stem for path in SHIPPED_DIR.glob("*.toml"))
+    known = sorted({path.stem for folder in places for path in folder.glob("*.toml")})
     raise ConfigError(
-        f"target {name_or_path!r}: no {name_or_path}.toml in {', '.join(map(str, places))}; "
-        f"shipped profiles: {shipped}"
+        f"target {name_or_path!r}: no {name_or_path}.toml in {', '.join(map(str, places))}"
+        f"{did_you_mean(name_or_path, known)} (shipped profiles: {shipped})"
     )

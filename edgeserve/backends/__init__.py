@@ -26,7 +26,7 @@ from edgeserve.backends.onnxruntime import OnnxRuntime
 from edgeserve.backends.openvino import OpenVINO
 from edgeserve.backends.options import LoadOptions, Precision, TritonNames, cuda_index
 from edgeserve.backends.tensorrt import TensorRT
-from edgeserve.errors import BackendError, ConfigError
+from edgeserve.errors import BackendError, ConfigError, did_you_mean
 from edgeserve.hardware import Platform
 from edgeserve.manifest import ModelSection
 from edgeserve.shapes import ShapeProfile
@@ -141,6 +141,7 @@ def _backend(name: str, source: str) -> BackendClass:
     except KeyError:
         raise ConfigError(
             f"backend {name!r} (from {source}): unknown; expected one of {sorted(BY_NAME)}"
+            f"{did_you_mean(name, BY_NAME)}"
         ) from None
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from edgeserve import values
 from edgeserve.datatypes import DATATYPES, Datatype, bf16_bits
-from edgeserve.errors import MISSING, InvalidInput, echo_json
+from edgeserve.errors import MISSING, InvalidInput, did_you_mean, echo_json
 
 
 def datatype(where: str, value: Any) -> Datatype:
@@ -25,7 +25,8 @@ def datatype(where: str, value: Any) -> Datatype:
         what = (
             "`datatype` is missing" if value is MISSING else f"unknown datatype {echo_json(value)}"
         )
-        raise InvalidInput(f"{where}: {what}; expected one of {sorted(DATATYPES)}")
+        close = did_you_mean(value, DATATYPES) if isinstance(value, str) else ""
+        raise InvalidInput(f"{where}: {what}; expected one of {sorted(DATATYPES)}{close}")
     return found
 
 

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from edgeserve.errors import ConfigError
+from edgeserve.errors import ConfigError, did_you_mean
 
 TOOLS = ("podman", "buildah", "docker")
 WHY = {
@@ -38,7 +38,10 @@ def find_tool(prefer: str = "auto") -> ImageTool:
     """The first tool of TOOLS that works (or the preferred one, which must work)."""
     names = TOOLS if prefer == "auto" else (prefer,)
     if prefer not in (*TOOLS, "auto"):
-        raise ConfigError(f"image tool {prefer!r}: expected one of {['auto', *TOOLS]}")
+        known = ["auto", *TOOLS]
+        raise ConfigError(
+            f"image tool {prefer!r}: expected one of {known}{did_you_mean(prefer, known)}"
+        )
     problems = []
     for name in names:
         tool, problem = _probe(name)
