@@ -270,3 +270,29 @@ def test_progress_shows_on_a_terminal_only(url: str) -> None:
     piped = _bench_output(url, terminal=False)
     assert "edgeserve bench tiny" in piped
     assert "bench c=" not in piped and "\x1b[?25l" not in piped  # no live display, no cursor codes
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        ("fn:1", "and no host named 'fn' resolves here"),
+        ("fn:99999", "and 99999 is not a TCP port"),
+        ("localhost:0", "and 0 is not a TCP port"),
+        ("fn", "and not a URL"),
+    ],
+)
+def test_a_target_that_is_neither_a_path_nor_a_server_says_so(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    target: str,
+    why: str,
+) -> None:
+    """`bench fn:1`, a folder's name mistyped, was taken for a server at fn, port 1."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", target, "--plot", ""]) == 2
+    assert " ".join(capsys.readouterr().err.split()) == (
+        f"error: bench target {target}: no such file or folder, {why}; bench takes a function "
+        "folder, a bundle, http://HOST:PORT or HOST:PORT (a host name or address this machine "
+        "resolves, a port 1-65535)"
+    )

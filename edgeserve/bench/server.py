@@ -44,8 +44,12 @@ class Endpoint:
         return f"http://{self.host}:{self.port}"
 
 
-HOST_PORT = re.compile(r"(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d{1,5}")
+HOST_PORT = re.compile(r"(?P<host>\[[0-9a-fA-F:.]+\]|[\w.-]+):(?P<port>\d+)")
 """A server given without a scheme (`127.0.0.1:8080`, `[::1]:8080`), where no such path exists."""
+FORMS = (
+    "bench takes a function folder, a bundle, http://HOST:PORT or HOST:PORT (a host name or "
+    "address this machine resolves, a port 1-65535)"
+)
 
 
 def is_url(target: str) -> bool:
@@ -60,13 +64,8 @@ def serving(target: str, ready_timeout_s: float) -> Iterator[Endpoint]:
         return
     root = Path(target)
     if not root.exists():
-        if HOST_PORT.fullmatch(target):  # as `edgeserve invoke` takes it
-            yield _parse_url(f"http://{target}")
-            return
-        raise ConfigError(
-            f"bench target {target}: no such file or folder, and not a URL; expected a "
-            "function folder, a bundle, http://HOST:PORT or HOST:PORT"
-        )
+        yield _parse_url(f"http://{_server_address(target)}")
+        return
     port = _free_port()
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
@@ -80,6 +79,30 @@ def serving(target: str, ready_timeout_s: float) -> Iterator[Endpoint]:
             yield endpoint
         finally:
             _stop(process)
+
+
+def _server_address(target: str) -> str:
+    """`target`, no path here, as HOST:PORT (as `edgeserve invoke` takes it); else an error
+    saying why it is neither, and what bench takes. `fn:1`, a folder's name mistyped, was
+    taken for a server and failed as one that did not answer."""
+    match = HOST_PORT.fullmatch(target)
+    why = "and not a URL"
+    if match and not 1 <= int(match["port"]) <= 65535:
+        why = f"and {match['port']} is not a TCP port"
+    elif match and not _resolves(match["host"].strip("[]")):
+        why = f"and no host named {match['host']!r} resolves here"
+    elif match:
+        return target
+    raise ConfigError(f"bench target {target}: no such file or folder, {why}; {FORMS}")
+
+
+def _resolves(host: str) -> bool:
+    """Whether `host` is an address or a name this machine resolves (the load would connect
+    to it next: the lookup adds nothing that connecting would not do)."""
+    try:
+        return bool(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM))
+    except (OSError, UnicodeError):  # no such name; a label too long for IDNA
+        return False
 
 
 def _parse_url(target: str) -> Endpoint:
