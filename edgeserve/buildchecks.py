@@ -24,10 +24,24 @@ class Replaced:
 
     out: Path
     content_hash: str  # "": its edgeserve.json recorded none
+    # the targets each was planned for: `build --target aws-lambda` writes the same folder as a
+    # local build (docs/aws-lambda.md serves it --emulate from there), so `serve` of that folder
+    # then runs the Lambda plan; said where they differ
+    targets: tuple[str, ...] = ()
+    now: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ()  # the new plan's
 
     def describe(self) -> str:
         which = f" (hash {self.content_hash[:12]})" if self.content_hash else ""
-        return f"replaced the earlier build in {self.out}{which}"
+        said = f"replaced the earlier build in {self.out}{which}"
+        if not self.targets or set(self.targets) == set(self.now):
+            return said
+        return (
+            f"{said}, planned for {', '.join(self.targets)}: this one is planned for "
+            f"{', '.join(self.now)}, so `edgeserve serve {self.out}` serves that plan "
+            f"({', '.join(self.backends)})"
+            + ("" if "local" in self.now else ". Hint: --out elsewhere keeps a local build")
+        )
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from edgeserve.bundle import (
     is_function_source,
     list_files,
     model_hint,
-    recorded_hash,
+    recorded_build,
     sha256_file,
     signature_to_json,
 )
@@ -210,7 +210,7 @@ def build(
     """
     plan = plan_build(source, targets=targets, backend=backend)
     report = report or (lambda done: None)
-    earlier = recorded_hash(out)
+    earlier = recorded_build(out)
     bundle = write_bundle(
         plan,
         out,
@@ -219,7 +219,7 @@ def build(
         report=report,
     )
     if earlier is not None:
-        report(Replaced(out, earlier))
+        report(Replaced(out, *earlier, bundle.targets, bundle.planned_backends()))
     return bundle
 
 

@@ -300,17 +300,21 @@ def model_hint(path: Path, verb: str) -> str:
     )
 
 
-def recorded_hash(root: Path) -> str | None:
-    """The content hash a bundle folder's edgeserve.json records, unverified (a build about to
-    replace it names it): None where there is no bundle, "" where it records none."""
+def recorded_build(root: Path) -> tuple[str, tuple[str, ...]] | None:
+    """The content hash and the targets a bundle folder's edgeserve.json records, unverified
+    (a build about to replace it names them): None where there is no bundle, "" and () where
+    it records none."""
     try:
         metadata = json.loads((root / BUNDLE_FILE).read_bytes())
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError):
-        return ""
-    recorded = metadata.get("content_hash") if isinstance(metadata, dict) else None
-    return recorded if isinstance(recorded, str) and _HASH.match(recorded) else ""
+        return "", ()
+    if not isinstance(metadata, dict):
+        return "", ()
+    recorded, targets = metadata.get("content_hash"), metadata.get("targets")
+    content_hash = recorded if isinstance(recorded, str) and _HASH.match(recorded) else ""
+    return content_hash, tuple(targets) if isinstance(targets, dict) else ()
 
 
 def _verified_metadata(root: Path) -> dict[str, Any]:

@@ -82,3 +82,22 @@ def test_deploy_status_rollback(
         ["1", "2"],
     )
     assert alias["FunctionVersion"] == "1"
+
+
+def test_build_for_lambda_over_a_local_build_says_serve_now_runs_the_lambda_plan(
+    source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`build --target aws-lambda` writes build/NAME, where a local build was (the emulator
+    serves it from there, docs/aws-lambda.md); it replaced that in silence, and `serve
+    build/NAME` then ran ONNX Runtime alone. Build now says so, with the way to keep both."""
+    out = tmp_path / "build" / "clifn"
+    assert main(["build", str(source), "--out", str(out)]) == 0
+    assert main(["build", str(source), "--out", str(out), "--target", "aws-lambda"]) == 0
+    replaced = capsys.readouterr().out
+    assert main(["build", str(source), "--out", str(out)]) == 0
+    back = capsys.readouterr().out
+    said = " ".join(replaced.split())
+    assert "planned for local: this one is planned for aws-lambda, so `edgeserve serve " in said
+    assert f"serve {out}` serves that plan (onnxruntime). Hint: --out elsewhere keeps a " in said
+    assert "planned for aws-lambda: this one is planned for local, so" in " ".join(back.split())
+    assert "Hint" not in back
