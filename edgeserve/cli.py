@@ -31,11 +31,11 @@ err_console = Console(stderr=True)
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
-    from edgeserve.scaffold import init_function, next_steps
+    from edgeserve.scaffold import init_function, next_steps, suggested_port
 
     with live_log(err_console, "init"):  # the batch-axis check runs the model: seconds
         path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
-    _say("created", "green", next_steps(path))
+    _say("created", "green", next_steps(path, port=suggested_port()))
     return 0
 
 

@@ -22,6 +22,7 @@ from edgeserve.errors import ConfigError, did_you_mean
 
 MANIFEST_NAME = "function.toml"
 TRITON_GRPC_PORT = 8001
+DEFAULT_PORT = 8080  # `serve`'s, where neither --port nor [resources] port says
 BackendName = Literal["tensorrt", "openvino", "onnxruntime"]
 """The schema's backend names: edgeserve.backends.BACKENDS, in its order (a test keeps them so)."""
 BACKEND_NAMES: tuple[BackendName, ...] = get_args(BackendName)
@@ -154,7 +155,7 @@ class PerDeviceKind(_Strict):
 
 class ResourcesSection(_Strict):
     memory_mb: int = Field(default=1024, ge=128)
-    port: int = Field(default=8080, ge=0, le=65535)
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     # KServe v2 over gRPC beside HTTP (Triton's 8001); None: HTTP only
     grpc_port: int | None = Field(default=None, ge=0, le=65535)
     max_body_mb: float = Field(default=64, gt=0)

@@ -15,6 +15,7 @@ import logging
 import re
 import shlex
 import shutil
+import socket
 import textwrap
 from collections.abc import Mapping
 from importlib.resources import files
@@ -27,7 +28,7 @@ from pydantic import ValidationError
 from edgeserve.backends.sessions import dim_names
 from edgeserve.dryrun import not_a_batch_axis, runnable_sample
 from edgeserve.errors import ConfigError
-from edgeserve.manifest import MANIFEST_NAME, FunctionInfo, ModelSection
+from edgeserve.manifest import DEFAULT_PORT, MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelfile import external_data
 from edgeserve.modelgen import mlp_model
 from edgeserve.samples import sample_request, sample_v2_request, v2_json_carries
@@ -134,7 +135,22 @@ def adopted_files(
     return written
 
 
-def next_steps(dest: Path, port: int = 8080) -> str:
+def suggested_port(preferred: int = DEFAULT_PORT, tries: int = 20) -> int:
+    """`preferred`, else the first port after it free on 127.0.0.1 (where `serve` listens by
+    default), so that the next steps init prints work as written here (8080 taken by another
+    server made them fail: "address already in use")."""
+    for port in range(preferred, preferred + tries):
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return preferred
+
+
+def next_steps(dest: Path, port: int = DEFAULT_PORT) -> str:
     """The folder made and what to run next: build or serve it, then send each sample init
     wrote the way that sample goes (`edgeserve invoke` posts to /invoke; a v2 request goes to
     the model's route)."""
@@ -145,7 +161,8 @@ def next_steps(dest: Path, port: int = 8080) -> str:
             "a demo: a generated MLP and its handler (no --model given). To adopt your model: "
             "edgeserve init NEW --model path/to/model.onnx"
         )
-    lines.append(f"try it: edgeserve serve {folder} --port {port}, then from another shell:")
+    taken = f" ({DEFAULT_PORT} is in use here)" if port != DEFAULT_PORT else ""
+    lines.append(f"try it: edgeserve serve {folder} --port {port}{taken}, then from another shell:")
     if (dest / INVOKE_SAMPLE).is_file():
         sample = shlex.quote(str(dest / INVOKE_SAMPLE))
         lines.append(f"  edgeserve invoke 127.0.0.1:{port} --file {sample}")

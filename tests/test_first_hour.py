@@ -4,10 +4,12 @@ over for a reason the model itself gives."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -231,3 +233,18 @@ def test_invoke_prints_a_classifier_answer_a_row_per_line(tmp_path: Path) -> Non
     assert [len(row) for row in answer["y"]] == [1000] * 3
     assert json.loads(plain(whole)) == answer
     assert len(piped.stdout.splitlines()) == 7  # a row per line, not one per number
+
+
+def test_init_suggests_a_free_port_when_8080_is_taken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """init's next steps said `--port 8080` whatever held that port here, and the serve they
+    suggested failed with "address already in use"."""
+    with socket.socket() as holder:
+        with contextlib.suppress(OSError):  # taken already: taken either way
+            holder.bind(("127.0.0.1", 8080))
+            holder.listen()
+        assert main(["init", str(tmp_path / "demo")]) == 0
+        said = " ".join(capsys.readouterr().out.split())
+        port = int(re.findall(r"--port (\d+) \(8080 is in use here\)", said)[0])
+        assert port != 8080 and f"edgeserve invoke 127.0.0.1:{port} --file" in said
