@@ -307,7 +307,7 @@ def describe_validation_error(
     """One line per problem: file, dotted field, what was expected, what was found; `schema`:
     the model validated (the manifest's by default), whose keys "did you mean" offers."""
     lines: dict[tuple[str, str], list[str]] = {}  # (field, found) -> what each type wanted
-    kinds: dict[tuple[str, str], str] = {}  # a type error's: the type found, in TOML's words
+    kinds: dict[tuple[str, str], str] = {}  # a type error's found: with its type, in TOML's words
     for error in exc.errors():
         loc = tuple(part for part in error["loc"] if not _is_type_tag(part))
         where = ".".join(str(part) for part in loc) or "(top level)"
@@ -321,18 +321,18 @@ def describe_validation_error(
         else:
             lines.setdefault((where, repr(found)), []).extend(_wanted(error))
             if error["type"] in _TYPES and type(found) in _TOML_TYPES:
-                kinds[(where, repr(found))] = f", {_TOML_TYPES[type(found)]}"
+                kinds[(where, repr(found))] = f"{found!r}, {_TOML_TYPES[type(found)]}"
     return "\n".join(
-        f"{source}: field `{field}`: {_either(wanted)} (found {found}{kinds.get(key, '')})"
+        f"{source}: field `{field}`: {_either(wanted)} (found {kinds.get((field, found), found)})"
         if wanted
         else f"{source}: field `{field}"
-        for key, wanted in lines.items()
-        for field, found in [key]
+        for (field, found), wanted in lines.items()
     )
 
 
 def _either(wanted: list[str]) -> str:
-    """A union's expectations as one: "expected an integer or 'auto'; did you mean ...","""
+    """What each type of a union expected, as one ("expected an integer or 'auto'"), then
+    the hints."""
     words = " or ".join(text for text in wanted if text and not text.startswith(";"))
     return words.replace(" or expected ", " or ") + "".join(t for t in wanted if t.startswith(";"))
 
