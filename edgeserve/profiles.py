@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from edgeserve.errors import ConfigError, did_you_mean
 from edgeserve.kinds import kind_named
-from edgeserve.manifest import describe_validation_error
+from edgeserve.validation import describe_validation_error
 
 SHIPPED_DIR = Path(__file__).parent / "templates" / "targets"
 
