@@ -26,11 +26,13 @@ def render(answer: Any, width: int | None = None) -> str:
 
 def _lines(value: Any, indent: int, width: int | None) -> list[str]:
     """`value`'s lines, the first to follow a key, the others indented `indent` columns."""
-    flat = _dumps(value)
-    if not isinstance(value, dict | list) or len(flat) + indent <= min(width or _FITS, _FITS):
+    if not isinstance(value, dict | list):
+        return [_dumps(value)]
+    room = min(width or _FITS, _FITS) - indent
+    if 3 * len(value) <= room and len(flat := _dumps(value)) <= room:  # n items: 3n chars at least
         return [flat]
     if isinstance(value, list) and not any(isinstance(item, dict | list) for item in value):
-        return [flat if width is None else _cut_row(value, width - indent)]
+        return [_dumps(value) if width is None else _cut_row(value, width - indent)]
     inner = indent + INDENT
     pad = " " * inner
     if isinstance(value, dict):
