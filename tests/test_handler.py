@@ -68,7 +68,7 @@ CALLS = prometheus_client.Counter("metered_calls", "calls, counted where the han
 
 def preprocess(payload, ctx):
     CALLS.inc()
-    x = payload["x"] if isinstance(payload, dict) else [0.5] * 16  # an image: a fixed row
+    x = payload["x"] if isinstance(payload, dict) else [len(payload) / 100] * 16  # an image
     return [{"x": np.asarray(x, dtype=np.float32)}]
 
 def postprocess(items, ctx):
@@ -85,8 +85,8 @@ def test_build_imports_a_handler_once(tmp_path: Path, capsys: pytest.CaptureFixt
     )  # OpenVINO planned: the precision check runs
     (folder / "samples").mkdir()
     (folder / "samples" / "request.json").write_text(SAMPLE)
-    for name in ("a.png", "b.png"):
-        (folder / "samples" / name).write_bytes(b"\x89PNG\r\n\x1a\n")
+    for name, extra in (("a.png", b""), ("b.png", b"\0")):  # two rows: the check runs each
+        (folder / "samples" / name).write_bytes(b"\x89PNG\r\n\x1a\n" + extra)
     code, said = _build(folder, capsys)
     assert code == 0, said
     assert "precision auto (openvino): outputs differ from fp32 by at most" in said
