@@ -38,7 +38,14 @@ def describe_validation_error(exc: ValidationError, source: str, schema: type[Ba
         if wanted
         else f"{source}: field `{field}"
         for (field, found), wanted in lines.items()
+        if not (wanted and _inside(field, lines))  # a table's own keys say what is wrong
     )
+
+
+def _inside(field: str, lines: dict[tuple[str, str], list[str]]) -> bool:
+    """Whether another line is about a key inside `field`: a union's table (`{ gpu = 0 }` for
+    processes_per_device) was also reported as not being the union's integer or 'auto'."""
+    return any(other.startswith(f"{field}.") for other, _ in lines)
 
 
 def _either(wanted: list[str]) -> str:
@@ -103,6 +110,14 @@ def _model_names(annotation: Any) -> set[str]:
     return set().union(*(_model_names(arg) for arg in get_args(annotation)))
 
 
+def _union_model(annotation: Any, name: str) -> type[BaseModel] | None:
+    """The model of a union named `name` (pydantic's tag for it in an error's location)."""
+    for arg in get_args(annotation):
+        if isinstance(arg, type) and issubclass(arg, BaseModel) and arg.__name__ == name:
+            return arg
+    return None
+
+
 def _known_keys(loc: tuple[int | str, ...], root: type[BaseModel]) -> list[str]:
     """The keys the schema allows beside the last part of `loc` (for "did you mean")."""
     schema: Any = root
@@ -112,6 +127,8 @@ def _known_keys(loc: tuple[int | str, ...], root: type[BaseModel]) -> list[str]:
         if field is None:
             return []
         schema = field.annotation
+        if parts and (tagged := _union_model(schema, str(parts[0]))) is not None:
+            schema, parts = tagged, parts[1:]  # the union's table pydantic tagged by its name
         if get_origin(schema) is dict:  # [model.inputs.<name>]: skip the tensor's name
             schema = get_args(schema)[1]
             parts = parts[1:]

@@ -491,8 +491,8 @@ def test_a_gpu_that_is_not_there_is_refused_with_what_is(
         ("devices = []", "devices"),
         ('devices = "gpu"', "devices"),
         ("processes_per_device = 0", "processes_per_device"),
-        ("processes_per_device = { gpu = 0 }", "processes_per_device.PerDeviceKind.gpu"),
-        ("processes_per_device = { tpu = 2 }", "processes_per_device.PerDeviceKind.tpu"),
+        ("processes_per_device = { gpu = 0 }", r"processes_per_device\.gpu`: .* 1 .*found 0"),
+        ("processes_per_device = { tpu = 2 }", r"processes_per_device\.tpu`: unknown key"),
     ],
 )
 def test_bad_device_settings_in_the_manifest_are_refused(
