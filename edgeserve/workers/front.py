@@ -22,6 +22,7 @@ import asyncio
 import itertools
 import logging
 import os
+import signal
 import socket
 from pathlib import Path
 from types import FrameType
@@ -219,6 +220,9 @@ class FrontServer(DrainingServer):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.started:  # no request was ever let in; the arena goes with the process
+            # The kernel sends PDEATHSIG again each time the front passes to another of its dead
+            # supervisor's threads: one line, one exit.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
             log.warning("front stopped (signal %d) before it was ready: nothing to drain", sig)
             os._exit(0)
         self.receiver.stop()
