@@ -43,10 +43,12 @@ def _check_sane(report: BenchReport, rows: int, processes: int = 1) -> None:
         assert 0 < p[50] <= p[90] <= p[95] <= p[99]
         assert server is not None
         # the server counts what ended inside the same windows, give or take the requests
-        # in flight at the two window edges, and one more each side for every load process
-        # (each reads the clock for its windows on its own: 11 apart with 2 processes at c=4)
+        # in flight at the two window edges, and for every load process past the first what
+        # it served while the clocks of its windows and the first's differ (11 apart with 2
+        # processes at c=4, 13 of 1,482 once on CI's loaded cores: 1 %; records lost would
+        # be half of them)
         in_flight = int(result.level.value) if result.level.mode == "concurrency" else 4
-        edges = 2 * in_flight + 2 * processes
+        edges = 2 * in_flight + 2 * processes + (processes - 1) * client.requests // 50
         assert abs(server.requests - client.requests) <= edges
         each = rows or 1  # /invoke of the demo's sample: one item per request
         assert server.inferences == pytest.approx(each * server.requests, abs=each * edges)
