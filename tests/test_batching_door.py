@@ -151,3 +151,20 @@ def test_a_request_let_in_holds_its_row_until_it_queues_or_ends() -> None:
         await door.enter(time.monotonic() + 5)
 
     asyncio.run(main())
+
+
+def test_requests_let_in_by_other_doors_take_their_rows_too() -> None:
+    """An inference process's door beside fronts that let requests in straight (workers/front.py):
+    the rows they took, their bodies not queued yet, leave no room for whoever asks here."""
+
+    async def main() -> None:
+        queue, order, elsewhere = Queue(limit=2, wait_s=0.05), [], [1]
+        queue.door.let_in_elsewhere = lambda: elsewhere[0]
+        await queue.enter("a", order)
+        with pytest.raises(Unavailable, match="1 requests let in ahead, no room within"):
+            await queue.enter("b", order)
+        elsewhere[0] = 0  # that request ended without queueing
+        await queue.enter("b", order)
+        assert order == ["a", "b"]
+
+    asyncio.run(main())

@@ -171,14 +171,16 @@ threads = 1
 """
 
 
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "fronts"])
 def test_a_burst_far_over_the_queue_is_refused_at_the_door_bodies_unread(
-    tmp_path: Path,
+    tmp_path: Path, workers: str
 ) -> None:
     """Requests arriving together at an empty queue all walked through the door (it counted
     only rows already queued), read and decoded their bodies, and all but a queue's worth were
     refused then: 503s that cost the work the door is there to save, counted as failed requests
-    (192 of a burst of 200). Now each one let in holds its row until it queues; the others wait
-    in line, bodies unread, and are let in or refused there."""
+    (192 of a burst of 200; with fronts, 188 of 200). Now each one let in holds its row until it
+    queues, on the board where every front and inference process sees it; the others wait in
+    line, bodies unread, and are let in or refused there."""
     source = write_function(tmp_path / "fn", lambda path: slow_model(path, depth=4), QUEUED)
     body = orjson.dumps(
         {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1, 1024], "data": [0.1] * 1024}]}
@@ -192,11 +194,27 @@ def test_a_burst_far_over_the_queue_is_refused_at_the_door_bodies_unread(
             ]
             return await asyncio.gather(*send)
 
-    one_cpu = {"EDGESERVE_DEVICE": "cpu"}  # slow on any host; one process (fronts: see
-    with running(source, "--workers", "1", env=one_cpu) as (url, _):  # docs/performance.md)
+    on_cpu = {"EDGESERVE_DEVICE": "cpu"}  # slow on any host
+    with running(source, "--workers", workers, env=on_cpu) as (url, _):
         answers = asyncio.run(burst(url))
         stats = httpx.get(f"{url}/v2/models/slow/stats").json()["model_stats"][0]
     statuses = Counter(answer.status_code for answer in answers)
     assert set(statuses) == {200, 503} and statuses[200] >= QUEUE_ROWS, statuses
     assert all(answer.headers["Retry-After"] for answer in answers if answer.status_code == 503)
     assert stats["inference_stats"]["fail"]["count"] == 0  # no request refused once read
+
+
+def test_requests_that_end_unqueued_give_their_place_at_the_door_back(tmp_path: Path) -> None:
+    """With fronts, a request let in holds a place that every process counts until its body
+    queues: one that never queues (a body that is not JSON) gives it back as it ends, or a
+    queue's worth of them in one front would keep the door shut for every front."""
+    source = write_function(tmp_path / "fn", lambda path: slow_model(path, depth=1), QUEUED)
+    body = orjson.dumps(
+        {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1, 1024], "data": [0.1] * 1024}]}
+    )
+    with running(source, "--workers", "2", env={"EDGESERVE_DEVICE": "cpu"}) as (url, _):
+        infer = f"{url}/v2/models/slow/infer"
+        for _ in range(3 * QUEUE_ROWS):  # new connections: both fronts get some
+            assert httpx.post(infer, content=b"{no json").status_code == 400
+        answers = [httpx.post(infer, content=body, timeout=30) for _ in range(4)]
+    assert [answer.status_code for answer in answers] == [200] * 4, answers[-1].text

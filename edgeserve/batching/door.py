@@ -39,6 +39,9 @@ class Door:
         self._entering = 0  # let in from the line, their tasks not yet resumed
         self._entered: set[asyncio.Task[object]] = set()  # let in, not yet queued
         self._closed: str | None = None
+        self.let_in_elsewhere: Callable[[], int] = lambda: 0
+        """Requests other doors let in for this queue, bodies not queued yet (a server's fronts
+        take the way straight in without asking this one: workers/front.py)."""
 
     @property
     def waiting(self) -> int:
@@ -59,9 +62,11 @@ class Door:
         except TimeoutError:
             self.open()  # rows held by requests that ended without queueing are free again
             if not waiter.done():  # nobody let it in meanwhile
+                ahead = self.let_in_elsewhere() + self._entering + len(self._entered)
                 raise Unavailable(
-                    f"queue full: {self._limit - self._room()} of {self._limit} rows waiting, "
-                    f"and no room within {wait_s:.2f} s",
+                    f"queue full: {self._limit - self._room()} of {self._limit} rows waiting"
+                    + (f" and {ahead} requests let in ahead" if ahead else "")
+                    + f", no room within {wait_s:.2f} s",
                     retry_after_s=self._wait_s,
                 ) from None
         finally:
@@ -88,10 +93,10 @@ class Door:
         """Rows the door may still let in. A request let in that ended without queueing (a bad
         body, a client gone) holds its row until the door runs short and looks: a set add and
         discard a request, no callback on every task."""
-        free = self._room() - self._entering - len(self._entered)
+        free = self._room() - self.let_in_elsewhere() - self._entering - len(self._entered)
         if free <= 0 and self._entered:
             self._entered = {task for task in self._entered if not task.done()}
-            free = self._room() - self._entering - len(self._entered)
+            free = self._room() - self.let_in_elsewhere() - self._entering - len(self._entered)
         return free
 
     def open(self) -> None:

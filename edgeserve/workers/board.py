@@ -1,7 +1,8 @@
 """The board: int64 counters in shared memory that every process of one server reads.
 
     one slot per inference process   rows queued in its batcher and requests waiting at its
-                                     door (admission), its restarts, its pid
+                                     door (admission), its restarts, its pid, the rows it
+                                     holds for the fronts (received, not answered)
     one batch section per inference  its batch statistics, behind a sequence lock (one writer:
     process                          that inference process of the moment, adding to what it finds)
     one slot per front               its requests: success count and ns, failure count and ns,
@@ -9,7 +10,12 @@
                                      the supervisor) and closed, whether it accepts (handoff.py);
                                      count and ns of each handler hook (stats.HOOKS); then per
                                      inference process the rows it sent there that are not
-                                     answered yet (the routing's load)
+                                     answered yet (the routing's load), then per inference
+                                     process the requests it let in for that queue whose
+                                     bodies are not queued yet (admission's places), then per
+                                     inference process how many of its door's grants the
+                                     front has taken, ever (the grants on their way are the
+                                     ones it gave and this does not count yet)
 
 The supervisor creates it (a memfd inherited by every child), so the counters outlive a
 restarted process: statistics stay cumulative, as Triton's are. Each cell has one writer, and
@@ -20,19 +26,30 @@ from __future__ import annotations
 
 import mmap
 import os
+from typing import NamedTuple
 
 import numpy as np
 
-QUEUED, WAITING, RESTARTS, INSTANCE_PID = 0, 1, 2, 3  # in an inference process's slot
+# in an inference process's slot
+QUEUED, WAITING, RESTARTS, INSTANCE_PID, OUTSTANDING = 0, 1, 2, 3, 4
 IN_FLIGHT, PID = 4, 5  # in a front's slot, after its success and failure durations
 HANDED, CLOSED, ACCEPTING = 6, 7, 8  # a front's connections (handoff.py)
 HOOKS_AT = 9  # a front's handler hooks: count, ns of each, in stats.HOOKS order
-_INSTANCE = 4
+_INSTANCE = 5
 FIXED = 12  # seq, inference_count, execution_count, last_ms, then count/ns of the queue and
 # of the three compute phases (input, infer, output)
 PER_SIZE = 6  # per batch size: count/ns of each compute phase
 _FRONT = HOOKS_AT + 2 * 2
 _SEQ_TRIES = 1000
+
+
+class Queues(NamedTuple):
+    """Per inference process: rows taken (queued, on their way, let in), rows the fronts hold
+    there (the routing's load), requests waiting at its door."""
+
+    taken: np.ndarray
+    held: np.ndarray
+    waiting: np.ndarray
 
 
 class Board:
@@ -46,7 +63,7 @@ class Board:
         self.section = FIXED + PER_SIZE * self.sizes
         self.sections_at = _INSTANCE * instances
         self.slots_at = self.sections_at + self.section * instances
-        self.slot_cells = _FRONT + instances
+        self.slot_cells = _FRONT + 3 * instances
         count = _cells(fronts, instances, max_batch_size)
         self._map = mmap.mmap(fd, count * 8)
         self.cells = np.frombuffer(self._map, np.int64, count)
@@ -65,10 +82,22 @@ class Board:
         """Every inference process's slot, one row each (a copy)."""
         return self.cells[: self.sections_at].reshape(self.instances, _INSTANCE).copy()
 
-    def publish_queue(self, instance: int, rows: int, waiting: int) -> None:
+    def publish_queue(self, instance: int, rows: int, waiting: int, outstanding: int) -> None:
         slot = self.instance(instance)
         slot[QUEUED] = rows
         slot[WAITING] = waiting
+        slot[OUTSTANDING] = outstanding
+
+    def queues(self) -> Queues:
+        """Each inference process's queue as admission sees it: its rows queued, the rows on
+        their way to it (what the fronts hold there and it has not received; answers on their
+        way back count too, so it is never fewer than there are), and the requests let in for
+        it whose bodies are being read."""
+        slots = self.instance_slots()
+        front = self._front_cells()[:, _FRONT : _FRONT + 2 * self.instances].sum(0)
+        held, let_in = front[: self.instances], front[self.instances :]
+        on_their_way = np.maximum(held - slots[:, OUTSTANDING], 0)
+        return Queues(slots[:, QUEUED] + on_their_way + let_in, held, slots[:, WAITING])
 
     def batch_section(self, instance: int) -> np.ndarray:
         """Inference process `instance`'s batch statistics (a view; the first cell is its seq)."""
@@ -86,7 +115,7 @@ class Board:
 
     def slots(self) -> np.ndarray:
         """Every front's slot, one row each (a copy)."""
-        return self.cells[self.slots_at :].reshape(self.fronts, self.slot_cells).copy()
+        return self._front_cells().copy()
 
     def front_started(self, front: int, pid: int) -> None:
         """A front (re)started: its predecessor's requests and rows died with it."""
@@ -96,17 +125,47 @@ class Board:
 
     def held(self, front: int) -> np.ndarray:
         """Rows front `front` sent to each inference process and has no answer for (a view)."""
-        return self.slot(front)[_FRONT:]
+        return self._part(front, 0)
 
     def held_rows(self) -> np.ndarray:
         """Rows each inference process holds for all fronts (sent, not answered yet)."""
-        held: np.ndarray = self.cells[self.slots_at :].reshape(self.fronts, -1)[:, _FRONT:]
-        return held.sum(0)
+        return self._summed(0)
+
+    def let_in(self, front: int) -> np.ndarray:
+        """Requests front `front` let in for each inference process's queue, their bodies not
+        queued yet (a view)."""
+        return self._part(front, 1)
+
+    def let_in_rows(self) -> np.ndarray:
+        """Requests every front let in for each inference process's queue, not queued yet."""
+        return self._summed(1)
+
+    def taken(self, front: int) -> np.ndarray:
+        """Grants of each inference process's door that front `front` has taken (a view)."""
+        return self._part(front, 2)
+
+    def taken_from(self, instance: int) -> np.ndarray:
+        """Grants of inference process `instance`'s door that each front has taken (a copy)."""
+        column: np.ndarray = self._front_cells()[:, _FRONT + 2 * self.instances + instance]
+        return column.copy()
+
+    def _part(self, front: int, part: int) -> np.ndarray:
+        """Part `part` (0 held, 1 let in, 2 taken) of a front's cells, one per inference process."""
+        start = _FRONT + part * self.instances
+        return self.slot(front)[start : start + self.instances]
+
+    def _summed(self, part: int) -> np.ndarray:
+        start = _FRONT + part * self.instances
+        summed: np.ndarray = self._front_cells()[:, start : start + self.instances].sum(0)
+        return summed
+
+    def _front_cells(self) -> np.ndarray:
+        return self.cells[self.slots_at :].reshape(self.fronts, self.slot_cells)
 
 
 def _cells(fronts: int, instances: int, max_batch_size: int) -> int:
     section = FIXED + PER_SIZE * (max(max_batch_size, 1) + 1)
-    return (_INSTANCE + section) * instances + (_FRONT + instances) * fronts
+    return (_INSTANCE + section) * instances + (_FRONT + 3 * instances) * fronts
 
 
 def _consistent(section: np.ndarray) -> np.ndarray:

@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import socket
+from functools import partial
 from pathlib import Path
 from types import FrameType
 
@@ -77,6 +78,9 @@ class RemoteEngine:
             for i in range(config.instances)
         ]
         self._held = board.held(config.front)  # this front's rows at each inference process
+        self._let_in = board.let_in(config.front)  # its requests let in, bodies not queued yet
+        self._taken = board.taken(config.front)  # grants of each inference process's door
+        self._entered: dict[asyncio.Task[object], int] = {}  # those requests: process each
         self._turn = itertools.count(config.front)
         self._together: tuple[int, int, int] | None = None  # (request, process, rows) on a GPU
 
@@ -120,14 +124,57 @@ class RemoteEngine:
             link.stop()
 
     async def admit(self, deadline: float) -> None:
-        """Straight in while some inference process shows room and nobody waiting; else wait
-        in the line of the one with the shortest queue (edgeserve.door, one for every front)."""
-        slots, limit = self.board.instance_slots(), self.policy.max_queue_size
-        links = self._ready_links()
-        if any(slots[i, QUEUED] < limit and not slots[i, WAITING] for i in links):
+        """Straight in while some inference process shows room (its queue and the requests
+        every front let in for it) and nobody waiting; else wait in the line of the one with
+        the shortest queue (edgeserve.door, one for every front, which counts them too). A
+        request let in holds its place on the board until its body queues or its task ends:
+        a burst at an empty queue does not walk in whole, to be read and then refused."""
+        instance = self._room()
+        task = asyncio.current_task()
+        assert task is not None
+        if instance is not None:
+            self._enter(task, instance)
             return
-        shortest = min(links, key=lambda i: (slots[i, QUEUED], slots[i, WAITING]))
-        await self.links[shortest].ask((wire.WAIT, deadline), 0, 0)
+        slots = self.board.instance_slots()
+        instance = min(self._ready_links(), key=lambda i: (slots[i, QUEUED], slots[i, WAITING]))
+        await self.links[instance].ask(
+            (wire.WAIT, deadline), 0, 0, granted=partial(self._granted, task, instance)
+        )
+
+    def _enter(self, task: asyncio.Task[object], instance: int) -> None:
+        """The request holds a place until it queues or ends (a bad body, a client gone): at
+        once, for the other processes count it too, and none would prune it for this one."""
+        self._entered[task] = instance
+        self._let_in[instance] += 1
+        task.add_done_callback(self._leave)
+
+    def _leave(self, task: asyncio.Task[object]) -> None:
+        if (instance := self._entered.pop(task, None)) is not None:
+            self._let_in[instance] -= 1
+
+    def _granted(self, task: asyncio.Task[object], instance: int) -> None:
+        """Inference process `instance`'s door let the request in: its place moves from the
+        door's grants on their way to this front's, in the one step (the door counts both)."""
+        self._taken[instance] += 1
+        self._enter(task, instance)
+
+    def _room(self) -> int | None:
+        """Of the ready inference processes with room and nobody waiting, the one holding the
+        fewest rows (ties rotate per request), if any: the request will go there."""
+        taken, held, waiting = self.board.queues()
+        limit, start = self.policy.max_queue_size, next(self._turn)
+        order = [(start + i) % len(self.links) for i in range(len(self.links))]
+        free = [i for i in self._ready_links(order) if taken[i] < limit and not waiting[i]]
+        return min(free, key=held.__getitem__) if free else None
+
+    def _queued(self) -> int | None:
+        """The current task's request reached the queue (or was refused there): the place it
+        held is the queue's to count now. Which inference process it was let in for, if any."""
+        task = asyncio.current_task()
+        instance = None if task is None else self._entered.get(task)
+        if task is not None:
+            self._leave(task)
+        return instance
 
     def hurry(self) -> None:
         """Nothing to do here: the supervisor's SIGTERM reaches the inference processes as it
@@ -136,21 +183,27 @@ class RemoteEngine:
     def check_room(self, rows: int) -> None:
         """A request of several items (the handler's): refused at once if no inference process
         shows room for all of them (the one each item reaches still checks it)."""
+        self._queued()
         limit = self.policy.max_queue_size
         if rows > limit:
             raise PayloadTooLarge(
                 f"request of {rows} rows exceeds max_queue_size ({limit} rows), which the "
                 "queue can never hold. Hint: raise [batching] max_queue_size in function.toml"
             )
-        queued = min(int(self.board.instance_slots()[i, QUEUED]) for i in self._ready_links())
+        taken = self.board.queues().taken
+        queued = min(int(taken[i]) for i in self._ready_links())
         if queued + rows > limit:
             raise Unavailable(f"queue full: {queued} of {limit} rows waiting", RETRY_AFTER_S)
 
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict:
+        let_in_for = self._queued()
         rows = rows_of(inputs, bool(self.policy.max_batch_size), self._whole)
         request = ONE_REQUEST.get()  # a handler's items: they share one outcome
         request = request if isinstance(request, int) else None
-        link = self.links[self._route(rows, request)]
+        if let_in_for is not None and self.links[let_in_for].ready:
+            link = self.links[let_in_for]  # where its place was kept
+        else:
+            link = self.links[self._route(rows, request)]
         size = block_size(inputs)
         offset = self._blocks.allocate(size) if size else None
         if offset is None:  # arena full (or BYTES only): the tensors travel inline

@@ -11,8 +11,8 @@ sends the DONE (no task per request: this one event loop serves every front's it
 it spends per item is what bounds a GPU fed with small requests). A front that goes away has
 its requests cancelled, so its queued items are dropped.
 Once per turn of the event loop that changed the queue, its slot on the board gets the queued
-rows: the fronts' admission reads them. The supervisor gives it its device
-(CUDA_VISIBLE_DEVICES, EDGESERVE_DEVICE).
+rows: the fronts' admission reads them, and its door reads the requests the fronts let in.
+The supervisor gives it its device (CUDA_VISIBLE_DEVICES, EDGESERVE_DEVICE).
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ class InferenceServer:
         self.instance = instance
         self.fronts: set[asyncio.Task[None]] = set()
         self._publishing = False
+        self._grants: dict[int, list[int]] = {}  # front -> [its WAITs let in, its taken then]
+        self._outstanding = 0  # rows received from the fronts, not answered yet
 
     async def accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -83,6 +85,7 @@ class InferenceServer:
         held: dict[int, asyncio.Future[Any]] = {}  # SUBMITs and WAITs not answered yet
         work: asyncio.Future[Any]
         receiver = wire.Receiver(reader)
+        grants = self._grants[front] = [0, int(self.board.taken_from(self.instance)[front])]
         try:
             while True:
                 message = await receiver.receive(wire.FROM_FRONT)
@@ -96,11 +99,14 @@ class InferenceServer:
                     if kind == wire.SUBMIT:
                         placed, block, deadline, arrived, request = message[2:]
                         token = None if request is None else (sender, request)
+                        queued = self.engine.batcher.queued_rows
                         work = self.engine.batcher.submit_soon(
                             arena.tensors(placed), deadline, arrived, token
                         )
+                        rows = self.engine.batcher.queued_rows - queued
                     else:
-                        work = asyncio.ensure_future(self.engine.admit(message[2]))
+                        work, rows = asyncio.ensure_future(self.engine.admit(message[2])), 0
+                        work.add_done_callback(partial(_count_grant, grants))
                 except EdgeserveError as exc:  # refused at once (queue full, deadline passed)
                     sender.send((wire.DONE, key, exc))
                     continue
@@ -109,7 +115,9 @@ class InferenceServer:
                     sender.send((wire.DONE, key, BackendError(f"{type(exc).__name__}: {exc}")))
                     continue
                 held[key] = work
-                work.add_done_callback(partial(self._answer, sender, held, key, arena, block))
+                self._outstanding += rows
+                answer = partial(self._answer, sender, held, key, arena, block, rows)
+                work.add_done_callback(answer)
                 self._publish()
         except (asyncio.IncompleteReadError, ConnectionError):
             log.info("front %d went away: dropping its %d requests", front, len(held))
@@ -120,6 +128,8 @@ class InferenceServer:
                 work.cancel()
             await asyncio.gather(*held.values(), return_exceptions=True)
             sender.close()
+            if self._grants.get(front) is grants:  # not a restarted front's new connection
+                del self._grants[front]
             REGISTRY.retire(arena.buffer)
             arena.close()
             self._publish()
@@ -131,12 +141,14 @@ class InferenceServer:
         key: int,
         arena: Arena,
         block: tuple[int, int] | None,
+        rows: int,
         work: asyncio.Future[Any],
     ) -> None:
         """Send `work`'s outcome, exactly one DONE per SUBMIT or WAIT: a callback, not a task
         per request (what the inference process's one event loop can least afford); the
         outputs written back into the request's block."""
         del held[key]
+        self._outstanding -= rows
         self._publish()
         try:
             if work.cancelled():
@@ -169,6 +181,18 @@ class InferenceServer:
         if self.fronts:
             await asyncio.wait(self.fronts, timeout=bound_s)
 
+    def let_in_by_fronts(self) -> int:
+        """Requests the fronts let in for this queue, their bodies not queued yet: those they
+        count, the door's grants on their way to them, and the rows they sent that have not
+        arrived (with the answers on their way back: never too few)."""
+        taken = self.board.taken_from(self.instance)
+        on_their_way = sum(
+            max(0, given - (int(taken[front]) - before))
+            for front, (given, before) in self._grants.items()
+        )
+        sent = max(0, int(self.board.held_rows()[self.instance]) - self._outstanding)
+        return int(self.board.let_in_rows()[self.instance]) + on_their_way + sent
+
     def _publish(self) -> None:
         """Publish the queue's length once this turn of the event loop is over: a turn queues
         or answers many items (a batch's answers, a burst of SUBMITs), the board needs the last."""
@@ -179,7 +203,14 @@ class InferenceServer:
     def _published(self) -> None:
         self._publishing = False
         batcher = self.engine.batcher
-        self.board.publish_queue(self.instance, batcher.queued_rows, batcher.door.waiting)
+        self.board.publish_queue(
+            self.instance, batcher.queued_rows, batcher.door.waiting, self._outstanding
+        )
+
+
+def _count_grant(grants: list[int], wait: asyncio.Future[Any]) -> None:
+    if not wait.cancelled() and wait.exception() is None:
+        grants[0] += 1
 
 
 async def serve_inference(config: ChildConfig) -> None:
@@ -195,6 +226,7 @@ async def serve_inference(config: ChildConfig) -> None:
     freeze_long_lived()
     assert isinstance(runtime.engine, LocalEngine)  # Runtime.load builds the local one
     server = InferenceServer(runtime.engine, board, config.instance)
+    runtime.engine.batcher.door.let_in_elsewhere = server.let_in_by_fronts
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)

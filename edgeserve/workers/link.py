@@ -45,6 +45,7 @@ class Link:
         self._free = free
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
+        self._grants: dict[int, Callable[[], None]] = {}  # WAITs: taken when let in
         self._sender: wire.Sender | None = None
         self.connected = asyncio.Event()  # set once, at the first connection
         self._keeper: asyncio.Task[None] | None = None
@@ -67,8 +68,15 @@ class Link:
         if self._sender is not None:
             self._sender.close()
 
-    async def ask(self, message: tuple[Any, ...], offset: int, size: int) -> Any:
-        """Send (kind, key, *rest) and await its DONE; `offset`, `size`: the block it holds."""
+    async def ask(
+        self,
+        message: tuple[Any, ...],
+        offset: int,
+        size: int,
+        granted: Callable[[], None] | None = None,
+    ) -> Any:
+        """Send (kind, key, *rest) and await its DONE; `offset`, `size`: the block it holds.
+        `granted` is called as a good DONE arrives, whether or not its asker still waits."""
         sender = self._sender
         if sender is None:
             self._free(offset, size)
@@ -81,6 +89,8 @@ class Link:
             raise BackendError(f"cannot hand the request to the inference process: {exc}") from None
         future = asyncio.get_running_loop().create_future()
         self._pending[key] = (future, offset, size)
+        if granted is not None:
+            self._grants[key] = granted
         sender.put(frame)
         try:
             return await future
@@ -145,6 +155,9 @@ class Link:
                         exc,
                     )
                     return
+                granted = self._grants.pop(key, None)
+                if granted is not None and not isinstance(result, BaseException):
+                    granted()
                 if not future.done():
                     if isinstance(result, BaseException):
                         future.set_exception(result)
@@ -165,3 +178,4 @@ class Link:
                 future.set_exception(error)
             self._free(offset, size)
         self._pending.clear()
+        self._grants.clear()

@@ -140,7 +140,7 @@ class Supervisor:
         dead = self.inference[index]
         log.warning("inference process %d exited (%s): starting it again", index, _how(dead))
         self.board.instance(index)[RESTARTS] += 1
-        self.board.publish_queue(index, 0, 0)
+        self.board.publish_queue(index, 0, 0, 0)
         Path(self.config.socket_path(index)).unlink(missing_ok=True)
         self.inference[index] = self._spawn(dead.module, dead.config, dead.env)
 
