@@ -38,7 +38,7 @@ UsePAM no
 PermitRootLogin prohibit-password
 AllowUsers {user}
 LogLevel ERROR
-SetEnv PATH={path}
+SetEnv PATH={path} HOME={home}
 """
 
 CLIENT_HOST = """\
@@ -117,8 +117,10 @@ def _start_one(
     authorized.write_text(identity.with_suffix(".pub").read_text())
     port = _free_port()
     config = folder / "sshd_config"
+    home = folder / "home"  # a device's own: this machine's ~/.bashrc runs `pyenv init` (90 ms,
+    home.mkdir()  # 100 processes) in every ssh command's bash, a Jetson's does not
     fields = {"port": port, "host_key": host_key, "pid_file": folder / "sshd.pid",
-              "authorized_keys": authorized, "user": user, "path": path}  # fmt: skip
+              "authorized_keys": authorized, "user": user, "path": path, "home": home}  # fmt: skip
     config.write_text(SSHD_CONFIG.format(**fields))
     with (folder / "sshd.log").open("wb") as log:
         argv = [str(SSHD), "-D", "-e", "-f", str(config)]

@@ -260,6 +260,7 @@ def test_a_supervisor_that_cannot_bind_its_port_fails_fast_with_its_log(
     message = caught.value.message
     assert "host dev1: the supervisor of mlp exited" in message
     assert "Address already in use" in message
+    assert f"port {port} is held by pid {os.getpid()}: " in message  # no wait for a stranger
     assert message.endswith("(no previous release to go back to)")
 
 

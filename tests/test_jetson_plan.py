@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,7 @@ from edgeserve.targets.fleet import rollout
 from edgeserve.targets.jetson_settings import JetsonSettings
 from edgeserve.targets.preflight import Device, parse_facts, parse_free_mb, problems
 from edgeserve.targets.services import (
+    LIVENESS_SCRIPT,
     ServiceSpec,
     check_image_l4t,
     docker_run_argv,
@@ -250,3 +254,20 @@ def test_rollout_reports_every_failed_host_after_the_canary() -> None:
         "2 of 3 hosts failed; a (canary) succeeded and stays on the new release:\n"
         "b: host b: down\nc: host c: down"
     )
+
+
+def test_a_supervisor_that_exited_is_dead_to_the_device_scripts_while_still_a_zombie(
+    tmp_path: Path,
+) -> None:
+    """Where the device's pid 1 reaps late (a container's), an exited supervisor stays a zombie
+    for seconds; `kill -0` passes on it, so a failed start and a stop waited for the reaping."""
+    exited = subprocess.Popen(["true"])  # not waited for: a zombie of this process
+    time.sleep(0.2)
+    assert Path(f"/proc/{exited.pid}/stat").read_text().rsplit(") ", 1)[1][0] == "Z"
+    pid_file = tmp_path / "supervisor.pid"
+    for pid, said in ((exited.pid, f"dead {exited.pid}"), (os.getpid(), "running")):
+        pid_file.write_text(str(pid))
+        shown = subprocess.run(["sh", "-c", LIVENESS_SCRIPT, "sh", str(pid_file)], check=True,
+                               capture_output=True, text=True)  # fmt: skip
+        assert shown.stdout.strip() == said
+    exited.wait()

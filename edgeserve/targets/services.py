@@ -38,21 +38,28 @@ while True:
 """
 """GET a URL on the device until it answers 2xx or the deadline passes; print the body."""
 
-STATE_SCRIPT = 'pid=$(cat "$2" 2>/dev/null) && kill -0 "$pid" 2>/dev/null && cat "$1" || true'
+ALIVE = (
+    'alive() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; '
+    's=${s##*) }; [ "${s%% *}" != Z ]; }; '
+)
+"""`alive PID`: the process runs. Not `kill -0`, which a zombie passes: where the device's pid 1
+is no init (a container's), an exited supervisor stayed a zombie for seconds, and a failed start
+or a stop waited for the reaping (12 s)."""
+STATE_SCRIPT = ALIVE + 'pid=$(cat "$2" 2>/dev/null) && alive "$pid" && cat "$1" || true'
 START_SCRIPT = (
     'cd "$1" && mkdir -p run && shift && '
     '{ setsid "$@" >>run/service.log 2>&1 </dev/null & }; echo $!'
 )
 """Start detached (its own session, no tty, stdio in the log) and print the pid."""
-PROBE_SCRIPT = 'kill -0 "$2" 2>/dev/null || { echo dead; exit 0; }; cat "$1" 2>/dev/null || true'
-LIVENESS_SCRIPT = (
+PROBE_SCRIPT = ALIVE + 'alive "$2" || { echo dead; exit 0; }; cat "$1" 2>/dev/null || true'
+LIVENESS_SCRIPT = ALIVE + (
     'pid=$(cat "$1" 2>/dev/null) || { echo stopped; exit 0; }; '
-    'kill -0 "$pid" 2>/dev/null && echo running || echo "dead $pid"'
+    'alive "$pid" && echo running || echo "dead $pid"'
 )
 """`running`, `stopped` (no pid file: stopped on purpose) or `dead PID` (killed, never stopped)."""
-STOP_SCRIPT = (
-    'kill -TERM "$1" && i=0 && while kill -0 "$1" 2>/dev/null && [ $i -lt "$2" ]; '
-    "do sleep 1; i=$((i + 1)); done"
+STOP_SCRIPT = ALIVE + (
+    'kill -TERM "$1" && i=0 && while alive "$1" && [ $i -lt $(($2 * 10)) ]; '
+    "do sleep 0.1; i=$((i + 1)); done"
 )
 """SIGTERM the pid $1, then wait up to $2 s for it to exit."""
 POLL_S = 0.3

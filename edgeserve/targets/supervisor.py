@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
 import errno
 import json
@@ -171,19 +172,44 @@ def _reap(child: subprocess.Popen[bytes]) -> None:
 def listen(host: str, port: int) -> socket.socket:
     """The one listening socket every child of this function accepts on.
 
-    A port still held is retried a little: the child of a killed supervisor lets go of it
-    within a moment of its SIGTERM."""
+    A port still held by a release's child is retried a little: the child of a killed
+    supervisor lets go of it within a moment of its SIGTERM. Held by anything else, it fails at
+    once, naming the holder (a deploy waited 10 s to say so)."""
     deadline = time.monotonic() + BIND_WAIT_S
     while True:
         try:
             sock = socket.create_server((host, port), backlog=2048, reuse_port=False)
         except OSError as exc:
-            if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+            if exc.errno != errno.EADDRINUSE:
                 raise
+            holder = port_holder(port)
+            ours = holder is not None and "edgeserve.targets.supervisor child" in holder
+            if not ours or time.monotonic() > deadline:
+                held = f"pid {holder}" if holder else "a process this user cannot see"
+                raise OSError(exc.errno, f"{exc.strerror}: port {port} is held by {held}") from None
             time.sleep(0.2)
             continue
         sock.set_inheritable(True)
         return sock
+
+
+def port_holder(port: int) -> str | None:
+    """'PID: COMMAND LINE' of a process of this user listening on TCP `port`, if any (Linux:
+    the socket's inode in /proc/net/tcp*, found among the processes' open files)."""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "0A" and int(local.rpartition(":")[2], 16) == port:  # 0A: LISTEN
+                    sockets.add(f"socket:[{inode}]")
+    for fds in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError):
+            if any(str(fd.readlink()) in sockets for fd in fds.iterdir()):
+                command = (fds.parent / "cmdline").read_bytes().replace(b"\0", b" ").strip()
+                return f"{fds.parent.name}: {command.decode(errors='replace')[:160]}"
+    return None
 
 
 def run(args: argparse.Namespace) -> None:
