@@ -95,6 +95,10 @@ class Batcher:
         """The policy as configured (while draining, batches form with no delay)."""
         return self._policy
 
+    def rows_in(self, inputs: TensorDict) -> int:
+        """The rows of a request's tensors, as the queue counts them."""
+        return rows_of(inputs, self._batched, self._whole)
+
     @property
     def queued_rows(self) -> int:
         """Rows waiting to run (what max_queue_size bounds)."""

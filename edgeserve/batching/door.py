@@ -100,8 +100,9 @@ class Door:
         return free
 
     def open(self) -> None:
-        """Rows were freed: let in as many as now fit, first come first."""
-        while self._line and self._free() > 0:
+        """Rows were freed: let in as many as now fit, first come first (counted once: each
+        one let in takes one row)."""
+        for _ in range(min(len(self._line), self._free()) if self._line else 0):
             self._line.popleft().set_result(None)
             self._entering += 1
 

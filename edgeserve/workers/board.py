@@ -1,8 +1,8 @@
 """The board: int64 counters in shared memory that every process of one server reads.
 
     one slot per inference process   rows queued in its batcher and requests waiting at its
-                                     door (admission), its restarts, its pid, the rows it
-                                     holds for the fronts (received, not answered)
+                                     door (admission), its restarts, its pid, and how many
+                                     of the rows the fronts counted as sent it has received
     one batch section per inference  its batch statistics, behind a sequence lock (one writer:
     process                          that inference process of the moment, adding to what it finds)
     one slot per front               its requests: success count and ns, failure count and ns,
@@ -14,8 +14,8 @@
                                      process the requests it let in for that queue whose
                                      bodies are not queued yet (admission's places), then per
                                      inference process how many of its door's grants the
-                                     front has taken, ever (the grants on their way are the
-                                     ones it gave and this does not count yet)
+                                     front has taken and how many rows it has sent there, ever
+                                     (what is on its way is what the other end has not counted)
 
 The supervisor creates it (a memfd inherited by every child), so the counters outlive a
 restarted process: statistics stay cumulative, as Triton's are. Each cell has one writer, and
@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 # in an inference process's slot
-QUEUED, WAITING, RESTARTS, INSTANCE_PID, OUTSTANDING = 0, 1, 2, 3, 4
+QUEUED, WAITING, RESTARTS, INSTANCE_PID, RECEIVED = 0, 1, 2, 3, 4
 IN_FLIGHT, PID = 4, 5  # in a front's slot, after its success and failure durations
 HANDED, CLOSED, ACCEPTING = 6, 7, 8  # a front's connections (handoff.py)
 HOOKS_AT = 9  # a front's handler hooks: count, ns of each, in stats.HOOKS order
@@ -63,7 +63,7 @@ class Board:
         self.section = FIXED + PER_SIZE * self.sizes
         self.sections_at = _INSTANCE * instances
         self.slots_at = self.sections_at + self.section * instances
-        self.slot_cells = _FRONT + 3 * instances
+        self.slot_cells = _FRONT + 4 * instances
         count = _cells(fronts, instances, max_batch_size)
         self._map = mmap.mmap(fd, count * 8)
         self.cells = np.frombuffer(self._map, np.int64, count)
@@ -82,21 +82,24 @@ class Board:
         """Every inference process's slot, one row each (a copy)."""
         return self.cells[: self.sections_at].reshape(self.instances, _INSTANCE).copy()
 
-    def publish_queue(self, instance: int, rows: int, waiting: int, outstanding: int) -> None:
+    def publish_queue(self, instance: int, rows: int, waiting: int, received: int) -> None:
         slot = self.instance(instance)
         slot[QUEUED] = rows
         slot[WAITING] = waiting
-        slot[OUTSTANDING] = outstanding
+        slot[RECEIVED] = received
 
     def queues(self) -> Queues:
         """Each inference process's queue as admission sees it: its rows queued, the rows on
-        their way to it (what the fronts hold there and it has not received; answers on their
-        way back count too, so it is never fewer than there are), and the requests let in for
-        it whose bodies are being read."""
-        slots = self.instance_slots()
-        front = self._front_cells()[:, _FRONT : _FRONT + 2 * self.instances].sum(0)
-        held, let_in = front[: self.instances], front[self.instances :]
-        on_their_way = np.maximum(held - slots[:, OUTSTANDING], 0)
+        their way to it (sent by the fronts, not yet received as it last said), and the
+        requests let in for it whose bodies are being read."""
+        # Read in the order that never misses a request moving between the counts (each
+        # moves it by two stores, the count it enters first): an inference process's received
+        # before its queued rows, a front's places before its rows sent.
+        received = self.cells[RECEIVED : self.sections_at : _INSTANCE].copy()
+        slots, n = self.instance_slots(), self.instances
+        parts = self._front_cells()[:, _FRONT:].reshape(self.fronts, 4, n)
+        held, let_in = parts[:, 0].sum(0), parts[:, 1].sum(0)
+        on_their_way = np.maximum(parts[:, 3].sum(0) - received, 0)
         return Queues(slots[:, QUEUED] + on_their_way + let_in, held, slots[:, WAITING])
 
     def batch_section(self, instance: int) -> np.ndarray:
@@ -144,13 +147,23 @@ class Board:
         """Grants of each inference process's door that front `front` has taken (a view)."""
         return self._part(front, 2)
 
+    def sent(self, front: int) -> np.ndarray:
+        """Rows front `front` has sent to each inference process, ever (a view)."""
+        return self._part(front, 3)
+
     def taken_from(self, instance: int) -> np.ndarray:
         """Grants of inference process `instance`'s door that each front has taken (a copy)."""
         column: np.ndarray = self._front_cells()[:, _FRONT + 2 * self.instances + instance]
         return column.copy()
 
+    def sent_to(self, instance: int) -> np.ndarray:
+        """Rows each front has sent to inference process `instance`, ever (a copy)."""
+        column: np.ndarray = self._front_cells()[:, _FRONT + 3 * self.instances + instance]
+        return column.copy()
+
     def _part(self, front: int, part: int) -> np.ndarray:
-        """Part `part` (0 held, 1 let in, 2 taken) of a front's cells, one per inference process."""
+        """Part `part` (0 held, 1 let in, 2 taken, 3 sent) of a front's cells, one per inference
+        process."""
         start = _FRONT + part * self.instances
         return self.slot(front)[start : start + self.instances]
 
@@ -165,7 +178,7 @@ class Board:
 
 def _cells(fronts: int, instances: int, max_batch_size: int) -> int:
     section = FIXED + PER_SIZE * (max(max_batch_size, 1) + 1)
-    return (_INSTANCE + section) * instances + (_FRONT + 3 * instances) * fronts
+    return (_INSTANCE + section) * instances + (_FRONT + 4 * instances) * fronts
 
 
 def _consistent(section: np.ndarray) -> np.ndarray:

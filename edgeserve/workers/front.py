@@ -80,6 +80,7 @@ class RemoteEngine:
         self._held = board.held(config.front)  # this front's rows at each inference process
         self._let_in = board.let_in(config.front)  # its requests let in, bodies not queued yet
         self._taken = board.taken(config.front)  # grants of each inference process's door
+        self._sent = board.sent(config.front)  # rows sent to each inference process, ever
         self._entered: dict[asyncio.Task[object], int] = {}  # those requests: process each
         self._turn = itertools.count(config.front)
         self._together: tuple[int, int, int] | None = None  # (request, process, rows) on a GPU
@@ -155,8 +156,8 @@ class RemoteEngine:
     def _granted(self, task: asyncio.Task[object], instance: int) -> None:
         """Inference process `instance`'s door let the request in: its place moves from the
         door's grants on their way to this front's, in the one step (the door counts both)."""
+        self._enter(task, instance)  # before the grant counts as taken: see Board.queues
         self._taken[instance] += 1
-        self._enter(task, instance)
 
     def _room(self) -> int | None:
         """Of the ready inference processes with room and nobody waiting, the one holding the
@@ -167,14 +168,19 @@ class RemoteEngine:
         free = [i for i in self._ready_links(order) if taken[i] < limit and not waiting[i]]
         return min(free, key=held.__getitem__) if free else None
 
-    def _queued(self) -> int | None:
+    def _queued(self) -> None:
         """The current task's request reached the queue (or was refused there): the place it
-        held is the queue's to count now. Which inference process it was let in for, if any."""
+        held is the queue's to count now."""
         task = asyncio.current_task()
-        instance = None if task is None else self._entered.get(task)
         if task is not None:
             self._leave(task)
-        return instance
+
+    def _on_its_way(self, task: asyncio.Task[object] | None, instance: int, rows: int) -> None:
+        """The request's rows were sent: counted on their way before its place is given back,
+        so that no process sees it in neither count."""
+        self._sent[instance] += rows
+        if task is not None:
+            self._leave(task)
 
     def hurry(self) -> None:
         """Nothing to do here: the supervisor's SIGTERM reaches the inference processes as it
@@ -196,7 +202,8 @@ class RemoteEngine:
             raise Unavailable(f"queue full: {queued} of {limit} rows waiting", RETRY_AFTER_S)
 
     async def submit(self, inputs: TensorDict, deadline: float, arrived: float) -> TensorDict:
-        let_in_for = self._queued()
+        task = asyncio.current_task()
+        let_in_for = None if task is None else self._entered.get(task)
         rows = rows_of(inputs, bool(self.policy.max_batch_size), self._whole)
         request = ONE_REQUEST.get()  # a handler's items: they share one outcome
         request = request if isinstance(request, int) else None
@@ -212,8 +219,9 @@ class RemoteEngine:
         self._held[link.instance] += rows
         try:
             result: TensorDict = await link.ask(
-                (wire.SUBMIT, placed, (offset, size), deadline, arrived, request), offset, size
-            )
+                (wire.SUBMIT, placed, (offset, size), deadline, arrived, request), offset, size,
+                sent=partial(self._on_its_way, task, link.instance, rows),
+            )  # fmt: skip
         finally:
             self._held[link.instance] -= rows
         return result

@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import socket
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,7 @@ class InferenceServer:
         self.instance = instance
         self.fronts: set[asyncio.Task[None]] = set()
         self._publishing = False
-        self._grants: dict[int, list[int]] = {}  # front -> [its WAITs let in, its taken then]
-        self._outstanding = 0  # rows received from the fronts, not answered yet
+        self._fronts: dict[int, Counts] = {}  # what it counted of each front connected
 
     async def accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -68,10 +68,15 @@ class InferenceServer:
             conn.setblocking(False)
             reader, writer = await asyncio.open_unix_connection(sock=conn)
             sender = wire.Sender(writer)
+            front = hello["front"]
+            counts = Counts(  # read before the front may send: it sends once it has the HELLO
+                taken_before=int(self.board.taken_from(self.instance)[front]),
+                sent_before=int(self.board.sent_to(self.instance)[front]),
+            )
             sender.send((wire.HELLO, self.engine.backend_name, self.engine.profile))
             arena = Arena(fds[0], hello["arena_bytes"])
             REGISTRY.share(arena.buffer)  # a GPU backend may read its rows in place
-            task = asyncio.create_task(self.serve_front(reader, sender, arena, hello["front"]))
+            task = asyncio.create_task(self.serve_front(reader, sender, arena, front, counts))
             self.fronts.add(task)
             task.add_done_callback(self.fronts.discard)
 
@@ -81,11 +86,13 @@ class InferenceServer:
         sender: wire.Sender,
         arena: Arena,
         front: int,
+        counts: Counts,
     ) -> None:
         held: dict[int, asyncio.Future[Any]] = {}  # SUBMITs and WAITs not answered yet
         work: asyncio.Future[Any]
         receiver = wire.Receiver(reader)
-        grants = self._grants[front] = [0, int(self.board.taken_from(self.instance)[front])]
+        self._fronts[front] = counts
+        self._publish()  # the fronts read its count of their rows against their own
         try:
             while True:
                 message = await receiver.receive(wire.FROM_FRONT)
@@ -99,14 +106,12 @@ class InferenceServer:
                     if kind == wire.SUBMIT:
                         placed, block, deadline, arrived, request = message[2:]
                         token = None if request is None else (sender, request)
-                        queued = self.engine.batcher.queued_rows
-                        work = self.engine.batcher.submit_soon(
-                            arena.tensors(placed), deadline, arrived, token
-                        )
-                        rows = self.engine.batcher.queued_rows - queued
+                        tensors = arena.tensors(placed)
+                        counts.received += self.engine.batcher.rows_in(tensors)
+                        work = self.engine.batcher.submit_soon(tensors, deadline, arrived, token)
                     else:
-                        work, rows = asyncio.ensure_future(self.engine.admit(message[2])), 0
-                        work.add_done_callback(partial(_count_grant, grants))
+                        work = asyncio.ensure_future(self.engine.admit(message[2]))
+                        work.add_done_callback(counts.granted)
                 except EdgeserveError as exc:  # refused at once (queue full, deadline passed)
                     sender.send((wire.DONE, key, exc))
                     continue
@@ -115,9 +120,7 @@ class InferenceServer:
                     sender.send((wire.DONE, key, BackendError(f"{type(exc).__name__}: {exc}")))
                     continue
                 held[key] = work
-                self._outstanding += rows
-                answer = partial(self._answer, sender, held, key, arena, block, rows)
-                work.add_done_callback(answer)
+                work.add_done_callback(partial(self._answer, sender, held, key, arena, block))
                 self._publish()
         except (asyncio.IncompleteReadError, ConnectionError):
             log.info("front %d went away: dropping its %d requests", front, len(held))
@@ -128,8 +131,8 @@ class InferenceServer:
                 work.cancel()
             await asyncio.gather(*held.values(), return_exceptions=True)
             sender.close()
-            if self._grants.get(front) is grants:  # not a restarted front's new connection
-                del self._grants[front]
+            if self._fronts.get(front) is counts:  # not a restarted front's new connection
+                del self._fronts[front]
             REGISTRY.retire(arena.buffer)
             arena.close()
             self._publish()
@@ -141,14 +144,12 @@ class InferenceServer:
         key: int,
         arena: Arena,
         block: tuple[int, int] | None,
-        rows: int,
         work: asyncio.Future[Any],
     ) -> None:
         """Send `work`'s outcome, exactly one DONE per SUBMIT or WAIT: a callback, not a task
         per request (what the inference process's one event loop can least afford); the
         outputs written back into the request's block."""
         del held[key]
-        self._outstanding -= rows
         self._publish()
         try:
             if work.cancelled():
@@ -183,15 +184,15 @@ class InferenceServer:
 
     def let_in_by_fronts(self) -> int:
         """Requests the fronts let in for this queue, their bodies not queued yet: those they
-        count, the door's grants on their way to them, and the rows they sent that have not
-        arrived (with the answers on their way back: never too few)."""
-        taken = self.board.taken_from(self.instance)
+        count, the door's grants on their way to them, and the rows on their way here."""
+        taken = self.board.taken_from(self.instance)  # in this order: see Board.queues
+        let_in = int(self.board.let_in_rows()[self.instance])
+        sent = self.board.sent_to(self.instance)
         on_their_way = sum(
-            max(0, given - (int(taken[front]) - before))
-            for front, (given, before) in self._grants.items()
+            counts.on_their_way(int(taken[front]), int(sent[front]))
+            for front, counts in self._fronts.items()
         )
-        sent = max(0, int(self.board.held_rows()[self.instance]) - self._outstanding)
-        return int(self.board.let_in_rows()[self.instance]) + on_their_way + sent
+        return let_in + on_their_way
 
     def _publish(self) -> None:
         """Publish the queue's length once this turn of the event loop is over: a turn queues
@@ -203,14 +204,29 @@ class InferenceServer:
     def _published(self) -> None:
         self._publishing = False
         batcher = self.engine.batcher
-        self.board.publish_queue(
-            self.instance, batcher.queued_rows, batcher.door.waiting, self._outstanding
-        )
+        received = sum(counts.sent_before + counts.received for counts in self._fronts.values())
+        self.board.publish_queue(self.instance, batcher.queued_rows, batcher.door.waiting, received)
 
 
-def _count_grant(grants: list[int], wait: asyncio.Future[Any]) -> None:
-    if not wait.cancelled() and wait.exception() is None:
-        grants[0] += 1
+@dataclass
+class Counts:
+    """What an inference process counted of one front's connection, against the front's own
+    counters on the board as they stood when it connected: grants of the door and rows sent."""
+
+    taken_before: int
+    sent_before: int
+    grants: int = 0
+    received: int = 0
+
+    def granted(self, wait: asyncio.Future[Any]) -> None:
+        if not wait.cancelled() and wait.exception() is None:
+            self.grants += 1
+
+    def on_their_way(self, taken: int, sent: int) -> int:
+        """Grants not yet taken by the front, and rows it sent that have not arrived."""
+        grants = self.grants - (taken - self.taken_before)
+        rows = sent - self.sent_before - self.received
+        return max(0, grants) + max(0, rows)
 
 
 async def serve_inference(config: ChildConfig) -> None:

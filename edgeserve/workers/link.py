@@ -73,10 +73,12 @@ class Link:
         message: tuple[Any, ...],
         offset: int,
         size: int,
+        sent: Callable[[], None] | None = None,
         granted: Callable[[], None] | None = None,
     ) -> Any:
         """Send (kind, key, *rest) and await its DONE; `offset`, `size`: the block it holds.
-        `granted` is called as a good DONE arrives, whether or not its asker still waits."""
+        `sent` is called once the message is sent (never, when it cannot be); `granted` as a
+        good DONE arrives, whether or not its asker still waits."""
         sender = self._sender
         if sender is None:
             self._free(offset, size)
@@ -92,6 +94,8 @@ class Link:
         if granted is not None:
             self._grants[key] = granted
         sender.put(frame)
+        if sent is not None:
+            sent()
         try:
             return await future
         except asyncio.CancelledError:
