@@ -128,7 +128,7 @@ class RemoteEngine:
         """Straight in while some inference process shows room (its queue and the requests
         every front let in for it) and nobody waiting; else wait in the line of the one with
         the shortest queue (edgeserve.door, one for every front, which counts them too). A
-        request let in holds its place on the board until its body queues or its task ends:
+        request let in holds its place on the board until its rows are sent or its task ends:
         a burst at an empty queue does not walk in whole, to be read and then refused."""
         instance = self._room()
         task = asyncio.current_task()
@@ -143,8 +143,9 @@ class RemoteEngine:
         )
 
     def _enter(self, task: asyncio.Task[object], instance: int) -> None:
-        """The request holds a place until it queues or ends (a bad body, a client gone): at
-        once, for the other processes count it too, and none would prune it for this one."""
+        """The request holds a place until its rows are sent or it ends (a bad body, a client
+        gone): given back at once, for the other processes count it too, and none would prune
+        it for this one."""
         self._entered[task] = instance
         self._let_in[instance] += 1
         task.add_done_callback(self._leave)
