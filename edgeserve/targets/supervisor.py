@@ -204,6 +204,8 @@ def port_holder(port: int) -> str | None:
                 local, state, inode = fields[1], fields[3], fields[9]
                 if state == "0A" and int(local.rpartition(":")[2], 16) == port:  # 0A: LISTEN
                     sockets.add(f"socket:[{inode}]")
+    if not sockets:  # nobody listens there any more
+        return None
     for fds in Path("/proc").glob("[0-9]*/fd"):
         with contextlib.suppress(OSError):
             if any(str(fd.readlink()) in sockets for fd in fds.iterdir()):

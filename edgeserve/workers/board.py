@@ -97,7 +97,7 @@ class Board:
         # before its queued rows, a front's places before its rows sent.
         received = self.cells[RECEIVED : self.sections_at : _INSTANCE].copy()
         slots, n = self.instance_slots(), self.instances
-        parts = self._front_cells()[:, _FRONT:].reshape(self.fronts, 4, n)
+        parts = self._front_cells()[:, _FRONT:].reshape(self.fronts, 4, n)  # one view, 3 sums
         held, let_in = parts[:, 0].sum(0), parts[:, 1].sum(0)
         on_their_way = np.maximum(parts[:, 3].sum(0) - received, 0)
         return Queues(slots[:, QUEUED] + on_their_way + let_in, held, slots[:, WAITING])
@@ -153,13 +153,11 @@ class Board:
 
     def taken_from(self, instance: int) -> np.ndarray:
         """Grants of inference process `instance`'s door that each front has taken (a copy)."""
-        column: np.ndarray = self._front_cells()[:, _FRONT + 2 * self.instances + instance]
-        return column.copy()
+        return self._column(2, instance)
 
     def sent_to(self, instance: int) -> np.ndarray:
         """Rows each front has sent to inference process `instance`, ever (a copy)."""
-        column: np.ndarray = self._front_cells()[:, _FRONT + 3 * self.instances + instance]
-        return column.copy()
+        return self._column(3, instance)
 
     def _part(self, front: int, part: int) -> np.ndarray:
         """Part `part` (0 held, 1 let in, 2 taken, 3 sent) of a front's cells, one per inference
@@ -168,9 +166,15 @@ class Board:
         return self.slot(front)[start : start + self.instances]
 
     def _summed(self, part: int) -> np.ndarray:
+        """Part `part` of every front's cells, summed per inference process."""
         start = _FRONT + part * self.instances
         summed: np.ndarray = self._front_cells()[:, start : start + self.instances].sum(0)
         return summed
+
+    def _column(self, part: int, instance: int) -> np.ndarray:
+        """Part `part` of every front's cells for inference process `instance` (a copy)."""
+        column: np.ndarray = self._front_cells()[:, _FRONT + part * self.instances + instance]
+        return column.copy()
 
     def _front_cells(self) -> np.ndarray:
         return self.cells[self.slots_at :].reshape(self.fronts, self.slot_cells)
