@@ -110,6 +110,9 @@ MORE_TRAIN_FONTS = [
     "opentype/mplus/Mplus1Code-Regular.otf",
 ]
 OLD_STYLE = 0.1  # with --more-fonts: the share of lines drawn with the font's old-style figures
+RESAMPLED = 0.3  # with --more-fonts: the share of lines resampled as a turned or scaled page's
+NARROW_SPACES = 0.25  # with --more-fonts: the share of proportional lines with narrower spaces
+SMALLEST_SCALED = 18  # px: text scaled down no smaller (under 16 px spaces blur into letters)
 
 WORD_TEXT = """
 the of and to in is for on with as by at from this that be are was it an or not you your we
@@ -253,18 +256,39 @@ class Style:
 
 
 def draw_mask(
-    text: str, font: ImageFont.FreeTypeFont, stroke: int = 0, features: list[str] | None = None
+    text: str,
+    font: ImageFont.FreeTypeFont,
+    stroke: int = 0,
+    features: list[str] | None = None,
+    space: float = 1.0,
 ) -> tuple[Image.Image, tuple[int, int, int, int]]:
     """Ink coverage (L, 255 = ink) of one line on a padded canvas, plus its ink bounding box;
-    FEATURES are OpenType features to draw with (['onum']: old-style figures)."""
+    FEATURES are OpenType features to draw with (['onum']: old-style figures), SPACE scales the
+    width of the gaps between words (a narrower space than the font's: `narrow_space`)."""
+    words = text.split(" ") if space != 1.0 else [text]
+    gap = font.getlength(" ") * space
+    starts = [0.0]
+    for word in words[:-1]:
+        starts.append(starts[-1] + font.getlength(word, features=features) + gap)
     x0, y0, x1, y1 = font.getbbox(text, stroke_width=stroke, features=features)
+    x1 = max(x1, int(starts[-1]) + font.getbbox(words[-1] or " ", stroke_width=stroke)[2])
     pad = font.size // 2 + stroke
     mask = Image.new("L", (x1 - x0 + 2 * pad, y1 - y0 + 2 * pad), 0)
-    ImageDraw.Draw(mask).text(
-        (pad - x0, pad - y0), text, font=font, fill=255, stroke_width=stroke, stroke_fill=255,
-        features=features,
-    )  # fmt: skip
+    draw = ImageDraw.Draw(mask)
+    for start, word in zip(starts, words, strict=True):
+        draw.text(
+            (pad - x0 + start, pad - y0), word, font=font, fill=255, stroke_width=stroke,
+            stroke_fill=255, features=features,
+        )  # fmt: skip
     return mask, mask.getbbox() or (0, 0, mask.width, mask.height)
+
+
+def narrow_space(font: ImageFont.FreeTypeFont, rng: random.Random, share: float) -> float:
+    """A share of a proportional font's lines gets word gaps of 0.6-1x its own space: fonts
+    differ (Caladea's is 0.22 em, DejaVu's 0.32), and the monospaced fonts' wide gaps between
+    letters taught a model to drop the narrow ones (`x 2= $12.50`)."""
+    monospaced = font.getlength("i") == font.getlength("m")
+    return 1.0 if monospaced or rng.random() >= share else rng.uniform(0.6, 1.0)
 
 
 def apply_style(mask: Image.Image, style: Style, rng: np.random.Generator) -> np.ndarray:
@@ -324,22 +348,55 @@ def _crop_box(bbox: tuple[int, int, int, int], rng: random.Random) -> tuple[int,
 
 
 def render_line(
-    rng: random.Random, fonts: list[Path], text: str | None = None, old_style: float = 0.0
+    rng: random.Random,
+    fonts: list[Path],
+    text: str | None = None,
+    old_style: float = 0.0,
+    resampled: float = 0.0,
+    narrow: float = 0.0,
 ) -> tuple[np.ndarray, str]:
     """One augmented training line: a grey uint8 crop (any polarity) and its label; a share
-    OLD_STYLE of lines is drawn with old-style figures where the font has them."""
+    `old_style` of lines is drawn with old-style figures where the font has them, a share
+    `resampled` as the handler cuts it from a turned or scaled page (`_resampled`), a share
+    `narrow` of a proportional font's with narrower spaces than its own (`narrow_space`)."""
     text = text or random_text(rng)
     font = load_font(rng.choice(fonts), rng.randint(16, 52))
     stroke = 1 if font.size >= 28 and rng.random() < 0.1 else 0
     features = ["onum"] if old_style and rng.random() < old_style else None
-    mask, bbox = draw_mask(text, font, stroke, features)
+    space = narrow_space(font, rng, narrow) if narrow else 1.0
+    mask, bbox = draw_mask(text, font, stroke, features, space)
     if rng.random() < 0.3:
         mask, bbox = _with_neighbours(mask, bbox, font, rng)
     if rng.random() < 0.5:
         mask, bbox = _rotate(mask, bbox, rng.uniform(-2.0, 2.0))
     crop = mask.crop(_crop_box(bbox, rng))
     style = Style.sample(rng)
-    return apply_style(crop, style, np.random.default_rng(rng.getrandbits(32))), text
+    gray = apply_style(crop, style, np.random.default_rng(rng.getrandbits(32)))
+    if resampled and rng.random() < resampled:
+        gray = _resampled(gray, style.background, font.size, rng)
+    return gray, text
+
+
+def _resampled(gray: np.ndarray, paper: int, size: int, rng: random.Random) -> np.ndarray:
+    """The crop as it reaches the model from a page resampled before the handler cut it: turned
+    (a photo or scan at an angle) and levelled back by the handler's deskew, two bicubic
+    rotations that soften every stroke and narrow the gaps between words; or scaled down (a
+    page sent smaller than it was drawn), no smaller than SMALLEST_SCALED px. A model that
+    only saw crisp lines dropped spaces on such pages (`2025.Reference`)."""
+    image = Image.fromarray(gray)
+    if size * 0.9 <= SMALLEST_SCALED or rng.random() < 0.5:
+        angle = rng.uniform(0.5, 3.0) * rng.choice((-1, 1))
+        turned = image.rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=paper)
+        level = turned.rotate(-angle, Image.Resampling.BICUBIC, expand=True, fillcolor=paper)
+        left, top = (level.width - image.width) // 2, (level.height - image.height) // 2
+        image = level.crop((left, top, left + image.width, top + image.height))
+    else:
+        scale = rng.uniform(SMALLEST_SCALED / size, 0.9)
+        shape = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+        kind = rng.choice([Image.Resampling.BILINEAR, Image.Resampling.BICUBIC,
+                           Image.Resampling.LANCZOS, Image.Resampling.BOX])  # fmt: skip
+        image = image.resize(shape, kind)
+    return np.asarray(image, dtype=np.uint8)
 
 
 @dataclass

@@ -44,16 +44,20 @@ assert CHARSET == synth.CHARSET, "the handler (decoding.py) and synth disagree o
 class SynthLines(IterableDataset):
     """Endless stream of (strip [1, 32, W], label indices) rendered from the training fonts."""
 
-    def __init__(self, seed: int, more_fonts: bool = False) -> None:
+    def __init__(self, seed: int, more_fonts: bool = False, old_style: float = 0.0) -> None:
         self.seed = seed
         self.fonts = synth.train_fonts(more_fonts)
-        self.old_style = synth.OLD_STYLE if more_fonts else 0.0
+        self.old_style = old_style
+        self.resampled = synth.RESAMPLED if more_fonts else 0.0
+        self.narrow = synth.NARROW_SPACES if more_fonts else 0.0
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, list[int]]]:
         info = torch.utils.data.get_worker_info()
         rng = random.Random(self.seed * 1000 + (info.id if info else 0))
         while True:
-            gray, text = synth.render_line(rng, self.fonts, old_style=self.old_style)
+            gray, text = synth.render_line(
+                rng, self.fonts, None, self.old_style, self.resampled, self.narrow
+            )
             strip = normalize_line(gray)
             if strip.shape[2] // DOWNSAMPLE >= 2 * len(text) + 1:
                 yield strip, [CHAR_INDEX[c] for c in text]
@@ -62,8 +66,11 @@ class SynthLines(IterableDataset):
 class WidthBuckets(IterableDataset):
     """Batches of lines of similar width: padding a batch to its widest line wastes compute."""
 
-    def __init__(self, seed: int, batch: int, more_fonts: bool, pool: int = 16) -> None:
-        self.lines, self.batch, self.pool = SynthLines(seed, more_fonts), batch, pool
+    def __init__(
+        self, seed: int, batch: int, more_fonts: bool, old_style: float, pool: int = 16
+    ) -> None:
+        self.lines = SynthLines(seed, more_fonts, old_style)
+        self.batch, self.pool = batch, pool
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         lines = iter(self.lines)
@@ -166,10 +173,14 @@ def train(args: argparse.Namespace) -> CRNN:
     """Cosine schedule over whichever runs out first, steps or minutes: shared cores vary."""
     torch.manual_seed(SEED)
     random.seed(SEED)
-    model = CRNN().to(args.device)
+    model = CRNN()
+    if args.init:
+        model.load_state_dict(torch.load(args.init, map_location="cpu"))
+    model = model.to(args.device)
     loader = DataLoader(
-        WidthBuckets(SEED, args.batch, args.more_fonts), batch_size=None, num_workers=args.workers,
-        worker_init_fn=_worker_init, prefetch_factor=8 if args.workers else None,
+        WidthBuckets(SEED, args.batch, args.more_fonts, args.old_style), batch_size=None,
+        num_workers=args.workers, worker_init_fn=_worker_init,
+        prefetch_factor=8 if args.workers else None,
     )  # fmt: skip
     val = [_to(collate(b), args.device) for b in _val_batches()]
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
@@ -228,17 +239,29 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=OCR_DIR / "model.onnx")
     parser.add_argument("--export-only", action="store_true", help="export the checkpoint")
     parser.add_argument(
+        "--init", type=Path, help="start from this checkpoint's weights (a second, shorter run)"
+    )
+    parser.add_argument(
         "--more-fonts",
         action="store_true",
-        help="also synth.MORE_TRAIN_FONTS (those installed) and old-style figures (README.md)",
+        help="also synth.MORE_TRAIN_FONTS (those installed), old-style figures and lines "
+        "resampled as turned or scaled pages' (README.md)",
+    )
+    parser.add_argument(
+        "--old-style",
+        type=float,
+        help="the share of lines drawn with old-style figures (default: synth.OLD_STYLE with "
+        "--more-fonts, else none)",
     )
     args = parser.parse_args()
-    if args.more_fonts and synth.OLD_STYLE and not features.check("raqm"):
+    if args.old_style is None:
+        args.old_style = synth.OLD_STYLE if args.more_fonts else 0.0
+    if args.old_style and not features.check("raqm"):
         # each worker failed at its first old-style line, deep in Pillow ("not supported
         # without libraqm"), after the run had started
         parser.error(
-            "--more-fonts draws old-style figures, which needs Pillow with libraqm "
-            "(PIL.features.check('raqm') is False here): install libraqm0 (Debian) first"
+            "old-style figures need Pillow with libraqm (PIL.features.check('raqm') is False "
+            "here): install libraqm0 (Debian) first, or pass --old-style 0"
         )
     torch.set_num_threads(2)
     if args.export_only:
