@@ -7,13 +7,11 @@ Only the grammar lives here: cli.py holds what each verb does and hands its func
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import NoReturn
 
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
-from edgeserve.errors import ConfigError
+from edgeserve.commandline import Parser
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -25,15 +23,6 @@ MIN_WINDOWS = 3
 """`bench --max-windows` at least: a level is stable when its last 3 windows agree
 (bench.measure.STABILITY_WINDOWS, not imported here: `--help` stays light; a test holds the
 two equal)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, exiting on a bad argument with the error tree's code for one (ConfigError's),
-    as every other refusal of the command line does."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(ConfigError.exit_code, f"{self.prog}: error: {message}\n")
 
 
 def _numbers(kind: Callable[[str], float]) -> Callable[[str], list[float]]:
@@ -127,7 +116,7 @@ def _port(text: str) -> int:
 
 def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     """The `edgeserve` parser; each verb runs `commands[verb]` (set as `func`)."""
-    parser = _Parser(
+    parser = Parser(
         prog="edgeserve", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"edgeserve {__version__}")

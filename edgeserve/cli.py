@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from edgeserve.arguments import TIMEOUTS, parser
+from edgeserve.commandline import parse
 from edgeserve.errors import ConfigError, DeployError, EdgeserveError
 from edgeserve.progress import live_log, progress_display
 
@@ -385,7 +386,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser(COMMANDS).parse_args(argv)
+    args = parse(parser(COMMANDS), argv)
     try:
         return int(args.func(args))
     except EdgeserveError as exc:

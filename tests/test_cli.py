@@ -265,6 +265,27 @@ def test_invoke_with_the_payload_as_an_argument_points_at_json() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["biuld", "functions/ocr"], "invalid choice: 'biuld' (choose from 'init', "),
+        (["biuld", "functions/ocr"], "did you mean 'build'?"),
+        (["serve", "functions/ocr", "--emulate", "aws-lamda"], "did you mean 'aws-lambda'?"),
+        (["serve", "functions/ocr", "--prot", "8080"], "edgeserve serve: error: unrecognized "),
+        (["serve", "x", "--prot", "1", "--workres=2"], "(did you mean --port, --workers?)"),
+        (["build", "functions/ocr", "--zzzzz"], "arguments: --zzzzz\n"),  # nothing near
+    ],
+)
+def test_a_mistyped_command_choice_or_option_names_the_nearest(argv: list[str], words: str) -> None:
+    """The command's own usage, not the top level's, for an option it does not take; the usage
+    exit code (2), nothing run."""
+    done = _run(*argv)
+    assert done.returncode == 2
+    assert words in done.stderr
+    if argv[0] != "biuld":
+        assert f"usage: edgeserve {argv[0]} " in done.stderr
+
+
 def test_help_manifest_prints_the_reference_that_ships_with_the_package(tmp_path: Path) -> None:
     text = _run("help", "manifest").stdout
     for section in ("[function]", "[model]", "[handler]", "[batching]", "[backend]", "[resources]"):
