@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
+import json
 import os
 import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -183,3 +186,28 @@ def reports(server: Server, containing: str = "REPORT", at_least: int = 1) -> li
         if found >= at_least or time.monotonic() > deadline:
             return lines
         time.sleep(0.05)
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "aws_events"
+
+
+def sample(name: str) -> dict[str, Any]:
+    """One of AWS's sample events (fixtures/aws_events)."""
+    event: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return event
+
+
+def changed(name: str, path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
+    """A sample event with the field at `path` set to `value` (or removed, for DELETE)."""
+    event = copy.deepcopy(sample(name))
+    holder = event
+    for key in path[:-1]:
+        holder = holder[key]
+    if value is DELETE:
+        del holder[path[-1]]
+    else:
+        holder[path[-1]] = value
+    return event
+
+
+DELETE = object()

@@ -118,6 +118,8 @@ class LambdaHandler:
         problem = events.problem_in(event, kind)
         if problem:
             return events.refusal(400, f"{where}: {problem}", event, kind)
+        if cut := events.cut_short(event, kind):
+            return events.refusal(413, cut, event, kind)
         asyncio.set_event_loop(self.loop)
         try:
             as_sent = events.decoded(events.routed(event, kind), kind)

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
+from edgeserve.aws_lambda import cloudfront
 from edgeserve.aws_lambda.settings import ALB_RESPONSE_LIMIT_BYTES, RESPONSE_LIMIT_BYTES
 from edgeserve.errors import echo, echo_repr
 
@@ -95,13 +96,14 @@ def _present(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
     """What is wrong with an HTTP event of `kind` (nulls already dropped), or None."""
-    if kind != "edge" and not isinstance(event.get("requestContext"), Mapping):
+    if kind == "edge":
+        return cloudfront.problem(event)
+    if not isinstance(event.get("requestContext"), Mapping):
         return f"requestContext must be an object ({_found(event.get('requestContext'))})"
     if kind.startswith("http-") and event.get("version") not in ("1.0", "2.0"):
         return f'version must be "1.0" or "2.0" (got {echo_repr(event.get("version"))})'
     required: tuple[tuple[str, ...], ...] = {
         "http-v2": (("requestContext", "http", "method"), ("requestContext", "http", "path")),
-        "edge": (),
     }.get(kind, (("httpMethod",), ("path",)))
     for path in required:
         if not isinstance(_lookup(event, path), str):
@@ -110,8 +112,13 @@ def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
         _typed_problem(event)
         or _body_problem(event)
         or _text_problem(event, ())
-        or (None if kind == "edge" else _server_problem(event))
+        or _server_problem(event)
     )
+
+
+def cut_short(event: Mapping[str, Any], kind: str) -> str | None:
+    """Why the request body cannot be read whole, for a 413 (CloudFront cut it), or None."""
+    return cloudfront.truncated(event) if kind == "edge" else None
 
 
 def routed(event: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -165,7 +172,9 @@ def decoded(event: dict[str, Any], kind: str) -> dict[str, Any]:
 def refusal(status: int, message: str, event: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """The handler's own error answer, in the shape every HTTP event kind's caller reads: an
     ALB target group with multi-value headers on (its events carry multiValueHeaders) reads
-    the response's multiValueHeaders alone, as Mangum answers it."""
+    the response's multiValueHeaders alone, as Mangum answers it; CloudFront its own shape."""
+    if kind == "edge":
+        return cloudfront.refusal(status, message)
     headers = {"content-type": "application/json"}
     fields = (
         {"multiValueHeaders": {name: [value] for name, value in headers.items()}}
@@ -183,8 +192,10 @@ def refusal(status: int, message: str, event: Mapping[str, Any], kind: str) -> d
 def finished(answer: dict[str, Any], event: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """The answer to an HTTP event as its source takes it back: a 413 in its place where it is
     past the source's response limit (Lambda failed the invocation, or the ALB dropped the
-    answer: the caller got a 502 with no body), and an ALB's status line."""
+    answer: the caller got a 502 with no body), an ALB's status line and CloudFront's shape."""
     limit = ALB_RESPONSE_LIMIT_BYTES if kind == "alb" else RESPONSE_LIMIT_BYTES
+    if kind == "edge":
+        answer, limit = cloudfront.answer(answer), cloudfront.limit_bytes(event)
     if problem := too_large(answer, limit, f"the answer to an {KINDS[kind]} event"):
         answer = refusal(413, problem, event, kind)
     if kind == "alb":  # the status line's text, as in AWS's examples of ALB answers
