@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeInt,
     ValidationError,
@@ -18,7 +16,7 @@ from pydantic import (
 )
 
 from edgeserve.errors import ConfigError
-from edgeserve.validation import describe_validation_error
+from edgeserve.validation import StrictTable, describe_validation_error
 
 MANIFEST_NAME = "function.toml"
 TRITON_GRPC_PORT = 8001
@@ -29,23 +27,7 @@ BACKEND_NAMES: tuple[BackendName, ...] = get_args(BackendName)
 _VERSION = re.compile(r"v?(?P<major>\d{1,9})(\.\d+){0,2}([-+][0-9A-Za-z.+-]+)?")
 
 
-class _Strict(BaseModel):
-    # no inf nor nan: `max_queue_delay_ms = inf` built, then every request waited for company
-    # until its deadline. Strict: `max_batch_size = "32"` was read as 32, so a typo of a type
-    # passed unseen; an integer where a number is asked (`max_queue_delay_ms = 2`) still is one.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _arrays_are_tuples(cls, data: Any) -> Any:
-        """TOML (and a bundle's JSON) has arrays where the schema, frozen, has tuples, which
-        strict mode takes only as tuples: each array of this table's keys becomes one."""
-        if not isinstance(data, dict):
-            return data
-        return {key: tuple(v) if isinstance(v, list) else v for key, v in data.items()}
-
-
-class FunctionInfo(_Strict):
+class FunctionInfo(StrictTable):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
     version: str = "1"
     description: str = ""
@@ -70,7 +52,7 @@ class FunctionInfo(_Strict):
         return str(int(match["major"]))
 
 
-class TensorOverride(_Strict):
+class TensorOverride(StrictTable):
     """Per-tensor overrides of what the model file says."""
 
     dims: tuple[int, ...] | None = None
@@ -83,13 +65,13 @@ class TensorOverride(_Strict):
     labels: str | None = None  # outputs only: a text file of class labels, one a line
 
 
-class ModelSection(_Strict):
+class ModelSection(StrictTable):
     path: str = "model.onnx"
     inputs: dict[str, TensorOverride] = {}
     outputs: dict[str, TensorOverride] = {}
 
 
-class HandlerSection(_Strict):
+class HandlerSection(StrictTable):
     module: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     requirements: tuple[str, ...] = ()
     options: dict[str, Any] = {}
@@ -114,7 +96,7 @@ class HandlerSection(_Strict):
         return requirements
 
 
-class BatchingSection(_Strict):
+class BatchingSection(StrictTable):
     max_batch_size: int = Field(default=32, ge=0, le=4096)
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_ms: float = Field(default=2.0, ge=0)
@@ -134,7 +116,7 @@ class BatchingSection(_Strict):
         return self
 
 
-class BackendSection(_Strict):
+class BackendSection(StrictTable):
     prefer: tuple[BackendName, ...] = BACKEND_NAMES
     precision: Literal["fp32", "fp16", "int8", "auto"] = "auto"  # bf16 where the CPU has it
     threads: int = Field(default=0, ge=0)
@@ -145,7 +127,7 @@ class BackendSection(_Strict):
 ProcessCount = Annotated[int, Field(ge=1, le=64)] | Literal["auto"]
 
 
-class PerDeviceKind(_Strict):
+class PerDeviceKind(StrictTable):
     """processes_per_device by the kind of device serving: a bundle runs on a laptop's CPU and
     on a GPU host alike, and the count that suits one does not suit the other."""
 
@@ -153,7 +135,7 @@ class PerDeviceKind(_Strict):
     cpu: ProcessCount = "auto"
 
 
-class ResourcesSection(_Strict):
+class ResourcesSection(StrictTable):
     memory_mb: int = Field(default=1024, ge=128)
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     # KServe v2 over gRPC beside HTTP (Triton's 8001); None: HTTP only
@@ -191,7 +173,7 @@ class ResourcesSection(_Strict):
         return self
 
 
-class AuthSection(_Strict):
+class AuthSection(StrictTable):
     """Who may call the function; the tokens themselves come from the environment (http/auth)."""
 
     required: bool = False  # refuse to start without a token (a device on a shared network)
@@ -227,7 +209,7 @@ def cors_origin(text: str) -> str:
     return text
 
 
-class CorsSection(_Strict):
+class CorsSection(StrictTable):
     """Web pages of other origins that may call the function from a browser (http/cors.py)."""
 
     origins: tuple[str, ...] = ()  # empty: no CORS (browsers keep other pages out)
@@ -253,7 +235,7 @@ class CorsSection(_Strict):
         return self
 
 
-class Manifest(_Strict):
+class Manifest(StrictTable):
     function: FunctionInfo
     model: ModelSection = ModelSection()
     handler: HandlerSection = HandlerSection()

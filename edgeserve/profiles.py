@@ -2,7 +2,7 @@
 
     driver = "aws-lambda"          # a target kind: a name in edgeserve.kinds.KINDS
     description = "..."
-    [settings]                     # validated by the driver's own model (extra keys are errors)
+    [settings]                     # the driver's own model: unknown keys, wrong types are errors
     region = "us-east-1"
 
 `load_target(name_or_path, function_dir)` looks for `<name>.toml` in the function's folder, then

@@ -7,10 +7,30 @@ from __future__ import annotations
 import re
 from typing import Any, get_args, get_origin
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
 from edgeserve.errors import did_you_mean
+
+
+class StrictTable(BaseModel):
+    """A TOML table as edgeserve reads one (function.toml, a target profile's [settings]):
+    unknown keys and values of the wrong type are errors, and so are inf and nan. Not strict,
+    `max_batch_size = "32"` was read as 32 and `memory_mb = "4096"` as 4096, so a typo of a
+    type passed unseen (a quoted number is often one of a key meant otherwise); an integer where
+    a number is asked (`max_queue_delay_ms = 2`) still is one. `max_queue_delay_ms = inf` built,
+    then every request waited for company until its deadline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arrays_are_tuples(cls, data: Any) -> Any:
+        """TOML (and a bundle's JSON) has arrays where the schema, frozen, has tuples, which
+        strict mode takes only as tuples: each array of this table's keys becomes one."""
+        if not isinstance(data, dict):
+            return data
+        return {key: tuple(v) if isinstance(v, list) else v for key, v in data.items()}
 
 
 def describe_validation_error(exc: ValidationError, source: str, schema: type[BaseModel]) -> str:

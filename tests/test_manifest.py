@@ -1,4 +1,5 @@
-"""function.toml: the function's version and the integer model version the v2 API reports."""
+"""function.toml (the function's version and the integer model version the v2 API reports,
+strict types) and target profiles' [settings], as strict."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from edgeserve.cli import main
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import parse_manifest
+from edgeserve.profiles import load_target
+from edgeserve.targets.jetson_settings import JetsonSettings
 from tests.models import mlp_model, write_function
 
 
@@ -139,3 +142,47 @@ def test_the_forms_the_reference_allows_still_load() -> None:
     assert manifest.backend.prefer == ("openvino", "onnxruntime")
     assert manifest.model.inputs["x"].dims == (-1, 16)
     assert manifest.resources.devices == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("driver", "settings", "said"),
+    [
+        (
+            "aws-lambda",
+            'memory_mb = "4096"',
+            "field `memory_mb`: expected an integer; write it without quotes: 4096",
+        ),
+        ("knative", "max_scale = 3.0", "field `max_scale`: expected an integer (found 3.0"),
+        ("kserve", 'gpu = "1"', "field `gpu`: expected an integer; write it without quotes: 1"),
+        (
+            "jetson",
+            'hosts = ["a"]\nssh_port = "22"',
+            "field `ssh_port`: expected an integer; write it without quotes: 22",
+        ),
+        ("jetson", 'hosts = ["a"]\ngroups = { g = "a" }', "field `groups.g`: expected an array"),
+    ],
+)
+def test_a_target_profiles_settings_are_as_strict_as_the_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], driver: str, settings: str, said: str
+) -> None:
+    """`memory_mb = "4096"` in a profile was read as 4096 (the manifest refused the same typo);
+    deploy stops there, before anything is built or reached."""
+    folder = write_function(tmp_path / "f", mlp_model, '[function]\nname = "f"\n')
+    (folder / "mine.toml").write_text(f'driver = "{driver}"\n[settings]\n{settings}\n')
+    assert main(["deploy", str(folder), "--target", "mine"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{folder / 'mine.toml'} [settings]: {said}" in err
+
+
+def test_a_target_profiles_arrays_paths_and_tables_still_load(tmp_path: Path) -> None:
+    """Strict types, yet a profile's arrays (a group's hosts too), a path given as text and a
+    table per host load as before."""
+    (tmp_path / "lab.toml").write_text(
+        'driver = "jetson"\n[settings]\nhosts = ["a", "b"]\ngroups = { pair = ["a", "b"] }\n'
+        'ssh_config = "~/.ssh/lab"\nhealth_timeout_s = 60\n[settings.overrides.b]\nport = 9000\n'
+    )
+    settings = load_target(tmp_path / "lab.toml").settings_as(JetsonSettings)
+    assert settings.select(("pair",)) == ("a", "b")
+    assert settings.ssh_config == Path("~/.ssh/lab")
+    assert settings.health_timeout_s == 60.0
+    assert settings.overrides["b"].port == 9000

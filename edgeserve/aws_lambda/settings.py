@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from edgeserve.validation import StrictTable
 
 ZIP_LIMIT_BYTES = 50 * 1024 * 1024
 """Direct-upload zip limit (`ZipFile`), zipped."""
@@ -36,10 +38,8 @@ ENDPOINT_ENV = "EDGESERVE_AWS_ENDPOINT_URL"
 ROLE_ENV = "EDGESERVE_AWS_ROLE_ARN"
 
 
-class LambdaSettings(BaseModel):
+class LambdaSettings(StrictTable):
     """One function = one Lambda with its own memory, timeout and concurrency."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     function_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
     region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")

@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from edgeserve.validation import StrictTable
 
 RESERVED_PORTS = frozenset({8008, 8012, 8013, 8022, 9090, 9091})
 """Knative's queue-proxy, autoscaler metrics and profiling ports: a user container may not use
@@ -14,10 +16,8 @@ them (knative/serving pkg/apis/serving/k8s_validation.go, reservedPorts)."""
 KUBECONFIG_ENV = "KUBECONFIG"
 
 
-class KubernetesSettings(BaseModel):
+class KubernetesSettings(StrictTable):
     """One function = one service with its own autoscaler, replicas and image."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     registry: str = ""
     """Where images go: `registry.example.com/team`; the image is `<registry>/<function>`."""

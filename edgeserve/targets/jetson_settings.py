@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from edgeserve.targets.ssh import Remote
+from edgeserve.validation import StrictTable
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class HostOverride(_Strict):
+class HostOverride(StrictTable):
     """Per-host exceptions to the profile (two functions' worth of devices rarely match)."""
 
     install_root: str | None = None
@@ -22,14 +19,14 @@ class HostOverride(_Strict):
     python: str | None = None
 
 
-class JetsonSettings(_Strict):
+class JetsonSettings(StrictTable):
     """Devices are ssh hosts or ~/.ssh/config aliases; the first one is the canary."""
 
     hosts: tuple[str, ...] = Field(min_length=1)
     groups: dict[str, tuple[str, ...]] = {}
     user: str | None = None
     ssh_port: int | None = Field(default=None, ge=1, le=65535)
-    ssh_config: Path | None = None
+    ssh_config: Path | None = Field(default=None, strict=False)  # TOML has no paths: text
     ssh_options: tuple[str, ...] = ()
     """`ssh -o` options; any that turns host key checking off is refused (see ssh.py)."""
     connect_timeout_s: int = Field(default=10, ge=1)
@@ -52,6 +49,14 @@ class JetsonSettings(_Strict):
     """How long a deploy waits for another one on the same device to finish (0: fail at once)."""
     docker_runtime: str = "nvidia"
     overrides: dict[str, HostOverride] = {}
+
+    @field_validator("groups", mode="before")
+    @classmethod
+    def _groups_are_tuples(cls, groups: Any) -> Any:
+        """Each group is an array in TOML, a tuple here (StrictTable turns the table's own)."""
+        if not isinstance(groups, dict):
+            return groups
+        return {name: tuple(v) if isinstance(v, list) else v for name, v in groups.items()}
 
     @model_validator(mode="after")
     def _checked(self) -> JetsonSettings:
