@@ -197,7 +197,8 @@ class Runtime:
             when = Deadline.of(arrived, self._timeout_s, None)
             if self.handler is None:
                 tensors = await self._run(self._tensors_from(payload, content_type), when)
-                return _to_lists(as_numbers(tensors, self.signature))
+                # arrays, not lists: JSON writes float32 as such (0.2, not 0.20000000298023224)
+                return as_numbers(tensors, self.signature)
             ctx = Context(content_type, self.manifest.handler.options, self.root)
             items = await self._hook("preprocess", payload, ctx)
             if hasattr(self.handler, "preprocess"):
@@ -342,10 +343,6 @@ async def _all_or_none(work: Iterable[Awaitable[T]]) -> list[T]:
 
 async def _awaited(work: Awaitable[T]) -> T:
     return await work
-
-
-def _to_lists(tensors: TensorDict) -> dict[str, Any]:
-    return {name: value.tolist() for name, value in tensors.items()}
 
 
 def _v2_body(name: str, refused: str) -> str:

@@ -418,6 +418,18 @@ def test_invoke_without_a_handler_takes_and_gives_json_tensors(
     )
 
 
+def test_invoke_writes_float32_outputs_as_v2_does(client: httpx.Client) -> None:
+    """Each number as float32 prints it, the same text as the v2 answer's: /invoke wrote the
+    float64 expansion of each (0.20000000298023224 for 0.2), three times the bytes, and
+    `edgeserve invoke` printed it so."""
+    x = rows(2, seed=4)
+    text = client.post("/invoke", json={"x": x.tolist()}).text
+    v2 = client.post("/v2/models/mlp/infer", json=json_request(x)).json()["outputs"][0]["data"]
+    numbers = [float(n) for n in text.split("[[")[1].split("]]")[0].replace("],[", ",").split(",")]
+    assert numbers == v2
+    assert [repr(n) for n in numbers] == [str(np.float32(n)) for n in numbers]
+
+
 @pytest.fixture(scope="module")
 def handler_client(handler_bundle: Bundle) -> Iterator[httpx.Client]:
     with client_of(handler_bundle) as client:
