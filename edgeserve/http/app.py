@@ -35,6 +35,7 @@ from edgeserve.dataplane import DataPlane, ServedFunction, serving
 from edgeserve.dataplane.metadata import server_metadata
 from edgeserve.dataplane.settings import LogSettings
 from edgeserve.errors import InvalidInput, ModelNotFound, Unauthorized, echo
+from edgeserve.gpumetrics import GpuMetrics
 from edgeserve.http.auth import Credentials, load_credentials
 from edgeserve.http.cors import Cors, CorsPolicy, load_cors
 from edgeserve.http.errors import ErrorMiddleware, error_response, routing_error_handler
@@ -198,6 +199,7 @@ class _Endpoints:
         self.regions = regions
         self.limit = limit  # the body limit, which the control routes hold to as well
         self.logs = logs
+        self.gpus = GpuMetrics()
 
     def routes(self) -> list[Route]:
         model = "/v2/models/{model}"
@@ -268,9 +270,8 @@ class _Endpoints:
         return JSONResponse({"model_stats": [self.runtime.stats.triton_stats()]})
 
     async def metrics(self, request: Request) -> Response:
-        return Response(
-            generate_latest(self.runtime.stats.registry), media_type=CONTENT_TYPE_LATEST
-        )
+        text = generate_latest(self.runtime.stats.registry) + self.gpus.text().encode()
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     def _check_model(self, request: Request) -> None:
         params = request.path_params
