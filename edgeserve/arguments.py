@@ -216,7 +216,11 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         "$EDGESERVE_CORS_ORIGINS, else the manifest's [cors] origins, else none)",
     )
 
-    p = add("invoke", "send one request to a function's /invoke and print the answer")
+    p = add(
+        "invoke",
+        "send one request to a function's /invoke (a KServe v2 infer request: to its v2 route) "
+        "and print the answer",
+    )
     p.add_argument(
         "url", help="where the function runs: http://HOST:PORT, or HOST:PORT (http is assumed)"
     )

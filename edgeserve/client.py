@@ -1,7 +1,10 @@
-"""A small client for a function's /invoke, used by `edgeserve invoke`."""
+"""A small client for a function's /invoke, used by `edgeserve invoke`; a KServe v2 infer
+request (`{"inputs": [...]}`, init's samples/v2.json) goes to the served model's v2 infer route
+instead, which is where it belongs (/invoke refused it, pointing there)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -33,16 +36,38 @@ def request_body(json_text: str | None, file: str | None) -> tuple[bytes, str]:
 def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0) -> Any:
     """POST `body` to URL/invoke and return the decoded JSON answer (or raise with its error).
 
-    A URL without a scheme (`127.0.0.1:8080`) is taken as http://.
+    A URL without a scheme (`127.0.0.1:8080`) is taken as http://. A v2 infer request is
+    POSTed to /v2/models/<the served model>/infer (a URL that names the route: there).
     """
     endpoint = _endpoint(url)
+    if _is_v2_request(body, content_type) and not url.rstrip("/").endswith("/infer"):
+        base = endpoint.removesuffix("/invoke")
+        index = _answer("POST", f"{base}/v2/repository/index", b"{}", content_type, timeout_s)
+        names = [model["name"] for model in index if isinstance(model, dict) and "name" in model]
+        if len(names) != 1:
+            raise EdgeserveError(
+                f"{_USERINFO.sub('', base)}: a v2 infer request needs the model to send it to, "
+                f"and the server lists {names}. Hint: give the URL of its route, "
+                "http://HOST:PORT/v2/models/NAME/infer"
+            )
+        endpoint = f"{base}/v2/models/{names[0]}/infer"
+    return _answer("POST", endpoint, body, content_type, timeout_s, url)
+
+
+def _answer(
+    method: str, endpoint: str, body: bytes, content_type: str, timeout_s: float, url: str = ""
+) -> Any:
+    """The decoded JSON answer of one request (or raise with its error)."""
     shown = _USERINFO.sub("", endpoint)  # a password in the URL is not repeated in errors
     try:
-        response = httpx.post(
-            endpoint, content=body, headers={"Content-Type": content_type}, timeout=timeout_s
-        )
+        response = httpx.request(
+            method, endpoint, content=body, headers={"Content-Type": content_type},
+            timeout=timeout_s,
+        )  # fmt: skip
     except httpx.InvalidURL as exc:
-        raise ConfigError(f"URL {_USERINFO.sub('', url)!r}: {exc}; {EXPECTED}") from None
+        raise ConfigError(
+            f"URL {_USERINFO.sub('', url or endpoint)!r}: {exc}; {EXPECTED}"
+        ) from None
     except httpx.HTTPError as exc:
         raise EdgeserveError(
             f"{shown}: request failed: {exc}. Hint: is `edgeserve serve` running there?"
@@ -57,12 +82,24 @@ def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0)
     return answer
 
 
+def _is_v2_request(body: bytes, content_type: str) -> bool:
+    """A JSON body that is a KServe v2 infer request: an object whose `inputs` is a list."""
+    if content_type != "application/json" or b'"inputs"' not in body:
+        return False
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(request, dict) and isinstance(request.get("inputs"), list)
+
+
 def _endpoint(url: str) -> str:
-    """`HOST:PORT` or `http(s)://...` as the full /invoke URL; any other scheme is refused."""
+    """`HOST:PORT` or `http(s)://...` as the full /invoke URL (a route's URL as it is); any
+    other scheme is refused."""
     if "://" not in url:
         url = f"http://{url}"
     scheme, _, rest = url.partition("://")
     base = url.rstrip("/")
     if scheme.lower() not in ("http", "https") or not rest.strip("/"):
         raise ConfigError(f"URL {_USERINFO.sub('', url)!r}: {EXPECTED}")
-    return base if base.endswith("/invoke") else base + "/invoke"
+    return base if base.endswith(("/invoke", "/infer")) else base + "/invoke"

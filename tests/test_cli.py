@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -197,6 +198,30 @@ def test_invoke_takes_host_port_without_a_scheme(
             main(["invoke", address, "--json", '{"x": [[' + ", ".join(["0.5"] * 16) + "]]}"]) == 0
         )
     assert '"y"' in capsys.readouterr().out
+
+
+def test_invoke_sends_a_v2_infer_request_to_the_v2_route(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """init's samples/v2.json through `edgeserve invoke --file` (/invoke refused it), to the
+    served model's route found by the repository index, or to the route the URL names."""
+    folder = write_function(tmp_path / "mlp", mlp_model, MANIFEST)
+    data = [0.5] * 16
+    request = {"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": data}]}
+    (tmp_path / "v2.json").write_text(json.dumps(request))
+    with served(folder) as url:
+        capsys.readouterr()
+        assert main(["invoke", url, "--file", str(tmp_path / "v2.json"), "--full"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        route = f"{url}/v2/models/mlp/infer"
+        assert main(["invoke", route, "--file", str(tmp_path / "v2.json"), "--full"]) == 0
+        again = json.loads(capsys.readouterr().out)
+        expected = httpx.post(route, json=request).json()
+        wrong = f"{url}/v2/models/nope/infer"
+        assert main(["invoke", wrong, "--file", str(tmp_path / "v2.json")]) == 1
+    assert answer == again == expected
+    assert answer["model_name"] == "mlp" and answer["outputs"][0]["shape"] == [1, 4]
+    assert "unknown model: 'nope'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
