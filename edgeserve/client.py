@@ -42,7 +42,7 @@ def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0)
     endpoint = _endpoint(url)
     if _is_v2_request(body, content_type) and not url.rstrip("/").endswith("/infer"):
         base = endpoint.removesuffix("/invoke")
-        index = _answer("POST", f"{base}/v2/repository/index", b"{}", content_type, timeout_s)
+        index = _answer(f"{base}/v2/repository/index", b"{}", content_type, timeout_s)
         names = [model["name"] for model in index if isinstance(model, dict) and "name" in model]
         if len(names) != 1:
             raise EdgeserveError(
@@ -51,19 +51,16 @@ def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0)
                 "http://HOST:PORT/v2/models/NAME/infer"
             )
         endpoint = f"{base}/v2/models/{names[0]}/infer"
-    return _answer("POST", endpoint, body, content_type, timeout_s, url)
+    return _answer(endpoint, body, content_type, timeout_s, url)
 
 
-def _answer(
-    method: str, endpoint: str, body: bytes, content_type: str, timeout_s: float, url: str = ""
-) -> Any:
-    """The decoded JSON answer of one request (or raise with its error)."""
+def _answer(endpoint: str, body: bytes, content_type: str, timeout_s: float, url: str = "") -> Any:
+    """The decoded JSON answer of one POST (or raise with its error)."""
     shown = _USERINFO.sub("", endpoint)  # a password in the URL is not repeated in errors
     try:
-        response = httpx.request(
-            method, endpoint, content=body, headers={"Content-Type": content_type},
-            timeout=timeout_s,
-        )  # fmt: skip
+        response = httpx.post(
+            endpoint, content=body, headers={"Content-Type": content_type}, timeout=timeout_s
+        )
     except httpx.InvalidURL as exc:
         raise ConfigError(
             f"URL {_USERINFO.sub('', url or endpoint)!r}: {exc}; {EXPECTED}"
@@ -83,14 +80,23 @@ def _answer(
 
 
 def _is_v2_request(body: bytes, content_type: str) -> bool:
-    """A JSON body that is a KServe v2 infer request: an object whose `inputs` is a list."""
+    """A JSON body that is a KServe v2 infer request: `inputs` a list of tensors, each with its
+    name, shape and datatype (a handler's own payload may have `inputs` of another kind)."""
     if content_type != "application/json" or b'"inputs"' not in body:
         return False
     try:
         request = json.loads(body)
     except ValueError:
         return False
-    return isinstance(request, dict) and isinstance(request.get("inputs"), list)
+    inputs = request.get("inputs") if isinstance(request, dict) else None
+    return (
+        isinstance(inputs, list)
+        and bool(inputs)
+        and all(
+            isinstance(tensor, dict) and {"name", "shape", "datatype"} <= tensor.keys()
+            for tensor in inputs
+        )
+    )
 
 
 def _endpoint(url: str) -> str:

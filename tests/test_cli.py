@@ -224,6 +224,32 @@ def test_invoke_sends_a_v2_infer_request_to_the_v2_route(
     assert "unknown model: 'nope'" in capsys.readouterr().err
 
 
+INPUTS_HANDLER = """
+import numpy as np
+
+
+def preprocess(payload, ctx):
+    return [{"x": np.asarray(row, dtype=np.float32)} for row in payload["inputs"]]
+
+
+def postprocess(items, ctx):
+    return {"rows": len(items)}
+"""
+
+
+def test_invoke_leaves_a_handlers_own_inputs_to_invoke(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A payload whose `inputs` are not v2 tensors (name, shape, datatype) is the handler's."""
+    manifest = MANIFEST + '\n[handler]\nmodule = "handler"\n'
+    folder = write_function(tmp_path / "mlp", mlp_model, manifest, handler=INPUTS_HANDLER)
+    with served(folder) as url:
+        capsys.readouterr()
+        payload = json.dumps({"inputs": [[0.5] * 16, [0.25] * 16]})
+        assert main(["invoke", url, "--json", payload, "--full"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"rows": 2}
+
+
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
