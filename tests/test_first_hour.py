@@ -70,8 +70,9 @@ def test_init_writes_a_v2_sample_and_says_how_to_send_each(
 ) -> None:
     """init wrote samples/request.json for /invoke alone. It now writes samples/v2.json too,
     the same tensors as a KServe v2 infer request, and says how each is sent; the v2 route
-    answers it, /invoke, sent it by mistake, says where it goes, and doctor (as bench and tune,
-    which read samples/ alike) sends each sample where it belongs."""
+    answers it, /invoke, sent it by mistake, says where it goes, `edgeserve invoke` sends it
+    there, and doctor (as bench and tune, which read samples/ alike) sends each sample where it
+    belongs."""
     dest = tmp_path / "fn"
     model = classifier_model(tmp_path / "classifier.onnx")
     assert main(["init", str(dest), "--model", str(model)]) == 0
@@ -92,11 +93,14 @@ def test_init_writes_a_v2_sample_and_says_how_to_send_each(
         answer = httpx.post(f"{url}/v2/models/fn/infer", json=v2, timeout=30)
         assert answer.status_code == 200, answer.text
         assert answer.json()["outputs"][0]["shape"] == [1, 10]
+        error = httpx.post(f"{url}/invoke", json=v2, timeout=30).json()["error"]
         capsys.readouterr()
-        assert main(["invoke", url, "--file", str(dest / "samples" / "v2.json")]) == 1
-        error = " ".join(capsys.readouterr().err.split())
+        sample = str(dest / "samples" / "v2.json")
+        assert main(["invoke", url, "--file", sample, "--full"]) == 0
+        sent = json.loads(capsys.readouterr().out)
     assert 'the body is a KServe v2 infer request ({"inputs": [...]}), which /invoke' in error
     assert "Hint: POST it to /v2/models/fn/infer" in error
+    assert sent["model_name"] == "fn" and sent["outputs"][0]["shape"] == [1, 10]
     assert main(["doctor", str(dest)]) == 0  # each sample where it belongs, as bench sends it
     found = " ".join(capsys.readouterr().out.split())
     assert "samples/request.json │ ok │ /invoke: 200" in found, found
