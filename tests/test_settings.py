@@ -32,7 +32,7 @@ DEFAULTS = {
     "log_format": "default",
 }
 Clients = tuple[triton_http.InferenceServerClient, triton_grpc.InferenceServerClient]
-NO_TRACING = 'edgeserve has no tracing, so only trace_level ["OFF"] is accepted. Hint:'
+NO_TRACING = "edgeserve has no tracing, so only the settings of tracing off are accepted"
 
 
 @pytest.fixture(scope="module")
@@ -109,11 +109,22 @@ def test_log_settings_edgeserve_cannot_honour_are_refused(
 
 def test_trace_settings_say_tracing_is_off(clients: Clients) -> None:
     http, grpc = clients
-    off = {"trace_level": ["OFF"]}
+    off = {
+        "trace_file": "",
+        "trace_level": ["OFF"],
+        "trace_rate": "1000",
+        "trace_count": "-1",
+        "log_frequency": "0",
+    }  # Triton's defaults, which a client reading trace_rate finds as on Triton
     assert http.get_trace_settings() == off
     assert http.get_trace_settings(model_name="identity") == off
     assert http.update_trace_settings(settings={"trace_level": ["OFF"], "trace_rate": None}) == off
-    assert list(grpc.get_trace_settings().settings["trace_level"].value) == ["OFF"]
+    assert http.update_trace_settings(settings={"trace_rate": "1000", "trace_count": "-1"}) == off
+    settings = grpc.get_trace_settings().settings
+    assert {key: list(settings[key].value) for key in settings} == {
+        key: value if isinstance(value, list) else [value] for key, value in off.items()
+    }
+    grpc.update_trace_settings(settings={"trace_rate": "1000"})  # as it is: accepted
     for model in ("", "identity"):
         with pytest.raises(InferenceServerException) as error:
             http.update_trace_settings(model or None, {"trace_level": ["TIMESTAMPS"]})

@@ -12,8 +12,10 @@ honoured is refused (400) saying why, never accepted and ignored. With `--worker
 process has its own loggers, and so has every instance of a Lambda function: a change reaching
 one of them only would be a lie, so there the settings are read, and changing them is refused.
 
-Trace: edgeserve has no tracing. Its settings read trace_level ["OFF"]; asking for any trace
-is refused, with where the timings are instead.
+Trace: edgeserve has no tracing. Its settings read as Triton's with tracing off (the five the
+trace extension defines, at Triton's defaults: a client that reads trace_rate finds it); asking
+for any trace is refused, with where the timings are instead, and setting one to what it is
+already is accepted.
 """
 
 from __future__ import annotations
@@ -113,18 +115,35 @@ def _level(wanted: Mapping[str, Any]) -> int:
     return _ON_FROM[rising[on - 1]] if on else SILENT
 
 
-TRACE_OFF = {"trace_level": ["OFF"]}
+TRACE_OFF: dict[str, Any] = {
+    "trace_file": "",
+    "trace_level": ["OFF"],
+    "trace_rate": "1000",
+    "trace_count": "-1",
+    "log_frequency": "0",
+}
+"""Triton's trace settings at its defaults, tracing off (its trace extension and tritonserver's
+--trace-config): values are strings, trace_level a list."""
 
 
 def trace_settings(asked: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The trace settings (always off) once `asked` is checked: turning tracing on, or setting
-    what only a trace would use, is refused (400) with what to use instead."""
+    what only a trace would use, is refused (400) with what to use instead; a setting asked as
+    it is already (a list of one, as gRPC sends it, too) is accepted."""
     for key, value in asked.items():
-        if value is None or value == [] or (key == "trace_level" and value == ["OFF"]):
+        if value is None or value == [] or _as_it_is(key, value):
             continue
+        shown = ", ".join(f"{name} {echo_json_text(off)}" for name, off in TRACE_OFF.items())
         raise InvalidInput(
             f"{where}: `{echo(key)}` = {echo_json_text(value)}: edgeserve has no tracing, so "
-            'only trace_level ["OFF"] is accepted. Hint: per-model timings are in the '
-            "statistics extension (/v2/models/stats, gRPC ModelStatistics) and /metrics"
+            f"only the settings of tracing off are accepted ({shown}). Hint: per-model timings "
+            "are in the statistics extension (/v2/models/stats, gRPC ModelStatistics) and /metrics"
         )
-    return dict(TRACE_OFF)
+    return {
+        key: list(value) if isinstance(value, list) else value for key, value in TRACE_OFF.items()
+    }
+
+
+def _as_it_is(key: str, value: Any) -> bool:
+    off = TRACE_OFF.get(key)
+    return off is not None and (value == off or value == [off])

@@ -314,7 +314,11 @@ class InferenceService:
         answer = trace_settings(settings, f"{SERVICE}/TraceSetting")
         return _from_json(
             "TraceSettingResponse",
-            {"settings": {key: {"value": value} for key, value in answer.items()}},
+            {
+                "settings": {
+                    key: {"value": v if isinstance(v, list) else [v]} for key, v in answer.items()
+                }
+            },
         )
 
     async def log_settings(self, request: bytes, context: Context) -> Any:
