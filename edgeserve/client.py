@@ -40,7 +40,7 @@ def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0)
     POSTed to /v2/models/<the served model>/infer (a URL that names the route: there).
     """
     endpoint = _endpoint(url)
-    if _is_v2_request(body, content_type) and not url.rstrip("/").endswith("/infer"):
+    if _is_v2_request(body, content_type) and endpoint.endswith("/invoke"):
         base = endpoint.removesuffix("/invoke")
         index = _answer(f"{base}/v2/repository/index", b"{}", content_type, timeout_s)
         names = [model["name"] for model in index if isinstance(model, dict) and "name" in model]

@@ -28,9 +28,14 @@ class StrictTable(BaseModel):
     def _arrays_are_tuples(cls, data: Any) -> Any:
         """TOML (and a bundle's JSON) has arrays where the schema, frozen, has tuples, which
         strict mode takes only as tuples: each array of this table's keys becomes one."""
-        if not isinstance(data, dict):
-            return data
-        return {key: tuple(v) if isinstance(v, list) else v for key, v in data.items()}
+        return arrays_as_tuples(data)
+
+
+def arrays_as_tuples(table: Any) -> Any:
+    """A table (a dict) with each array among its values as a tuple; anything else as it is."""
+    if not isinstance(table, dict):
+        return table
+    return {key: tuple(v) if isinstance(v, list) else v for key, v in table.items()}
 
 
 def describe_validation_error(exc: ValidationError, source: str, schema: type[BaseModel]) -> str:

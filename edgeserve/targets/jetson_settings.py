@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from edgeserve.targets.ssh import Remote
-from edgeserve.validation import StrictTable
+from edgeserve.validation import StrictTable, arrays_as_tuples
 
 
 class HostOverride(StrictTable):
@@ -54,9 +54,7 @@ class JetsonSettings(StrictTable):
     @classmethod
     def _groups_are_tuples(cls, groups: Any) -> Any:
         """Each group is an array in TOML, a tuple here (StrictTable turns the table's own)."""
-        if not isinstance(groups, dict):
-            return groups
-        return {name: tuple(v) if isinstance(v, list) else v for name, v in groups.items()}
+        return arrays_as_tuples(groups)
 
     @model_validator(mode="after")
     def _checked(self) -> JetsonSettings:

@@ -265,13 +265,13 @@ def draw_mask(
     """Ink coverage (L, 255 = ink) of one line on a padded canvas, plus its ink bounding box;
     FEATURES are OpenType features to draw with (['onum']: old-style figures), SPACE scales the
     width of the gaps between words (a narrower space than the font's: `narrow_space`)."""
-    words = text.split(" ") if space != 1.0 else [text]
-    gap = font.getlength(" ") * space
-    starts = [0.0]
-    for word in words[:-1]:
-        starts.append(starts[-1] + font.getlength(word, features=features) + gap)
     x0, y0, x1, y1 = font.getbbox(text, stroke_width=stroke, features=features)
-    x1 = max(x1, int(starts[-1]) + font.getbbox(words[-1] or " ", stroke_width=stroke)[2])
+    words, starts = [text], [0.0]
+    if space != 1.0:  # word by word, each gap narrowed (the default line is drawn whole)
+        words, gap = text.split(" "), font.getlength(" ") * space
+        for word in words[:-1]:
+            starts.append(starts[-1] + font.getlength(word, features=features) + gap)
+        x1 = max(x1, int(starts[-1]) + font.getbbox(words[-1] or " ", stroke_width=stroke)[2])
     pad = font.size // 2 + stroke
     mask = Image.new("L", (x1 - x0 + 2 * pad, y1 - y0 + 2 * pad), 0)
     draw = ImageDraw.Draw(mask)
