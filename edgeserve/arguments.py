@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
 from edgeserve.commandline import Parser
+from edgeserve.logformat import LOG_FORMATS
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -171,6 +172,12 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--log-level", default="info", choices=LOG_LEVELS, help="server log detail (default info)"
+    )
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="ISO8601: each log line starts with its UTC time, as Triton's --log-format "
+        "(default: $EDGESERVE_LOG_FORMAT, else `LEVEL: text`)",
     )
     p.add_argument(
         "--workers",

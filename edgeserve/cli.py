@@ -75,6 +75,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from edgeserve.http.cors import ORIGINS_ENV
+    from edgeserve.logformat import LOG_FORMAT_ENV
     from edgeserve.server import serve
 
     emulator_only = {
@@ -87,6 +88,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"{given}: only with --emulate aws-lambda")
     if args.cors_origin:  # read where the app is made: every front, each Lambda environment
         os.environ[ORIGINS_ENV] = ",".join(args.cors_origin)
+    if args.log_format:  # read where each process sets up its logging
+        os.environ[LOG_FORMAT_ENV] = args.log_format
     if args.emulate == "aws-lambda":
         from edgeserve.aws_lambda.emulator import serve_lambda_emulator
 

@@ -19,6 +19,7 @@ from edgeserve.http.cors import load_cors
 from edgeserve.http.server import Companion, DrainingServer, uvicorn_config
 from edgeserve.http.timeouts import Timeouts
 from edgeserve.http.tls import TlsFiles
+from edgeserve.logformat import configure_logging
 from edgeserve.runtime import Runtime
 from edgeserve.workers import (
     Layout,
@@ -54,7 +55,7 @@ def serve(
     (else EDGESERVE_WORKERS, else the manifest's [resources] workers) picks the process
     layout: one process, or front processes and an inference process (edgeserve.workers).
     """
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
+    configure_logging(log_level, os.environ)
     started = time.perf_counter()
     bundle = _open(path, backend)
     resources = bundle.manifest.resources

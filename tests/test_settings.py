@@ -7,6 +7,11 @@ saying why. They answered 501 / UNIMPLEMENTED before.
 from __future__ import annotations
 
 import logging
+import os
+import re
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -80,7 +85,7 @@ def test_log_settings_are_the_servers_own_over_both_protocols(clients: Clients) 
 @pytest.mark.parametrize(
     ("settings", "words"),
     [
-        ({"log_format": "ISO8601"}, '`log_format`: "ISO8601" cannot be honoured'),
+        ({"log_format": "iso8601"}, '`log_format`: expected one of "default", "ISO8601", got'),
         ({"log_file": "/tmp/x.log"}, '`log_file`: "/tmp/x.log" cannot be honoured'),
         ({"log_verbose_level": 2}, "expected 0 or 1 (edgeserve has one verbose level: DEBUG)"),
         (
@@ -155,6 +160,67 @@ def test_a_log_setting_moves_the_edgeserve_loggers(source: Path, tmp_path: Path)
                 assert logging.getLogger("edgeserve.batching").isEnabledFor(logging.WARNING)
     finally:
         logger.setLevel(logging.NOTSET)
+
+
+STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (INFO|WARNING|ERROR|DEBUG):")
+
+
+def test_log_format_iso8601_puts_the_utc_time_first_from_then_on(source: Path) -> None:
+    """Asked over HTTP, read back over gRPC; the server's lines after it start with the time
+    (the change's own note first), and "default" takes it off again."""
+    with running(source, "--grpc-port", "0", "--log-level", "debug") as (url, server):
+        http = triton_http.InferenceServerClient(url.removeprefix("http://"))
+        with closing(http), closing(triton_grpc.InferenceServerClient(grpc_url(server))) as grpc:
+            assert not any(STAMPED.match(line) for line in server.output)
+            iso = {**DEFAULTS, "log_format": "ISO8601", "log_verbose_level": 1}
+            assert http.update_log_settings({"log_format": "ISO8601"}) == iso
+            assert grpc_log_settings(grpc) == iso
+            stamped = _lines_from("level DEBUG, format ISO8601", server.output)
+            assert all(STAMPED.match(line) for line in stamped), stamped
+            grpc.update_log_settings({"log_format": "default"})
+            assert http.get_log_settings()["log_format"] == "default"
+            plain = _lines_from("level DEBUG, format default", server.output)
+            assert not any(STAMPED.match(line) for line in plain), plain
+
+
+def test_serve_log_format_stamps_every_process_from_the_start(source: Path) -> None:
+    """--log-format ISO8601 with --workers 2: the supervisor's, each front's and each inference
+    process's log lines (uvicorn's too) start with the time; the setting reads ISO8601. (The
+    supervisor's `serving on` announcement is printed, not logged.)"""
+    with running(source, "--workers", "2", "--log-format", "ISO8601") as (url, server):
+        settings = triton_http.InferenceServerClient(url.removeprefix("http://"))
+        with closing(settings):
+            assert settings.get_log_settings()["log_format"] == "ISO8601"
+        deadline = time.monotonic() + 10  # ready when one front is; the other may come later
+        while "".join(server.output).count("Application startup complete") < 2:
+            assert time.monotonic() < deadline, server.output
+            time.sleep(0.02)
+        unstamped = [line for line in server.output if re.match(r"(INFO|WARNING|ERROR):", line)]
+        assert not unstamped
+        stamped = [line for line in server.output if STAMPED.match(line)]
+        assert sum("Application startup complete" in line for line in stamped) == 2  # fronts
+        assert any("v2 ready on onnxruntime" in line for line in stamped)  # an inference process
+
+
+def test_a_wrong_log_format_in_the_environment_is_refused_before_loading(source: Path) -> None:
+    served = subprocess.run(
+        [sys.executable, "-m", "edgeserve", "serve", str(source), "--port", "0"],
+        env={**os.environ, "EDGESERVE_LOG_FORMAT": "json"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert served.returncode == 2
+    assert "EDGESERVE_LOG_FORMAT=json: expected one of default, ISO8601" in served.stderr
+
+
+def _lines_from(note: str, output: list[str]) -> list[str]:
+    """The server's lines from the one that says `note` on (waited for, 10 s at most)."""
+    deadline = time.monotonic() + 10
+    while not any(note in line for line in output):
+        assert time.monotonic() < deadline, f"not written in 10 s: {note!r} in {output}"
+        time.sleep(0.02)
+    return output[next(at for at, line in enumerate(output) if note in line) :]
 
 
 def test_with_workers_a_log_change_is_refused_as_reaching_one_front(source: Path) -> None:

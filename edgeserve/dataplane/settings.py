@@ -6,9 +6,11 @@ where every kind above an enabled one is enabled too: turning a kind on turns on
 detailed ones a request leaves out (log_verbose_level 1 alone: DEBUG, info and warnings too),
 turning one off turns off the more detailed ones, and a request that asks for both ways at
 once (log_info on, log_warning off) is refused. log_verbose_level 1 is DEBUG; there is no
-level above it. Log lines keep edgeserve's
-format ("default") and go where the server's stderr goes (log_file ""). What cannot be
-honoured is refused (400) saying why, never accepted and ignored. With `--workers N` every
+level above it. log_format "ISO8601" puts the UTC time first on every line the process writes
+(edgeserve's, uvicorn's, grpcio's), as Triton's does; "default" is edgeserve's own `LEVEL: text`.
+`serve --log-format` (EDGESERVE_LOG_FORMAT) sets it from the start. Lines go where the server's
+stderr goes (log_file ""). What cannot be honoured is refused (400) saying why, never accepted
+and ignored. With `--workers N` every
 process has its own loggers, and so has every instance of a Lambda function: a change reaching
 one of them only would be a lie, so there the settings are read, and changing them is refused.
 
@@ -25,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from edgeserve.errors import InvalidInput, echo, echo_json_text
+from edgeserve.logformat import LOG_FORMATS, log_format, set_log_format
 
 LOGGER = "edgeserve"
 SILENT = logging.CRITICAL + 10
@@ -34,8 +37,8 @@ _ON_FROM = {  # each setting's flag, on where the level is at most this
     "log_warning": logging.WARNING,
     "log_error": logging.ERROR,
 }
-_FIXED = {"log_file": "", "log_format": "default"}
-LOG_KEYS = (*_FIXED, *_ON_FROM)
+_FIXED = {"log_file": ""}
+LOG_KEYS = (*_FIXED, "log_format", *_ON_FROM)
 
 
 class LogSettings:
@@ -46,18 +49,27 @@ class LogSettings:
         self.logger = logging.getLogger(LOGGER)
 
     def current(self) -> dict[str, Any]:
-        """Triton's six settings, as the `edgeserve` loggers stand now."""
+        """Triton's six settings, as the `edgeserve` loggers and the process's handlers
+        stand now."""
         level = self.logger.getEffectiveLevel()
         flags = {key: level <= at for key, at in _ON_FROM.items()}
-        return {**_FIXED, **flags, "log_verbose_level": int(flags["log_verbose_level"])}
+        verbose = int(flags["log_verbose_level"])
+        return {**_FIXED, "log_format": log_format(), **flags, "log_verbose_level": verbose}
 
     def update(self, asked: Mapping[str, Any]) -> dict[str, Any]:
         """Apply `asked` (null: leave a setting as it is, as Triton does); the settings now."""
-        level = _level(_implied(self.current(), _checked(asked)))
-        if level != self.logger.getEffectiveLevel():
+        checked = _checked(asked)
+        level = _level(_implied(self.current(), checked))
+        now = (self.logger.getEffectiveLevel(), log_format())
+        wanted = (level, checked.get("log_format", now[1]))
+        if wanted != now:
             if self.refusal is not None:
                 raise InvalidInput(f"log settings: {self.refusal}")
             self.logger.setLevel(level)
+            set_log_format(wanted[1])
+            self.logger.info(
+                "log settings changed: level %s, format %s", logging.getLevelName(level), wanted[1]
+            )
         return self.current()
 
 
@@ -70,10 +82,15 @@ def _checked(asked: Mapping[str, Any]) -> dict[str, Any]:
         where = f"log settings: `{echo(key)}`"
         if key not in LOG_KEYS:
             raise InvalidInput(f"{where} is not a log setting; expected {', '.join(LOG_KEYS)}")
+        if key == "log_format" and value not in LOG_FORMATS:
+            raise InvalidInput(
+                f"{where}: expected one of {', '.join(map(echo_json_text, LOG_FORMATS))}, "
+                f"got {echo_json_text(value)}"
+            )
         if key in _FIXED and value != _FIXED[key]:
             raise InvalidInput(
-                f"{where}: {echo_json_text(value)} cannot be honoured: edgeserve logs in its own "
-                f"format to the server's stderr; only {echo_json_text(_FIXED[key])} is accepted"
+                f"{where}: {echo_json_text(value)} cannot be honoured: edgeserve logs to the "
+                f"server's stderr; only {echo_json_text(_FIXED[key])} is accepted"
             )
         if key == "log_verbose_level":
             if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1):

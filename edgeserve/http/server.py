@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import socket
 from collections.abc import Sequence
 from types import FrameType
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import uvicorn
 
 from edgeserve.http.timeouts import protocol_class
+from edgeserve.logformat import log_format_from, set_log_format
 from edgeserve.memory import freeze_long_lived
 
 if TYPE_CHECKING:
@@ -28,7 +30,7 @@ def uvicorn_config(app: FunctionApp, http: str = "auto", **settings: Any) -> uvi
     is an HTTP request the app refuses: connection.py); `settings` add to them (`http`:
     uvicorn's name of the HTTP implementation)."""
     timeouts = app.timeouts
-    return uvicorn.Config(
+    config = uvicorn.Config(
         app,
         http=protocol_class(timeouts, http, app.cors),
         ws="none",
@@ -37,6 +39,8 @@ def uvicorn_config(app: FunctionApp, http: str = "auto", **settings: Any) -> uvi
         access_log=False,
         **settings,
     )
+    set_log_format(log_format_from(os.environ))  # uvicorn's handlers are there from here on
+    return config
 
 
 class Companion(Protocol):

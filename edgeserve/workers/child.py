@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeserve.bundle import Bundle
+from edgeserve.logformat import configure_logging
 
 _PR_SET_PDEATHSIG = 1
 
@@ -72,7 +73,7 @@ def child_main(main: Callable[[ChildConfig], None]) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # a killed supervisor leaves no orphans
     if os.getppid() != config.supervisor:  # ... nor one killed before that line
         sys.exit(f"edgeserve: the supervisor (pid {config.supervisor}) is gone")
-    logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s: %(message)s")
+    configure_logging(config.log_level, os.environ)
     main(config)
     logging.shutdown()
     sys.stdout.flush()
