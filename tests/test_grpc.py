@@ -13,19 +13,22 @@ import queue
 import re
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
+import onnx
 import pytest
 import tritonclient.grpc as triton
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from edgeserve import cudamemory
-from edgeserve.grpc.service import STREAM_IN_FLIGHT
+from edgeserve.grpc.service import IN_FLIGHT
 from tests.models import identity_model, write_function
+from tests.raw_http2 import unread_unary_calls
 from tests.server import Server, running
 from tests.test_tritonclient import MANIFEST, RUN_BY_ORT
 from tests.test_v2_codec import SAMPLES
@@ -324,7 +327,7 @@ def test_streaming_answers_each_request(client: triton.InferenceServerClient) ->
 def test_a_stream_whose_answers_are_not_read_stops_being_read(tmp_path: Path) -> None:
     """A client that sent on and never read its answers made the server read and run every
     request, and hold every answer (600 of 0.8 MB: 480 MB, growing as long as it sent). The
-    stream now reads no further than STREAM_IN_FLIGHT requests ahead of the answers written
+    stream now reads no further than IN_FLIGHT requests ahead of the answers written
     (plus the few answers the client's receive window takes), and its client leaving ends it
     without a word in the log."""
     width = 4096  # 16 KB a request: 3,000 of them are more than any window holds
@@ -346,8 +349,78 @@ def test_a_stream_whose_answers_are_not_read_stops_being_read(tmp_path: Path) ->
             assert client.is_server_live()
         time.sleep(1)
         said = "".join(server.output)
-    assert STREAM_IN_FLIGHT <= ran.inference_count < 2 * STREAM_IN_FLIGHT
+    assert IN_FLIGHT <= ran.inference_count < 2 * IN_FLIGHT
     assert "Traceback" not in said  # it was grpcio's ERROR: ExecuteBatchError, with its trace
+
+
+def test_unary_calls_whose_answers_are_not_read_stop_at_the_connections_bound(
+    tmp_path: Path,
+) -> None:
+    """A raw HTTP/2 client opening unary calls with 0.8 MB answers and never reading: the
+    server ran 1,805 of 2,000 and held 4.7 GB. A connection now holds at most IN_FLIGHT calls
+    open (MAX_CONCURRENT_STREAMS); the server stays up for everyone else."""
+    source = write_function(tmp_path / "src", _tile_model, TILE_MANIFEST)
+    request = service_pb2.ModelInferRequest(model_name="tile")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, 4])
+    request.raw_input_contents.append(np.zeros(4, np.float32).tobytes())
+    with running(source, "--grpc-port", "0") as (_, server):
+        url = grpc_url(server)
+        host, port = url.rsplit(":", 1)
+        method = "/inference.GRPCInferenceService/ModelInfer"
+        with (
+            closing(unread_unary_calls(host, int(port), method, request.SerializeToString(), 1000)),
+            triton.InferenceServerClient(url) as client,
+        ):
+            ran = settled(lambda: client.get_inference_statistics("tile").model_stats[0])
+            assert ran.inference_count == IN_FLIGHT
+            assert client.infer("tile", [_tile_input()]).as_numpy("y").shape == (1, TILE * 4)
+
+
+def test_more_calls_than_a_connection_holds_open_wait_their_turn(
+    client: triton.InferenceServerClient,
+) -> None:
+    """Past IN_FLIGHT calls on one channel, grpcio queues the rest: all are answered."""
+    answers: queue.Queue[tuple[object, object]] = queue.Queue()
+    count = IN_FLIGHT + 100
+    for at in range(count):
+        client.async_infer(
+            "identity",
+            every_input(),
+            lambda result, error: answers.put((result, error)),
+            request_id=str(at),
+        )
+    got = [answers.get(timeout=60) for _ in range(count)]
+    assert [error for _, error in got if error is not None] == []
+    assert sorted(int(result.get_response().id) for result, _ in got) == list(range(count))
+
+
+TILE = 200_000  # 0.8 MB of FP32 out for 16 bytes in
+TILE_MANIFEST = """
+[function]
+name = "tile"
+[batching]
+max_batch_size = 8
+max_queue_delay_ms = 1
+[backend]
+prefer = ["onnxruntime"]
+"""
+
+
+def _tile_model(path: Path) -> None:
+    """`y` = `x` [N, 4] repeated TILE times along its row."""
+    repeats = onnx.helper.make_tensor("repeats", onnx.TensorProto.INT64, [2], [1, TILE])
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Tile", ["x", "repeats"], ["y"])],
+        "tile",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4 * TILE])],
+        [repeats],
+    )
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), path)
+
+
+def _tile_input() -> triton.InferInput:
+    return triton.InferInput("x", [1, 4], "FP32").set_data_from_numpy(np.ones((1, 4), np.float32))
 
 
 def settled(read: Callable[[], Any], quiet_s: float = 1.5, timeout_s: float = 60) -> Any:

@@ -20,7 +20,7 @@ import grpc
 from edgeserve.dataplane import ServedFunction, serving
 from edgeserve.dataplane.settings import LogSettings
 from edgeserve.errors import ConfigError
-from edgeserve.grpc.service import InferenceService
+from edgeserve.grpc.service import IN_FLIGHT, InferenceService
 from edgeserve.http.app import FunctionApp
 from edgeserve.http.auth import Credentials
 from edgeserve.http.drain import Drain
@@ -63,6 +63,7 @@ class GrpcServer:
                 ("grpc.max_receive_message_length", self.limit),
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 1),
+                ("grpc.max_concurrent_streams", IN_FLIGHT),
             ]
         )
         server.add_generic_rpc_handlers((self.service.handler(),))

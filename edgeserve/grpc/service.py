@@ -37,11 +37,13 @@ from edgeserve.sharedmemory import Regions
 from edgeserve.transport import GRPC
 
 Context = Any  # grpc.aio.ServicerContext (grpcio ships no type hints)
-STREAM_IN_FLIGHT = 256
+IN_FLIGHT = 256
 """Requests of one ModelStreamInfer read but not yet answered: past it the stream reads on as
-its answers are written. A client that sent on and never read its answers made the server
-hold every one (600 of 0.8 MB: 480 MB, and growing). A load generator keeps its concurrency
-in flight on a stream; the sweeps of DESIGN.md go to 64."""
+its answers are written; and calls open at once on one connection (HTTP/2's
+MAX_CONCURRENT_STREAMS, server.py): past it a client waits for one to end. A client that sent
+on and never read its answers made the server hold every one (a stream: 600 of 0.8 MB, 480 MB,
+growing; unary calls: 1,800 of 0.8 MB, 4.7 GB). A load generator keeps its concurrency in
+flight on a stream or a channel; the sweeps of DESIGN.md go to 64."""
 OPEN_AS = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
 """RPCs that `[auth] open_paths` may leave open, by the HTTP path of the same operation."""
 FINAL_ASKED, FINAL = "triton_enable_empty_final_response", "triton_final_response"
@@ -199,7 +201,7 @@ class InferenceService:
     async def model_stream_infer(self, requests: AsyncIterator[bytes], context: Context) -> None:
         """One ModelStreamInferResponse per request, in the order they finish (each carries
         its request's id); a bad request's is its error_message, and the stream goes on. At
-        most STREAM_IN_FLIGHT requests are read ahead of the answers written. Answers are
+        most IN_FLIGHT requests are read ahead of the answers written. Answers are
         written here, not yielded to grpcio: a client gone while one was being written made
         grpcio log an ERROR with its traceback; here the stream just ends."""
         try:
@@ -208,7 +210,7 @@ class InferenceService:
             await context.abort(*status_of(exc, f"{SERVICE}/ModelStreamInfer"))
         answers: asyncio.Queue[Any] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
-        room = asyncio.Semaphore(STREAM_IN_FLIGHT)  # taken per request, given back once written
+        room = asyncio.Semaphore(IN_FLIGHT)  # taken per request, given back once written
 
         async def answer(raw: bytes) -> None:
             try:
