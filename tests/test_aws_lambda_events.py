@@ -220,6 +220,14 @@ def echoed_get(path: str, *, rest: bool) -> dict[str, Any]:
     return {"statusCode": 200, "headers": headers, "body": body, "isBase64Encoded": False}
 
 
+def rest_on_stage(stage: str, path: str) -> dict[str, Any]:
+    """A GET of `path` through resource /{proxy+} of a REST API's own endpoint on `stage`:
+    `path` without the stage, requestContext.path with it."""
+    context = {**REST_GET["requestContext"], "stage": stage, "path": f"/{stage}{path}"}
+    proxy = {"proxy": path.removeprefix("/")}
+    return {**REST_GET, "path": path, "pathParameters": proxy, "requestContext": context}
+
+
 V2, REST = "apigw-v2-request-no-authorizer.json", "apigw-request.json"
 REST_GET = {**fixture(REST), "httpMethod": "GET", "body": None}
 HTTP_V1_GET = {**REST_GET, "version": "1.0"}
@@ -240,6 +248,9 @@ ROUTED = [
     # ... unless the event carries it there, as requestContext.path does (stage testStage)
     ({**REST_GET, "path": "/testStage/hello/world"}, "/hello/world", True),
     ({**REST_GET, "path": "/testStage/hello/world", "pathParameters": None}, "/hello/world", True),
+    # a stage named like the path's first segment, which the resource's path makes whole
+    (rest_on_stage("v2", "/v2/health/ready"), "/v2/health/ready", True),
+    (rest_on_stage("invoke", "/invoke"), "/invoke", True),
 ]
 ROUTED_IDS = [
     "http-api-stage",
@@ -252,6 +263,8 @@ ROUTED_IDS = [
     "rest-own-endpoint",
     "rest-stage-in-path",
     "rest-stage-in-path-no-parameters",
+    "rest-stage-named-like-the-path",
+    "rest-stage-named-like-the-route",
 ]
 
 

@@ -129,8 +129,10 @@ def routed(event: dict[str, Any], kind: str) -> dict[str, Any]:
       (`/prod/v2/health/ready` on stage `prod`; `$default` is served at the root), in
       rawPath and requestContext.http.path (payload 2.0) or path (1.0);
     - a REST API's base path mapping on a custom domain (`/ml/v2/health/ready` for resource
-      `/{proxy+}`), found by filling the resource's path parameters in; else its stage, where
-      the path carries it as requestContext.path does (`/prod/v2/models/m/infer` was a 404);
+      `/{proxy+}`), found by filling the resource's path parameters in (nothing where they
+      make the whole path: on stage `v2`, `/v2/health/ready` was a 404); else, where they
+      cannot say, its stage, where the path carries it as requestContext.path does
+      (`/prod/v2/models/m/infer` was a 404);
     - an ALB's health check at its default path `/`, which the function does not serve (the
       target was reported unhealthy): it asks the readiness route.
     """
@@ -150,8 +152,8 @@ def routed(event: dict[str, Any], kind: str) -> dict[str, Any]:
         http = {**http, "path": _strip(http["path"], prefix)}
         return {**event, "requestContext": {**context, "http": http}}
     path = event["path"]
-    prefix = _base_path(event, path) if kind == "rest" else ""
-    prefix = prefix or _stage_prefix(context, path)
+    prefix = _base_path(event, path) if kind == "rest" else None
+    prefix = _stage_prefix(context, path) if prefix is None else prefix
     return {**event, "path": _strip(path, prefix)} if prefix else event
 
 
@@ -337,17 +339,19 @@ def _stage_prefix(context: Mapping[str, Any], path: str) -> str:
     return f"/{stage}" if _under(path, f"/{stage}") else ""
 
 
-def _base_path(event: Mapping[str, Any], path: str) -> str:
-    """What a REST API's custom domain put in front of the resource's path (`/ml`), or ""."""
+def _base_path(event: Mapping[str, Any], path: str) -> str | None:
+    """What a REST API's custom domain (or a stage) put in front of the resource's path
+    (`/ml`); "" where the resource, its parameters filled in, is the whole path (a stage
+    named `v2` is then no prefix of `/v2/health/ready`); None where the resource cannot say."""
     resource, parameters = event.get("resource"), event.get("pathParameters") or {}
     if not isinstance(resource, str) or not isinstance(parameters, Mapping):
-        return ""
+        return None
     filled = _PARAMETER.sub(lambda found: str(parameters.get(found[1], found[0])), resource)
     if filled == "/":
         return path.rstrip("/")
-    if filled.startswith("/") and path != filled and path.endswith(filled):
-        return path[: -len(filled)]
-    return ""
+    if not filled.startswith("/") or _PARAMETER.search(filled) or not path.endswith(filled):
+        return None
+    return path[: -len(filled)]
 
 
 def _under(path: str, prefix: str) -> bool:
