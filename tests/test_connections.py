@@ -243,6 +243,47 @@ def test_both_of_uvicorn_s_http_implementations_keep_the_bounds(tmp_path: Path, 
         assert_served(url)
 
 
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+def test_a_body_refused_before_it_is_read_is_read_on_and_the_answer_reaches_the_client(
+    tmp_path: Path, http: str
+) -> None:
+    """A client that sends its whole body before it reads (tritonclient's HTTP client) reads
+    the 413 of a body over the limit, and its connection serves the next request: the rest of
+    the body was read as headers, a 431 closed the connection, and the client, still sending,
+    got a reset. A keep-alive request waiting for `100 Continue` is answered and closed."""
+    limited = MANIFEST.replace("[resources]", "[resources]\nmax_body_mb = 1")
+    source = write_function(tmp_path / "mlp", mlp_model, limited)
+    timeouts = Timeouts(header_s=5, body_s=5, idle_s=5, drain_s=1)
+    app = create_app(Runtime.load(build(source, tmp_path / "bundle")), timeouts=timeouts)
+    over = 3 << 20
+    with serving(app, http=protocol_class(timeouts, http)) as url:
+        with rawhttp.connect(url) as sock:
+            sock.sendall(REQUEST.replace(str(len(BODY)).encode(), str(over).encode()))
+            sock.sendall(b" " * over)  # a reset here was the bug
+            status, headers, body = _one_answer(sock)
+            assert status == 413
+            assert "over the limit of 1048576 bytes (Content-Length is 3145728)" in str(body)
+            assert headers.get("connection") != "close"
+            sock.sendall(REQUEST + BODY)  # the same connection
+            assert _one_answer(sock)[0] == 200
+        head = REQUEST.replace(str(len(BODY)).encode(), str(over).encode())
+        with rawhttp.connect(url) as sock:
+            sock.sendall(head.replace(b"\r\n\r\n", b"\r\nexpect: 100-continue\r\n\r\n"))
+            received, waited = read_until_closed(sock)
+        assert (rawhttp.parse(received)[0], waited < 1) == (413, True)
+
+
+def _one_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One response read off a kept-alive connection (by its Content-Length)."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += sock.recv(65536)
+    status, headers, body = rawhttp.parse(received)
+    while len(body) < int(headers["content-length"]):
+        body += sock.recv(65536)
+    return status, headers, body
+
+
 def test_a_client_that_leaves_with_pipelined_requests_unanswered_leaves_no_error(
     tmp_path: Path,
 ) -> None:

@@ -12,6 +12,8 @@ import asyncio
 import json
 import math
 from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
 
 import httpx
 import msgpack
@@ -26,6 +28,7 @@ from edgeserve.datatypes import DATATYPES
 from edgeserve.http import create_app
 from edgeserve.runtime import Runtime
 from tests.models import identity_model, write_function
+from tests.server import running
 from tests.test_v2_codec import SAMPLES
 from tests.threaded_server import serving
 
@@ -146,6 +149,25 @@ def test_errors_surface_with_our_message_and_status(client: triton.InferenceServ
     assert (
         client.infer("identity", inputs).as_numpy("out_INT64").tolist() == SAMPLES["INT64"].tolist()
     )
+
+
+def test_a_request_over_the_body_limit_reads_its_413(tmp_path: Path) -> None:
+    """The client sends its whole body before it reads: against `edgeserve serve` it got
+    `Connection reset by peer`, the server having read the rest of the body as the next
+    request's headers (a 431, closed)."""
+    source = write_function(tmp_path, lambda path: identity_model(path, RUN_BY_ORT), MANIFEST)
+    rows = (64 << 20) // 12 + 1  # FP32 [N, 3]: past the default 64 MiB, more than a socket holds
+    big = triton.InferInput("in_FP32", [rows, 3], "FP32")
+    big.set_data_from_numpy(np.zeros((rows, 3), np.float32))
+    with running(source) as (url, _):
+        client = triton.InferenceServerClient(url.removeprefix("http://"), network_timeout=30)
+        with closing(client):
+            with pytest.raises(InferenceServerException) as error:
+                client.infer("identity", [big])
+            assert error.value.status() == "413"
+            assert "request body: over the limit of 67108864 bytes" in error.value.message()
+            answer = client.infer("identity", every_input(binary=True))  # the client serves on
+            assert answer.as_numpy("out_FP32").tolist() == SAMPLES["FP32"].tolist()
 
 
 def test_model_metadata_config_and_statistics(client: triton.InferenceServerClient) -> None:

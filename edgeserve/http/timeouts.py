@@ -11,7 +11,10 @@
 Headers are also capped in size (MAX_HEADER_BYTES: 431), and bytes uvicorn cannot parse as HTTP
 get a JSON 400 rather than its plain-text one. A client that closes its sending side (FIN) part
 way through a request's headers or body gets a JSON 400 saying so: nothing more of it can come.
-With CORS on, these answers carry the headers the CORS layer adds (cors.py) when the request's
+A request answered before its body is in (a 413 on its Content-Length, a 503 at the door) has
+the rest of its body read and dropped under the body bound, so that a client sending it whole
+before reading (tritonclient) reads the answer and its connection serves on; one waiting for a
+`100 Continue` that never came is closed. With CORS on, these answers carry the headers the CORS layer adds (cors.py) when the request's
 Origin is known and allowed: a browser otherwise shows the page an opaque CORS failure.
 
 uvicorn bounds only the idle time; a connection that sends nothing, or half its headers or half
@@ -100,6 +103,7 @@ class _Bounded:
     _phase: str | None = None  # "header", "body" or None (nothing to wait for)
     _watched: Any = None  # the cycle before the awaited headers, or the one whose body is awaited
     _header_bytes = 0  # bytes of the awaited headers received so far
+    _body_bytes = 0  # bytes received after the awaited body's headers (in reads of their own)
     _header_tail = b""  # their last 3 bytes: a blank line may span two reads
     _header_seen: bytearray | None = None  # their bytes, in several reads, with CORS on
     _reading = b""  # the read being parsed in the header phase (its Origin, for a 400)
@@ -118,17 +122,16 @@ class _Bounded:
             self._reading = data
             super().data_received(without_upgrade(data))  # type: ignore[misc]
             self._reading = b""
-            cycle = self.cycle
-            if cycle is not self._watched:  # the headers are complete
-                if cycle.more_body:
-                    self._watched = cycle
-                    self._arm("body", self.body_timeout_s)
-                else:
-                    self._phase = None
+            if self.cycle is not self._watched:  # the headers are complete
+                self._await_body()
             return
         super().data_received(data)  # type: ignore[misc]
-        if phase == "body" and not self._watched.more_body:
-            self._phase = None
+        if phase == "body":
+            self._body_bytes += len(data)
+            if self.cycle is not self._watched:  # h11: the next request, after an answered one
+                self._await_body()
+            elif not self._watched.more_body:
+                self._phase = None
 
     def _whole_headers_in(self, data: bytes) -> bool:
         """Whether `data` is the first read of the awaited headers and holds all of them within
@@ -152,7 +155,23 @@ class _Bounded:
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
-        if not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self._phase == "body" and self._watched is self.cycle and self.cycle.more_body:
+            # Answered before its body was in (413, 503): uvicorn reads the rest and drops it,
+            # under the body bound; its bytes are no next request's headers (they were counted
+            # so: a 431 and a reset, where the client, still sending, was to read a 413). A body
+            # that waits for `100 Continue`, which never came, never will: closed.
+            nothing_sent = not self._body_bytes and not self.cycle.body
+            if nothing_sent and _expects_continue(self.cycle.scope["headers"]):
+                self.transport.close()
+            return
+        self._await_headers()
+
+    def on_message_complete(self) -> None:
+        """httptools: the end of a request's body; of an answered one, the next headers are due."""
+        super().on_message_complete()  # type: ignore[misc]
+        if self._phase == "body" and self._watched.response_complete:
             self._await_headers()
 
     def eof_received(self) -> bool | None:
@@ -180,6 +199,14 @@ class _Bounded:
         what the parser found wrong: uvicorn calls this while it handles the parser's error,
         and says only "Invalid HTTP request received." itself."""
         self._refuse(InvalidInput(f"not a valid HTTP/1.1 request: {echo(_parser_says(msg))}"))
+
+    def _await_body(self) -> None:
+        """The headers of `self.cycle` are complete: await its body, if it has more."""
+        if self.cycle.more_body:
+            self._watched, self._body_bytes = self.cycle, 0
+            self._arm("body", self.body_timeout_s)
+        else:
+            self._phase = None
 
     def _await_headers(self) -> None:
         self._watched, self._header_bytes, self._header_tail = self.cycle, 0, b""
@@ -244,6 +271,10 @@ class _Bounded:
         blank = seen.find(b"\r\n\r\n")
         found = _ORIGIN_LINE.search(seen, 0, len(seen) if blank < 0 else blank + 2)
         return None if found is None else found[1].decode("latin-1")
+
+
+def _expects_continue(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(name == b"expect" and value.lower() == b"100-continue" for name, value in headers)
 
 
 _ORIGIN_LINE = re.compile(rb"(?i)\r\norigin[ \t]*:[ \t]*([^\r\n]*?)[ \t]*\r\n")
