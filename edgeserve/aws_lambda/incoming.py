@@ -152,8 +152,8 @@ def routed(event: dict[str, Any], kind: str) -> dict[str, Any]:
         http = {**http, "path": _strip(http["path"], prefix)}
         return {**event, "requestContext": {**context, "http": http}}
     path = event["path"]
-    prefix = _base_path(event, path) if kind == "rest" else None
-    prefix = _stage_prefix(context, path) if prefix is None else prefix
+    base = _base_path(event, path) if kind == "rest" else None
+    prefix = _stage_prefix(context, path) if base is None else base
     return {**event, "path": _strip(path, prefix)} if prefix else event
 
 
