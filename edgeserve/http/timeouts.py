@@ -14,8 +14,9 @@ way through a request's headers or body gets a JSON 400 saying so: nothing more 
 A request answered before its body is in (a 413 on its Content-Length, a 503 at the door) has
 the rest of its body read and dropped under the body bound, so that a client sending it whole
 before reading (tritonclient) reads the answer and its connection serves on; one waiting for a
-`100 Continue` that never came is closed. With CORS on, these answers carry the headers the CORS layer adds (cors.py) when the request's
-Origin is known and allowed: a browser otherwise shows the page an opaque CORS failure.
+`100 Continue` that never came is closed. With CORS on, these answers carry the headers the
+CORS layer adds (cors.py) when the request's Origin is known and allowed: a browser otherwise
+shows the page an opaque CORS failure.
 
 uvicorn bounds only the idle time; a connection that sends nothing, or half its headers or half
 its body, would hold a slot for ever. The bounds live in the protocol rather than the app so that
