@@ -22,7 +22,7 @@ from rich.text import Text
 from edgeserve.arguments import TIMEOUTS, parser
 from edgeserve.commandline import parse
 from edgeserve.errors import ConfigError, DeployError, EdgeserveError
-from edgeserve.progress import live_log, progress_display
+from edgeserve.progress import live_log, progress_display, warnings_shown
 
 if TYPE_CHECKING:
     from edgeserve.bench import Level
@@ -34,7 +34,8 @@ err_console = Console(stderr=True)
 def _cmd_init(args: argparse.Namespace) -> int:
     from edgeserve.scaffold import init_function, next_steps, suggested_port
 
-    with live_log(err_console, "init"):  # the batch-axis check runs the model: seconds
+    # the batch-axis check runs the model: seconds; one that cannot run is a warning
+    with live_log(err_console, "init"), warnings_shown(err_console):
         path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
     _say("created", "green", next_steps(path, port=suggested_port()))
     return 0

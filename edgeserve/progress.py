@@ -16,6 +16,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.text import Text
 
 
 def progress_display(console: Console) -> Progress:
@@ -53,10 +54,34 @@ def live_log(console: Console, title: str, logger: str = "edgeserve") -> Iterato
             target.setLevel(level)
 
 
+@contextmanager
+def warnings_shown(console: Console, logger: str = "edgeserve") -> Iterator[None]:
+    """While the block runs, each warning `logger` logs printed at once as a `warning:` line,
+    as the CLI says its own (Python's last-resort handler printed it bare)."""
+    target = logging.getLogger(logger)
+    handler = _WarningHandler(console)
+    target.addHandler(handler)
+    try:
+        yield
+    finally:
+        target.removeHandler(handler)
+
+
+class _WarningHandler(logging.Handler):
+    def __init__(self, console: Console) -> None:
+        super().__init__(logging.WARNING)
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = Text.assemble(("warning:", "yellow"), " ", record.getMessage())
+        self.console.print(line, highlight=False, soft_wrap=True)
+
+
 class _StatusHandler(logging.Handler):
     def __init__(self, show: Callable[[str], None]) -> None:
         super().__init__(logging.INFO)
         self.show = show
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.show(record.getMessage())
+        if record.levelno < logging.WARNING:  # a warning would vanish with the line
+            self.show(record.getMessage())

@@ -26,7 +26,7 @@ from string import Template
 from pydantic import ValidationError
 
 from edgeserve.backends.sessions import dim_names
-from edgeserve.dryrun import not_a_batch_axis, runnable_sample
+from edgeserve.dryrun import NotABatchAxis, SkippedCheck, batch_axis_verdict, runnable_sample
 from edgeserve.errors import ConfigError
 from edgeserve.manifest import DEFAULT_PORT, MANIFEST_NAME, FunctionInfo, ModelSection
 from edgeserve.modelfile import external_data
@@ -106,10 +106,16 @@ def init_function(dest: Path, name: str | None = None, model: Path | None = None
         log.info(
             "running %s on random rows to check that its first axis is a batch axis", adopted.name
         )
-    found = not_a_batch_axis(adopted, signature)
+    checked = batch_axis_verdict(adopted, signature) if signature.batched else None
+    if isinstance(checked, SkippedCheck):  # it was written on in silence; build then refused
+        log.warning(
+            "the batch-axis check did not run: ONNX Runtime %s; batching is written on, "
+            "unchecked. `edgeserve build` says whether a backend serves the model",
+            checked.reason,
+        )
     sample = runnable_sample(adopted, signature)
     named = function_name(dest, name)
-    _write(dest, adopted_files(named, adopted.name, signature, dims, found, sample))
+    _write(dest, adopted_files(named, adopted.name, signature, dims, checked, sample))
     return dest
 
 
@@ -118,14 +124,15 @@ def adopted_files(
     model_file: str,
     signature: Signature,
     dims: DimNames | None = None,
-    not_a_batch: str = "",
+    checked: NotABatchAxis | SkippedCheck | None = None,
     sample: TensorDict | None = None,
 ) -> dict[PurePosixPath, str]:
     """The manifest and sample request for a model of the user's (pure: no writes); `dims`:
     the model's named dims ({tensor: {axis: name}}), which tie an output's length to an
-    input's; `not_a_batch`: what showed that its first axis, dynamic, is no batch axis;
-    `sample`: the request's tensors (`dryrun.runnable_sample`), else random ones."""
-    manifest = adopted_manifest(name, model_file, signature, dims or {}, not_a_batch)
+    input's; `checked`: what the batch-axis check found (dryrun.batch_axis_verdict; None:
+    a batch axis, or none to check); `sample`: the request's tensors
+    (`dryrun.runnable_sample`), else random ones."""
+    manifest = adopted_manifest(name, model_file, signature, dims or {}, checked)
     written = {
         PurePosixPath(MANIFEST_NAME): manifest,
         INVOKE_SAMPLE: json.dumps(sample_request(signature, sample)) + "\n",
@@ -176,7 +183,11 @@ def next_steps(dest: Path, port: int = DEFAULT_PORT) -> str:
 
 
 def adopted_manifest(
-    name: str, model_file: str, signature: Signature, dims: DimNames, not_a_batch: str = ""
+    name: str,
+    model_file: str,
+    signature: Signature,
+    dims: DimNames,
+    checked: NotABatchAxis | SkippedCheck | None = None,
 ) -> str:
     """function.toml for a model: its tensors listed, batching as the model allows."""
     tensors = [*signature.inputs, *signature.outputs]
@@ -203,9 +214,9 @@ def adopted_manifest(
             f"#   output  {_shown(s.name):<{width}}  {s.datatype} {_dims(s)}"
             for s in signature.outputs
         ),
-        *([] if not_a_batch else _padding_hint(signature, dims)),
+        *([] if isinstance(checked, NotABatchAxis) else _padding_hint(signature, dims)),
         "",
-        *_batching_lines(signature, not_a_batch),
+        *_batching_lines(signature, checked),
     ]
     return "\n".join(lines) + "\n"
 
@@ -288,11 +299,13 @@ NAME_COLUMN = 32
 line of it to 300 columns."""
 
 
-def _batching_lines(signature: Signature, not_a_batch: str) -> list[str]:
-    if not_a_batch:
+def _batching_lines(
+    signature: Signature, checked: NotABatchAxis | SkippedCheck | None
+) -> list[str]:
+    if isinstance(checked, NotABatchAxis):
         said = (
             "No batching: every first dim of the model is dynamic, as a batch axis is, but a "
-            f"run of it showed its first axis is not one: {not_a_batch}. Batching needs a "
+            f"run of it showed its first axis is not one: {checked.finding}. Batching needs a "
             "model whose rows are independent (each row answered alone as in a batch), so "
             "every request runs alone."
         )
@@ -302,7 +315,16 @@ def _batching_lines(signature: Signature, not_a_batch: str) -> list[str]:
             f"No batching: the model has no batch axis ({unbatchable(signature)}), so every "
             "request runs alone. Export the model with a dynamic batch axis to batch."
         )
-    return ["[batching]", "max_batch_size = 32", "max_queue_delay_ms = 2.0"]
+    unchecked = (
+        _comment(
+            f"Batching on, unchecked: the batch-axis check did not run (ONNX Runtime "
+            f"{checked.reason}). Where a row's answer depends on its batch mates, set "
+            "max_batch_size = 0."
+        )
+        if isinstance(checked, SkippedCheck)
+        else []
+    )
+    return [*unchecked, "[batching]", "max_batch_size = 32", "max_queue_delay_ms = 2.0"]
 
 
 def _comment(text: str) -> list[str]:

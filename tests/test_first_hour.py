@@ -45,8 +45,9 @@ def test_init_says_what_it_runs_and_onnx_runtime_keeps_quiet(tmp_path: Path) -> 
     """init ran the model for its batch-axis check without a word (seconds for a large model),
     and where the run failed, ONNX Runtime printed its own red line ("[E:onnxruntime:, ...]
     Non-zero status code returned while running Reshape node"): init looked broken. On a
-    terminal it now says what it runs, on one transient line; in a pipe it says nothing; ONNX
-    Runtime's own line never shows."""
+    terminal it now says what it runs, on one transient line, and in a pipe nothing of that;
+    ONNX Runtime's own line never shows. That the check could not run is one warning of
+    edgeserve's own, as build gives it."""
     model = reshaping_model(tmp_path / "reshaping.onnx")  # fails on most random rows
     code, output = in_terminal(edgeserve("init", str(tmp_path / "a"), "--model", str(model)))
     shown = plain(output)
@@ -54,14 +55,17 @@ def test_init_says_what_it_runs_and_onnx_runtime_keeps_quiet(tmp_path: Path) -> 
     assert (
         "init: running reshaping.onnx on random rows to check that its first axis is a batch axis"
     ) in shown
-    assert "onnxruntime" not in shown and "Reshape" not in shown, shown
+    assert "[E:onnxruntime" not in shown, shown
     piped = subprocess.run(
         edgeserve("init", str(tmp_path / "b"), "--model", str(model)),
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+    assert piped.returncode == 0
+    warning = "warning: the batch-axis check did not run: ONNX Runtime failed on 3 random rows"
+    assert piped.stderr.startswith(warning) and piped.stderr.count("\n") == 1, piped.stderr
+    assert "[E:onnxruntime" not in piped.stderr
     assert piped.stdout.startswith(f"created {tmp_path / 'b'}")
 
 

@@ -87,6 +87,24 @@ def test_a_custom_domain_op_is_refused_at_build_saying_what_to_do(
     assert not (tmp_path / "out").exists()
 
 
+def test_init_says_its_batch_axis_check_could_not_run_on_a_model_it_cannot_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """init wrote batching on in silence, as if a run had shown the rows independent, and
+    said only "created"; build then refused the model. It now says the check did not run and
+    why, and function.toml says batching is unchecked."""
+    folder = tmp_path / "fn"
+    assert main(["init", str(folder), "--model", str(custom_op_model(tmp_path / "m.onnx"))]) == 0
+    text = said(capsys)
+    assert "warning: the batch-axis check did not run: ONNX Runtime cannot load the model" in text
+    assert "com.acme:FancyOp(-1) is not a registered function/op" in text
+    assert "batching is written on, unchecked. `edgeserve build` says whether" in text
+    manifest = (folder / "function.toml").read_text()
+    comment = " ".join(line[2:] for line in manifest.splitlines() if line.startswith("# "))
+    assert "Batching on, unchecked: the batch-axis check did not run (ONNX Runtime" in comment
+    assert "[batching]\nmax_batch_size = 32\n" in manifest
+
+
 def softmax_11_model(path: Path) -> Path:
     """x FP32 [N, 2, 3] -> y: opset 11's Softmax at axis 1, which flattens [2, 3] into one
     axis of 6 (opset 13 made it the one axis): OpenVINO 2026.4 computes it over axis 1 alone."""
