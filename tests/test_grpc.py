@@ -390,7 +390,7 @@ def test_more_calls_than_a_connection_holds_open_wait_their_turn(
             request_id=str(at),
         )
     got = [answers.get(timeout=60) for _ in range(count)]
-    assert [error for _, error in got if error is not None] == []
+    assert [str(error) for _, error in got if error is not None] == []
     assert sorted(int(result.get_response().id) for result, _ in got) == list(range(count))
 
 

@@ -63,7 +63,11 @@ class GrpcServer:
                 ("grpc.max_receive_message_length", self.limit),
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 1),
-                ("grpc.max_concurrent_streams", IN_FLIGHT),
+                ("grpc.max_concurrent_streams", IN_FLIGHT),  # calls a connection holds open
+                # ... and no more: with grpc-core's overload protection on, a grpcio client
+                # past IN_FLIGHT calls on one channel had some refused (RST_STREAM 7,
+                # UNAVAILABLE) where it queues them without
+                ("grpc.http.overload_protection", 0),
             ]
         )
         server.add_generic_rpc_handlers((self.service.handler(),))
