@@ -340,6 +340,26 @@ CORPUS: list[Bad] = [
         "axis, which this tensor lacks: one row is [1, 3] (in /invoke JSON, one more level",
     ),
     Bad("wrong datatype", v2_body(datatype="FP64"), 400, "expected [-1, 3] FP32, got [1, 3] FP64"),
+    # a wrong datatype is named before the data is read: it was "expected integers, found
+    # fractions", and the client fixed its data
+    Bad(
+        "INT32 for FP32, fractions",
+        v2_body(datatype="INT32"),
+        400,
+        "tensor `in_FP32`: expected [-1, 3] FP32, got [1, 3] INT32",
+    ),
+    Bad(
+        "BOOL for INT64",
+        v2_body(input="INT64", datatype="BOOL"),
+        400,
+        "tensor `in_INT64`: expected [-1, 3] INT64, got [1, 3] BOOL",
+    ),
+    replace(
+        binary_fp32(12, b"\0" * 12),
+        what="FP16 for FP32, binary of FP32's size",
+        body=binary_fp32(12, b"\0" * 12).body.replace(b'"FP32"', b'"FP16"'),
+        words="tensor `in_FP32`: expected [-1, 3] FP32, got [1, 3] FP16",
+    ),
     Bad("huge shape", v2_body(shape=[10**12, 10**12]), 400, "more elements than a tensor can"),
     Bad(
         "shape past int64 with a zero dim",
@@ -423,7 +443,12 @@ CORPUS: list[Bad] = [
     ),
     Bad("ragged", v2_body(shape=[3, 1], data=[[1], [2, 3], []]), 400, "`data` is ragged"),
     Bad("unknown input", v2_body(name="in_nope"), 400, "unknown ['in_nope']; missing ['in_FP32']"),
-    Bad("given twice", v2_body(name="in_INT64"), 400, "given twice"),
+    Bad(
+        "given twice",
+        v2_body(name="in_INT64", datatype="INT64", data=[1, 2, 3]),
+        400,
+        "given twice",
+    ),
     Bad(
         "unknown output",
         orjson.dumps({**orjson.loads(v2_body()), "outputs": [{"name": "z"}]}),

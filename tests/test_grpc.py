@@ -210,6 +210,8 @@ def refused(url: str, request: service_pb2.ModelInferRequest) -> grpc.RpcError:
         ("extra_raw", INVALID, "raw_input_contents holds 2 tensors, but 1"),
         ("wrong_field", INVALID, "FP32 data travels in contents.fp32"),
         ("out_of_range", INVALID, "value 300 in contents.int_contents"),
+        # named before its data is read (it was "INT32 data travels in contents.int_contents")
+        ("declared_int32", INVALID, "tensor `in_FP32`: expected [-1, 3] FP32, got [1, 3] INT32"),
     ],
 )
 def test_malformed_requests(
@@ -234,6 +236,10 @@ def test_malformed_requests(
         tensor.shape.extend([1, -3])
     elif change == "extra_raw":
         request.raw_input_contents.append(b"")
+    elif change == "declared_int32":
+        del request.raw_input_contents[:]
+        tensor.datatype = "INT32"
+        tensor.contents.fp32_contents.extend([0.5, 1, 2])
     elif change in ("wrong_field", "out_of_range"):
         del request.raw_input_contents[:]
         if change == "out_of_range":

@@ -308,24 +308,39 @@ def _not_text(names: list[object], shown: int = 3) -> str:
     return f"{words}{more}; expected names as strings (msgpack str, not bin)"
 
 
+def check_declared(
+    signature: Signature, name: str, datatype: datatypes.Datatype, shape: tuple[int, ...]
+) -> None:
+    """A tensor's datatype as a request declares it, checked before its data is read: the
+    door refuses any but the model's anyway (`_checked`), but a client that declared INT32 for
+    an FP32 input was told "expected integers, found fractions", and fixed its data."""
+    spec = signature.input(name)
+    if spec is not None and datatype.numpy != datatypes.DATATYPES[spec.datatype].numpy:
+        raise _unfit(spec, shape, datatype.name)
+
+
 def _checked(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
     """The tensor if it fits its spec (BYTES given as str or bytes arrays become objects)."""
     datatype = datatypes.DATATYPES[spec.datatype]
     text = spec.datatype == "BYTES" and array.dtype.kind in "SU"
     fits_dtype = array.dtype == datatype.numpy or text
     if not (fits_dtype and spec.fits(array.shape)):
-        raise InvalidInput(
-            f"tensor `{spec.name}`: expected {spec.shown} {spec.datatype}, "
-            f"got {list(array.shape)} {_datatype_name(array.dtype)}{_batch_hint(spec, array)}"
-        )
+        raise _unfit(spec, array.shape, _datatype_name(array.dtype))
     return array.astype(object) if text else array
 
 
-def _batch_hint(spec: TensorSpec, array: np.ndarray) -> str:
+def _unfit(spec: TensorSpec, shape: tuple[int, ...], datatype: str) -> InvalidInput:
+    return InvalidInput(
+        f"tensor `{spec.name}`: expected {spec.shown} {spec.datatype}, "
+        f"got {list(shape)} {datatype}{_batch_hint(spec, shape)}"
+    )
+
+
+def _batch_hint(spec: TensorSpec, shape: tuple[int, ...]) -> str:
     """A hint where the shape is right but for the batch axis, the mistake of one row sent
     as it is (an image [224, 224, 3] to a model of [-1, 224, 224, 3])."""
-    one_row = (1, *array.shape)
-    if spec.fits(array.shape) or not spec.fits(one_row):
+    one_row = (1, *shape)
+    if spec.fits(shape) or not spec.fits(one_row):
         return ""
     return (
         f". Hint: the first dim is the batch axis, which this tensor lacks: one row is "

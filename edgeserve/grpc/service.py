@@ -187,7 +187,9 @@ class InferenceService:
         plane.check_model(request.model_name, request.model_version or None)
         await function.admit(arrived)
         shared = ClientRegions(self.regions, _peer_host(context), self.limit, GRPC)
-        decoded = await off_loop(raw, tensors.decode_request, request, shared.read)
+        decoded = await off_loop(
+            raw, tensors.decode_request, request, shared.read, function.signature
+        )
         shared.check_outputs(decoded.outputs or ())
         outputs = await plane.infer(decoded, arrived=arrived)
         shared.write_outputs(outputs)

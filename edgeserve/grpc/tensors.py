@@ -22,11 +22,13 @@ import numpy as np
 
 from edgeserve import values
 from edgeserve.dataplane import InferRequest, OutputTensor, RequestedOutput, raw
+from edgeserve.dataplane.checks import check_declared
 from edgeserve.dataplane.regions import ReadSlice, region_tensor
 from edgeserve.dataplane.requests import MAX_TENSORS, classification, shared_memory_slice
 from edgeserve.datatypes import Datatype
 from edgeserve.errors import MISSING, InvalidInput, echo
 from edgeserve.grpc.messages import message
+from edgeserve.types import Signature
 
 CONTENTS = {
     "BOOL": "bool_contents",
@@ -59,8 +61,11 @@ def parameters(entries: Mapping[str, Any], where: str) -> dict[str, Any]:
     return found
 
 
-def decode_request(request: Any, read_slice: ReadSlice) -> InferRequest:
-    """The data plane's request from a ModelInferRequest; InvalidInput if it is malformed."""
+def decode_request(
+    request: Any, read_slice: ReadSlice, signature: Signature | None = None
+) -> InferRequest:
+    """The data plane's request from a ModelInferRequest; InvalidInput if it is malformed (a
+    datatype other than `signature`'s: before the data is read)."""
     if len(request.inputs) > MAX_TENSORS or len(request.outputs) > MAX_TENSORS:
         raise InvalidInput(
             f"request: {len(request.inputs)} inputs, {len(request.outputs)} outputs; expected at "
@@ -72,6 +77,8 @@ def decode_request(request: Any, read_slice: ReadSlice) -> InferRequest:
         where = f"tensor `{echo(entry.name)}`"
         datatype = raw.datatype(where, entry.datatype or MISSING)
         shape = values.to_shape(list(entry.shape), where)
+        if signature is not None:
+            check_declared(signature, entry.name, datatype, shape)
         params = parameters(entry.parameters, f"{where}: `parameters`")
         place = shared_memory_slice(where, params)
         typed = entry.HasField("contents")

@@ -102,6 +102,7 @@ class InferenceRoutes:
                 call.body,
                 call.headers.get(v2.HEADER_LENGTH),
                 shared.read,
+                self.runtime.signature,
             )
         except InvalidInput:
             media = invoke.media_type(call.headers.get("content-type"))

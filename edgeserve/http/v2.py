@@ -22,6 +22,7 @@ import numpy as np
 
 from edgeserve import values
 from edgeserve.dataplane import raw
+from edgeserve.dataplane.checks import check_declared
 from edgeserve.dataplane.regions import ReadSlice, region_tensor
 from edgeserve.dataplane.requests import (
     MAX_TENSORS,
@@ -34,17 +35,21 @@ from edgeserve.dataplane.requests import (
 from edgeserve.datatypes import Datatype
 from edgeserve.errors import MISSING, InvalidInput, echo, echo_json
 from edgeserve.http.framing import JSON_HEADER, json_length, read_json
-from edgeserve.types import TensorDict
+from edgeserve.types import Signature, TensorDict
 
 HEADER_LENGTH = "inference-header-content-length"
 _NONE: frozenset[str] = frozenset()
 
 
 def decode_request(
-    body: bytes, header_length: str | None, read_slice: ReadSlice | None = None
+    body: bytes,
+    header_length: str | None,
+    read_slice: ReadSlice | None = None,
+    signature: Signature | None = None,
 ) -> InferRequest:
     """Parse a v2 request body; `header_length` is the Inference-Header-Content-Length value.
-    Inputs naming a shared-memory region are read through `read_slice` (None: not served)."""
+    Inputs naming a shared-memory region are read through `read_slice` (None: not served); a
+    datatype other than `signature`'s is refused before the data is read."""
     json_end = json_length(body, header_length)
     text = body[:json_end]
     where = "request body" if header_length is None else JSON_HEADER
@@ -56,7 +61,7 @@ def decode_request(
     offset = 0
     for index, entry in enumerate(_inputs(header)):
         entry, name = _named(entry, "inputs", index)
-        array, offset = _decode_input(name, entry, binary, offset, read_slice)
+        array, offset = _decode_input(name, entry, binary, offset, read_slice, signature)
         if name in inputs:
             raise InvalidInput(f"tensor `{echo(name)}`: given twice in `inputs`")
         inputs[name] = array
@@ -156,11 +161,18 @@ def _tensors(value: Any, what: str) -> list[Any]:
 
 
 def _decode_input(
-    name: str, entry: dict[str, Any], binary: memoryview, offset: int, read_slice: ReadSlice | None
+    name: str,
+    entry: dict[str, Any],
+    binary: memoryview,
+    offset: int,
+    read_slice: ReadSlice | None,
+    signature: Signature | None,
 ) -> tuple[np.ndarray, int]:
     where = f"tensor `{echo(name)}`"
     datatype = raw.datatype(where, entry.get("datatype", MISSING))
     shape = values.to_shape(entry.get("shape", MISSING), where)
+    if signature is not None:
+        check_declared(signature, name, datatype, shape)
     parameters = _parameters(entry.get("parameters", {}), f"{where}: `parameters`")
     place = shared_memory_slice(where, parameters)
     if place is not None:
