@@ -278,6 +278,30 @@ def test_the_routes_see_the_path_without_the_gateways_prefix(
     assert ECHO(event, None) == echoed_get(path, rest=rest)
 
 
+def as_head(event: dict[str, Any]) -> dict[str, Any]:
+    """`event` with its method HEAD and no body."""
+    if "rawPath" in event:
+        context = event["requestContext"]
+        http = {**context["http"], "method": "HEAD"}
+        return {**event, "body": None, "requestContext": {**context, "http": http}}
+    return {**event, "httpMethod": "HEAD", "body": None}
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["lambda-urls-request.json", "apigw-request.json", "alb-lambda-target-request.json"],
+)
+def test_a_head_request_is_answered_without_a_body(name: str) -> None:
+    """The answer to a GET, headers and status, with no body: the JSON went along."""
+    answer = ECHO(as_head(fixture(name)), None)
+    assert answer["statusCode"] == 200
+    assert (answer["body"], answer["isBase64Encoded"]) == ("", False)
+    headers = answer.get("headers") or {
+        key: values[-1] for key, values in answer["multiValueHeaders"].items()
+    }
+    assert headers["content-type"] == "application/json"
+
+
 ALB = "alb-lambda-target-request.json"
 ALB_SINGLE = {
     key: value

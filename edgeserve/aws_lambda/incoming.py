@@ -102,9 +102,7 @@ def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
         return f"requestContext must be an object ({_found(event.get('requestContext'))})"
     if kind.startswith("http-") and event.get("version") not in ("1.0", "2.0"):
         return f'version must be "1.0" or "2.0" (got {echo_repr(event.get("version"))})'
-    required: tuple[tuple[str, ...], ...] = {
-        "http-v2": (("requestContext", "http", "method"), ("requestContext", "http", "path")),
-    }.get(kind, (("httpMethod",), ("path",)))
+    required = (_METHOD_AT.get(kind, ("httpMethod",)), _PATH_AT.get(kind, ("path",)))
     for path in required:
         if not isinstance(_lookup(event, path), str):
             return f"{'.'.join(path)} must be a string ({_found(_lookup(event, path))})"
@@ -114,6 +112,11 @@ def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
         or _text_problem(event, ())
         or _server_problem(event)
     )
+
+
+_METHOD_AT = {"http-v2": ("requestContext", "http", "method")}
+_PATH_AT = {"http-v2": ("requestContext", "http", "path")}
+"""Where an event of a kind holds its method and path (else at httpMethod and path)."""
 
 
 def cut_short(event: Mapping[str, Any], kind: str) -> str | None:
@@ -192,12 +195,16 @@ def refusal(status: int, message: str, event: Mapping[str, Any], kind: str) -> d
 
 
 def finished(answer: dict[str, Any], event: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """The answer to an HTTP event as its source takes it back: a 413 in its place where it is
-    past the source's response limit (Lambda failed the invocation, or the ALB dropped the
-    answer: the caller got a 502 with no body), an ALB's status line and CloudFront's shape."""
+    """The answer to an HTTP event as its source takes it back: no body to a HEAD (the
+    metadata's JSON was sent), a 413 in its place where it is past the source's response
+    limit (Lambda failed the invocation, or the ALB dropped the answer: the caller got a 502
+    with no body), an ALB's status line and CloudFront's shape."""
     limit = ALB_RESPONSE_LIMIT_BYTES if kind == "alb" else RESPONSE_LIMIT_BYTES
     if kind == "edge":
         answer, limit = cloudfront.answer(answer), cloudfront.limit_bytes(event)
+    method = None if kind == "edge" else _lookup(event, _METHOD_AT.get(kind, ("httpMethod",)))
+    if method == "HEAD" and answer.get("body"):  # the headers alone, as uvicorn answers HEAD
+        answer = {**answer, "body": "", "isBase64Encoded": False}
     if problem := too_large(answer, limit, f"the answer to an {KINDS[kind]} event"):
         answer = refusal(413, problem, event, kind)
     if kind == "alb":  # the status line's text, as in AWS's examples of ALB answers
