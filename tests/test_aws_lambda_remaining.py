@@ -92,3 +92,24 @@ def test_the_504_carries_the_cors_headers_of_the_functions_answers(
 
     assert answer["statusCode"] == 504
     assert answer["headers"]["access-control-allow-origin"] == "https://app.example"
+
+
+@pytest.mark.parametrize("name", ["lambda-urls-request.json", "apigw-request.json"])
+def test_the_handlers_own_refusals_carry_the_cors_headers_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A body flagged base64 that is not, refused by the handler before the app: its 400
+    carried no CORS header, so a browser showed the page a CORS failure, not the error."""
+    monkeypatch.setenv("EDGESERVE_CORS_ORIGINS", "https://app.example")
+    cors = create_handler(small_bundle(tmp_path, handler=HANDLER).root)
+    allowed = posted(name, {"rows": ROW}, "https://app.example")
+    other = posted(name, {"rows": ROW}, "https://elsewhere.example")
+    for event in (allowed, other):
+        event.update(body="not base64!", isBase64Encoded=True)
+
+    answer = cors(allowed, invocation(5))
+
+    assert answer["statusCode"] == 400
+    assert "not valid base64" in json.loads(answer["body"])["error"]
+    assert answer["headers"]["access-control-allow-origin"] == "https://app.example"
+    assert "access-control-allow-origin" not in cors(other, invocation(5))["headers"]

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from mangum import Mangum
     from mangum.types import ASGI
 
+    from edgeserve.http.cors import Cors
+
 TARGET = "aws-lambda"
 QUIET_LIBRARIES = {"ORT_DISABLE_TELEMETRY": "1"}
 """ONNX Runtime's telemetry writes a device id under ~/.cache, which Lambda mounts read-only:
@@ -79,11 +81,15 @@ def wrap(
 ) -> LambdaHandler:
     """The Lambda handler for an ASGI app: REST v1, HTTP v2, Function URL and ALB events, and
     direct invocations carrying a v2 infer request for `model`; every invocation runs on
-    `loop` (a new one when not given), answered 504 before Lambda's timeout (remaining.py)."""
+    `loop` (a new one when not given), answered 504 before Lambda's timeout (remaining.py).
+    The handler's own refusals carry the app's CORS headers (`app.cors`, where it has one)."""
     from mangum import Mangum
 
     bounded = Bounded(app)  # each request within its invocation's remaining time
-    return LambdaHandler(Mangum(bounded, lifespan="off"), model, loop or asyncio.new_event_loop())
+    mangum = Mangum(bounded, lifespan="off")
+    return LambdaHandler(
+        mangum, model, loop or asyncio.new_event_loop(), getattr(app, "cors", None)
+    )
 
 
 class LambdaHandler:
@@ -95,8 +101,14 @@ class LambdaHandler:
     library) leaves the thread with none, and Mangum then failed every event with "There is
     no current event loop"."""
 
-    def __init__(self, mangum: Mangum, model: str | None, loop: asyncio.AbstractEventLoop) -> None:
-        self.mangum, self.model, self.loop = mangum, model, loop
+    def __init__(
+        self,
+        mangum: Mangum,
+        model: str | None,
+        loop: asyncio.AbstractEventLoop,
+        cors: Cors | None = None,
+    ) -> None:
+        self.mangum, self.model, self.loop, self.cors = mangum, model, loop, cors
         self.lifetime: AsyncExitStack | None = None  # what keeps the runtime serving
 
     def __call__(self, event: object, context: Any) -> dict[str, Any]:
@@ -111,15 +123,15 @@ class LambdaHandler:
                 return direct.direct_answer(response)
             return direct.not_http(event)
         event = events.without_nulls(event, kind)
-        return events.finished(self._http(event, kind, context), event, kind)
+        return events.finished(self._http(event, kind, context), event, kind, self.cors)
 
     def _http(self, event: dict[str, Any], kind: str, context: Any) -> dict[str, Any]:
         where = f"malformed {events.KINDS[kind]} event"
         problem = events.problem_in(event, kind)
         if problem:
-            return events.refusal(400, f"{where}: {problem}", event, kind)
+            return events.refusal(400, f"{where}: {problem}", event, kind, self.cors)
         if cut := events.cut_short(event, kind):
-            return events.refusal(413, cut, event, kind)
+            return events.refusal(413, cut, event, kind, self.cors)
         asyncio.set_event_loop(self.loop)
         try:
             as_sent = events.decoded(events.routed(event, kind), kind)
@@ -132,5 +144,5 @@ class LambdaHandler:
                 if isinstance(exc, KeyError)
                 else f"{type(exc).__name__} {exc}"
             )
-            return events.refusal(400, f"{where}: {found}", event, kind)
+            return events.refusal(400, f"{where}: {found}", event, kind, self.cors)
         return answer

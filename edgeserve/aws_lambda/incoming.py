@@ -17,11 +17,14 @@ import json
 import re
 from collections.abc import Mapping
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeserve.aws_lambda import cloudfront
 from edgeserve.aws_lambda.settings import ALB_RESPONSE_LIMIT_BYTES, RESPONSE_LIMIT_BYTES
 from edgeserve.errors import echo, echo_repr
+
+if TYPE_CHECKING:
+    from edgeserve.http.cors import Cors
 
 KINDS = {
     "alb": "ALB",
@@ -174,13 +177,17 @@ def decoded(event: dict[str, Any], kind: str) -> dict[str, Any]:
     return {**event, **without}
 
 
-def refusal(status: int, message: str, event: Mapping[str, Any], kind: str) -> dict[str, Any]:
+def refusal(
+    status: int, message: str, event: Mapping[str, Any], kind: str, cors: Cors | None = None
+) -> dict[str, Any]:
     """The handler's own error answer, in the shape every HTTP event kind's caller reads: an
     ALB target group with multi-value headers on (its events carry multiValueHeaders) reads
-    the response's multiValueHeaders alone, as Mangum answers it; CloudFront its own shape."""
+    the response's multiValueHeaders alone, as Mangum answers it; CloudFront its own shape.
+    With `cors`, it carries the headers the app's answers carry to the request's Origin (a
+    browser showed the page an opaque CORS failure, not the 400)."""
     if kind == "edge":
         return cloudfront.refusal(status, message)
-    headers = {"content-type": "application/json"}
+    headers = {"content-type": "application/json", **_cors_headers(event, cors)}
     fields = (
         {"multiValueHeaders": {name: [value] for name, value in headers.items()}}
         if kind == "alb" and "multiValueHeaders" in event
@@ -194,7 +201,9 @@ def refusal(status: int, message: str, event: Mapping[str, Any], kind: str) -> d
     }
 
 
-def finished(answer: dict[str, Any], event: Mapping[str, Any], kind: str) -> dict[str, Any]:
+def finished(
+    answer: dict[str, Any], event: Mapping[str, Any], kind: str, cors: Cors | None = None
+) -> dict[str, Any]:
     """The answer to an HTTP event as its source takes it back: no body to a HEAD (the
     metadata's JSON was sent), a 413 in its place where it is past the source's response
     limit (Lambda failed the invocation, or the ALB dropped the answer: the caller got a 502
@@ -206,7 +215,7 @@ def finished(answer: dict[str, Any], event: Mapping[str, Any], kind: str) -> dic
     if method == "HEAD" and answer.get("body"):  # the headers alone, as uvicorn answers HEAD
         answer = {**answer, "body": "", "isBase64Encoded": False}
     if problem := too_large(answer, limit, f"the answer to an {KINDS[kind]} event"):
-        answer = refusal(413, problem, event, kind)
+        answer = refusal(413, problem, event, kind, cors)
     if kind == "alb":  # the status line's text, as in AWS's examples of ALB answers
         answer = {**answer, "statusDescription": _status_line(answer["statusCode"])}
     return answer
@@ -293,6 +302,18 @@ def _server_problem(event: Mapping[str, Any]) -> str | None:
         if name == "x-forwarded-port" and not value.isdigit():
             return f"headers.x-forwarded-port {echo_repr(value)}: expected a port number"
     return None
+
+
+def _cors_headers(event: Mapping[str, Any], cors: Cors | None) -> dict[str, str]:
+    """What `cors` adds to an answer to the event's Origin (none in a malformed event)."""
+    if cors is None:
+        return {}
+    single, multi = event.get("headers", {}), event.get("multiValueHeaders", {})
+    if not (_is_map(single, of_lists=False) and _is_map(multi, of_lists=True)):
+        return {}
+    origin = next((v for k, v in _header_values(event) if k.lower() == "origin"), None)
+    allowed = cors.answer_headers(origin) if isinstance(origin, str) else []
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in allowed}
 
 
 def _header_values(event: Mapping[str, Any]) -> list[tuple[str, str]]:
