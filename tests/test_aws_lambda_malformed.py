@@ -123,7 +123,6 @@ NOT_HTTP = [
     ({"Records": []}, "keys ['Records']"),
     ({"Records": ["x"]}, "keys ['Records']"),
     ({"source": "aws.events", "detail-type": "Scheduled Event"}, "keys ['detail-type', 'source']"),
-    ({"inputs": "not a list"}, "keys ['inputs']"),
 ]
 
 
@@ -222,6 +221,17 @@ def test_a_bad_direct_v2_request_gets_the_v2_error_and_its_status(handler: Lambd
 
     assert answer["status"] == 400
     assert "nope" in answer["error"]
+
+
+def test_direct_inputs_that_are_not_a_list_are_named_as_such(handler: LambdaHandler) -> None:
+    """It was told the function takes "a KServe v2 infer request ({"inputs": [...]})" and
+    that it sent "an event with keys ['inputs']"."""
+    for inputs in ({"name": "x"}, "not a list"):
+        answer = handler({"inputs": inputs}, None)
+
+        assert answer["status"] == 400, answer
+        assert "`inputs`" in answer["error"] and "expected" in answer["error"]
+        assert "an event with keys" not in answer["error"]
 
 
 @pytest.mark.parametrize(
