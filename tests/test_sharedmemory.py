@@ -415,11 +415,15 @@ def test_only_clients_on_this_machine_may_use_shared_memory(
     path = f"{url}/v2/systemsharedmemory/region/{name}/register"
     remote = httpx.post(path, json=body, headers={"X-Forwarded-For": "203.0.113.7"})
     assert remote.status_code == 403
-    assert "203.0.113.7 is not on a loopback address" in remote.json()["error"]
-    status = httpx.get(
-        f"{url}/v2/systemsharedmemory/status", headers={"X-Forwarded-For": "203.0.113.7"}
+    assert remote.json()["error"].startswith(
+        "system shared memory is for clients on this machine; 203.0.113.7 is not on a loopback"
     )
-    assert status.status_code == 403
+    for kind, named in (("system", "system"), ("cuda", "CUDA")):  # each route names its kind
+        status = httpx.get(
+            f"{url}/v2/{kind}sharedmemory/status", headers={"X-Forwarded-For": "203.0.113.7"}
+        )
+        assert status.status_code == 403
+        assert status.json()["error"].startswith(f"{named} shared memory is for clients")
     assert httpx.post(path, json=body).status_code == 200
     tensor = {"name": "in_FP32", "datatype": "FP32", "shape": [1, 3]}
     others = [

@@ -70,15 +70,19 @@ def region_tensor(
     return raw.from_raw(where, datatype, shape, read_slice(where, place))
 
 
-def check_local(host: str, transport: Transport = HTTP) -> None:
-    """Refuse (403) shared memory to a client that is not on a loopback address."""
+def check_local(host: str, transport: Transport = HTTP, kind: str | None = None) -> None:
+    """Refuse (403) shared memory (of `kind`, "system" or "cuda", where the call is about one)
+    to a client that is not on a loopback address."""
     try:
         local = ipaddress.ip_address(host).is_loopback
     except ValueError:
         local = False
     if not local:
+        what = {"system": "system shared memory", "cuda": "CUDA shared memory"}.get(
+            kind or "", "shared memory"
+        )
         raise Forbidden(
-            f"system shared memory is for clients on this machine; {host or 'a client'} is not "
+            f"{what} is for clients on this machine; {host or 'a client'} is not "
             f"on a loopback address. Hint: send the tensors in the request {transport.payload} "
             "instead"
         )

@@ -274,14 +274,14 @@ class InferenceService:
 
     async def system_shm_register(self, request: bytes, context: Context) -> Any:
         region = _parse("SystemSharedMemoryRegisterRequest", request)
-        check_local(_peer_host(context), GRPC)
+        check_local(_peer_host(context), GRPC, "system")
         body = {"key": region.key, "offset": region.offset, "byte_size": region.byte_size}
         self.regions.register("system", region.name, body, GRPC)
         return message("SystemSharedMemoryRegisterResponse")()
 
     async def cuda_shm_register(self, request: bytes, context: Context) -> Any:
         region = _parse("CudaSharedMemoryRegisterRequest", request)
-        check_local(_peer_host(context), GRPC)
+        check_local(_peer_host(context), GRPC, "cuda")
         handle = {"b64": base64.b64encode(region.raw_handle).decode("ascii")}
         body = {"raw_handle": handle, "device_id": region.device_id, "byte_size": region.byte_size}
         self.regions.register("cuda", region.name, body, GRPC)
@@ -292,7 +292,7 @@ class InferenceService:
 
         async def status(request: bytes, context: Context) -> Any:
             name = _parse(f"{prefix}SharedMemoryStatusRequest", request).name
-            check_local(_peer_host(context), GRPC)
+            check_local(_peer_host(context), GRPC, kind)
             found = self.regions.status(kind, name or None)
             regions = {region["name"]: region for region in found}
             return _from_json(f"{prefix}SharedMemoryStatusResponse", {"regions": regions})
@@ -304,7 +304,7 @@ class InferenceService:
 
         async def unregister(request: bytes, context: Context) -> Any:
             name = _parse(f"{prefix}SharedMemoryUnregisterRequest", request).name
-            check_local(_peer_host(context), GRPC)
+            check_local(_peer_host(context), GRPC, kind)
             self.regions.unregister(kind, name or None)
             return message(f"{prefix}SharedMemoryUnregisterResponse")()
 

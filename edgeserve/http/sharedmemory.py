@@ -44,20 +44,19 @@ class SharedMemoryRoutes:
         ]
 
     async def register(self, request: Request) -> Response:
-        _check_caller(request)
+        self._check_caller(request)
         body = await json_object(request, self.limit)
         self.regions.register(self.kind, request.path_params["name"], body)
         return Response()
 
     async def unregister(self, request: Request) -> Response:
-        _check_caller(request)
+        self._check_caller(request)
         self.regions.unregister(self.kind, request.path_params.get("name"))
         return Response()
 
     async def status(self, request: Request) -> Response:
-        _check_caller(request)
+        self._check_caller(request)
         return JSONResponse(self.regions.status(self.kind, request.path_params.get("name")))
 
-
-def _check_caller(request: Request) -> None:
-    check_local(request.client.host if request.client else "")
+    def _check_caller(self, request: Request) -> None:
+        check_local(request.client.host if request.client else "", kind=self.kind)
