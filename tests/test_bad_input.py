@@ -518,6 +518,19 @@ def test_an_image_that_is_neither_a_file_nor_pixels_is_a_400_naming_it(
     assert response.json()["error"].endswith(words)
 
 
+@pytest.mark.parametrize("prefix", [b"", b"data:image/png;base64,"])
+def test_an_image_sent_as_its_base64_text_gets_a_hint(ocr: httpx.Client, prefix: bytes) -> None:
+    """It read only that the bytes "starting b'iVBORw0K' are not an image"."""
+    png = image_bytes(Image.new("L", (40, 20), 255), "PNG")
+    sent = prefix + base64.b64encode(png)
+    response = ocr.post("/invoke", content=sent, headers={"content-type": "image/png"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"].endswith(
+        "Hint: they are the base64 text of a PNG file: send the file's own bytes (curl "
+        '--data-binary @page.png), or the text in JSON as {"image": "..."}'
+    )
+
+
 def test_a_decompression_bomb_names_one_limit_the_handler_s(ocr: httpx.Client) -> None:
     """30000x30000 one-bit pixels compress to a small PNG; Pillow refuses its header with its own
     limit, which must not appear beside the handler's as a second, contradicting one."""

@@ -79,7 +79,7 @@ def _decode(data: bytes, max_pixels: int) -> Image.Image:
     except (OSError, SyntaxError, ValueError) as err:
         raise InvalidInput(
             f"the {len(data)} bytes starting {data[:8]!r} are not an image: "
-            f"expected a PNG, JPEG, BMP, TIFF, WEBP or GIF file"
+            f"expected a PNG, JPEG, BMP, TIFF, WEBP or GIF file{_base64_hint(data)}"
         ) from err
     _check_size(image.width, image.height, max_pixels)
     try:
@@ -87,6 +87,35 @@ def _decode(data: bytes, max_pixels: int) -> Image.Image:
     except (OSError, SyntaxError, ValueError) as err:
         raise InvalidInput(f"the image data is truncated or corrupt: {err}") from err
     return ImageOps.exif_transpose(image)
+
+
+SIGNATURES = {
+    b"\x89PNG": "PNG",
+    b"\xff\xd8\xff": "JPEG",
+    b"GIF8": "GIF",
+    b"BM": "BMP",
+    b"RIFF": "WEBP",
+    b"II*\x00": "TIFF",
+    b"MM\x00*": "TIFF",
+}
+"""How each format's file begins."""
+
+
+def _base64_hint(data: bytes) -> str:
+    """A hint where the bytes are an image file's base64 text (a data URL's too), sent as
+    the file: they read only "not an image", starting b'iVBORw0K' (a PNG's base64)."""
+    text = data[:64].partition(b"base64,")[2] or data[:64]
+    try:
+        head = base64.b64decode(text[: len(text) // 4 * 4], validate=True)
+    except (binascii.Error, ValueError):
+        return ""
+    kind = next((name for sign, name in SIGNATURES.items() if head.startswith(sign)), None)
+    if kind is None:
+        return ""
+    return (
+        f". Hint: they are the base64 text of a {kind} file: send the file's own bytes "
+        '(curl --data-binary @page.png), or the text in JSON as {"image": "..."}'
+    )
 
 
 def _from_pixels(value: Any, max_pixels: int) -> Image.Image:
