@@ -375,13 +375,20 @@ def _target_plan(
     declined = {name: why for name in wanted if (why := BY_NAME[name].declines(signature, model))}
     backends = tuple(name for name in wanted if name in fits and name not in declined)
     if not backends:
-        where = f"{source / MANIFEST_NAME}: field `backend.prefer`"
+        asked = (
+            "the backend override"
+            if backend
+            else f"{source / MANIFEST_NAME}: field `backend.prefer`"
+        )
+        if all(name in fits for name in wanted):  # each runs here, and declines the model
+            reasons = "; ".join(declined.values())
+            raise ConfigError(f"{asked}: {list(wanted)} cannot serve this model: {reasons}")
         why = "".join(f"; {reason}" for reason in declined.values())
         fix = "force one of them" if backend else "add one of them to `prefer`, or leave it out"
         raise ConfigError(
-            f"{'the backend override' if backend else where}: {list(wanted)} has no backend that "
-            f"runs on target {target!r} (platform {kind.platform}: {list(fits)}){why}. Hint: "
-            f"{fix}, or build for a target whose platform runs {list(wanted)}"
+            f"{asked}: {list(wanted)} has no backend that runs on target {target!r} (platform "
+            f"{kind.platform}: {list(fits)}){why}. Hint: {fix}, or build for a target whose "
+            f"platform runs {list(wanted)}"
         )
     requirements = pinned_requirements(kind, backends, manifest)
     not_planned = tuple((name, why) for name, why in declined.items() if name in fits)

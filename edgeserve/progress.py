@@ -59,12 +59,14 @@ def warnings_shown(console: Console, logger: str = "edgeserve") -> Iterator[None
     """While the block runs, each warning `logger` logs printed at once as a `warning:` line,
     as the CLI says its own (Python's last-resort handler printed it bare)."""
     target = logging.getLogger(logger)
-    handler = _WarningHandler(console)
+    handler, level = _WarningHandler(console), target.level
     target.addHandler(handler)
+    target.setLevel(min(target.getEffectiveLevel(), logging.WARNING))
     try:
         yield
     finally:
         target.removeHandler(handler)
+        target.setLevel(level)
 
 
 class _WarningHandler(logging.Handler):

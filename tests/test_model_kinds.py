@@ -105,6 +105,24 @@ def test_init_says_its_batch_axis_check_could_not_run_on_a_model_it_cannot_load(
     assert "[batching]\nmax_batch_size = 32\n" in manifest
 
 
+def test_doctor_says_why_the_next_backend_cannot_serve_it_either(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Doctor's backend row said the next backend has "no backend that runs on target
+    'local' (platform cpu: ['openvino', 'onnxruntime'])", listing it among them, before the
+    real reason."""
+    source = init(tmp_path / "fn", custom_op_model(tmp_path / "m.onnx"))
+    capsys.readouterr()
+    assert main(["doctor", str(source)]) != 0
+    text = said(capsys).replace("│", " ")
+    text = " ".join(text.split())
+    assert (
+        "openvino does not load it either: the backend override: ['openvino'] cannot serve" in text
+    )
+    assert "openvino does not serve ops outside ONNX's default domain (com.acme.FancyOp)" in text
+    assert "has no backend that runs on target" not in text
+
+
 def softmax_11_model(path: Path) -> Path:
     """x FP32 [N, 2, 3] -> y: opset 11's Softmax at axis 1, which flattens [2, 3] into one
     axis of 6 (opset 13 made it the one axis): OpenVINO 2026.4 computes it over axis 1 alone."""
