@@ -17,9 +17,10 @@ from edgeserve.aws_lambda.driver import AwsLambda
 from edgeserve.aws_lambda.image import lambda_image_plan
 from edgeserve.aws_lambda.package import at_most, check_size, package_zip
 from edgeserve.aws_lambda.sam import sam_template
-from edgeserve.aws_lambda.settings import LambdaSettings
+from edgeserve.aws_lambda.settings import LambdaSettings, for_bundle
+from edgeserve.builder import build
 from edgeserve.bundle import Bundle
-from edgeserve.errors import DeployError
+from edgeserve.errors import ConfigError, DeployError
 from edgeserve.profiles import load_target
 from edgeserve.targets import package_targets
 from tests.aws_lambda_support import FUNCTION_TOML, small_bundle, wheelhouse, write_profile
@@ -209,3 +210,50 @@ def test_build_shows_pips_steps_live_on_a_terminal_only(tmp_path: Path, terminal
     assert code == 0, output
     assert "packaged" in output and "fn-aws-lambda.zip" in output
     assert ("packaging: pip: Processing" in output and "tinydep" in output) == terminal
+
+
+def sized_bundle(tmp_path: Path, memory: str) -> Bundle:
+    """A bundle whose function.toml says `memory` under [resources] (nothing: "")."""
+    source = tmp_path / "src"
+    source.mkdir()
+    mlp_model(source / "model.onnx")
+    (source / "function.toml").write_text(
+        FUNCTION_TOML.format(name="tiny") + (f"\n[resources]\n{memory}\n" if memory else "")
+    )
+    return build(source, tmp_path / "bundle", targets=("aws-lambda",))
+
+
+@pytest.mark.parametrize(
+    ("function", "profile", "memory_mb"),
+    [
+        ("memory_mb = 3008", "", 3008),  # the function's own
+        ("memory_mb = 3008", "memory_mb = 1536", 1536),  # the profile's over it
+        ("", "", 2048),  # neither: Lambda's default
+        ("port = 9000", "", 2048),  # [resources] without memory_mb
+    ],
+)
+def test_lambda_memory_is_the_profiles_else_the_functions(
+    tmp_path: Path, function: str, profile: str, memory_mb: int
+) -> None:
+    """`[resources] memory_mb` of function.toml, which `edgeserve help manifest` says Lambda
+    reads, was read by the Kubernetes targets alone: Lambda ran at 2048 MB whatever it said."""
+    bundle = sized_bundle(tmp_path, function)
+    target = load_target(write_profile(tmp_path / "lambda.toml", profile + "\n"))
+
+    settings = for_bundle(target, bundle)
+
+    assert settings.memory_mb == memory_mb
+    assert f"      MemorySize: {memory_mb}" in sam_template("tiny", settings, "tiny.zip")
+
+
+def test_a_functions_memory_past_lambdas_range_is_refused_naming_both_places(
+    tmp_path: Path,
+) -> None:
+    bundle = sized_bundle(tmp_path, "memory_mb = 20000")
+    target = load_target(write_profile(tmp_path / "lambda.toml", "\n"))
+    with pytest.raises(ConfigError) as refused:
+        for_bundle(target, bundle)
+    assert "[resources] memory_mb = 20000: Lambda sizes a function from 128 to 10240 MB" in str(
+        refused.value
+    )
+    assert f"Hint: set memory_mb in the {tmp_path / 'lambda.toml'} [settings]" in str(refused.value)

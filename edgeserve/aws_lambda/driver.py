@@ -26,7 +26,7 @@ from edgeserve.aws_lambda.package import needs_s3, package_image, package_zip, r
 from edgeserve.aws_lambda.preflight import preflight
 from edgeserve.aws_lambda.s3 import upload_to_s3
 from edgeserve.aws_lambda.sam import sam_template
-from edgeserve.aws_lambda.settings import LambdaSettings
+from edgeserve.aws_lambda.settings import LambdaSettings, for_bundle
 from edgeserve.aws_lambda.translate import translated
 from edgeserve.aws_lambda.url import FunctionUrl, found
 from edgeserve.errors import ConfigError, DeployError
@@ -45,7 +45,7 @@ class AwsLambda:
 
     def package(self, bundle: Bundle, profile: TargetProfile, out: Path) -> Path:
         """Zip or image context (by `package_type`), with a SAM template.yaml beside it."""
-        settings = profile.settings_as(LambdaSettings)
+        settings = for_bundle(profile, bundle)
         code = (
             package_zip(bundle, settings, out)
             if settings.package_type == "zip"
@@ -55,7 +55,7 @@ class AwsLambda:
         return code
 
     def deploy(self, bundle: Bundle, profile: TargetProfile) -> DeployResult:
-        settings = profile.settings_as(LambdaSettings)
+        settings = for_bundle(profile, bundle)
         name = settings.name_for(bundle.name)
         own_cors = load_cors(bundle.manifest.cors, settings.environment) is not None
         deployment = Deployment(settings, name, own_cors)  # checks boto3 first

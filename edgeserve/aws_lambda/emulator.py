@@ -58,7 +58,7 @@ from edgeserve.aws_lambda.events import (
     through_gateway,
     to_event,
 )
-from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES, LambdaSettings
+from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES, LambdaSettings, for_bundle
 from edgeserve.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -254,7 +254,7 @@ def serve_lambda_emulator(
             f"--target {target}: a profile for {profile.driver}; --emulate aws-lambda takes an "
             "aws-lambda one (its memory and timeout)"
         )
-    settings = profile.settings_as(LambdaSettings)
+    settings = for_bundle(profile, bundle)
     # a bad origin is refused here, not in each environment's init (every request a 502)
     load_cors(bundle.manifest.cors, {**os.environ, **settings.environment})
     kind = _event_kind(event)

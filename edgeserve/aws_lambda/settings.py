@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
+import tomllib
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from edgeserve.errors import ConfigError
+from edgeserve.manifest import MANIFEST_NAME
 from edgeserve.validation import StrictTable
+
+if TYPE_CHECKING:
+    from edgeserve.bundle import Bundle
+    from edgeserve.profiles import TargetProfile
 
 ZIP_LIMIT_BYTES = 50 * 1024 * 1024
 """Direct-upload zip limit (`ZipFile`), zipped."""
@@ -38,13 +45,19 @@ ENDPOINT_ENV = "EDGESERVE_AWS_ENDPOINT_URL"
 ROLE_ENV = "EDGESERVE_AWS_ROLE_ARN"
 
 
+MEMORY_MB = (128, 10240)
+"""Lambda's range of memory sizes."""
+
+
 class LambdaSettings(StrictTable):
     """One function = one Lambda with its own memory, timeout and concurrency."""
 
     function_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
     region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
     role_arn: str = ""
-    memory_mb: int = Field(default=2048, ge=128, le=10240)
+    memory_mb: int = Field(default=2048, ge=MEMORY_MB[0], le=MEMORY_MB[1])
+    """Where the profile sets none: the function's [resources] memory_mb, if its function.toml
+    sets one (`for_bundle`)."""
     timeout_s: int = Field(default=30, ge=1, le=900)
     ephemeral_storage_mb: int = Field(default=512, ge=512, le=10240)
     architecture: Literal["x86_64", "arm64"] = "x86_64"
@@ -101,3 +114,25 @@ class LambdaSettings(StrictTable):
     @property
     def docker_platform(self) -> str:
         return "linux/amd64" if self.architecture == "x86_64" else "linux/arm64"
+
+
+def for_bundle(profile: TargetProfile, bundle: Bundle) -> LambdaSettings:
+    """The profile's [settings] for `bundle`, the function's own `[resources] memory_mb` where
+    its function.toml sets one and the profile does not (it was read by the Kubernetes targets
+    alone, and Lambda ran at 2048 MB whatever the function said)."""
+    settings = profile.settings_as(LambdaSettings)
+    written = bundle.root / MANIFEST_NAME
+    if "memory_mb" in settings.model_fields_set or not written.is_file():
+        return settings
+    resources = tomllib.loads(written.read_text(encoding="utf-8")).get("resources", {})
+    if "memory_mb" not in resources:
+        return settings
+    memory_mb = bundle.manifest.resources.memory_mb
+    low, high = MEMORY_MB
+    if not low <= memory_mb <= high:
+        raise ConfigError(
+            f"{written}: [resources] memory_mb = {memory_mb}: Lambda sizes a function from "
+            f"{low} to {high} MB. Hint: set memory_mb in the {profile.source} [settings], "
+            "which Lambda reads over the function's"
+        )
+    return settings.model_copy(update={"memory_mb": memory_mb})
