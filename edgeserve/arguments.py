@@ -7,6 +7,7 @@ Only the grammar lives here: cli.py holds what each verb does and hands its func
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Iterator, Mapping
 
 from edgeserve import __version__
@@ -82,6 +83,32 @@ def _seconds(text: str) -> float:
     if not 0 < seconds < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
     return seconds
+
+
+_HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]*:[ \t]*([^\r\n]*)")
+
+
+def _header(text: str) -> tuple[str, str]:
+    """An argparse type for a request header, as curl -H takes it: `NAME: VALUE`."""
+    match = _HEADER.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected 'NAME: VALUE', as 'Authorization: Bearer TOKEN'"
+        )
+    return match[1], match[2]
+
+
+def _header_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-H",
+        "--header",
+        type=_header,
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="send this header with every request, repeatable: 'Authorization: Bearer TOKEN' "
+        "for a function with auth on",
+    )
 
 
 def _at_least(minimum: int, why: str = "") -> Callable[[str], int]:
@@ -239,9 +266,11 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout", type=_seconds, default=60.0, help="seconds to wait for the answer (default 60)"
     )
+    _header_option(p)
 
     p = add("bench", "measure a function's latency and throughput (perf_analyzer-style)")
     p.add_argument("target", help="function source folder, bundle, or server (HOST:PORT, URL)")
+    _header_option(p)
     p.add_argument(
         "--concurrency",
         type=_numbers(int),

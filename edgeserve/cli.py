@@ -130,7 +130,7 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
             f"{shlex.quote(args.payload)}"
         )
     body, content_type = request_body(args.json, args.file)
-    result = invoke(args.url, body, content_type, timeout_s=args.timeout)
+    result = invoke(args.url, body, content_type, timeout_s=args.timeout, headers=args.header)
     show(result, console, whole=args.full)
     return 0
 
@@ -180,6 +180,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             ready_timeout_s=args.ready_timeout,
             on_level=on_level,
             processes=args.processes,
+            headers=args.header,
         )
     out = err_console if args.json == "-" else console
     out.print(render_table(report))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +34,25 @@ def request_body(json_text: str | None, file: str | None) -> tuple[bytes, str]:
     raise ConfigError("invoke needs --json TEXT or --file PATH")
 
 
-def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0) -> Any:
+def invoke(
+    url: str,
+    body: bytes,
+    content_type: str,
+    *,
+    timeout_s: float = 60.0,
+    headers: Sequence[tuple[str, str]] = (),
+) -> Any:
     """POST `body` to URL/invoke and return the decoded JSON answer (or raise with its error).
 
     A URL without a scheme (`127.0.0.1:8080`) is taken as http://. A v2 infer request is
     POSTed to /v2/models/<the served model>/infer (a URL that names the route: there).
+    `headers` go with every request (a function with auth on takes a token so).
     """
     endpoint = _endpoint(url)
+    sent = [*headers, ("Content-Type", content_type)]
     if _is_v2_request(body, content_type) and endpoint.endswith("/invoke"):
         base = endpoint.removesuffix("/invoke")
-        index = _answer(f"{base}/v2/repository/index", b"{}", content_type, timeout_s)
+        index = _answer(f"{base}/v2/repository/index", b"{}", sent, timeout_s)
         names = [model["name"] for model in index if isinstance(model, dict) and "name" in model]
         if len(names) != 1:
             raise EdgeserveError(
@@ -51,16 +61,16 @@ def invoke(url: str, body: bytes, content_type: str, *, timeout_s: float = 60.0)
                 "http://HOST:PORT/v2/models/NAME/infer"
             )
         endpoint = f"{base}/v2/models/{names[0]}/infer"
-    return _answer(endpoint, body, content_type, timeout_s, url)
+    return _answer(endpoint, body, sent, timeout_s, url)
 
 
-def _answer(endpoint: str, body: bytes, content_type: str, timeout_s: float, url: str = "") -> Any:
+def _answer(
+    endpoint: str, body: bytes, headers: list[tuple[str, str]], timeout_s: float, url: str = ""
+) -> Any:
     """The decoded JSON answer of one POST (or raise with its error)."""
     shown = _USERINFO.sub("", endpoint)  # a password in the URL is not repeated in errors
     try:
-        response = httpx.post(
-            endpoint, content=body, headers={"Content-Type": content_type}, timeout=timeout_s
-        )
+        response = httpx.post(endpoint, content=body, headers=headers, timeout=timeout_s)
     except httpx.InvalidURL as exc:
         raise ConfigError(
             f"URL {_USERINFO.sub('', url or endpoint)!r}: {exc}; {EXPECTED}"

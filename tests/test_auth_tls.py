@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import socket
 import ssl
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from cryptography.x509.oid import NameOID
 
 from edgeserve.builder import build
 from edgeserve.bundle import Bundle
+from edgeserve.cli import main
 from tests.models import mlp_model, write_function
 from tests.server import running
 
@@ -106,6 +108,39 @@ def test_tritonclient_passes_the_token_in_its_headers(guarded: str, bundle: Bund
     finally:
         client.close()
     np.testing.assert_allclose(result.as_numpy("y"), reference(bundle), atol=1e-5)
+
+
+def test_edgeserve_invoke_and_bench_send_the_token_given_with_header(
+    guarded: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """They could not reach a function with auth on (no way to send a token), and bench
+    blamed the model name for the 401: "cannot tell which model to load"."""
+    body = [
+        "--json",
+        '{"x": [[0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]]}',
+    ]
+    token = ["-H", f"Authorization: Bearer {TOKEN}"]
+    assert main(["invoke", guarded, *body]) != 0
+    assert "HTTP 401: this function needs credentials" in capsys.readouterr().err
+    assert main(["invoke", guarded, *body, *token]) == 0
+    assert '"y"' in capsys.readouterr().out
+    short = ["--window-s", "0.3", "--max-windows", "3", "--plot", ""]
+    assert main(["bench", guarded, *short]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "POST /v2/repository/index: 401" in said and "needs credentials" in said
+    assert main(["bench", guarded, *short, *token]) == 0
+    assert "mlp" in capsys.readouterr().out
+
+
+def test_bench_of_a_server_not_there_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """It said "cannot tell which model to load; Hint: pass --model NAME" at once."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{taken.getsockname()[1]}"  # bound, not listening
+        assert main(["bench", url, "--ready-timeout", "1", "--plot", ""]) != 0
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"bench: {url} not ready after 1 s (ConnectError" in said
+    assert "Hint: is `edgeserve serve` running there?" in said
 
 
 def test_a_token_file_given_on_the_command_line_and_no_open_paths(

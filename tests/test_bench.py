@@ -221,7 +221,7 @@ def _dead_url() -> str:
         ("http://127.0.0.1:1", {"concurrency": (0,)}, ConfigError, "must be positive"),
         ("http://127.0.0.1:1", {"max_windows": 2}, ConfigError, "max_windows = 2: expected >= 3"),
         ("http://127.0.0.1:1", {"processes": 0}, ConfigError, "processes = 0: expected >= 1"),
-        (None, {"model": "m"}, EdgeserveError, "GET /v2/models/m failed"),
+        (None, {"ready_timeout_s": 0.5}, EdgeserveError, r"not ready after 0.5 s \(ConnectError"),
     ],
 )
 def test_bench_errors(target: str | None, kwargs: dict, error: type, match: str) -> None:

@@ -50,6 +50,7 @@ def bench(
     ready_timeout_s: float = 120.0,
     on_level: Callable[[Level], None] | None = None,
     processes: int = 1,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> BenchReport:
     """Measure `target` at each concurrency, then each request rate (concurrency 1 if neither).
 
@@ -58,6 +59,7 @@ def bench(
     told each level as it starts (the CLI's progress display). A level where every request
     fails ends the sweep early: its `first_failure` says what the server answered.
     `processes`: load-generator processes sharing each level (edgeserve.bench.fleet).
+    `headers` go with every request (a token for a function with auth on).
     """
     if protocol not in ("binary", "json"):
         raise ConfigError(f"--protocol {protocol!r}: expected binary or json")
@@ -66,7 +68,7 @@ def bench(
     levels += [Level("request_rate", r) for r in request_rate]
     if any(level.value <= 0 for level in levels):
         raise ConfigError(f"bench: concurrency and request rate must be positive, got {levels}")
-    plan = _Plan(protocol, inputs, dict(shapes or {}), batch_size, model, processes)
+    plan = _Plan(protocol, inputs, dict(shapes or {}), batch_size, model, processes, dict(headers))
     settings = Settings(window_s, max_windows, seed)
     return _run(
         _bench(
@@ -116,6 +118,7 @@ class _Plan:
     batch_size: int
     model: str | None
     processes: int
+    headers: dict[str, str]
 
     @property
     def binary(self) -> bool:
@@ -156,8 +159,8 @@ async def _bench(
     ready_timeout_s: float,
     on_level: Callable[[Level], None] | None,
 ) -> BenchReport:
-    with serving(target, ready_timeout_s) as endpoint:
-        control = Control(endpoint)
+    with serving(target, ready_timeout_s, plan.headers) as endpoint:
+        control = Control(endpoint, plan.headers)
         try:
             name = await control.model_name(plan.model)
             model = ModelInputs.from_server(
@@ -166,7 +169,10 @@ async def _bench(
             source, bodies = plan.bodies(model, endpoint)
             host = f"{endpoint.host}:{endpoint.port}"
             requests = [
-                Request(encode_request(host, b.path, b.headers, b.body), b.items) for b in bodies
+                Request(
+                    encode_request(host, b.path, {**plan.headers, **b.headers}, b.body), b.items
+                )
+                for b in bodies
             ]
             load = Target(endpoint.host, endpoint.port, requests)
             fleet = None

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,15 +57,17 @@ def is_url(target: str) -> bool:
 
 
 @contextlib.contextmanager
-def serving(target: str, ready_timeout_s: float) -> Iterator[Endpoint]:
-    """The endpoint of `target`; a path is served until the block ends."""
-    if is_url(target):
-        yield _parse_url(target)
+def serving(
+    target: str, ready_timeout_s: float, headers: Mapping[str, str] | None = None
+) -> Iterator[Endpoint]:
+    """The endpoint of `target`, ready; a path is served until the block ends, a server
+    (URL, HOST:PORT) waited for (`ready_timeout_s`) with `headers` on its requests."""
+    if is_url(target) or not Path(target).exists():
+        remote = _parse_url(target if is_url(target) else f"http://{_server_address(target)}")
+        _wait_for_server(remote, ready_timeout_s, headers or {})
+        yield remote
         return
     root = Path(target)
-    if not root.exists():
-        yield _parse_url(f"http://{_server_address(target)}")
-        return
     port = _free_port()
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
@@ -137,6 +139,28 @@ def _wait_ready(
     raise EdgeserveError(f"`edgeserve serve` not ready after {limit:.0f} s; {hint}\n{_tail(log)}")
 
 
+def _wait_for_server(endpoint: Endpoint, limit: float, headers: Mapping[str, str]) -> None:
+    """Poll a running server's readiness until 200 or `limit` seconds: one that could not be
+    reached was reported as a model bench could not name ("Hint: pass --model NAME")."""
+    deadline, said = time.monotonic() + limit, ""
+    with httpx.Client(base_url=endpoint.url, timeout=1.0, headers=headers) as client:
+        while True:
+            try:
+                answer = client.get("/v2/health/ready")
+            except httpx.HTTPError as exc:
+                said = f"{type(exc).__name__}: {exc}. Hint: is `edgeserve serve` running there?"
+            else:
+                if answer.status_code == 200:
+                    return
+                said = f"GET /v2/health/ready: {answer.status_code} {answer.text[:300]}"
+            if time.monotonic() >= deadline:
+                raise EdgeserveError(
+                    f"bench: {endpoint.url} not ready after {limit:g} s ({said}); raise "
+                    "--ready-timeout to wait longer"
+                )
+            time.sleep(READY_POLL_S)
+
+
 def _tail(log: Any) -> str:
     log.seek(0)
     return str(log.read())[-LOG_TAIL_CHARS:]
@@ -155,8 +179,8 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 class Control:
     """The control-plane calls a bench makes: model name, metadata, config, stats."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
-        self._client = httpx.AsyncClient(base_url=endpoint.url, timeout=10.0)
+    def __init__(self, endpoint: Endpoint, headers: Mapping[str, str] | None = None) -> None:
+        self._client = httpx.AsyncClient(base_url=endpoint.url, timeout=10.0, headers=headers)
         self._root = endpoint.root
 
     async def close(self) -> None:
@@ -168,8 +192,12 @@ class Control:
             return explicit
         if self._root is not None and (self._root / MANIFEST_NAME).exists():
             return load_manifest(self._root).function.name
-        with contextlib.suppress(EdgeserveError, KeyError, IndexError, TypeError):
-            return str((await self._json("POST", "/v2/repository/index"))[0]["name"])
+        try:
+            index = await self._json("POST", "/v2/repository/index")
+        except EdgeserveError as exc:  # a 401 was "cannot tell which model"
+            raise ConfigError(f"{exc.message}. Hint: pass --model NAME") from None
+        with contextlib.suppress(KeyError, IndexError, TypeError):
+            return str(index[0]["name"])
         raise ConfigError("bench: cannot tell which model to load; Hint: pass --model NAME")
 
     async def metadata(self, model: str) -> dict[str, Any]:
