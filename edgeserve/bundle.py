@@ -285,7 +285,22 @@ def _not_a_bundle(path: Path) -> str:
         return f"{path}: no such file or folder; {expected}"
     if path.suffix.lower() == ".onnx":  # the newcomer's first try: serve the model itself
         return f"{path} is an ONNX model, not a function; {expected}. {model_hint(path, 'serve')}"
-    return f"{path} is not a bundle: no {BUNDLE_FILE}; {expected}, or a bundle's .tar.gz"
+    said = f"{path} is not a bundle: no {BUNDLE_FILE}; {expected}, or a bundle's .tar.gz"
+    if not path.is_dir():
+        return said
+    models = sorted(path.glob("*.onnx"))
+    if models:  # a folder of a model, not yet a function: what build says of it
+        does = f"writes one for {models[0].name}" if len(models) == 1 else "makes one"
+        return f"{path}: no {MANIFEST_NAME} here. Hint: `edgeserve init {path}` {does}"
+    inside = sorted(sub.name for sub in path.iterdir() if (sub / MANIFEST_NAME).is_file())
+    if inside:  # the parent of several functions: each serves on its own
+        shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
+        first = path / inside[0]
+        return (
+            f"{said}. It holds functions ({shown}): each serves on its own, as "
+            f"`edgeserve serve {first}`"
+        )
+    return said
 
 
 def model_hint(path: Path, verb: str) -> str:

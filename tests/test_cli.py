@@ -450,6 +450,28 @@ def test_serving_a_model_file_or_a_missing_folder_says_what_serve_takes(
     assert "clasifier: no such file or folder; expected a function folder (holding" in said
 
 
+def test_serving_a_folder_of_a_model_or_of_functions_says_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder holding only a model, or several functions, read "is not a bundle: no
+    edgeserve.json", where build says how to make the function."""
+    mlp_model((tmp_path / "only").mkdir() or tmp_path / "only" / "classifier.onnx")
+    for name in ("b", "a"):
+        write_function(tmp_path / "functions" / name, mlp_model, MANIFEST)
+    assert main(["serve", str(tmp_path / "only"), "--port", "0"]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"{tmp_path / 'only'}: no function.toml here. Hint: `edgeserve init {tmp_path / 'only'}` "
+        "writes one for classifier.onnx"
+    ) in said
+    assert main(["serve", str(tmp_path / "functions"), "--port", "0"]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"It holds functions (a, b): each serves on its own, as `edgeserve serve "
+        f"{tmp_path / 'functions' / 'a'}`"
+    ) in said
+
+
 def test_building_a_model_file_says_what_build_takes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
