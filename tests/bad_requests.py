@@ -444,6 +444,19 @@ CORPUS: list[Bad] = [
     Bad("ragged", v2_body(shape=[3, 1], data=[[1], [2, 3], []]), 400, "`data` is ragged"),
     Bad("unknown input", v2_body(name="in_nope"), 400, "unknown ['in_nope']; missing ['in_FP32']"),
     Bad(
+        "misspelt input",
+        v2_body(name="in_FP23"),
+        400,
+        "unknown ['in_FP23']; missing ['in_FP32']; did you mean `in_FP32` for `in_FP23`?",
+    ),
+    Bad(
+        "misspelt output",
+        orjson.dumps({**orjson.loads(v2_body()), "outputs": [{"name": "out_FP23"}]}),
+        400,
+        "the model has no such output; its outputs are ['out_BOOL', 'out_BYTES', 'out_FP16', "
+        "'out_FP32', 'out_INT64', 'out_INT8', 'out_UINT8']; did you mean `out_FP32`?",
+    ),
+    Bad(
         "given twice",
         v2_body(name="in_INT64", datatype="INT64", data=[1, 2, 3]),
         400,

@@ -10,6 +10,7 @@ which is within the profile), so the batcher and the backends trust their inputs
 
 from __future__ import annotations
 
+import difflib
 import heapq
 import operator
 import sys
@@ -288,7 +289,19 @@ def check_names(signature: Signature, names: Iterable[object]) -> None:
             + (f"; unknown {_first(unknown)}" if unknown else "")
             + (f"; missing {_first(missing)}" if missing else "")
             + (f"; keys that are not strings: {_not_text(not_text)}" if not_text else "")
+            + _meant(unknown, [*missing, *(optional - given)])
         )
+
+
+def _meant(unknown: list[str], names: list[str], shown: int = 3) -> str:
+    """`; did you mean `input_ids` for `input_id`?` for unknown names close to one the model
+    has and the request lacks (the first `shown` unknown ones: a request may send thousands)."""
+    near = [
+        f"`{close[0]}` for `{echo(name)}`"
+        for name in heapq.nsmallest(shown, unknown)
+        if (close := difflib.get_close_matches(name, names, n=1, cutoff=0.6))
+    ]
+    return f"; did you mean {', '.join(near)}?" if near else ""
 
 
 def _first(names: list[str], shown: int = 10) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from edgeserve.datatypes import DATATYPES, from_numpy
-from edgeserve.errors import InvalidInput, echo, echo_json
+from edgeserve.errors import InvalidInput, did_you_mean, echo, echo_json
 from edgeserve.sharedmemory import Slice
 from edgeserve.types import Signature, TensorDict
 
@@ -153,7 +153,7 @@ def check_outputs(request: InferRequest, signature: Signature) -> None:
         if spec is None:
             raise InvalidInput(
                 f"output `{echo(output.name)}`: the model has no such output; "
-                f"its outputs are {sorted(specs)}"
+                f"its outputs are {sorted(specs)}{did_you_mean(output.name, specs)}"
             )
         if output.classes is not None:
             _check_classification(output, spec.datatype)
