@@ -107,6 +107,18 @@ def init_function(dest: Path, name: str | None = None, model: Path | None = None
             "running %s on random rows to check that its first axis is a batch axis", adopted.name
         )
     checked = batch_axis_verdict(adopted, signature) if signature.batched else None
+    if not signature.batched:  # said as a comment in function.toml alone, where few look
+        tensors = (*signature.inputs, *signature.outputs)
+        axes = ", ".join(f"{spec.name!r}: {{0: 'batch'}}" for spec in tensors)
+        log.warning(
+            "batching off: no batch axis (%s), so every request runs alone. Hint: export the "
+            "model with a dynamic batch axis to batch (PyTorch: torch.onnx.export(..., "
+            "dynamic_axes={%s}))",
+            unbatchable(signature),
+            axes,
+        )
+    elif isinstance(checked, NotABatchAxis):
+        log.warning("batching off: a run showed %s", checked.finding)
     if isinstance(checked, SkippedCheck):  # it was written on in silence; build then refused
         log.warning(
             "the batch-axis check did not run: ONNX Runtime %s; batching is written on, "

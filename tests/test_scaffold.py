@@ -327,9 +327,12 @@ def test_the_padding_hint_has_an_output_of_the_same_named_length_follow_the_inpu
     assert outputs == {"hidden": (1, "input_ids"), "pooled": (None, None)}
 
 
-def test_init_names_the_output_that_turns_batching_off(tmp_path: Path) -> None:
+def test_init_names_the_output_that_turns_batching_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A batched input and a rank-0 output: the manifest said "No batching: the model's first
-    dims are fixed ()", naming nothing (only inputs were listed)."""
+    dims are fixed ()", naming nothing (only inputs were listed). init says it too, with the
+    export that batches (it was a comment in function.toml alone)."""
     dest = tmp_path / "fn"
     assert main(["init", str(dest), "--model", str(total_model(tmp_path / "total.onnx"))]) == 0
     manifest = " ".join((dest / "function.toml").read_text().split())
@@ -338,6 +341,12 @@ def test_init_names_the_output_that_turns_batching_off(tmp_path: Path) -> None:
         in manifest
     )
     assert "[batching]" not in manifest
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.startswith(
+        "warning: batching off: no batch axis (total []: no dynamic first dim), so every request "
+        "runs alone. Hint: export the model with a dynamic batch axis to batch (PyTorch: "
+        "torch.onnx.export(..., dynamic_axes={"
+    )
 
 
 NOT_A_BATCH = {
