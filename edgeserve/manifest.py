@@ -27,10 +27,27 @@ BACKEND_NAMES: tuple[BackendName, ...] = get_args(BackendName)
 _VERSION = re.compile(r"v?(?P<major>\d{1,9})(\.\d+){0,2}([-+][0-9A-Za-z.+-]+)?")
 
 
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+
+
 class FunctionInfo(StrictTable):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    name: str
     version: str = "1"
     description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_label(cls, name: str) -> str:
+        """A name routes, images and Kubernetes objects can carry; a wrong one is told the
+        nearest that fits (it read pydantic's "String should match pattern '^[a-z0-9]...'")."""
+        if _NAME.fullmatch(name):
+            return name
+        fitted = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:63]
+        hint = f'. Hint: name = "{fitted}"' if _NAME.fullmatch(fitted) else ""
+        raise ValueError(
+            "expected lowercase letters, digits, '-' or '_', starting with a letter or digit, "
+            f"at most 63 characters{hint}"
+        )
 
     @field_validator("version")
     @classmethod

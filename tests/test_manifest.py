@@ -58,6 +58,22 @@ def test_a_field_of_several_types_gets_one_line_naming_them() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [("Two Model", 'Hint: name = "two-model"'), ("ocr.v2", 'Hint: name = "ocr-v2"'), ("…", "")],
+)
+def test_a_function_name_that_does_not_fit_is_told_the_nearest_that_does(
+    name: str, hint: str
+) -> None:
+    """It read pydantic's "String should match pattern '^[a-z0-9][a-z0-9_-]{0,62}$'"."""
+    with pytest.raises(ConfigError) as error:
+        parse_manifest({"function": {"name": name}}, "f.toml")
+    assert error.value.message.startswith(
+        "f.toml: field `function.name`: expected lowercase letters, digits, '-' or '_', starting "
+        f"with a letter or digit, at most 63 characters{'. ' + hint if hint else ''} (found"
+    )
+
+
 def test_an_open_path_is_a_path_as_requested() -> None:
     with pytest.raises(ConfigError) as error:
         parse_manifest({"function": {"name": "f"}, "auth": {"open_paths": ["metrics"]}}, "f.toml")
