@@ -88,4 +88,30 @@ def load_proto(model_path: Path) -> onnx.ModelProto:
     except FileNotFoundError:
         raise ConfigError(f"{model_path}: model file not found ([model] path)") from None
     except Exception as exc:  # onnx raises DecodeError, ValueError, ...: all mean "not ONNX"
-        raise ConfigError(f"{model_path}: not a readable ONNX model: {exc}") from None
+        raise ConfigError(
+            f"{model_path}: not a readable ONNX model: {exc}{_other_format(model_path)}"
+        ) from None
+
+
+_FORMATS = (  # where a file of another framework says what it is, what it is, how to export
+    (0, b"PK\x03\x04", "a zip file (as torch.save writes a PyTorch checkpoint)",
+     "torch.onnx.export(model, example_inputs, 'model.onnx')"),
+    (0, b"\x80", "a Python pickle (an older PyTorch checkpoint, or a scikit-learn model)",
+     "torch.onnx.export, or skl2onnx for scikit-learn"),
+    (0, b"\x89HDF", "an HDF5 file (a Keras model)", "tf2onnx.convert.from_keras"),
+    (4, b"TFL3", "a TensorFlow Lite model", "tf2onnx with --tflite"),
+)  # fmt: skip
+
+
+def _other_format(path: Path) -> str:
+    """What a file that is not ONNX is, from its first bytes, and how to export it ("": not
+    known): a PyTorch checkpoint read only "Wire format was corrupt"."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(8)
+    except OSError:
+        return ""
+    for at, signature, what, how in _FORMATS:
+        if head[at:].startswith(signature):
+            return f". It is {what}: export the model to ONNX first ({how})"
+    return ""

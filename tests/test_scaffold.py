@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 import re
 import shutil
 import subprocess
@@ -478,6 +479,31 @@ def test_init_says_a_file_that_is_not_onnx_is_not_a_model(
     error = " ".join(capsys.readouterr().err.split())
     assert error.startswith(f"error: {home / 'bad.onnx'}: not a readable ONNX model: "), error
     assert not (dest / "function.toml").exists()
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("zip", "It is a zip file (as torch.save writes a PyTorch checkpoint): export the model "
+         "to ONNX first (torch.onnx.export(model, example_inputs, 'model.onnx'))"),
+        ("pickle", "It is a Python pickle (an older PyTorch checkpoint, or a scikit-learn model): "
+         "export the model to ONNX first (torch.onnx.export, or skl2onnx for scikit-learn)"),
+    ],
+)  # fmt: skip
+def test_init_says_what_a_checkpoint_of_another_framework_is_and_how_to_export_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, said: str
+) -> None:
+    """A newcomer's weights.pt read only "Wire format was corrupt"."""
+    weights = tmp_path / "weights.pt"
+    if kind == "zip":  # torch.save's format since PyTorch 1.6
+        with zipfile.ZipFile(weights, "w") as archive:
+            archive.writestr("archive/data.pkl", pickle.dumps({"w": [0.0] * 4}))
+    else:
+        weights.write_bytes(pickle.dumps({"w": [0.0] * 4}, protocol=2))
+    assert main(["init", str(tmp_path / "fn"), "--model", str(weights)]) == 2
+    error = " ".join(capsys.readouterr().err.split())
+    assert error.startswith(f"error: {weights}: not a readable ONNX model: "), error
+    assert error.endswith(said), error
 
 
 def test_init_samples_keep_ids_in_their_tables_and_masks_at_one(tmp_path: Path) -> None:
