@@ -100,9 +100,9 @@ def _invoke_operation(
     example = _json_sample(samples)
     if manifest.handler.module is None:
         schema = {"$ref": "#/components/schemas/InvokeRequest"}
-        content["application/json"] = {"schema": schema, "example": sample_request(signature)}
+        content["application/json"] = _example({"schema": schema}, sample_request(signature))
     elif example is not None:
-        content["application/json"] = {"schema": {}, "example": example}
+        content["application/json"] = _example({"schema": {}}, example)
     if _has_images(samples):
         binary = {"schema": {"type": "string", "format": "binary"}}
         content |= dict.fromkeys(sorted(set(IMAGE_TYPES.values())), binary)
@@ -139,10 +139,9 @@ def _infer_operation(name: str, signature: Signature) -> dict[str, Any]:
         "requestBody": {
             "required": True,
             "content": {
-                "application/json": {
-                    "schema": {"$ref": "#/components/schemas/InferRequest"},
-                    "example": example,
-                }
+                "application/json": _example(
+                    {"schema": {"$ref": "#/components/schemas/InferRequest"}}, example
+                )
             },
         },
         "responses": _responses(ok),
@@ -239,6 +238,18 @@ def _nested(spec: TensorSpec) -> dict[str, Any]:
 
 def _json_type(spec: TensorSpec) -> str:
     return JSON_TYPES.get(spec.datatype, "integer")
+
+
+EXAMPLE_BYTES = 64 * 1024
+"""The largest example the document carries: an image model's /invoke and v2 examples (150,528
+numbers each) made it 1.5 MB, which every /docs page fetched; past it, the schema alone."""
+
+
+def _example(media: dict[str, Any], example: Any) -> dict[str, Any]:
+    """`media` with `example`, where it is small enough to carry."""
+    if len(orjson.dumps(example, option=orjson.OPT_SERIALIZE_NUMPY)) > EXAMPLE_BYTES:
+        return media
+    return {**media, "example": example}
 
 
 def _json_sample(samples: Path | None) -> Any:
