@@ -30,10 +30,13 @@ class Replaced:
     targets: tuple[str, ...] = ()
     now: tuple[str, ...] = ()
     backends: tuple[str, ...] = ()  # the new plan's
+    new_hash: str = ""
 
     def describe(self) -> str:
         which = f" (hash {self.content_hash[:12]})" if self.content_hash else ""
         said = f"replaced the earlier build in {self.out}{which}"
+        if self.content_hash and self.content_hash == self.new_hash:
+            said = f"rebuilt {self.out}: the same bundle as before (hash {self.new_hash[:12]})"
         if not self.targets or set(self.targets) == set(self.now):
             return said
         return (

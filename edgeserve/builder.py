@@ -219,7 +219,9 @@ def build(
         report=report,
     )
     if earlier is not None:
-        report(Replaced(out, *earlier, bundle.targets, bundle.planned_backends()))
+        report(
+            Replaced(out, *earlier, bundle.targets, bundle.planned_backends(), bundle.content_hash)
+        )
     return bundle
 
 

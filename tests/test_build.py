@@ -441,6 +441,9 @@ def test_building_over_an_earlier_build_says_it_replaced_it(
     assert "replaced" not in first
     assert f"replaced the earlier build in {out} (hash {earlier[:12]})\n" in second
     assert Bundle.open(out).content_hash != earlier
+    assert main(["build", str(source), "--out", str(out)]) == 0  # nothing changed since
+    same, third = Bundle.open(out).content_hash, capfd.readouterr().out
+    assert f"rebuilt {out}: the same bundle as before (hash {same[:12]})\n" in third
 
 
 def test_each_archive_holds_only_what_its_target_needs(source: Path, tmp_path: Path) -> None:
