@@ -204,6 +204,11 @@ def test_a_saturated_load_process_is_named_as_the_limit(url: str) -> None:
     calm = dataclasses.replace(report, results=(dataclasses.replace(busy, client_cpu=0.5),))
     assert not any("load process" in note for note in calm.warnings)
     assert saturated.to_json()["levels"][0]["client_cpu"] == 0.97
+    shaky = dataclasses.replace(report.results[0], stable=False, windows=3)
+    assert dataclasses.replace(report, results=(shaky,)).warnings[0] == (
+        "c=1: unstable after 3 windows (figures of the last 3, whose throughput or mean latency "
+        "differ by more than 10%). Hint: raise --max-windows, or --window-s on a noisy machine"
+    )
 
 
 def _dead_url() -> str:

@@ -74,6 +74,29 @@ def test_synthesize_default_dynamic_dim_and_unbatched_model() -> None:
     assert tensors["x"].dtype == np.float16
 
 
+def test_an_input_declared_as_one_given_a_shape_is_sized_alike() -> None:
+    """`--shape input_ids:64` alone sent 16-token attention masks: every request failed on
+    the model's tied `seq` dim. An input given its own --shape keeps it."""
+    bert = ModelInputs.from_server(
+        {
+            "name": "bert",
+            "inputs": [
+                {"name": name, "datatype": "INT64", "shape": [-1, -1]}
+                for name in ("input_ids", "attention_mask", "token_type_ids")
+            ]
+            + [{"name": "pixels", "datatype": "FP32", "shape": [-1, 3, -1]}],
+        },
+        {"max_batch_size": 8},
+    )
+    tensors = synthesize(bert, {"input_ids": (64,), "token_type_ids": (8,)}, batch_size=2)
+    assert {name: array.shape for name, array in tensors.items()} == {
+        "input_ids": (2, 64),
+        "attention_mask": (2, 64),  # as input_ids: both [-1, -1]
+        "token_type_ids": (2, 8),  # its own
+        "pixels": (2, 3, 16),  # another shape: the default
+    }
+
+
 def test_synthesize_is_seeded() -> None:
     first, again = synthesize(MODEL, {}, 2, seed=3), synthesize(MODEL, {}, 2, seed=3)
     assert all(np.array_equal(first[k], again[k]) for k in first)

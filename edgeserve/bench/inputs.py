@@ -91,7 +91,10 @@ def parse_shapes(values: Sequence[str]) -> dict[str, tuple[int, ...]]:
 def synthesize(
     model: ModelInputs, shapes: Mapping[str, tuple[int, ...]], batch_size: int, seed: int = 0
 ) -> TensorDict:
-    """Random tensors of each input's datatype and shape (dynamic dims resolved)."""
+    """Random tensors of each input's datatype and shape (dynamic dims resolved). An input not
+    in `shapes` whose declared shape is one that is (a BERT's attention_mask beside its
+    input_ids: [-1, -1] both) is sized alike: `--shape input_ids:64` alone sent 16-token masks,
+    and every request failed on the model's tied `seq` dim."""
     names = [name for name, _, _ in model.inputs]
     for unknown in sorted(set(shapes) - set(names)):  # silently ignored, it sized nothing
         raise ConfigError(
@@ -100,9 +103,15 @@ def synthesize(
         )
     rng = np.random.default_rng(seed)
     tensors = {}
+    alike: dict[tuple[int, ...], tuple[int, ...]] = {}  # a declared shape: the first size given
+    for name, _, shape in model.inputs:
+        if name in shapes:
+            alike.setdefault(shape, shapes[name])
     for name, datatype, shape in model.inputs:
         dims = shape[1:] if model.batched else shape
-        if name in shapes:
+        if name not in shapes and shape in alike and len(alike[shape]) == len(dims):
+            dims = alike[shape]
+        elif name in shapes:
             if len(shapes[name]) != len(dims):
                 raise ConfigError(
                     f"--shape {name}: expected {len(dims)} dims (batch dim excluded) "

@@ -11,7 +11,14 @@ from rich import box
 from rich.table import Table
 
 from edgeserve.bench.fleet import SATURATED
-from edgeserve.bench.measure import LATE_WARN_FRACTION, PERCENTILES, SERVER_PHASES, ServerSummary
+from edgeserve.bench.measure import (
+    LATE_WARN_FRACTION,
+    PERCENTILES,
+    SERVER_PHASES,
+    STABILITY_TOLERANCE,
+    STABILITY_WINDOWS,
+    ServerSummary,
+)
 from edgeserve.bench.sweep import LevelResult
 from edgeserve.errors import ConfigError
 
@@ -42,7 +49,10 @@ class BenchReport:
             label = result.level.label
             if not result.stable and not result.all_failed:  # failures are said apart
                 notes.append(
-                    f"{label}: unstable after {result.windows} windows (figures of the last 3)"
+                    f"{label}: unstable after {result.windows} windows (figures of the last "
+                    f"{STABILITY_WINDOWS}, whose throughput or mean latency differ by more than "
+                    f"{STABILITY_TOLERANCE:.0%}). Hint: raise --max-windows, or --window-s on a "
+                    "noisy machine"
                 )
             if result.client.late_fraction > LATE_WARN_FRACTION:
                 notes.append(
