@@ -22,6 +22,10 @@ def request_body(json_text: str | None, file: str | None) -> tuple[bytes, str]:
     """The body and its media type, from `--json TEXT` or `--file PATH` (PNG/JPEG/JSON by
     extension, else raw bytes)."""
     if json_text is not None:
+        try:
+            json.loads(json_text)
+        except ValueError as exc:  # it went to the server, whose 400 said less of where
+            raise ConfigError(f"invoke --json: not valid JSON: {exc}") from None
         return json_text.encode(), "application/json"
     if file is not None:
         from edgeserve.samples import content_type

@@ -158,6 +158,11 @@ def test_model_loads_once_per_instance_across_many_invocations(bundle: Bundle) -
     assert len(lines) >= 9  # 8 calls + the readiness probe(s)
     assert sum("Init Duration:" in line for line in lines) == 2
     assert all(re.search(r"Memory Size: 2048 MB\tMax Memory Used: \d+ MB", line) for line in lines)
+    assert (  # said at the start: it was in the first REPORT line alone
+        "emulating AWS Lambda: function tiny, 2048 MB, timeout 30 s, 2 execution environments "
+        "(each starts cold on its first request), requests arrive as url events, served by "
+        "onnxruntime as on Lambda\n"
+    ) in server.output
 
 
 def test_a_request_running_into_the_timeout_gets_the_functions_504_and_the_next_runs_warm(

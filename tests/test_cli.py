@@ -294,6 +294,8 @@ def test_emulator_options_without_the_emulator_are_refused(
         (["--file", "no-such.json"], "invoke --file no-such.json: cannot read it (No such file"),
         (["--json", "{}", "--timeout", "-1"], "--timeout: '-1': expected a positive number of"),
         (["--json", "{}", "--timeout", "0"], "--timeout: '0': expected a positive number of"),
+        (["--json", "{bad"], "invoke --json: not valid JSON: Expecting property name"),
+        (["--json", "{}", "-H", "Authorization"], "'Authorization': expected 'NAME: VALUE'"),
     ],
 )
 def test_invoke_says_what_is_wrong_with_its_own_arguments(argv: list[str], words: str) -> None:

@@ -60,6 +60,7 @@ from edgeserve.aws_lambda.events import (
 )
 from edgeserve.aws_lambda.settings import PAYLOAD_LIMIT_BYTES, LambdaSettings, for_bundle
 from edgeserve.errors import ConfigError
+from edgeserve.kinds import KINDS
 
 if TYPE_CHECKING:
     from edgeserve.bundle import Bundle
@@ -280,6 +281,13 @@ async def _serve(
     async with AsyncExitStack() as stack:
         emulator = await open_emulator(
             stack, bundle.root, name, limits, event, instances, _log, variables
+        )
+        environments = f"{instances} execution environment{'s' if instances > 1 else ''}"
+        _log(
+            f"emulating AWS Lambda: function {name}, {limits.memory_mb} MB, timeout "
+            f"{limits.timeout_s:g} s, {environments} (each starts cold on its first request), "
+            f"requests arrive as {event} events, served by {KINDS['aws-lambda'].backends[0]} "
+            "as on Lambda"
         )
         config = uvicorn.Config(
             front(emulator), host=host, port=port, log_level=log_level, access_log=False
