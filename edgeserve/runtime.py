@@ -299,7 +299,8 @@ class Runtime:
         try:
             check_names(self.signature, payload)
         except InvalidInput as exc:
-            if is_v2_request(payload):  # {"inputs": [...]}, named as no input of the model
+            # {"inputs": [...]}, named as no input of the model (one named `inputs` is its own)
+            if is_v2_request(payload) and self.signature.input("inputs") is None:
                 raise InvalidInput(_v2_body(self.name, exc.message)) from None
             raise
         return {

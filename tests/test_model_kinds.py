@@ -353,3 +353,23 @@ def test_a_first_dim_named_on_a_later_axis_is_no_batch_axis(tmp_path: Path) -> N
 
 def v2_tensor(x: np.ndarray) -> dict[str, Any]:
     return {"name": "x", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}
+
+
+def test_an_input_named_inputs_is_the_models_own_at_invoke(tmp_path: Path) -> None:
+    """A model whose input is named `inputs`: an /invoke body with it and a key the model
+    lacks was told it is "a KServe v2 infer request, which /invoke does not read"."""
+    model = save(
+        tmp_path / "m.onnx",
+        [helper.make_node("Identity", ["inputs"], ["y"])],
+        [helper.make_tensor_value_info("inputs", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        {"": 17},
+    )
+    source = init(tmp_path / "fn", model)
+    with running(source) as (url, _):
+        wrong = httpx.post(f"{url}/invoke", json={"inputs": [[1, 2, 3, 4]], "nope": [1]})
+        right = httpx.post(f"{url}/invoke", json={"inputs": [[1, 2, 3, 4]]})
+    assert wrong.status_code == 400
+    assert "unknown ['nope']" in wrong.json()["error"]
+    assert "KServe v2" not in wrong.json()["error"]
+    assert right.status_code == 200 and right.json()["y"] == [[1, 2, 3, 4]]
