@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 from edgeserve import __version__
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
@@ -49,6 +50,10 @@ Jetson or on AWS Lambda. Start here:
 `edgeserve COMMAND --help` describes each command; `edgeserve help manifest` explains
 function.toml."""
 
+_SHIPPED_TARGETS = ", ".join(
+    sorted(path.stem for path in (Path(__file__).parent / "templates" / "targets").glob("*.toml"))
+)
+"""The target profiles edgeserve ships (profiles.SHIPPED_DIR), for the help texts."""
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
@@ -170,8 +175,8 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         "--target",
         action="append",
         default=[],
-        help="target profile to plan for, repeatable: local, aws-lambda, jetson or a .toml "
-        "(default: local)",
+        help=f"target profile to plan for, repeatable: {_SHIPPED_TARGETS}, or a .toml (default: "
+        "local); a deploy target's package is written too: what deploy would ship, not shipped",
     )
     p.add_argument("--archive", action="store_true", help="also write dist/ archives per target")
 
@@ -337,7 +342,12 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     ):
         p = add(verb, help_)
         p.add_argument("path", help="function source folder or bundle (status/rollback: or name)")
-        p.add_argument("--target", required=True, help="target profile name or .toml path")
+        p.add_argument(
+            "--target",
+            required=True,
+            help=f"target profile: {_SHIPPED_TARGETS}, or a .toml path (`edgeserve build "
+            "--target T` writes what deploy would ship, without shipping it)",
+        )
         p.add_argument(
             "--host",
             action="append",

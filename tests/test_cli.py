@@ -494,3 +494,11 @@ def test_building_a_model_file_says_what_build_takes(
     for path, words in cases:
         assert main(["build", path]) == 2
         assert words in " ".join(capsys.readouterr().err.split()), path
+
+
+def test_build_and_deploy_help_list_every_shipped_target() -> None:
+    """build's help named local, aws-lambda and jetson alone, and deploy's none."""
+    for verb in ("build", "deploy"):
+        said = "".join(_run(verb, "--help").stdout.split())  # argparse wraps at hyphens too
+        assert "aws-lambda,jetson,knative,knative-gpu,kserve,kubernetes,local" in said, verb
+    assert "`edgeservebuild--targetT`writeswhatdeploywouldship" in said
