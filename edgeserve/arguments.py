@@ -7,11 +7,10 @@ Only the grammar lives here: cli.py holds what each verb does and hands its func
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from edgeserve import __version__
+from edgeserve import __version__, argtypes
 from edgeserve.cache import DEFAULT_MAX_BUNDLES, DEFAULT_MAX_MB
 from edgeserve.commandline import Parser
 from edgeserve.logformat import LOG_FORMATS
@@ -26,15 +25,6 @@ MIN_WINDOWS = 3
 """`bench --max-windows` at least: a level is stable when its last 3 windows agree
 (bench.measure.STABILITY_WINDOWS, not imported here: `--help` stays light; a test holds the
 two equal)."""
-
-
-def _numbers(kind: Callable[[str], float]) -> Callable[[str], list[float]]:
-    """An argparse type for comma lists: `1,4,16` -> [1, 4, 16]."""
-
-    def parse(text: str) -> list[float]:
-        return [kind(part) for part in text.split(",") if part.strip()]
-
-    return parse
 
 
 DESCRIPTION = """\
@@ -79,72 +69,17 @@ TIMEOUTS = {
 }
 
 
-def _seconds(text: str) -> float:
-    """An argparse type for a time bound: a positive number of seconds."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
-    return seconds
-
-
-_HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]*:[ \t]*([^\r\n]*)")
-
-
-def _header(text: str) -> tuple[str, str]:
-    """An argparse type for a request header, as curl -H takes it: `NAME: VALUE`."""
-    match = _HEADER.fullmatch(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected 'NAME: VALUE', as 'Authorization: Bearer TOKEN'"
-        )
-    return match[1], match[2]
-
-
 def _header_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-H",
         "--header",
-        type=_header,
+        type=argtypes.header,
         action="append",
         default=[],
         metavar="'NAME: VALUE'",
         help="send this header with every request, repeatable: 'Authorization: Bearer TOKEN' "
         "for a function with auth on",
     )
-
-
-def _at_least(minimum: int, why: str = "") -> Callable[[str], int]:
-    """An argparse type for a count of things: an integer >= `minimum` (`why`: the reason)."""
-
-    def parse(text: str) -> int:
-        try:
-            count = int(text)
-        except ValueError:
-            count = minimum - 1
-        if count < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= {minimum}{why}")
-        return count
-
-    return parse
-
-
-_count = _at_least(1)
-
-
-def _port(text: str) -> int:
-    """An argparse type for TCP ports: 1-65535, or 0 for any free port."""
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a TCP port: expected 1-65535, or 0 for any free port"
-        )
-    return port
 
 
 def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
@@ -187,12 +122,12 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--port",
-        type=_port,
+        type=argtypes.port,
         help="TCP port, 1-65535, 0 for any free one (default: [resources] port, else 8080)",
     )
     p.add_argument(
         "--grpc-port",
-        type=_port,
+        type=argtypes.port,
         help="also serve KServe v2 over gRPC (Triton's protocol: tritonclient.grpc, "
         "perf_analyzer -i grpc) on this port, same host; Triton's is 8001, 0: any free one "
         "(default: [resources] grpc_port, else no gRPC; needs pip install 'edgeserve[grpc]')",
@@ -220,7 +155,7 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     for name, what in TIMEOUTS.items():
         p.add_argument(
             f"--{name}-timeout",
-            type=_seconds,
+            type=argtypes.seconds,
             metavar="S",
             help=f"{what} (default: [resources] {name}_timeout_s)",
         )
@@ -232,7 +167,10 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         help="--emulate aws-lambda: the event source (default url: a Function URL)",
     )
     p.add_argument(
-        "--instances", type=_count, default=1, help="--emulate: execution environments (default 1)"
+        "--instances",
+        type=argtypes.count,
+        default=1,
+        help="--emulate: execution environments (default 1)",
     )
     p.add_argument(
         "--target", help="--emulate: target profile giving memory, timeout and environment"
@@ -269,7 +207,10 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument("--file", help="a file to send (PNG/JPEG/JSON by extension, else raw bytes)")
     p.add_argument("--full", action="store_true", help="the whole answer, as JSON (rows uncut)")
     p.add_argument(
-        "--timeout", type=_seconds, default=60.0, help="seconds to wait for the answer (default 60)"
+        "--timeout",
+        type=argtypes.seconds,
+        default=60.0,
+        help="seconds to wait for the answer (default 60)",
     )
     _header_option(p)
 
@@ -278,22 +219,27 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     _header_option(p)
     p.add_argument(
         "--concurrency",
-        type=_numbers(int),
+        type=argtypes.numbers(int),
         default=[],
         help="closed-loop levels, comma-separated: 1,4,16 (default 1 when no --request-rate)",
     )
     p.add_argument(
         "--request-rate",
-        type=_numbers(float),
+        type=argtypes.numbers(float),
         default=[],
         help="open-loop Poisson rates, requests/s: 100,200",
     )
     p.add_argument(
-        "--window-s", type=_seconds, default=2.0, help="measurement window, seconds (default 2)"
+        "--window-s",
+        type=argtypes.seconds,
+        default=2.0,
+        help="measurement window, seconds (default 2)",
     )
     p.add_argument(
         "--max-windows",
-        type=_at_least(MIN_WINDOWS, f" (a level is stable when its last {MIN_WINDOWS} agree)"),
+        type=argtypes.at_least(
+            MIN_WINDOWS, f" (a level is stable when its last {MIN_WINDOWS} agree)"
+        ),
         default=10,
         help=f"windows before a level counts as unstable, at least {MIN_WINDOWS}: a level is "
         f"stable when its last {MIN_WINDOWS} windows agree (default 10)",
@@ -314,7 +260,7 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
         help="NAME:D1,D2 for a random input's dynamic dims, batch excluded (default 16 each)",
     )
     p.add_argument(
-        "--batch-size", type=_count, default=1, help="rows per random request (default 1)"
+        "--batch-size", type=argtypes.count, default=1, help="rows per random request (default 1)"
     )
     p.add_argument("--model", help="model name (default: the function's, or the server's only one)")
     p.add_argument(
@@ -323,13 +269,13 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument("--plot", help="PNG path (default bench-<model>.png; '' for none)")
     p.add_argument(
         "--ready-timeout",
-        type=_seconds,
+        type=argtypes.seconds,
         default=120.0,
         help="seconds to wait for the server to be ready (default 120)",
     )
     p.add_argument(
         "--processes",
-        type=_count,
+        type=argtypes.count,
         default=1,
         help="load-generator processes (one drives ~20,000 requests/s per core)",
     )
@@ -366,20 +312,26 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     )
     p.add_argument("--concurrency", type=int, default=8, help="closed-loop clients (default 8)")
     p.add_argument(
-        "--max-batch", type=_numbers(int), default=[8, 32], help="sizes to try (default 8,32)"
+        "--max-batch",
+        type=argtypes.numbers(int),
+        default=[8, 32],
+        help="sizes to try (default 8,32)",
     )
     p.add_argument(
         "--delay-ms",
-        type=_numbers(float),
+        type=argtypes.numbers(float),
         default=[0, 2, 8],
         help="max queue delays to try, ms (default 0,2,8)",
     )
     p.add_argument(
-        "--instances", type=_numbers(int), default=[1, 2], help="instances to try (default 1,2)"
+        "--instances",
+        type=argtypes.numbers(int),
+        default=[1, 2],
+        help="instances to try (default 1,2)",
     )
     p.add_argument(
         "--processes-per-device",
-        type=_numbers(int),
+        type=argtypes.numbers(int),
         help="inference processes per device to try, e.g. 1,2 (default: the manifest's)",
     )
     p.add_argument(
@@ -429,7 +381,7 @@ def parser(commands: Mapping[str, Command]) -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKENDS, help="see what forcing this backend would do")
     p.add_argument(
         "--load-timeout",
-        type=_seconds,
+        type=argtypes.seconds,
         default=LOAD_TIMEOUT_S,
         metavar="S",
         help="with a function: seconds loading the model on a backend may take before it is "
