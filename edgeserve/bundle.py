@@ -35,7 +35,7 @@ from typing import Any
 from edgeserve.archive import Limits, SafeArchive, is_archive
 from edgeserve.cache import bundles_dir, prune, touch
 from edgeserve.errors import BundleError
-from edgeserve.manifest import MANIFEST_NAME, Manifest, parse_manifest
+from edgeserve.manifest import MANIFEST_NAME, Manifest, no_manifest_here, parse_manifest
 from edgeserve.types import Signature, SummedDim, TensorSpec, TiedDim
 
 BUNDLE_FILE = "edgeserve.json"
@@ -288,10 +288,8 @@ def _not_a_bundle(path: Path) -> str:
     said = f"{path} is not a bundle: no {BUNDLE_FILE}; {expected}, or a bundle's .tar.gz"
     if not path.is_dir():
         return said
-    models = sorted(path.glob("*.onnx"))
-    if models:  # a folder of a model, not yet a function: what build says of it
-        does = f"writes one for {models[0].name}" if len(models) == 1 else "makes one"
-        return f"{path}: no {MANIFEST_NAME} here. Hint: `edgeserve init {path}` {does}"
+    if any(path.glob("*.onnx")):  # a folder of a model, not yet a function: as build says
+        return f"{path}: {no_manifest_here(path)}"
     inside = sorted(sub.name for sub in path.iterdir() if (sub / MANIFEST_NAME).is_file())
     if inside:  # the parent of several functions: each serves on its own
         shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")

@@ -271,6 +271,13 @@ class Manifest(StrictTable):
         return model
 
 
+def no_manifest_here(folder: Path) -> str:
+    """What a folder without a function.toml lacks, and the init that writes it."""
+    models = sorted(folder.glob("*.onnx"))
+    does = f"writes one for {models[0].name}" if len(models) == 1 else "makes one"
+    return f"no {MANIFEST_NAME} here. Hint: `edgeserve init {folder}` {does}"
+
+
 def load_manifest(path: Path) -> Manifest:
     """Read and validate a function.toml (or the folder holding one)."""
     if path.is_dir():
@@ -278,11 +285,7 @@ def load_manifest(path: Path) -> Manifest:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        models = sorted(path.parent.glob("*.onnx"))
-        does = f"writes one for {models[0].name}" if len(models) == 1 else "makes one"
-        raise ConfigError(
-            f"{path}: no {MANIFEST_NAME} here. Hint: `edgeserve init {path.parent}` {does}."
-        ) from None
+        raise ConfigError(f"{path}: {no_manifest_here(path.parent)}.") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML (UTF-8 text): {exc}") from None
     except OSError as exc:  # a folder named function.toml, no permission
