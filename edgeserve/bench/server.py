@@ -64,7 +64,7 @@ def serving(
     (URL, HOST:PORT) waited for (`ready_timeout_s`) with `headers` on its requests."""
     if is_url(target) or not Path(target).exists():
         remote = _parse_url(target if is_url(target) else f"http://{_server_address(target)}")
-        _wait_for_server(remote, ready_timeout_s, headers or {})
+        _wait_ready(remote, ready_timeout_s, headers)
         yield remote
         return
     root = Path(target)
@@ -77,7 +77,7 @@ def serving(
         )
         try:
             endpoint = Endpoint("127.0.0.1", port, root)
-            _wait_ready(endpoint, process, log, ready_timeout_s)
+            _wait_ready(endpoint, ready_timeout_s, served=(process, log))
             yield endpoint
         finally:
             _stop(process)
@@ -121,30 +121,21 @@ def _free_port() -> int:
 
 
 def _wait_ready(
-    endpoint: Endpoint, process: subprocess.Popen[bytes], log: Any, limit: float
+    endpoint: Endpoint,
+    limit: float,
+    headers: Mapping[str, str] | None = None,
+    served: tuple[subprocess.Popen[bytes], Any] | None = None,
 ) -> None:
-    """Poll /v2/health/ready until 200, the process exits, or `limit` seconds pass."""
-    deadline = time.monotonic() + limit
-    with httpx.Client(base_url=endpoint.url, timeout=1.0) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise EdgeserveError(
-                    f"`edgeserve serve` exited ({process.returncode}):\n{_tail(log)}"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                if client.get("/v2/health/ready").status_code == 200:
-                    return
-            time.sleep(READY_POLL_S)
-    hint = "Hint: raise --ready-timeout"
-    raise EdgeserveError(f"`edgeserve serve` not ready after {limit:.0f} s; {hint}\n{_tail(log)}")
-
-
-def _wait_for_server(endpoint: Endpoint, limit: float, headers: Mapping[str, str]) -> None:
-    """Poll a running server's readiness until 200 or `limit` seconds: one that could not be
-    reached was reported as a model bench could not name ("Hint: pass --model NAME")."""
+    """Poll /v2/health/ready until 200 or `limit` seconds; `served`: the `edgeserve serve`
+    bench started (its process and log), whose exit ends the wait with its output. A running
+    server that could not be reached was reported as a model bench could not name."""
     deadline, said = time.monotonic() + limit, ""
     with httpx.Client(base_url=endpoint.url, timeout=1.0, headers=headers) as client:
         while True:
+            if served is not None and served[0].poll() is not None:
+                raise EdgeserveError(
+                    f"`edgeserve serve` exited ({served[0].returncode}):\n{_tail(served[1])}"
+                )
             try:
                 answer = client.get("/v2/health/ready")
             except httpx.HTTPError as exc:
@@ -154,11 +145,17 @@ def _wait_for_server(endpoint: Endpoint, limit: float, headers: Mapping[str, str
                     return
                 said = f"GET /v2/health/ready: {answer.status_code} {answer.text[:300]}"
             if time.monotonic() >= deadline:
-                raise EdgeserveError(
-                    f"bench: {endpoint.url} not ready after {limit:g} s ({said}); raise "
-                    "--ready-timeout to wait longer"
-                )
+                break
             time.sleep(READY_POLL_S)
+    if served is not None:
+        hint = "Hint: raise --ready-timeout"
+        raise EdgeserveError(
+            f"`edgeserve serve` not ready after {limit:.0f} s; {hint}\n{_tail(served[1])}"
+        )
+    raise EdgeserveError(
+        f"bench: {endpoint.url} not ready after {limit:g} s ({said}); raise --ready-timeout "
+        "to wait longer"
+    )
 
 
 def _tail(log: Any) -> str:
