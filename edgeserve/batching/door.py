@@ -47,6 +47,11 @@ class Door:
     def waiting(self) -> int:
         return len(self._line)
 
+    @property
+    def at_door(self) -> int:
+        """Requests in line, and those let in from it whose tasks have not resumed yet."""
+        return len(self._line) + self._entering
+
     async def enter(self, deadline: float) -> None:
         """Return once the request may read its body and queue; else raise Unavailable."""
         if self._closed is not None:

@@ -1,8 +1,9 @@
 """The board: int64 counters in shared memory that every process of one server reads.
 
-    one slot per inference process   rows queued in its batcher and requests waiting at its
-                                     door (admission), its restarts, its pid, and how many
-                                     of the rows the fronts counted as sent it has received
+    one slot per inference process   rows queued in its batcher and requests at its door
+                                     (admission: waiting, or let in and not yet taken by
+                                     their front), its restarts, its pid, and how many of
+                                     the rows the fronts counted as sent it has received
     one batch section per inference  its batch statistics, behind a sequence lock (one writer:
     process                          that inference process of the moment, adding to what it finds)
     one slot per front               its requests: success count and ns, failure count and ns,
@@ -19,13 +20,18 @@
 
 The supervisor creates it (a memfd inherited by every child), so the counters outlive a
 restarted process: statistics stay cumulative, as Triton's are. Each cell has one writer, and
-aligned 8-byte stores are atomic on the machines edgeserve runs on (x86-64, aarch64).
+aligned 8-byte stores are atomic on the machines edgeserve runs on (x86-64, aarch64). What no
+store makes atomic, a front's look at the queues and its taking of a place there, is done under
+a lock on the board's first byte (`admitting`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import numpy as np
@@ -101,6 +107,17 @@ class Board:
         held, let_in = parts[:, 0].sum(0), parts[:, 1].sum(0)
         on_their_way = np.maximum(parts[:, 3].sum(0) - received, 0)
         return Queues(slots[:, QUEUED] + on_their_way + let_in, held, slots[:, WAITING])
+
+    @contextmanager
+    def admitting(self) -> Iterator[None]:
+        """One front at a time looks for room and takes its place: two fronts that each saw
+        the queue's last free row let a request in each, and one was refused once its body
+        had been read. A POSIX record lock, held by a process: a few µs a request."""
+        fcntl.lockf(self.fd, fcntl.LOCK_EX, 1)
+        try:
+            yield
+        finally:
+            fcntl.lockf(self.fd, fcntl.LOCK_UN, 1)
 
     def batch_section(self, instance: int) -> np.ndarray:
         """Inference process `instance`'s batch statistics (a view; the first cell is its seq)."""

@@ -130,12 +130,13 @@ class RemoteEngine:
         the shortest queue (edgeserve.door, one for every front, which counts them too). A
         request let in holds its place on the board until its rows are sent or its task ends:
         a burst at an empty queue does not walk in whole, to be read and then refused."""
-        instance = self._room()
         task = asyncio.current_task()
         assert task is not None
-        if instance is not None:
-            self._enter(task, instance)
-            return
+        with self.board.admitting():
+            instance = self._room()
+            if instance is not None:
+                self._enter(task, instance)
+                return
         slots = self.board.instance_slots()
         instance = min(self._ready_links(), key=lambda i: (slots[i, QUEUED], slots[i, WAITING]))
         await self.links[instance].ask(

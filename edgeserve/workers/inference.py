@@ -110,8 +110,7 @@ class InferenceServer:
                         counts.received += self.engine.batcher.rows_in(tensors)
                         work = self.engine.batcher.submit_soon(tensors, deadline, arrived, token)
                     else:
-                        work = asyncio.ensure_future(self.engine.admit(message[2]))
-                        work.add_done_callback(counts.granted)
+                        work = asyncio.ensure_future(self._wait_at_door(counts, message[2]))
                 except EdgeserveError as exc:  # refused at once (queue full, deadline passed)
                     sender.send((wire.DONE, key, exc))
                     continue
@@ -182,6 +181,14 @@ class InferenceServer:
         if self.fronts:
             await asyncio.wait(self.fronts, timeout=bound_s)
 
+    async def _wait_at_door(self, counts: Counts, deadline: float) -> None:
+        """A front's WAIT. Its grant counts as on its way in the step that let it in: counted
+        by a callback once the wait had ended, it was counted nowhere in between, and the door,
+        which forgets its own finished entries when short of room, then let in every WAIT that
+        ran in that turn (45 of a burst of 100, each refused once its body was read)."""
+        await self.engine.admit(deadline)
+        counts.grants += 1
+
     def let_in_by_fronts(self) -> int:
         """Requests the fronts let in for this queue, their bodies not queued yet: those they
         count, the door's grants on their way to them, and the rows on their way here."""
@@ -189,7 +196,8 @@ class InferenceServer:
         let_in = int(self.board.let_in_rows()[self.instance])
         sent = self.board.sent_to(self.instance)
         on_their_way = sum(
-            counts.on_their_way(int(taken[front]), int(sent[front]))
+            counts.grants_on_their_way(int(taken[front]))
+            + counts.rows_on_their_way(int(sent[front]))
             for front, counts in self._fronts.items()
         )
         return let_in + on_their_way
@@ -205,7 +213,12 @@ class InferenceServer:
         self._publishing = False
         batcher = self.engine.batcher
         received = sum(counts.sent_before + counts.received for counts in self._fronts.values())
-        self.board.publish_queue(self.instance, batcher.queued_rows, batcher.door.waiting, received)
+        taken = self.board.taken_from(self.instance)
+        granted = sum(
+            counts.grants_on_their_way(int(taken[front])) for front, counts in self._fronts.items()
+        )  # still at the door as the fronts see it: none may walk past them into their rows
+        at_door = batcher.door.at_door + granted
+        self.board.publish_queue(self.instance, batcher.queued_rows, at_door, received)
 
 
 @dataclass
@@ -218,15 +231,13 @@ class Counts:
     grants: int = 0
     received: int = 0
 
-    def granted(self, wait: asyncio.Future[Any]) -> None:
-        if not wait.cancelled() and wait.exception() is None:
-            self.grants += 1
+    def grants_on_their_way(self, taken: int) -> int:
+        """Grants of the door the front has not taken yet."""
+        return max(0, self.grants - (taken - self.taken_before))
 
-    def on_their_way(self, taken: int, sent: int) -> int:
-        """Grants not yet taken by the front, and rows it sent that have not arrived."""
-        grants = self.grants - (taken - self.taken_before)
-        rows = sent - self.sent_before - self.received
-        return max(0, grants) + max(0, rows)
+    def rows_on_their_way(self, sent: int) -> int:
+        """Rows the front sent that have not arrived."""
+        return max(0, sent - self.sent_before - self.received)
 
 
 async def serve_inference(config: ChildConfig) -> None:
