@@ -17,7 +17,7 @@ WHEELS=(openvino==2026.4.1 openvino-telemetry==2025.2.0 starlette==1.10.0 uvicor
   typing-inspection==0.4.5 typing_extensions==4.16.0 tomlkit==0.15.2 anyio==4.16.0 h11==0.16.0
   tritonclient==2.41.0 python-rapidjson==1.25 geventhttpclient==2.0.12 gevent==26.9.0
   greenlet==3.5.6 zope.event==6.2 zope.interface==8.7 brotli==1.2.1
-  nvidia-cuda-runtime-cu12==12.9.79 py-spy==0.4.3
+  nvidia-cuda-runtime-cu12==12.9.79 py-spy==0.4.3 grpcio==1.85.3
   cuda-python==12.9.10 cuda-bindings==12.9.10)  # tritonclient's CUDA shared-memory utilities
   # import cuda.cudart, which cuda-python 13 (the GPU machine's) no longer has
 ORT=onnxruntime-gpu==1.31.1

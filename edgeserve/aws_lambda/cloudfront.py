@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
+from edgeserve.aws_lambda.eventchecks import found
+
 VIEWER_LIMIT_BYTES = 40 * 1024
 ORIGIN_LIMIT_BYTES = 1024 * 1024
 _TEXT_FIELDS = ("method", "uri", "querystring", "clientIp")
@@ -46,10 +48,10 @@ def problem(event: Mapping[str, Any]) -> str | None:
         return "Records[0].cf must be an object"
     request = request_of(event)
     if not isinstance(request, Mapping):
-        return f"Records[0].cf.request must be an object ({_found(request)})"
+        return f"Records[0].cf.request must be an object ({found(request)})"
     for name in _TEXT_FIELDS:
         if not isinstance(request.get(name), str):
-            return f"request.{name} must be a string ({_found(request.get(name))})"
+            return f"request.{name} must be a string ({found(request.get(name))})"
     if not request["uri"].startswith("/"):
         return f"request.uri must be a path starting with / (got {request['uri'][:80]!r})"
     return _headers_problem(request.get("headers")) or _body_problem(request.get("body"))
@@ -95,7 +97,7 @@ def _headers_problem(headers: object) -> str | None:
     """Each header a non-empty list of `{key, value}` under its lower-case name; Mangum reads the
     first value of each (and Host and X-Forwarded-Port as a server address)."""
     if not isinstance(headers, Mapping):
-        return f"request.headers must be an object ({_found(headers)})"
+        return f"request.headers must be an object ({found(headers)})"
     for name, values in headers.items():
         if not isinstance(values, list) or not values:
             return f"request.headers.{name} must be a non-empty list of {{key, value}} objects"
@@ -115,10 +117,10 @@ def _body_problem(body: object) -> str | None:
     if body is None:
         return None
     if not isinstance(body, Mapping):
-        return f"request.body must be an object ({_found(body)})"
+        return f"request.body must be an object ({found(body)})"
     data, encoding = body.get("data", ""), body.get("encoding", "text")
     if not isinstance(data, str):
-        return f"request.body.data must be a string ({_found(data)})"
+        return f"request.body.data must be a string ({found(data)})"
     if encoding not in ("base64", "text"):
         return f"request.body.encoding must be 'base64' or 'text' (got {encoding!r})"
     if encoding == "base64":
@@ -134,7 +136,3 @@ def _reason(status: int) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return ""
-
-
-def _found(value: object) -> str:
-    return "missing" if value is None else f"got {type(value).__name__}"

@@ -11,8 +11,6 @@ source carries back.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 from collections.abc import Mapping
@@ -20,8 +18,20 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from edgeserve.aws_lambda import cloudfront
+from edgeserve.aws_lambda.eventchecks import (
+    LIST_MAPS,
+    TEXT_MAPS,
+    body_problem,
+    found,
+    header_values,
+    is_map,
+    lookup,
+    server_problem,
+    text_problem,
+    typed_problem,
+)
 from edgeserve.aws_lambda.settings import ALB_RESPONSE_LIMIT_BYTES, RESPONSE_LIMIT_BYTES
-from edgeserve.errors import echo, echo_repr
+from edgeserve.errors import echo_repr
 
 if TYPE_CHECKING:
     from edgeserve.http.cors import Cors
@@ -33,11 +43,6 @@ KINDS = {
     "rest": "API Gateway REST API",
     "edge": "Lambda@Edge",
 }
-_TEXT_MAPS = ("headers", "queryStringParameters")
-_LIST_MAPS = ("multiValueHeaders", "multiValueQueryStringParameters")
-_TYPED = {"body": str, "isBase64Encoded": bool, "rawQueryString": str, "cookies": list}
-_SURROGATE = re.compile("[\ud800-\udfff]")
-"""Any surrogate left in a str is a lone one (JSON's escaped pairs decode to one code point)."""
 _CODING = "content-encoding"
 HEALTH_CHECKER = "ELB-HealthChecker/"
 """The user agent of an ALB's health checks."""
@@ -71,7 +76,7 @@ def without_nulls(event: Mapping[str, Any], kind: str) -> dict[str, Any]:
     event's requestContext.http.sourceIp (no client address) and its path, given either as
     rawPath or as requestContext.http.path."""
     present = _present(event)
-    for name in (*_TEXT_MAPS, *_LIST_MAPS, "requestContext"):  # a header of null: no header
+    for name in (*TEXT_MAPS, *LIST_MAPS, "requestContext"):  # a header of null: no header
         if isinstance(present.get(name), Mapping):
             present[name] = _present(present[name])
     if kind == "rest" and "resource" not in present:  # the resource is the path itself
@@ -102,18 +107,18 @@ def problem_in(event: Mapping[str, Any], kind: str) -> str | None:
     if kind == "edge":
         return cloudfront.problem(event)
     if not isinstance(event.get("requestContext"), Mapping):
-        return f"requestContext must be an object ({_found(event.get('requestContext'))})"
+        return f"requestContext must be an object ({found(event.get('requestContext'))})"
     if kind.startswith("http-") and event.get("version") not in ("1.0", "2.0"):
         return f'version must be "1.0" or "2.0" (got {echo_repr(event.get("version"))})'
     required = (_METHOD_AT.get(kind, ("httpMethod",)), _PATH_AT.get(kind, ("path",)))
     for path in required:
-        if not isinstance(_lookup(event, path), str):
-            return f"{'.'.join(path)} must be a string ({_found(_lookup(event, path))})"
+        if not isinstance(lookup(event, path), str):
+            return f"{'.'.join(path)} must be a string ({found(lookup(event, path))})"
     return (
-        _typed_problem(event)
-        or _body_problem(event)
-        or _text_problem(event, ())
-        or _server_problem(event)
+        typed_problem(event)
+        or body_problem(event)
+        or text_problem(event, ())
+        or server_problem(event)
     )
 
 
@@ -211,7 +216,7 @@ def finished(
     limit = ALB_RESPONSE_LIMIT_BYTES if kind == "alb" else RESPONSE_LIMIT_BYTES
     if kind == "edge":
         answer, limit = cloudfront.answer(answer), cloudfront.limit_bytes(event)
-    method = None if kind == "edge" else _lookup(event, _METHOD_AT.get(kind, ("httpMethod",)))
+    method = None if kind == "edge" else lookup(event, _METHOD_AT.get(kind, ("httpMethod",)))
     if method == "HEAD" and answer.get("body"):  # the headers alone, as uvicorn answers HEAD
         answer = {**answer, "body": "", "isBase64Encoded": False}
     if problem := too_large(answer, limit, f"the answer to an {KINDS[kind]} event"):
@@ -256,72 +261,16 @@ def _status_line(status: int) -> str:
         return str(status)
 
 
-def _typed_problem(event: Mapping[str, Any]) -> str | None:
-    for key, kind in _TYPED.items():
-        if key in event and not isinstance(event[key], kind):
-            return f"{key} must be a {kind.__name__} ({_found(event[key])})"
-    for key in _TEXT_MAPS + _LIST_MAPS:
-        if key in event and not _is_map(event[key], of_lists=key in _LIST_MAPS):
-            shape = "lists of strings" if key in _LIST_MAPS else "strings"
-            return f"{key} must map strings to {shape} ({_found(event[key])})"
-    cookies = event.get("cookies", [])
-    if not all(isinstance(cookie, str) for cookie in cookies):
-        return "cookies must be a list of strings"
-    return None
-
-
-def _text_problem(value: object, where: tuple[str, ...]) -> str | None:
-    """The first string that is not Unicode text (a lone surrogate, which JSON can escape and
-    UTF-8 cannot carry: it failed the answer's own encoding, a 500)."""
-    if isinstance(value, str):
-        if _SURROGATE.search(value):  # searched, not encoded: a body may be 6 MB
-            return f"{echo('.'.join(where)) or 'a key'} holds a lone surrogate, which is not text"
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            if problem := _text_problem(key, where) or _text_problem(item, (*where, str(key))):
-                return problem
-    elif isinstance(value, list):
-        for item in value:
-            if problem := _text_problem(item, where):
-                return problem
-    return None
-
-
-def _server_problem(event: Mapping[str, Any]) -> str | None:
-    """Mangum reads the server from Host as `name[:port]` and X-Forwarded-Port as a number,
-    and raised on anything else (an IPv6 literal, a port that is not a number): every value
-    it might read, single or multi-value, is checked."""
-    for key, value in _header_values(event):
-        name = key.lower()
-        host, colon, port = value.partition(":")
-        if name == "host" and colon and (":" in port or not port.isdigit() or not host):
-            return (
-                f"headers.host {echo_repr(value)}: expected a host name and an optional numeric "
-                "port"
-            )
-        if name == "x-forwarded-port" and not value.isdigit():
-            return f"headers.x-forwarded-port {echo_repr(value)}: expected a port number"
-    return None
-
-
 def _cors_headers(event: Mapping[str, Any], cors: Cors | None) -> dict[str, str]:
     """What `cors` adds to an answer to the event's Origin (none in a malformed event)."""
     if cors is None:
         return {}
     single, multi = event.get("headers", {}), event.get("multiValueHeaders", {})
-    if not (_is_map(single, of_lists=False) and _is_map(multi, of_lists=True)):
+    if not (is_map(single, of_lists=False) and is_map(multi, of_lists=True)):
         return {}
-    origin = next((v for k, v in _header_values(event) if k.lower() == "origin"), None)
+    origin = next((v for k, v in header_values(event) if k.lower() == "origin"), None)
     allowed = cors.answer_headers(origin) if isinstance(origin, str) else []
     return {name.decode("latin-1"): value.decode("latin-1") for name, value in allowed}
-
-
-def _header_values(event: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(name, value) of every header value an event carries, single or multi-value."""
-    values = list(event.get("headers", {}).items())
-    for key, listed in event.get("multiValueHeaders", {}).items():
-        values += [(key, value) for value in listed]
-    return values
 
 
 def _health_checked(event: dict[str, Any]) -> dict[str, Any]:
@@ -329,32 +278,10 @@ def _health_checked(event: dict[str, Any]) -> dict[str, Any]:
     check of the readiness route; any other request as it is."""
     if event["path"] != "/" or event["httpMethod"] != "GET":
         return event
-    agents = [value for key, value in _header_values(event) if key.lower() == "user-agent"]
+    agents = [value for key, value in header_values(event) if key.lower() == "user-agent"]
     if not any(agent.startswith(HEALTH_CHECKER) for agent in agents):
         return event
     return {**event, "path": READY_PATH}
-
-
-def _body_problem(event: Mapping[str, Any]) -> str | None:
-    if not event.get("isBase64Encoded") or "body" not in event:
-        return None
-    try:
-        base64.b64decode(event["body"], validate=True)
-    except (binascii.Error, ValueError):
-        return "body is flagged isBase64Encoded but is not valid base64"
-    return None
-
-
-def _is_map(value: object, *, of_lists: bool) -> bool:
-    if not isinstance(value, Mapping):
-        return False
-    for key, item in value.items():
-        items = item if of_lists and isinstance(item, list) else [item]
-        if not isinstance(key, str) or (of_lists and not isinstance(item, list)):
-            return False
-        if not all(isinstance(text, str) for text in items):
-            return False
-    return True
 
 
 def _stage_prefix(context: Mapping[str, Any], path: str) -> str:
@@ -388,16 +315,3 @@ def _under(path: str, prefix: str) -> bool:
 
 def _strip(path: str, prefix: str) -> str:
     return path[len(prefix) :] or "/"
-
-
-def _lookup(event: Mapping[str, Any], path: tuple[str, ...]) -> object:
-    value: object = event
-    for key in path:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return value
-
-
-def _found(value: object) -> str:
-    return "missing" if value is None else f"got {type(value).__name__}"
