@@ -422,7 +422,12 @@ def _tile_model(path: Path) -> None:
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4 * TILE])],
         [repeats],
     )
-    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), path)
+    onnx.save(
+        onnx.helper.make_model(
+            graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8
+        ),
+        path,
+    )
 
 
 def _tile_input() -> triton.InferInput:

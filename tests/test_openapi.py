@@ -133,7 +133,10 @@ def test_an_image_models_document_leaves_out_examples_too_large_to_carry(tmp_pat
     )
     model = tmp_path / "image.onnx"
     onnx.save(
-        onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), model
+        onnx.helper.make_model(
+            graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8
+        ),
+        model,
     )
     assert main(["init", str(tmp_path / "image"), "--model", str(model)]) == 0
     with served(tmp_path / "image") as url:

@@ -176,6 +176,11 @@ BODY_1024 = orjson.dumps(
 )
 
 
+ONE_QUEUE = {"EDGESERVE_DEVICE": "cpu", "EDGESERVE_CORES": "2"}
+"""On any host as on CI's 2 cores: one inference process on the CPU, so one queue of QUEUE_ROWS
+(a 16-core host ran eight, whose queues held a whole burst)."""
+
+
 async def _burst(url: str) -> list[httpx.Response]:
     """OVER_THE_QUEUE requests of one row each, all sent at once (one connection each)."""
     limits = httpx.Limits(max_connections=OVER_THE_QUEUE)
@@ -204,8 +209,7 @@ def test_a_burst_far_over_the_queue_is_refused_at_the_door_bodies_unread(
     line, bodies unread, and are let in or refused there. The model takes far longer than the
     door's wait for a burst's rows on any CPU (at least 0.1 s a row), so some are refused."""
     source = write_function(tmp_path / "fn", lambda path: slow_model(path, depth=20), QUEUED)
-    on_cpu = {"EDGESERVE_DEVICE": "cpu"}  # slow on any host
-    with running(source, "--workers", workers, env=on_cpu) as (url, _):
+    with running(source, "--workers", workers, env=ONE_QUEUE) as (url, _):
         answers = asyncio.run(_burst(url))
         refused_once_read = _refused_once_read(url)
     statuses = Counter(answer.status_code for answer in answers)
@@ -219,10 +223,11 @@ def test_bursts_at_a_queue_that_drains_fast_let_no_front_past_the_door(tmp_path:
     up to 14 of 100 refused once read): an inference process counted a grant of its door only
     a turn after the wait had ended, so the WAITs that ran in that turn all walked in; and a
     front took the queue's last rows while grants for them were still on their way to other
-    fronts, or at the same instant as another front. With a model that frees rows as fast as
-    they come, the door opens and shuts many times a burst: none gets in without a row."""
+    fronts, or at the same instant as another front or an inference process's door. With a
+    model that frees rows as fast as they come, the door opens and shuts many times a burst:
+    none gets in without a row."""
     source = write_function(tmp_path / "fn", lambda path: slow_model(path, depth=4), QUEUED)
-    with running(source, "--workers", "2", env={"EDGESERVE_DEVICE": "cpu"}) as (url, _):
+    with running(source, "--workers", "2", env=ONE_QUEUE) as (url, _):
         for _ in range(3):
             statuses = Counter(answer.status_code for answer in asyncio.run(_burst(url)))
             assert set(statuses) <= {200, 503} and statuses[200] >= QUEUE_ROWS, statuses

@@ -52,12 +52,19 @@ class Door:
         """Requests in line, and those let in from it whose tasks have not resumed yet."""
         return len(self._line) + self._entering
 
-    async def enter(self, deadline: float) -> None:
-        """Return once the request may read its body and queue; else raise Unavailable."""
+    def enter_now(self) -> bool:
+        """Let the request in if nobody waits and the queue has room (`enter`'s first step, for
+        a caller that must take it under a lock of its own); False: it would wait."""
         if self._closed is not None:
             raise Unavailable(self._closed)
-        if not self._line and self._free() > 0:
-            self._hold()
+        if self._line or self._free() <= 0:
+            return False
+        self._hold()
+        return True
+
+    async def enter(self, deadline: float) -> None:
+        """Return once the request may read its body and queue; else raise Unavailable."""
+        if self.enter_now():
             return
         waiter = asyncio.get_running_loop().create_future()
         self._line.append(waiter)

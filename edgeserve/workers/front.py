@@ -83,6 +83,7 @@ class RemoteEngine:
         self._sent = board.sent(config.front)  # rows sent to each inference process, ever
         self._entered: dict[asyncio.Task[object], int] = {}  # those requests: process each
         self._turn = itertools.count(config.front)
+        self._front = config.front
         self._together: tuple[int, int, int] | None = None  # (request, process, rows) on a GPU
 
     @property
@@ -230,10 +231,13 @@ class RemoteEngine:
 
     def _route(self, rows: int, request: int | None) -> int:
         """The ready inference process holding the fewest rows among those whose queue has
-        room for `rows` (any, when none has); ties rotate per request. On a GPU, where the
-        request's earlier items went while they fit one batch (the module's docstring)."""
+        room for `rows` (any, when none has); ties rotate per request: the items of one start
+        where its number says (a turn per item, with the door's, made every page of three lines
+        start at the same process of two). On a GPU, where the request's earlier items went
+        while they fit one batch (the module's docstring)."""
         held, slots = self.board.held_rows(), self.board.instance_slots()
-        limit, start = self.policy.max_queue_size, next(self._turn)
+        limit = self.policy.max_queue_size
+        start = next(self._turn) if request is None else request + self._front
         if self._together is not None and self._together[0] == request:
             _, instance, sent = self._together
             fits = sent + rows <= max(self.policy.max_batch_size, 1)
