@@ -89,12 +89,11 @@ log = logging.getLogger("edgeserve")
 def log_check(check: Check) -> None:
     """Build's checks of a source opened by serve, deploy or the Lambda emulator, in the log
     (`edgeserve build` prints them instead); a check that could not run as a warning."""
-    if isinstance(
-        check, SkippedCheck | SkippedPrecision | Refused
-    ):  # the level says "warning" already
-        log.warning("%s", check.describe().removeprefix("warning: "))
+    said = check.describe()
+    if said.startswith("warning: "):  # the level says "warning" already
+        log.warning("%s", said.removeprefix("warning: "))
     else:
-        log.info("%s", check.describe())
+        log.info("%s", said)
 
 
 def check_source(source: Path, plan: BuildPlan) -> list[Check]:

@@ -26,7 +26,6 @@ from edgeserve.bundle import (
     content_hash,
     is_function_source,
     list_files,
-    model_hint,
     recorded_build,
     sha256_file,
     signature_to_json,
@@ -36,6 +35,7 @@ from edgeserve.errors import BackendError, BundleError, ConfigError
 from edgeserve.hardware import probe_modules
 from edgeserve.kinds import KINDS, TargetKind
 from edgeserve.manifest import MANIFEST_NAME, Manifest, load_manifest
+from edgeserve.pathhints import not_a_source
 from edgeserve.profiles import load_target, target_name
 from edgeserve.requirements import (
     installed_version,
@@ -133,7 +133,7 @@ def plan_build(
 ) -> BuildPlan:
     """Read and check a function source folder and decide what its bundle holds."""
     if not source.is_dir():
-        raise ConfigError(_not_a_source(source))
+        raise ConfigError(not_a_source(source))
     manifest = load_manifest(source)
     model, signature = read_model(source, manifest)
     model_dest = f"model/{model.name}"
@@ -284,15 +284,6 @@ def _needed(name: str, plan: BuildPlan) -> bool:
         return name in plan.texts()
     owner = next((backend for backend in BACKENDS if name in backend.prepared), None)
     return owner is None or owner.name in plan.backends
-
-
-def _not_a_source(path: Path) -> str:
-    expected = f"expected a function folder holding {MANIFEST_NAME}"
-    if not path.exists():
-        return f"{path}: no such folder; {expected}"
-    if path.suffix.lower() == ".onnx":  # the newcomer's first try: build the model itself
-        return f"{path} is an ONNX model, not a function; {expected}. {model_hint(path, 'build')}"
-    return f"{path}: not a folder; {expected}"
 
 
 def _copy_sources(plan: BuildPlan, root: Path) -> None:

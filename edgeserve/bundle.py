@@ -36,6 +36,7 @@ from edgeserve.archive import Limits, SafeArchive, is_archive
 from edgeserve.cache import bundles_dir, prune, touch
 from edgeserve.errors import BundleError
 from edgeserve.manifest import MANIFEST_NAME, Manifest, no_manifest_here, parse_manifest
+from edgeserve.pathhints import model_hint
 from edgeserve.types import Signature, SummedDim, TensorSpec, TiedDim
 
 BUNDLE_FILE = "edgeserve.json"
@@ -299,18 +300,6 @@ def _not_a_bundle(path: Path) -> str:
             f"`edgeserve serve {first}`"
         )
     return said
-
-
-def model_hint(path: Path, verb: str) -> str:
-    """What to do with a model file given to `edgeserve VERB` where a function was expected:
-    the function folder it lies in, else `init` to make one around it."""
-    folder = path.parent
-    if (folder / MANIFEST_NAME).is_file():
-        return f"Hint: it belongs to the function {folder}: `edgeserve {verb} {folder}`"
-    return (
-        f"Hint: `edgeserve init {path.stem} --model {path}` makes a function of it, then "
-        f"`edgeserve {verb} {path.stem}`"
-    )
 
 
 def recorded_build(root: Path) -> tuple[str, tuple[str, ...]] | None:

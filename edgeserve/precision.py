@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from edgeserve.backends.agreement import QUANTIZING_OPS
 from edgeserve.datatypes import as_numbers
 from edgeserve.errors import ConfigError, EdgeserveError, ModelRefused
 from edgeserve.handler import import_handler, one_row
 from edgeserve.manifest import Manifest
+from edgeserve.modelfile import op_types
 from edgeserve.samples import (
     IMAGE_TYPES,
     example_inputs,
@@ -40,12 +42,21 @@ class PrecisionCheck:
     max_abs_diff: float
     inputs: str  # "3 samples", "1 sample" or "random inputs"
     tolerance: float | None
+    quantized: bool = True  # the model carries quantization (what "int8" computes in int8)
 
     def describe(self) -> str:
         bound = f"limit {self.tolerance:g}" if self.tolerance else "no [backend] max_abs_diff"
-        return (
+        said = (
             f"precision {self.precision} (openvino): outputs differ from fp32 by at most "
             f"{self.max_abs_diff:.3g} on {self.inputs} ({bound})"
+        )
+        if self.precision != "int8" or self.quantized:
+            return said
+        return (
+            f"warning: {said}, but not in int8: the model carries no quantization (no "
+            'QuantizeLinear or QLinear node), so OpenVINO chose its precision as for "auto". '
+            "Hint: quantize the model first (NNCF, or onnxruntime.quantization's "
+            "quantize_static) to compute in int8"
         )
 
 
@@ -85,7 +96,8 @@ def check_precision(
     except ModelRefused as exc:
         return SkippedPrecision(f"on {described}, {exc.message}")
     diff = _max_diff(reference, candidate)
-    check = PrecisionCheck(backend.precision, diff, described, backend.max_abs_diff)
+    quantized = bool(op_types(model) & QUANTIZING_OPS)
+    check = PrecisionCheck(backend.precision, diff, described, backend.max_abs_diff, quantized)
     if check.tolerance is not None and diff > check.tolerance:
         raise ConfigError(
             f"{source}: [backend] precision = {backend.precision!r} moves outputs by {diff:.3g} "

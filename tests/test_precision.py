@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import httpx
@@ -16,7 +17,7 @@ from edgeserve.errors import ConfigError
 from edgeserve.manifest import load_manifest
 from edgeserve.precision import PrecisionCheck, check_precision
 from edgeserve.signature import read_signature
-from tests.models import conv_model, reshaping_model, write_function
+from tests.models import conv_model, quantized_model, reshaping_model, write_function
 from tests.server import running
 
 MANIFEST = """\
@@ -101,6 +102,27 @@ def test_edgeserve_build_prints_the_measured_drift_and_the_inputs_it_used(
     printed = capsys.readouterr().out
     assert f"outputs differ from fp32 by at most {drift:.3g} on 2 samples" in printed
     assert "precision auto (openvino)" in printed
+
+
+def test_int8_on_a_model_without_quantization_warns_that_it_is_not_int8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`precision = "int8"` computes in int8 only what the model quantizes: on a float model
+    OpenVINO chose its precision as for "auto", and build said only its drift, so the user
+    believed the bundle ran in int8. It warns now, naming the quantizers to run first; a model
+    quantized by ONNX Runtime's quantize_static builds without the warning."""
+    plain = source(tmp_path / "plain", "int8")
+    assert main(["build", str(plain), "--out", str(tmp_path / "out-plain")]) == 0
+    printed = capsys.readouterr().out
+    assert "warning: precision int8 (openvino): outputs differ from fp32" in printed
+    assert "the model carries no quantization" in printed and "quantize_static" in printed
+    quantized = source(tmp_path / "quantized", "int8")
+    quantized_model(tmp_path / "made" / "model.onnx")
+    shutil.copy(tmp_path / "made" / "model.onnx", quantized / "model.onnx")
+    assert main(["build", str(quantized), "--out", str(tmp_path / "out-quantized")]) == 0
+    printed = capsys.readouterr().out
+    assert "precision int8 (openvino): outputs differ from fp32" in printed
+    assert "warning" not in printed and "no quantization" not in printed
 
 
 def test_the_default_is_auto_and_only_targets_running_openvino_are_measured(
