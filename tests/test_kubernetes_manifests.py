@@ -4,6 +4,7 @@ and Knative's admission rules; Deployment + Service + HPA; the concurrency formu
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from edgeserve.cli import main
 from edgeserve.errors import ConfigError
 from edgeserve.kubernetes.driver import KNATIVE, image_plan, image_requirements, workload
 from edgeserve.kubernetes.manifests import inference_service, knative_service, plain_kubernetes
+from edgeserve.kubernetes.manifests import render as render_kind
 from edgeserve.kubernetes.scaling import Concurrency, derive_concurrency
 from edgeserve.kubernetes.settings import KubernetesSettings
 from edgeserve.manifest import BatchingSection, ResourcesSection
@@ -110,11 +112,81 @@ def test_the_checks_refuse_unknown_fields_and_knative_port_rules(bundle: Bundle)
     assert any("'web' is not allowed" in e for e in found)
 
 
-def test_a_reserved_port_is_refused_in_the_profile(tmp_path: Path) -> None:
-    profile = tmp_path / "knative.toml"
-    profile.write_text('driver = "knative"\n[settings]\nport = 8012\n')
-    with pytest.raises(ConfigError, match="8012 is reserved"):
-        load_target(profile).settings_as(KubernetesSettings)
+def test_knative_and_kserve_refuse_a_port_their_queue_proxy_holds_plain_kubernetes_takes_it(
+    bundle: Bundle, grpc_bundle: Bundle
+) -> None:
+    """The queue-proxy's ports were refused in the profile for every kind (plain Kubernetes has
+    no queue-proxy), and a function's own grpc_port of 9090 passed under protocol = "grpc"."""
+    reserved = settings(port=8012)
+    for render in (knative_service, inference_service):
+        with pytest.raises(ConfigError, match=r"\[settings\] port 8012 is reserved"):
+            render(workload(bundle, reserved, IMAGE))
+    deployment = plain_kubernetes(workload(bundle, settings(port=9090, min_scale=1), IMAGE))[0]
+    assert (
+        deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] == 9090
+    )
+    grpc = settings(protocol="grpc", grpc_port=9090)
+    with pytest.raises(ConfigError, match=r"the gRPC port .* 9090 is reserved"):
+        knative_service(workload(grpc_bundle, grpc, IMAGE))
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ("min_scale = 5\nmax_scale = 2", "min_scale 5 is above max_scale 2"),
+        ('service_account = "My_SA"', "service_account"),
+        ('image_pull_secret = "bad secret!"', "image_pull_secret"),
+        ('registry = "https://registry.example.com"', "registry"),
+        ('registry = "Registry.Example.COM/Team"', "registry"),
+        ("ready_timeout_s = 1e10", "ready_timeout_s"),
+    ],
+)
+def test_profile_values_the_api_server_refuses_are_refused_in_the_profile(
+    tmp_path: Path, written: str, said: str
+) -> None:
+    """Each was copied into the manifests (a ServiceAccount named My_SA, HPA min 5 over max 2,
+    a failureThreshold past int32) or into an image name podman refused minutes later."""
+    for kind in ("knative", "kserve", "kubernetes"):
+        profile = tmp_path / f"{kind}.toml"
+        profile.write_text(f'driver = "{kind}"\n[settings]\nmin_scale = 1\n{written}\n')
+        if "min_scale = 5" in written:
+            profile.write_text(f'driver = "{kind}"\n[settings]\n{written}\n')
+        with pytest.raises(ConfigError, match=said):
+            load_target(profile).settings_as(KubernetesSettings)
+
+
+def test_knative_bounds_are_refused_at_build_naming_the_setting(bundle: Bundle) -> None:
+    """containerConcurrency past 1000 and timeoutSeconds past 600 (Knative's default bounds,
+    which its webhook enforces) were written as given; a version with build metadata made a
+    label value the API server refuses and an image tag podman refused."""
+    over = settings(container_concurrency=5000)
+    with pytest.raises(ConfigError, match="container_concurrency = 5000 is over Knative"):
+        knative_service(workload(bundle, over, IMAGE))
+    slow = dataclasses.replace(workload(bundle, settings(), IMAGE), request_timeout_s=900.0)
+    for render in (knative_service, inference_service):
+        with pytest.raises(ConfigError, match=r"timeoutSeconds would be 900 .*timeout_ms"):
+            render(slow)
+    built = dataclasses.replace(
+        workload(bundle, settings(min_scale=1), IMAGE), version="1.2.0+build.5"
+    )
+    for kind in ("knative", "kserve", "kubernetes"):
+        with pytest.raises(ConfigError, match=r"\[function\] version '1.2.0\+build.5' labels"):
+            render_kind(kind, built)
+
+
+def test_plain_kubernetes_honours_initial_scale_and_the_scale_down_delay(bundle: Bundle) -> None:
+    """Both were dropped in silence on plain Kubernetes; Knative's concurrency settings, which
+    HPA has no use for, are refused by name."""
+    chosen = settings(min_scale=2, max_scale=9, initial_scale=4, scale_down_delay_s=600)
+    deployment, _, hpa = plain_kubernetes(workload(bundle, chosen, IMAGE))
+    assert deployment["spec"]["replicas"] == 4
+    assert hpa["spec"]["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 600}}
+    plain = plain_kubernetes(workload(bundle, settings(min_scale=2), IMAGE))[2]
+    assert "behavior" not in plain["spec"]
+    with pytest.raises(ConfigError, match=r"\[settings\] target and container_concurrency"):
+        plain_kubernetes(
+            workload(bundle, settings(min_scale=1, target=5, container_concurrency=7), IMAGE)
+        )
 
 
 @pytest.mark.parametrize(
@@ -125,6 +197,7 @@ def test_a_reserved_port_is_refused_in_the_profile(tmp_path: Path) -> None:
         (32, 1, 16, True, Concurrency(16, 16)),
         (32, 3, 1024, False, Concurrency(3, 6)),  # no batch axis: one request per instance
         (1, 1, 1024, True, Concurrency(1, 2)),
+        (512, 1, 1024, True, Concurrency(512, 1000)),  # within Knative's default bound
     ],
 )
 def test_concurrency_is_derived_from_batching(

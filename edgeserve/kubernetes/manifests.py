@@ -19,6 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeserve.errors import ConfigError
+from edgeserve.kubernetes.limits import (
+    check_knative_concurrency,
+    check_knative_port,
+    check_knative_timeout,
+    check_label_value,
+)
 from edgeserve.kubernetes.scaling import Concurrency
 from edgeserve.kubernetes.settings import KubernetesSettings
 from edgeserve.workers.layout import CORES_VAR
@@ -58,7 +64,7 @@ def knative_service(work: Workload) -> Manifest:
         "spec": {
             "containerConcurrency": work.concurrency.limit,
             # Knative gives the pod this long after SIGTERM (terminationGracePeriodSeconds)
-            "timeoutSeconds": max(work.grace_s, math.ceil(work.request_timeout_s)),
+            "timeoutSeconds": _knative_timeout(work),
             "containers": [_one_port_container(work, "user-container")],
             **_pod_extras(work.settings),
         },
@@ -82,7 +88,7 @@ def inference_service(work: Workload) -> Manifest:
         "scaleMetric": "concurrency",
         "scaleTarget": work.concurrency.target,
         "containerConcurrency": work.concurrency.limit,
-        "timeout": max(work.grace_s, math.ceil(work.request_timeout_s)),
+        "timeout": _knative_timeout(work),
         "annotations": _kpa(work, bounds=False),
         "labels": _labels(work),
         "containers": [_one_port_container(work, "kserve-container")],
@@ -108,7 +114,14 @@ def plain_kubernetes(work: Workload) -> list[Manifest]:
             "of one Service; `protocol` chooses the one port of knative and kserve. Hint: "
             "remove it (grpc_port turns gRPC on beside HTTP)"
         )
-    replicas = min_replicas(settings)
+    knative_only = [k for k in ("target", "container_concurrency") if getattr(settings, k)]
+    if knative_only:
+        raise ConfigError(
+            f"[settings] {' and '.join(knative_only)}: Knative's per-pod concurrency, which "
+            "plain Kubernetes has no autoscaler for (HPA scales on CPU: "
+            "target_utilization_percent). Hint: remove it, or deploy with --target knative"
+        )
+    replicas = min(max(settings.initial_scale or 0, min_replicas(settings)), settings.max_scale)
     selector = {"app.kubernetes.io/name": work.name}
     container = _container(work, name=work.name, port_name="http", probe_port="http")
     ports = [{"name": "http", "port": 80, "targetPort": "http"}]
@@ -186,8 +199,16 @@ def _hpa(work: Workload) -> Manifest:
             "minReplicas": min_replicas(settings),
             "maxReplicas": settings.max_scale,
             "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": target}}],
+            # scale_down_delay_s: what Knative's scale-down-delay is, HPA's window for it
+            **_scale_down(settings.scale_down_delay_s),
         },
     }
+
+
+def _scale_down(delay_s: int) -> Manifest:
+    if not delay_s:
+        return {}
+    return {"behavior": {"scaleDown": {"stabilizationWindowSeconds": delay_s}}}
 
 
 def _kpa(work: Workload, *, bounds: bool = True) -> dict[str, str]:
@@ -211,11 +232,22 @@ def _kpa(work: Workload, *, bounds: bool = True) -> dict[str, str]:
     return notes
 
 
+def _knative_timeout(work: Workload) -> int:
+    """A revision's timeoutSeconds: as long as the function's requests and its drain, within
+    Knative's bounds, as is its containerConcurrency (both checked here: every Knative and
+    KServe render passes)."""
+    timeout_s = max(work.grace_s, math.ceil(work.request_timeout_s))
+    check_knative_timeout(timeout_s, work.request_timeout_s, work.drain_s)
+    check_knative_concurrency(work.concurrency.limit)
+    return timeout_s
+
+
 def _one_port_container(work: Workload, name: str) -> Manifest:
     """Knative's container: one port. HTTP (`http1`); or, with `protocol = "grpc"`, gRPC
     (`h2c`, which makes the route speak HTTP/2 to it, as KServe documents for v2 gRPC), probed
     by TCP: the gRPC port opens once the model is loaded and warmed up, closes at the drain."""
     if work.grpc_port is None:
+        check_knative_port(work.settings.port, "[settings] port")
         return _container(work, name=name, port_name="http1")
     if work.settings.protocol != "grpc":
         raise ConfigError(
@@ -225,6 +257,7 @@ def _one_port_container(work: Workload, name: str) -> Manifest:
             'serves HTTP only (gRPC off), protocol = "grpc" serves only KServe v2 gRPC on '
             "that port"
         )
+    check_knative_port(work.grpc_port, "the gRPC port ([resources] or [settings] grpc_port)")
     container = _container(work, name=name, port_name="h2c")
     container["ports"] = [_port("h2c", work.grpc_port)]
     socket = {"tcpSocket": {"port": work.grpc_port}}  # the container's own: Knative admits it
@@ -291,7 +324,8 @@ def _metadata(work: Workload) -> Manifest:
 
 
 def _labels(work: Workload) -> dict[str, str]:
-    return {"app.kubernetes.io/managed-by": "edgeserve", "edgeserve.dev/version": work.version}
+    version = check_label_value(work.version, "[function] version")
+    return {"app.kubernetes.io/managed-by": "edgeserve", "edgeserve.dev/version": version}
 
 
 RENDERERS = {

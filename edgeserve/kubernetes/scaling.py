@@ -7,10 +7,11 @@ requests queue inside the pod, where no other pod can take them. So, per pod:
         every instance runs full batches: the throughput knee. The autoscaler aims at
         target x utilization (70 % by default), so new pods start *before* a pod saturates
         and a queue forms, not after (users' complaint with queue-based autoscaling).
-    limit  = min(2 x target, max_queue_size)  (Knative's containerConcurrency, a hard limit)
-        one batch computing and one forming per instance; the rest wait in Knative's
+    limit  = min(2 x target, max_queue_size, 1000)  (Knative's containerConcurrency, a hard
+        limit) one batch computing and one forming per instance; the rest wait in Knative's
         activator / queue-proxy, where a new pod can take them, instead of in this pod's
-        batcher queue. Never above max_queue_size, or the pod would answer 503 itself.
+        batcher queue. Never above max_queue_size, or the pod would answer 503 itself, nor
+        above Knative's default container-concurrency-max-limit (limits.py).
 
 A request counts once however many items it carries; a function whose requests carry several
 items (OCR: one item per text line) may set `target` and `container_concurrency` in the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgeserve.kubernetes.limits import KNATIVE_MAX_CONCURRENCY
 from edgeserve.manifest import BatchingSection
 
 
@@ -36,7 +38,7 @@ def derive_concurrency(batching: BatchingSection, batched: bool) -> Concurrency:
     """The formula of this module's docstring."""
     per_instance = batching.max_batch_size if batched and batching.max_batch_size > 1 else 1
     target = batching.instances * per_instance
-    limit = min(2 * target, batching.max_queue_size)
+    limit = min(2 * target, batching.max_queue_size, KNATIVE_MAX_CONCURRENCY)
     return Concurrency(target=min(target, limit), limit=limit)
 
 

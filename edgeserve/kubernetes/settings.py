@@ -6,20 +6,21 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from edgeserve.validation import StrictTable
 
-RESERVED_PORTS = frozenset({8008, 8012, 8013, 8022, 9090, 9091})
-"""Knative's queue-proxy, autoscaler metrics and profiling ports: a user container may not use
-them (knative/serving pkg/apis/serving/k8s_validation.go, reservedPorts)."""
+_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+"""A DNS-1123 subdomain: what the API server takes as the name of a ServiceAccount or Secret."""
+_REGISTRY = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*/?$"
+"""host[:port][/path], lowercase, no scheme: what prefixes an image reference."""
 KUBECONFIG_ENV = "KUBECONFIG"
 
 
 class KubernetesSettings(StrictTable):
     """One function = one service with its own autoscaler, replicas and image."""
 
-    registry: str = ""
+    registry: str = Field(default="", pattern=r"^$|" + _REGISTRY)
     """Where images go: `registry.example.com/team`; the image is `<registry>/<function>`."""
     registry_tls_verify: bool = True
     base_image: str = "gcr.io/distroless/python3-debian12:nonroot"
@@ -34,8 +35,8 @@ class KubernetesSettings(StrictTable):
     namespace: str = Field(default="default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     kubeconfig: str | None = None
     context: str | None = None
-    service_account: str | None = None
-    image_pull_secret: str | None = None
+    service_account: str | None = Field(default=None, pattern=_SUBDOMAIN)
+    image_pull_secret: str | None = Field(default=None, pattern=_SUBDOMAIN)
     port: int = Field(default=8080, ge=1, le=65535)
     grpc_port: int | None = Field(default=None, ge=1, le=65535)
     """KServe v2 over gRPC on this port; default: the function's [resources] grpc_port."""
@@ -58,23 +59,19 @@ class KubernetesSettings(StrictTable):
     memory_mb: int | None = Field(default=None, ge=64)
     """Default: the function's [resources] memory_mb."""
     gpu: int = Field(default=0, ge=0)
-    ready_timeout_s: float = Field(default=300, gt=0)
+    ready_timeout_s: float = Field(default=300, gt=0, le=86400)
     request_timeout_s: float = Field(default=30, gt=0)
     """How long one API request may wait for the server's answer (connect and each read)."""
 
-    @field_validator("port", "grpc_port")
-    @classmethod
-    def _not_reserved(cls, port: int | None) -> int | None:
-        if port in RESERVED_PORTS:
-            raise ValueError(
-                f"port {port} is reserved by Knative's queue-proxy ({sorted(RESERVED_PORTS)})"
-            )
-        return port
-
     @model_validator(mode="after")
-    def _grpc_port_is_its_own(self) -> KubernetesSettings:
+    def _consistent(self) -> KubernetesSettings:
         if self.grpc_port == self.port:
             raise ValueError(f"grpc_port {self.grpc_port} is the HTTP port too (`port`)")
+        if self.min_scale > self.max_scale:
+            raise ValueError(
+                f"min_scale {self.min_scale} is above max_scale {self.max_scale}, which every "
+                "autoscaler refuses (Knative, KServe, HPA)"
+            )
         return self
 
     @property
