@@ -21,8 +21,9 @@
 The supervisor creates it (a memfd inherited by every child), so the counters outlive a
 restarted process: statistics stay cumulative, as Triton's are. Each cell has one writer, and
 aligned 8-byte stores are atomic on the machines edgeserve runs on (x86-64, aarch64). What no
-store makes atomic, a front's look at the queues and its taking of a place there, is done under
-a lock on the board's first byte (`admitting`).
+store makes atomic, a look at the queues and the taking of a place there (by a front, or by an
+inference process's door letting a WAIT in at once), is done under a lock on the board's first
+byte (`admitting`).
 """
 
 from __future__ import annotations
@@ -110,9 +111,10 @@ class Board:
 
     @contextmanager
     def admitting(self) -> Iterator[None]:
-        """One front at a time looks for room and takes its place: two fronts that each saw
-        the queue's last free row let a request in each, and one was refused once its body
-        had been read. A POSIX record lock, held by a process: a few µs a request."""
+        """One process at a time looks for room and takes a place: two fronts (or a front and
+        an inference process's door) that each saw the queue's last free row let a request in
+        each, and one was refused once its body had been read. A POSIX record lock, held by a
+        process: a few µs a request."""
         fcntl.lockf(self.fd, fcntl.LOCK_EX, 1)
         try:
             yield
