@@ -3,6 +3,7 @@ them (the CLI, a real server on 127.0.0.1, real signals), and the layout's pure 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -257,6 +258,21 @@ def test_killed_fronts_drop_their_requests_and_are_started_again(
         x = np.full((1, 16), 0.25, np.float32)
         assert httpx.post(f"{url}/v2/models/mlp/infer", json=infer_body(x)).status_code == 200
         assert "dropping its" in "".join(server.output)
+
+
+def test_a_supervisor_killed_leaves_no_folder_behind(tmp_path: Path) -> None:
+    """The supervisor's scratch folder (the inference processes' sockets, registered regions)
+    was removed on SIGTERM but stayed after a SIGKILL: its children, which die with it, leave
+    the last of them to remove it."""
+    folder = function(tmp_path / "mlp")
+    with running(folder, "--workers", "2") as (_, server):
+        kids = [pid for pids in children(server).values() for pid in pids]
+        config = Path(f"/proc/{kids[0]}/cmdline").read_bytes().split(b"\0")[-2]
+        scratch = Path(json.loads(config)["sockets_dir"])
+        assert scratch.is_dir()
+        server.process.kill()
+        wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in kids), 30)
+    assert not scratch.exists()
 
 
 def _ready(url: str) -> bool:

@@ -8,6 +8,7 @@ import ctypes
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -75,6 +76,8 @@ def child_main(main: Callable[[ChildConfig], None]) -> None:
         sys.exit(f"edgeserve: the supervisor (pid {config.supervisor}) is gone")
     configure_logging(config.log_level, os.environ)
     main(config)
+    if os.getppid() != config.supervisor:  # killed (SIGKILL): its folder is the children's
+        shutil.rmtree(config.sockets_dir, ignore_errors=True)  # to remove, the last one out
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
