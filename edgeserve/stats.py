@@ -3,11 +3,15 @@
 The batcher reports each batch (`batch_done`, its observer protocol); the runtime reports each
 request (`request_done`) and each call of a handler hook (`handler_done`: what Triton has no
 name for, and where a function with a handler may spend most of a request). Counters are
-cumulative since start, as in Triton. A request refused at the door (503, queue full) is in
-neither `success` nor `fail`, as in Triton: its max_queue_size refusal is the status that
-Enqueue hands back to the caller (core InferenceRequest::Run, TRITONSERVER_ServerInferAsync),
-and no statistics are reported for it; only requests that were queued and then fail (a queue
-timeout, a failed execution) count as failures.
+cumulative since start, as in Triton. A request refused at the door (503, queue full, its
+body unread) is in neither `success` nor `fail`, as in Triton: its max_queue_size refusal is
+the status that Enqueue hands back to the caller (core InferenceRequest::Run,
+TRITONSERVER_ServerInferAsync), and no statistics are reported for it; nor is one whose body
+could not be decoded (bad JSON, data that does not fill its shape), as Triton's HTTP frontend
+reports none for a request it cannot parse. A request that reached the runtime and failed there
+counts as a failure: an input outside the model's shapes, more rows than the queue can hold, a
+queue full once its body was read, a timeout, a failed run (Triton's core counts its failures
+before the backend too, since its failure reasons: OTHER, REJECTED).
 Updates come from worker threads and the event loop, so one lock guards them; reading copies.
 
 Prometheus names are Triton's (`nv_inference_count`, ...) so dashboards built for Triton work
