@@ -28,9 +28,11 @@ byte (`admitting`).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -48,6 +50,8 @@ FIXED = 12  # seq, inference_count, execution_count, last_ms, then count/ns of t
 PER_SIZE = 6  # per batch size: count/ns of each compute phase
 _FRONT = HOOKS_AT + 2 * 2
 _SEQ_TRIES = 1000
+LOCK_WAIT_S = 0.005
+"""The longest a process waits for the admission lock (held for microseconds at a time)."""
 
 
 class Queues(NamedTuple):
@@ -114,12 +118,28 @@ class Board:
         """One process at a time looks for room and takes a place: two fronts (or a front and
         an inference process's door) that each saw the queue's last free row let a request in
         each, and one was refused once its body had been read. A POSIX record lock, held by a
-        process: a few µs a request."""
-        fcntl.lockf(self.fd, fcntl.LOCK_EX, 1)
+        process for a few µs a request, and waited for at most LOCK_WAIT_S: an event loop never
+        hangs on a holder that was stopped (SIGSTOP, a debugger) while holding it; past the
+        bound the request goes on unlocked, the race back for that one look."""
+        held = self._lock()
         try:
             yield
         finally:
-            fcntl.lockf(self.fd, fcntl.LOCK_UN, 1)
+            if held:
+                fcntl.lockf(self.fd, fcntl.LOCK_UN, 1)
+
+    def _lock(self) -> bool:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1)
+                return True
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                    raise
+            if time.monotonic() > deadline:
+                return False
+            os.sched_yield()  # the holder may be waiting for this core
 
     def batch_section(self, instance: int) -> np.ndarray:
         """Inference process `instance`'s batch statistics (a view; the first cell is its seq)."""
