@@ -1,8 +1,8 @@
 """The `edgeserve` command: parses arguments, calls the library, prints; errors become exit codes.
 
-Each verb is one `_cmd_<verb>(args) -> int` function, listed in `COMMANDS`; its options and help
-live in `arguments.py`. Heavy modules are imported inside the command that needs them, so
-`edgeserve --help` stays fast.
+Each verb is one `_cmd_<verb>(args) -> int` function, listed in `COMMANDS` (those acting on a
+deployed function in `targetcommands.py`); its options and help live in `arguments.py`. Heavy
+modules are imported inside the command that needs them, so `edgeserve --help` stays fast.
 """
 
 from __future__ import annotations
@@ -16,19 +16,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.text import Text
-
 from edgeserve.arguments import TIMEOUTS, parser
 from edgeserve.commandline import parse
-from edgeserve.errors import ConfigError, DeployError, EdgeserveError
+from edgeserve.errors import ConfigError, EdgeserveError
+from edgeserve.printed import console, err_console, say
 from edgeserve.progress import live_log, progress_display, warnings_shown
+from edgeserve.targetcommands import deploy_command, rollback_command, status_command, stop_command
 
 if TYPE_CHECKING:
     from edgeserve.bench import Level
-
-console = Console()
-err_console = Console(stderr=True)
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
@@ -37,7 +33,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
     # the batch-axis check runs the model: seconds; one that cannot run is a warning
     with live_log(err_console, "init"), warnings_shown(err_console):
         path = init_function(Path(args.path), model=Path(args.model) if args.model else None)
-    _say("created", "green", next_steps(path, port=suggested_port()))
+    say("created", "green", next_steps(path, port=suggested_port()))
     return 0
 
 
@@ -59,16 +55,16 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if modules := bundle.handler_modules:  # the modules of its folder the handler imports
         handler = f"{bundle.manifest.handler.module}.py with {', '.join(modules)}"
         console.print(f"handler: {handler}", markup=False, soft_wrap=True)
-    _say("built", "green", f"{name} -> {bundle.root}  hash {digest}")
+    say("built", "green", f"{name} -> {bundle.root}  hash {digest}")
     if not bundle.signature.batched:
-        _say(
+        say(
             "batching off:", "yellow", f"no batch axis ({unbatchable(bundle.signature)}), so "
             "every request runs alone (export the model with a dynamic batch axis to batch)",
         )  # fmt: skip
     with live_log(err_console, "packaging"):  # pip's downloads, live on a terminal
         packaged = package_targets(bundle, args.target, out.parent / "dist", source)
     for written in packaged:
-        _say("packaged", "green", str(written))
+        say("packaged", "green", str(written))
         if (report := written.parent / "image.txt").is_file():  # an image's size per layer
             console.print(report.read_text(encoding="utf-8"), markup=False, end="", soft_wrap=True)
     return 0
@@ -149,7 +145,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     report = examine(Path(args.function), backend=args.backend, timeout_s=args.load_timeout)
     console.print(render(report))
     if report.problems:
-        _say("error:", "red", report.summary(), err_console)
+        say("error:", "red", report.summary(), err_console)
     return report.exit_code
 
 
@@ -185,7 +181,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     out = err_console if args.json == "-" else console
     out.print(render_table(report))
     for note in report.warnings:
-        _say("warning:", "yellow", note, out)
+        say("warning:", "yellow", note, out)
     if args.json:
         text = json.dumps(report.to_json(), indent=2) + "\n"
         if args.json == "-":
@@ -194,69 +190,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             Path(args.json).write_text(text, encoding="utf-8")
     if args.plot != "":
         plot = write_plot(report, Path(args.plot or f"bench-{report.model}.png"))
-        _say("plot:", "", str(plot), out)
+        say("plot:", "", str(plot), out)
     if report.failures:
         raise EdgeserveError("bench: requests failed\n" + "\n".join(report.failures))
     return 0
-
-
-def _cmd_deploy(args: argparse.Namespace) -> int:
-    from edgeserve.targets import deploy
-
-    with live_log(err_console, f"deploying to {args.target}"):
-        result = deploy(Path(args.path), args.target, hosts=args.host)
-    where = f" at {result.url}" if result.url else ""
-    _say("deployed", "green", f"{result.name} {result.version} to {result.target}{where}")
-    return 0
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    from edgeserve.targets import driver_for, target_profile
-
-    profile = target_profile(args.target, Path(args.path), args.host)
-    report = driver_for(profile).status(_function_name(args.path), profile)
-    console.print_json(json.dumps(report))
-    unreachable = [
-        key for key, part in report.items() if isinstance(part, dict) and "error" in part
-    ]
-    if unreachable:
-        _say("error:", "red", f"no status from {', '.join(unreachable)} (see `error`)", err_console)
-        return DeployError.exit_code
-    return 0
-
-
-def _cmd_rollback(args: argparse.Namespace) -> int:
-    from edgeserve.targets import driver_for, target_profile
-
-    profile = target_profile(args.target, Path(args.path), args.host)
-    result = driver_for(profile).rollback(_function_name(args.path), profile)
-    _say("rolled back", "green", f"{result.name} on {result.target} to {result.version}")
-    return 0
-
-
-def _cmd_stop(args: argparse.Namespace) -> int:
-    from edgeserve.targets import driver_for, target_profile
-
-    profile = target_profile(args.target, Path(args.path), args.host)
-    stop = getattr(driver_for(profile), "stop", None)
-    if stop is None:
-        raise ConfigError(f"target {profile.name!r} (driver {profile.driver}) has no `stop`")
-    stop(_function_name(args.path), profile)
-    _say("stopped", "green", f"{_function_name(args.path)} on {profile.name}")
-    return 0
-
-
-def _function_name(path: str) -> str:
-    """The function a source folder or bundle holds (a bare name is taken as is)."""
-    from edgeserve.bundle import BUNDLE_FILE, Bundle
-    from edgeserve.manifest import MANIFEST_NAME, load_manifest
-
-    folder = Path(path)
-    if (folder / BUNDLE_FILE).is_file():
-        return Bundle.open(folder).name
-    if (folder / MANIFEST_NAME).is_file():
-        return load_manifest(folder).function.name
-    return path
 
 
 def _cmd_engine(args: argparse.Namespace) -> int:
@@ -268,7 +205,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
     # cache key matches) and caches it; later loads of any release of this model reuse it.
     runtime = Runtime.load(Bundle.open(Path(args.bundle)), backend="tensorrt")
     took = runtime.timings["load_s"]
-    _say("engine ready", "green", f"for {runtime.name} in {took:.1f}s: {engine_cache_dir()}")
+    say("engine ready", "green", f"for {runtime.name} in {took:.1f}s: {engine_cache_dir()}")
     return 0
 
 
@@ -289,7 +226,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         batched=not fixed,
     )  # fmt: skip
     if fixed:
-        _say(
+        say(
             "no batching:", "yellow", f"no batch axis ({fixed}), so the model cannot batch; "
             "tune sweeps instances alone and writes no batch size",
         )  # fmt: skip
@@ -324,7 +261,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         raise EdgeserveError(failure_reason(result))
     where = f"written to {result.written}" if result.written else "not written (--dry-run)"
     measured = f" (on the {result.best.kind})" if result.best.candidate.processes_per_device else ""
-    _say("best:", "", f"{result.best.candidate.describe()}{measured}  {where}")
+    say("best:", "", f"{result.best.candidate.describe()}{measured}  {where}")
     return 0
 
 
@@ -352,10 +289,10 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         limit = bounds.max_mb if args.max_mb is None else args.max_mb
         removed = cache.prune(cache.Bounds(keep, limit))
         freed = sum(entry.size_bytes for entry in removed) / 2**20
-        _say("removed", "", f"{len(removed)} bundles ({freed:.1f} MB) from {cache.bundles_dir()}")
+        say("removed", "", f"{len(removed)} bundles ({freed:.1f} MB) from {cache.bundles_dir()}")
         return 0
     found = cache.entries()
-    _say("", "", f"{len(found)} bundles in {cache.bundles_dir()}")
+    say("", "", f"{len(found)} bundles in {cache.bundles_dir()}")
     table = Table()
     for column in ("bundle", "MB", "last used"):
         table.add_column(column, justify="left" if column == "bundle" else "right")
@@ -363,13 +300,6 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         table.add_row(entry.name, f"{entry.size_bytes / 2**20:.1f}", cache.ago(entry.last_used))
     console.print(table)
     return 0
-
-
-def _say(label: str, style: str, text: str, out: Console = console) -> None:
-    """`label` in its colour, then `text` as plain text: never read as markup, so brackets in
-    a path, an rsync message or a device's error print as they are."""
-    line = Text.assemble((label, style), " ", text) if label else Text(text)
-    out.print(line, highlight=False, soft_wrap=True)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -383,10 +313,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "help": _cmd_help,
     "cache": _cmd_cache,
     "doctor": _cmd_doctor,
-    "deploy": _cmd_deploy,
-    "status": _cmd_status,
-    "rollback": _cmd_rollback,
-    "stop": _cmd_stop,
+    "deploy": deploy_command,
+    "status": status_command,
+    "rollback": rollback_command,
+    "stop": stop_command,
 }
 
 
@@ -395,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except EdgeserveError as exc:
-        _say("error:", "red", exc.message, err_console)  # plain text, brackets and all
+        say("error:", "red", exc.message, err_console)  # plain text, brackets and all
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
